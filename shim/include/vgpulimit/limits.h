@@ -1,0 +1,28 @@
+/* The one parser of limits: the shim reads the environment with it, the Python
+ * package (CLI, OCI annotations) calls the same code through cffi.  cffi reads
+ * this header too, so its body holds no macros. */
+#ifndef VGPULIMIT_LIMITS_H
+#define VGPULIMIT_LIMITS_H
+
+#include <stdint.h>
+
+/* A memory limit as the user gave it: absolute, or a share of the device. */
+struct vgl_mem_limit {
+    uint64_t bytes; /* 0 = not absolute */
+    uint32_t ppm;   /* share of the device in millionths; 0 = not relative */
+    uint32_t pad;
+};
+
+/* Memory: bytes, a size with a unit, a percentage or a fraction of the device.
+ * 0, or -EINVAL (not a size) / -ERANGE (too large, or zero). */
+int vgl_parse_memory(const char *text, struct vgl_mem_limit *out);
+/* Compute share: "30" or "30%", 1-100. */
+int vgl_parse_cores(const char *text, uint32_t *out_pct);
+/* The accepted forms, for error messages. */
+const char *vgl_memory_forms(void);
+const char *vgl_cores_forms(void);
+
+/* The cap in bytes for a device of `total_bytes` (never above it); UINT64_MAX: none. */
+uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes);
+
+#endif

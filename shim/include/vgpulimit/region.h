@@ -1,0 +1,102 @@
+/* The region file: the ABI shared by every process of a container (through the
+ * shim) and the supervisor and views (through the Python binding).
+ *
+ * One file per container, mapped MAP_SHARED.  Fixed-width fields only; the
+ * layout is pinned by tests/c/region_layout.c and tests/test_region.py.  Any
+ * change to it bumps VGL_REGION_VERSION.
+ *
+ * This header is also the cffi declaration of the binding: src/vgpulimit/
+ * _cffi_build.py feeds it to cffi with its preprocessor lines removed, so the
+ * body holds no macros — constants are enums. */
+#ifndef VGPULIMIT_REGION_H
+#define VGPULIMIT_REGION_H
+
+#include <stdint.h>
+
+#include "vgpulimit/limits.h"
+
+enum {
+    VGL_REGION_VERSION = 1,
+    VGL_MAX_DEVICES = 16,
+    VGL_MAX_SLOTS = 1024,
+    VGL_COMM_LEN = 16,
+};
+
+enum vgl_slot_state {
+    VGL_SLOT_FREE = 0,
+    VGL_SLOT_LIVE = 1,
+};
+
+/* Storage for a process-shared robust pthread mutex; opaque to readers. */
+struct vgl_lock {
+    uint8_t opaque[64];
+};
+
+struct vgl_device_state {
+    struct vgl_lock lock;        /* guards used_bytes here and in every slot */
+    struct vgl_mem_limit limit;  /* both fields 0: no cap */
+    uint32_t cores_pct;          /* compute share, 1-100; 0: no cap */
+    uint32_t pad;
+    uint64_t total_bytes;        /* device memory as the driver reports it; 0 until seen */
+    uint64_t used_bytes;         /* = the sum of the live slots' used_bytes[this device] */
+    uint64_t oom_refusals;       /* allocations refused at the cap */
+    uint64_t reserved[8];
+};
+
+/* A process's place in the region.  Slots never move once claimed, so a
+ * process may keep a pointer to its own. */
+struct vgl_slot {
+    uint32_t state;              /* enum vgl_slot_state */
+    int32_t pid;                 /* as the container sees it */
+    int32_t host_pid;            /* 0: unknown */
+    uint32_t pad;
+    uint64_t start_time;         /* /proc/<pid>/stat starttime: a reused pid is not the dead one */
+    uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
+    char comm[16];
+};
+
+struct vgl_region {
+    char magic[8];               /* "VGPULIM" and a NUL */
+    uint32_t version;            /* VGL_REGION_VERSION */
+    uint32_t header_size;        /* sizeof(struct vgl_region) */
+    uint64_t file_size;
+    uint64_t generation;         /* bumped on every change of limits */
+    struct vgl_lock lock;        /* guards slot claims and limit changes */
+    struct vgl_device_state devices[16];  /* VGL_MAX_DEVICES */
+    struct vgl_slot slots[1024];          /* VGL_MAX_SLOTS */
+};
+
+/* region.c — every function returns 0 or a negative errno unless it says otherwise. */
+
+/* Creates the file at `path` (mode 0600, or 0660 with `group_shared`),
+ * fully initialised before it becomes visible: -EEXIST if one is there. */
+int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
+                      const uint32_t *cores_pct, int group_shared);
+/* Maps and validates an existing file.  -EPROTO: not a region (magic);
+ * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size. */
+int vgl_region_open(const char *path, struct vgl_region **out);
+void vgl_region_close(struct vgl_region *region);
+/* One line saying what a negative result of create/open means for `path`. */
+const char *vgl_region_strerror(int err);
+
+/* Claims a free slot for `pid` (host_pid 0 if unknown). */
+int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid,
+                      struct vgl_slot **out);
+/* Releases the slot and returns its bytes to the ledger. */
+void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot);
+/* Frees the slots of processes that no longer exist; returns how many. */
+int vgl_region_reclaim(struct vgl_region *region);
+/* Sets device `device`'s limits and bumps the generation. */
+int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
+                          const struct vgl_mem_limit *limit, uint32_t cores_pct);
+
+/* ledger.c — the per-device byte count, exact under races. */
+
+/* Reserves `bytes` on `device` for `slot` if they fit under `cap`: 0, or
+ * -ENOMEM (and the refusal counted) when they do not. */
+int vgl_ledger_reserve(struct vgl_region *region, struct vgl_slot *slot,
+                       uint32_t device, uint64_t bytes, uint64_t cap);
+void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot,
+                        uint32_t device, uint64_t bytes);
+
+#endif

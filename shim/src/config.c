@@ -1,0 +1,150 @@
+/* The environment, read once when the shim is loaded: no getenv afterwards.
+ *
+ * A variable we cannot use makes the configuration "broken": one line names
+ * it and the accepted forms, and device allocations are refused from then on
+ * (fail closed) rather than run without the limit the user asked for. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct vgl_config vgl_config;
+
+extern char **environ;
+
+static const char PREFIX[] = "VGPULIMIT_";
+
+static void set_log_level(const char *value)
+{
+    static const char *const NAMES[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(value, NAMES[i]) == 0) {
+            vgl_log_level = i;
+            return;
+        }
+    }
+    vgl_log(VGL_LOG_WARN, "VGPULIMIT_LOG=\"%s\" is not a level; accepted: error, warn, info, debug "
+                          "(keeping warn)", value);
+}
+
+static void refuse(const char *name, const char *value, int err, const char *forms)
+{
+    vgl_config.broken = true;
+    vgl_log(VGL_LOG_ERROR, "%s=\"%s\" is %s; accepted: %s. Device memory allocations are refused "
+                           "until it is fixed",
+            name, value, err == -ERANGE ? "out of range" : "not understood", forms);
+}
+
+/* "VGPULIMIT_MEMORY_3" → 3; "VGPULIMIT_MEMORY" → -1 (every device); -2: not this variable. */
+static int device_suffix(const char *name, size_t name_len, const char *stem)
+{
+    size_t stem_len = strlen(stem);
+    if (name_len < stem_len || strncmp(name, stem, stem_len) != 0)
+        return -2;
+    if (name_len == stem_len)
+        return -1;
+    if (name[stem_len] != '_' || name_len == stem_len + 1 || name_len > stem_len + 3)
+        return -2;
+    int index = 0;
+    for (size_t i = stem_len + 1; i < name_len; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -2;
+        index = index * 10 + (name[i] - '0');
+    }
+    return index < VGL_MAX_DEVICES ? index : -2;
+}
+
+static void read_memory(const char *name, int device, const char *value)
+{
+    struct vgl_mem_limit limit;
+    int err = vgl_parse_memory(value, &limit);
+    if (err) {
+        refuse(name, value, err, vgl_memory_forms());
+        return;
+    }
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        if (i == device || (device < 0 && !vgl_config.memory_set[i]))
+            vgl_config.memory[i] = limit;
+    if (device >= 0)
+        vgl_config.memory_set[device] = true; /* a device's own value beats the global one */
+    vgl_config.mem_limited = true;
+}
+
+static void read_cores(const char *name, int device, const char *value)
+{
+    uint32_t pct;
+    int err = vgl_parse_cores(value, &pct);
+    if (err) {
+        refuse(name, value, err, vgl_cores_forms());
+        return;
+    }
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        if (i == device || (device < 0 && !vgl_config.cores_set[i]))
+            vgl_config.cores_pct[i] = pct;
+    if (device >= 0)
+        vgl_config.cores_set[device] = true;
+    vgl_config.cores_limited = true;
+}
+
+static void default_region_path(void)
+{
+    const char *runtime = getenv("XDG_RUNTIME_DIR");
+    char *out = vgl_config.region_path;
+    size_t len = sizeof vgl_config.region_path;
+    if (runtime && runtime[0] == '/')
+        snprintf(out, len, "%s/vgpulimit/region", runtime);
+    else if (access("/run", W_OK) == 0)
+        snprintf(out, len, "/run/vgpulimit/region");
+    else
+        snprintf(out, len, "/tmp/vgpulimit-%u/region", (unsigned)getuid());
+}
+
+void vgl_config_load(void)
+{
+    /* VGPULIMIT_LOG first, so that what follows is logged at the asked level. */
+    const char *log = getenv("VGPULIMIT_LOG");
+    if (log)
+        set_log_level(log);
+
+    for (char **env = environ; env && *env; env++) {
+        const char *entry = *env;
+        if (strncmp(entry, PREFIX, sizeof PREFIX - 1) != 0)
+            continue;
+        const char *eq = strchr(entry, '=');
+        if (!eq)
+            continue;
+        size_t name_len = (size_t)(eq - entry);
+        const char *value = eq + 1;
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)name_len, entry);
+        int device;
+        if ((device = device_suffix(name, name_len, "VGPULIMIT_MEMORY")) != -2) {
+            read_memory(name, device, value);
+        } else if ((device = device_suffix(name, name_len, "VGPULIMIT_CORES")) != -2) {
+            read_cores(name, device, value);
+        } else if (strcmp(name, "VGPULIMIT_REGION") == 0) {
+            if (value[0] != '/' || strlen(value) >= sizeof vgl_config.region_path) {
+                vgl_config.broken = true;
+                vgl_log(VGL_LOG_ERROR, "VGPULIMIT_REGION=\"%s\" must be an absolute path to a "
+                                       "region file; device memory allocations are refused", value);
+            } else {
+                strcpy(vgl_config.region_path, value);
+            }
+        } else if (strcmp(name, "VGPULIMIT_LOG") != 0) {
+            vgl_log(VGL_LOG_WARN, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], "
+                                  "VGPULIMIT_CORES[_<i>], VGPULIMIT_REGION, VGPULIMIT_LOG); ignored",
+                    name);
+            continue;
+        }
+        vgl_config.enabled = true;
+    }
+    if (vgl_config.enabled && !vgl_config.region_path[0])
+        default_region_path();
+    if (vgl_config.cores_limited)
+        vgl_log(VGL_LOG_WARN, "VGPULIMIT_CORES is read but this version does not enforce compute "
+                              "shares yet; only memory caps are enforced");
+}

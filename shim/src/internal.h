@@ -1,0 +1,135 @@
+/* Hidden prototypes of the shim, grouped by the file that defines them.
+ * Nothing here is exported: the only exported names are the hooked driver
+ * symbols and dlsym (vgpulimit.map, generated from hooks.def). */
+#ifndef VGPULIMIT_INTERNAL_H
+#define VGPULIMIT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vgpulimit/cuda_abi.h"
+#include "vgpulimit/limits.h"
+#include "vgpulimit/nvml_abi.h"
+#include "vgpulimit/region.h"
+
+#define VGL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define VGL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* log.c */
+enum vgl_log_level { VGL_LOG_ERROR, VGL_LOG_WARN, VGL_LOG_INFO, VGL_LOG_DEBUG };
+extern int vgl_log_level; /* set once by config.c; VGL_LOG_WARN until then */
+void vgl_log(enum vgl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs unless `*count` has passed a bound, then says once that it goes quiet. */
+void vgl_log_bounded(enum vgl_log_level level, unsigned *count, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Formatting happens only at an enabled level, so a disabled one costs a compare. */
+#define VGL_LOG(level, ...)                              \
+    do {                                                 \
+        if (VGL_UNLIKELY((level) <= vgl_log_level))      \
+            vgl_log((level), __VA_ARGS__);               \
+    } while (0)
+/* "1.50 GiB": a human size into buf. */
+const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len);
+
+/* region.c (also region.h) */
+/* Locks a process-shared robust mutex.  Returns true when its previous owner
+ * died holding it: the caller repairs what it guards, then calls
+ * vgl_lock_consistent() before unlocking. */
+bool vgl_lock_acquire(struct vgl_lock *lock);
+void vgl_lock_consistent(struct vgl_lock *lock);
+void vgl_lock_release(struct vgl_lock *lock);
+/* /proc/<pid>/stat starttime, or 0 when it cannot be read. */
+uint64_t vgl_proc_start_time(int32_t pid);
+
+/* ledger.c (also region.h) */
+/* Recomputes a device's total from the live slots (after a holder died). */
+void vgl_ledger_repair(struct vgl_region *region, uint32_t device);
+
+/* config.c — the environment, read once at load. */
+struct vgl_config {
+    bool enabled;        /* any vgpulimit (or region) variable present */
+    bool broken;         /* a variable could not be used: fail closed */
+    bool mem_limited;    /* some device has a memory cap */
+    bool cores_limited;  /* some device has a compute share */
+    struct vgl_mem_limit memory[VGL_MAX_DEVICES];
+    uint32_t cores_pct[VGL_MAX_DEVICES];
+    bool memory_set[VGL_MAX_DEVICES]; /* by VGPULIMIT_MEMORY_<i> itself */
+    bool cores_set[VGL_MAX_DEVICES];
+    char region_path[4096];
+};
+extern struct vgl_config vgl_config;
+void vgl_config_load(void);
+
+/* init.c — per-process state of the shim. */
+struct vgl_self {
+    struct vgl_region *region; /* NULL until the first call that needs it */
+    struct vgl_slot *slot;
+    int32_t pid;
+};
+extern struct vgl_self vgl_self;
+/* Maps the region and claims this process's slot, once.  False: fail closed. */
+bool vgl_attach(void);
+
+/* real_driver.c — the real libcuda / libnvidia-ml, resolved once. */
+extern void *(*vgl_real_dlsym)(void *handle, const char *name);
+void vgl_resolve_real_dlsym(void);
+/* Resolves every real pointer of a library's hooks; false if it is absent. */
+bool vgl_resolve_cuda(void);
+bool vgl_resolve_nvml(void);
+
+/* hooks.c — the hook table expanded. */
+#define CU_HOOK(symbol, base, version, pt, params, args) typedef CUresult(*vgl_pfn_##symbol) params;
+#define CU_CALL CU_HOOK
+#define NVML_HOOK(symbol, params, args) typedef nvmlReturn_t(*vgl_pfn_##symbol) params;
+#define NVML_CALL NVML_HOOK
+#include "hooks.def"
+
+/* The real library functions, typed.  Each starts as a stub that resolves its
+ * library on first use, so no call pays for a once-guard. */
+struct vgl_real {
+#define CU_HOOK(symbol, base, version, pt, params, args) vgl_pfn_##symbol symbol;
+#define CU_CALL CU_HOOK
+#define NVML_HOOK(symbol, params, args) vgl_pfn_##symbol symbol;
+#define NVML_CALL NVML_HOOK
+#include "hooks.def"
+};
+extern struct vgl_real vgl_real;
+
+/* An entry of the table: its name, the base name clients ask cuGetProcAddress
+ * for, the wrapper we hand out (NULL for a function we only call), where its
+ * real pointer lives, and the stub that pointer holds until resolved. */
+struct vgl_hook {
+    const char *name;
+    const char *base;
+    void *wrapper;
+    void **real;
+    void *lazy;
+};
+/* The hook whose name is `name`, or NULL (binary search over the sorted table). */
+const struct vgl_hook *vgl_hook_by_name(const char *name);
+/* Maps a pointer the real library handed out for `name` to our wrapper of
+ * that same variant; returns `real` itself when it is not one we hook (and
+ * warns when `name` is hooked, yet the pointer is none we know). */
+void *vgl_wrap_real_pointer(const char *name, void *real);
+/* Fills the real pointers of the entries whose name starts with `prefix` from `handle`. */
+void vgl_hooks_resolve(void *handle, const char *prefix);
+
+/* allocations.c — this process's live device allocations. */
+bool vgl_allocations_add(uint64_t ptr, int32_t device, uint64_t bytes);
+/* Removes `ptr` and says what it was charged; false when it is not ours. */
+bool vgl_allocations_take(uint64_t ptr, int32_t *device, uint64_t *bytes);
+/* In a forked child: the parent's allocations are not the child's. */
+void vgl_allocations_forget(void);
+
+/* memory_hooks.c */
+/* Device of the current context, or -1. */
+int vgl_current_device(void);
+
+/* The exported wrappers: the driver's own names and signatures. */
+#define CU_HOOK(symbol, base, version, pt, params, args) \
+    __attribute__((visibility("default"))) CUresult symbol params;
+#define NVML_HOOK(symbol, params, args) \
+    __attribute__((visibility("default"))) nvmlReturn_t symbol params;
+#include "hooks.def"
+
+#endif

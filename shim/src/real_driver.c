@@ -1,0 +1,75 @@
+/* Finds the C library's dlsym, and the real libcuda / libnvidia-ml, once.
+ *
+ * The libraries are looked up by soname, as every client does, so that we
+ * resolve the very object the application uses: with vgpulimit's simulated
+ * GPU first on LD_LIBRARY_PATH that is simgpu, otherwise the NVIDIA driver. */
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include "internal.h"
+
+void *(*vgl_real_dlsym)(void *handle, const char *name);
+
+static void *no_dlsym(void *handle, const char *name)
+{
+    (void)handle;
+    (void)name;
+    return NULL;
+}
+
+void vgl_resolve_real_dlsym(void)
+{
+    /* dlvsym is not ours, so RTLD_NEXT from here is the C library.  2.34
+     * moved dlsym into libc; older glibc has only the original version. */
+    static const char *const VERSIONS[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    void *real = NULL;
+    for (size_t i = 0; i < sizeof VERSIONS / sizeof VERSIONS[0] && !real; i++)
+        real = dlvsym(RTLD_NEXT, "dlsym", VERSIONS[i]);
+    if (!real) {
+        vgl_log(VGL_LOG_ERROR, "cannot find the C library's dlsym; dynamic look-ups will fail");
+        real = (void *)no_dlsym;
+    }
+    __atomic_store_n((void **)&vgl_real_dlsym, real, __ATOMIC_RELEASE);
+}
+
+struct library {
+    const char *soname;
+    const char *prefix;
+    pthread_once_t once;
+    bool found;
+};
+
+static struct library cuda = {"libcuda.so.1", "cu", PTHREAD_ONCE_INIT, false};
+static struct library nvml = {"libnvidia-ml.so.1", "nvml", PTHREAD_ONCE_INIT, false};
+
+static void resolve(struct library *lib)
+{
+    if (!vgl_real_dlsym)
+        vgl_resolve_real_dlsym();
+    /* RTLD_NOLOAD first: the application has almost always loaded it already. */
+    void *handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!handle)
+        handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        vgl_log(VGL_LOG_ERROR, "cannot load %s: %s", lib->soname, dlerror());
+        return;
+    }
+    vgl_hooks_resolve(handle, lib->prefix);
+    lib->found = true;
+    /* The handle stays open: the real pointers point into it. */
+}
+
+static void resolve_cuda(void) { resolve(&cuda); }
+static void resolve_nvml(void) { resolve(&nvml); }
+
+bool vgl_resolve_cuda(void)
+{
+    pthread_once(&cuda.once, resolve_cuda);
+    return cuda.found;
+}
+
+bool vgl_resolve_nvml(void)
+{
+    pthread_once(&nvml.once, resolve_nvml);
+    return nvml.found;
+}

@@ -1,0 +1,321 @@
+/* The region file: create, map, validate, claim a slot, reclaim the dead.
+ *
+ * Every process of a container maps the same file.  Mutations happen under
+ * process-shared robust mutexes, so a process killed at any instruction
+ * leaves no lock held: the next locker is told (EOWNERDEAD) and repairs what
+ * the lock guards.  Readers (status views) read without locks and may see a
+ * moment-old value, never a blocked one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const char MAGIC[8] = "VGPULIM";
+
+_Static_assert(sizeof(pthread_mutex_t) <= sizeof(struct vgl_lock), "vgl_lock too small");
+_Static_assert(sizeof(((struct vgl_slot *)0)->used_bytes) / sizeof(uint64_t) == VGL_MAX_DEVICES,
+               "slot byte counts per device");
+_Static_assert(sizeof(((struct vgl_region *)0)->devices) / sizeof(struct vgl_device_state) ==
+                   VGL_MAX_DEVICES, "region devices");
+_Static_assert(sizeof(((struct vgl_region *)0)->slots) / sizeof(struct vgl_slot) == VGL_MAX_SLOTS,
+               "region slots");
+_Static_assert(sizeof(((struct vgl_slot *)0)->comm) == VGL_COMM_LEN, "slot comm");
+
+static pthread_mutex_t *as_mutex(struct vgl_lock *lock) { return (pthread_mutex_t *)(void *)lock->opaque; }
+
+static int lock_init(struct vgl_lock *lock)
+{
+    pthread_mutexattr_t attr;
+    int err = pthread_mutexattr_init(&attr);
+    if (!err)
+        err = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    if (!err)
+        err = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    if (!err)
+        err = pthread_mutex_init(as_mutex(lock), &attr);
+    pthread_mutexattr_destroy(&attr);
+    return -err;
+}
+
+bool vgl_lock_acquire(struct vgl_lock *lock)
+{
+    int err = pthread_mutex_lock(as_mutex(lock));
+    if (err == EOWNERDEAD)
+        return true;
+    if (err)
+        /* ENOTRECOVERABLE cannot happen: every EOWNERDEAD is made consistent. */
+        vgl_log(VGL_LOG_ERROR, "region lock failed: %s", strerror(err));
+    return false;
+}
+
+void vgl_lock_consistent(struct vgl_lock *lock) { pthread_mutex_consistent(as_mutex(lock)); }
+
+void vgl_lock_release(struct vgl_lock *lock) { pthread_mutex_unlock(as_mutex(lock)); }
+
+/* Slot claims and limits are written so that a half-done change is harmless
+ * (a slot's state is set last), so the region lock needs no repair. */
+static void region_lock(struct vgl_region *region)
+{
+    if (vgl_lock_acquire(&region->lock))
+        vgl_lock_consistent(&region->lock);
+}
+
+static int init_region(struct vgl_region *region, const struct vgl_mem_limit *limits,
+                       const uint32_t *cores_pct)
+{
+    memcpy(region->magic, MAGIC, sizeof MAGIC);
+    region->version = VGL_REGION_VERSION;
+    region->header_size = sizeof *region;
+    region->file_size = sizeof *region;
+    region->generation = 1;
+    int err = lock_init(&region->lock);
+    for (uint32_t i = 0; i < VGL_MAX_DEVICES && !err; i++) {
+        struct vgl_device_state *dev = &region->devices[i];
+        err = lock_init(&dev->lock);
+        if (limits)
+            dev->limit = limits[i];
+        if (cores_pct)
+            dev->cores_pct = cores_pct[i];
+    }
+    return err;
+}
+
+int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
+                      const uint32_t *cores_pct, int group_shared)
+{
+    /* Build the whole file under a temporary name and link() it into place:
+     * nobody ever maps a half-initialised region, and of two creators
+     * exactly one wins. */
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    mode_t mode = group_shared ? 0660 : 0600;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    int err = 0;
+    void *map = MAP_FAILED;
+    if (fchmod(fd, mode) < 0 || ftruncate(fd, sizeof(struct vgl_region)) < 0)
+        err = -errno;
+    if (!err) {
+        map = mmap(NULL, sizeof(struct vgl_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED)
+            err = -errno;
+    }
+    if (!err)
+        err = init_region(map, limits, cores_pct);
+    if (map != MAP_FAILED)
+        munmap(map, sizeof(struct vgl_region));
+    if (!err && link(tmp, path) < 0)
+        err = -errno;
+    unlink(tmp);
+    close(fd);
+    return err;
+}
+
+int vgl_region_open(const char *path, struct vgl_region **out)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int err = 0;
+    if (fstat(fd, &st) < 0)
+        err = -errno;
+    else if (!S_ISREG(st.st_mode))
+        err = -EPROTO;
+    char head[offsetof(struct vgl_region, file_size)];
+    if (!err) {
+        ssize_t n = pread(fd, head, sizeof head, 0);
+        if (n < 0)
+            err = -errno;
+        else if ((size_t)n < sizeof head)
+            err = (size_t)n >= sizeof MAGIC && memcmp(head, MAGIC, sizeof MAGIC) == 0 ? -EBADF : -EPROTO;
+    }
+    if (!err) {
+        uint32_t version;
+        memcpy(&version, head + offsetof(struct vgl_region, version), sizeof version);
+        if (memcmp(head, MAGIC, sizeof MAGIC) != 0)
+            err = -EPROTO;
+        else if (version != VGL_REGION_VERSION)
+            err = -EPROTONOSUPPORT;
+        else if ((uint64_t)st.st_size != sizeof(struct vgl_region))
+            err = -EBADF;
+    }
+    void *map = MAP_FAILED;
+    if (!err) {
+        map = mmap(NULL, sizeof(struct vgl_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED)
+            err = -errno;
+    }
+    close(fd);
+    if (err)
+        return err;
+    *out = map;
+    return 0;
+}
+
+void vgl_region_close(struct vgl_region *region)
+{
+    if (region)
+        munmap(region, sizeof *region);
+}
+
+const char *vgl_region_strerror(int err)
+{
+    switch (err) {
+    case -EPROTO:
+        return "not a vgpulimit region file (wrong magic)";
+    case -EPROTONOSUPPORT:
+        return "a region file of another vgpulimit version (layout version differs); "
+               "restart the container with one version";
+    case -EBADF:
+        return "truncated or resized region file";
+    case -ENOENT:
+        return "no such file";
+    case -EACCES:
+    case -EPERM:
+        return "permission denied";
+    case -EEXIST:
+        return "a region file already exists there";
+    case -ENOSPC:
+        return "every process slot of the region is taken";
+    default:
+        return strerror(-err);
+    }
+}
+
+uint64_t vgl_proc_start_time(int32_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* comm may hold spaces and parentheses: fields resume after the last ')'.
+     * starttime is field 22; the text after ") " starts at field 3. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    p++;
+    for (int field = 2; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static bool slot_alive(const struct vgl_slot *slot)
+{
+    if (kill(slot->pid, 0) < 0 && errno == ESRCH)
+        return false;
+    uint64_t start = vgl_proc_start_time(slot->pid);
+    /* Unreadable (another pid namespace, hidepid): trust kill(). */
+    return start == 0 || slot->start_time == 0 || start == slot->start_time;
+}
+
+static void comm_of_self(char comm[VGL_COMM_LEN])
+{
+    memset(comm, 0, VGL_COMM_LEN);
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, comm, VGL_COMM_LEN - 1);
+    close(fd);
+    if (n > 0 && comm[n - 1] == '\n')
+        comm[n - 1] = '\0';
+}
+
+/* Returns a slot's bytes to the device totals (the ledger lock of each device). */
+static void slot_release_all(struct vgl_region *region, struct vgl_slot *slot)
+{
+    for (uint32_t dev = 0; dev < VGL_MAX_DEVICES; dev++)
+        if (__atomic_load_n(&slot->used_bytes[dev], __ATOMIC_RELAXED))
+            vgl_ledger_release(region, slot, dev, slot->used_bytes[dev]);
+}
+
+int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, struct vgl_slot **out)
+{
+    uint64_t start = vgl_proc_start_time(pid);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct vgl_slot *found = NULL;
+        region_lock(region);
+        for (uint32_t i = 0; i < VGL_MAX_SLOTS && !found; i++) {
+            struct vgl_slot *slot = &region->slots[i];
+            /* The same process again (after exec): the driver dropped its
+             * memory with the old image, so its old counts go too. */
+            if (slot->state == VGL_SLOT_LIVE && slot->pid == pid && slot->start_time == start)
+                found = slot;
+        }
+        for (uint32_t i = 0; i < VGL_MAX_SLOTS && !found; i++)
+            if (region->slots[i].state == VGL_SLOT_FREE)
+                found = &region->slots[i];
+        if (found) {
+            slot_release_all(region, found);
+            found->pid = pid;
+            found->host_pid = host_pid;
+            found->start_time = start;
+            comm_of_self(found->comm);
+            __atomic_store_n(&found->state, VGL_SLOT_LIVE, __ATOMIC_RELEASE);
+        }
+        vgl_lock_release(&region->lock);
+        if (found) {
+            *out = found;
+            return 0;
+        }
+        if (vgl_region_reclaim(region) == 0)
+            break;
+    }
+    return -ENOSPC;
+}
+
+void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
+{
+    slot_release_all(region, slot);
+    region_lock(region);
+    __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
+    vgl_lock_release(&region->lock);
+}
+
+int vgl_region_reclaim(struct vgl_region *region)
+{
+    int reclaimed = 0;
+    region_lock(region);
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
+        struct vgl_slot *slot = &region->slots[i];
+        if (slot->state != VGL_SLOT_LIVE || slot_alive(slot))
+            continue;
+        slot_release_all(region, slot);
+        __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
+        reclaimed++;
+    }
+    vgl_lock_release(&region->lock);
+    return reclaimed;
+}
+
+int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
+                          const struct vgl_mem_limit *limit, uint32_t cores_pct)
+{
+    if (device >= VGL_MAX_DEVICES || cores_pct > 100)
+        return -EINVAL;
+    region_lock(region);
+    struct vgl_device_state *dev = &region->devices[device];
+    __atomic_store_n(&dev->limit.bytes, limit->bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->limit.ppm, limit->ppm, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->cores_pct, cores_pct, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
+    vgl_lock_release(&region->lock);
+    return 0;
+}

@@ -1,0 +1,47 @@
+/* Prints the region ABI (sizes and offsets) and fails if it moved: the
+ * region file is shared by processes that may run different builds, so any
+ * change here must bump VGL_REGION_VERSION and update these numbers.
+ * tests/test_region.py compares the printout with the cffi binding's view. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "vgpulimit/region.h"
+
+#define PIN(expr, expected)                                                         \
+    do {                                                                            \
+        printf("%s %zu\n", #expr, (size_t)(expr));                                  \
+        if ((size_t)(expr) != (expected)) {                                         \
+            fprintf(stderr, "%s is %zu, pinned at %zu: bump VGL_REGION_VERSION\n",  \
+                    #expr, (size_t)(expr), (size_t)(expected));                     \
+            failed = 1;                                                             \
+        }                                                                           \
+    } while (0)
+
+int main(void)
+{
+    int failed = 0;
+    PIN(VGL_REGION_VERSION, 1);
+    PIN(sizeof(struct vgl_mem_limit), 16);
+    PIN(sizeof(struct vgl_lock), 64);
+    PIN(sizeof(struct vgl_device_state), 176);
+    PIN(offsetof(struct vgl_device_state, limit), 64);
+    PIN(offsetof(struct vgl_device_state, cores_pct), 80);
+    PIN(offsetof(struct vgl_device_state, total_bytes), 88);
+    PIN(offsetof(struct vgl_device_state, used_bytes), 96);
+    PIN(offsetof(struct vgl_device_state, oom_refusals), 104);
+    PIN(sizeof(struct vgl_slot), 168);
+    PIN(offsetof(struct vgl_slot, pid), 4);
+    PIN(offsetof(struct vgl_slot, host_pid), 8);
+    PIN(offsetof(struct vgl_slot, start_time), 16);
+    PIN(offsetof(struct vgl_slot, used_bytes), 24);
+    PIN(offsetof(struct vgl_slot, comm), 152);
+    PIN(offsetof(struct vgl_region, version), 8);
+    PIN(offsetof(struct vgl_region, header_size), 12);
+    PIN(offsetof(struct vgl_region, file_size), 16);
+    PIN(offsetof(struct vgl_region, generation), 24);
+    PIN(offsetof(struct vgl_region, lock), 32);
+    PIN(offsetof(struct vgl_region, devices), 96);
+    PIN(offsetof(struct vgl_region, slots), 96 + 16 * 176);
+    PIN(sizeof(struct vgl_region), 96 + 16 * 176 + 1024 * 168);
+    return failed;
+}
