@@ -66,9 +66,10 @@ static void log_refusal(const char *call, int device, uint64_t bytes, uint64_t c
 {
     static unsigned refusals;
     char asked[32], capped[32], used[32];
-    if (vgl_config.broken) {
-        vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s of %s refused: the vgpulimit configuration is "
-                        "invalid (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
+    if (vgl_config.broken || device < 0) {
+        /* The reason was logged once, when it arose. */
+        vgl_log_bounded(VGL_LOG_INFO, &refusals, "%s of %s refused: vgpulimit cannot enforce its "
+                        "limits (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
         return;
     }
     vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s of %s refused on device %d: cap %s, %s in use by "

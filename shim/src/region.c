@@ -207,12 +207,12 @@ uint64_t vgl_proc_start_time(int32_t pid)
         return 0;
     buf[n] = '\0';
     /* comm may hold spaces and parentheses: fields resume after the last ')'.
-     * starttime is field 22; the text after ") " starts at field 3. */
+     * p starts on the blank before field 3 (state); starttime is field 22. */
     char *p = strrchr(buf, ')');
     if (!p)
         return 0;
     p++;
-    for (int field = 2; field < 22 && p; field++)
+    for (int field = 3; field < 22 && p; field++)
         p = strchr(p + 1, ' ');
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }

@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 /* A small CUDA client that fills device memory in blocks, reaching the driver
  * one of the three ways real clients do:
  *   link            calls the functions it was linked against (-lcuda)

@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 /* Prints what RTLD_NEXT look-ups made by rtld_next_wrap.so found:
  * "whoami 101" (wrap → base), "malloc libc" when malloc's next is the C
  * library's, "same" when a repeated look-up returns the same pointer. */

@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 /* Interposes whoami() and malloc() the way real interposers do: by asking for
  * the next definition after this object with dlsym(RTLD_NEXT, …).  If the shim's
  * dlsym forwarded RTLD_NEXT from its own frame, the search would start after

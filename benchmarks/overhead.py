@@ -1,0 +1,91 @@
+"""What the shim adds to a kernel launch and to an allocation + free pair.
+
+Builds bench_overhead.c and a do-nothing driver (null_driver.c), then runs the
+same loop directly and under the shim, interleaved, in one run, and prints the
+ns added per call.  Against the null driver the difference is the shim's own
+cost; against simgpu it is what a user of the simulated GPU sees.
+
+    python benchmarks/overhead.py [--launches N] [--pairs N] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from vgpulimit import _paths
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE.parent / "shim" / "include"
+CC = os.environ.get("CC", "cc")
+
+
+def build(out: Path) -> tuple[Path, Path]:
+    null_dir = out / "null"
+    null_dir.mkdir()
+    subprocess.run([CC, "-std=c11", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic",
+                    "-Wl,-soname,libcuda.so.1", f"-I{INCLUDE}", "-o", str(null_dir / "libcuda.so.1"),
+                    str(HERE / "null_driver.c")], check=True)
+    bench = out / "bench_overhead"
+    subprocess.run([CC, "-std=c11", "-O2", f"-I{INCLUDE}", "-o", str(bench),
+                    str(HERE / "bench_overhead.c"), "-ldl"], check=True)
+    return bench, null_dir
+
+
+def measure(bench: Path, env: dict[str, str], launches: int, pairs: int) -> dict[str, float]:
+    out = subprocess.run([str(bench), str(launches), str(pairs)], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return {name: float(value) for name, value in (line.split() for line in out.splitlines())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=2_000_000)
+    parser.add_argument("--pairs", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        bench, null_dir = build(tmp_path)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("VGPULIMIT_", "SIMGPU_"))}
+        base.pop("LD_PRELOAD", None)
+        shim = str(_paths.libpath())
+        region = str(tmp_path / "region")
+        drivers = {"null driver": str(null_dir), "simgpu": str(_paths.simgpu_dir())}
+        setups = {
+            "direct": {},
+            "shim, no limit": {"LD_PRELOAD": shim},
+            "shim, 1 TiB cap": {"LD_PRELOAD": shim, "VGPULIMIT_MEMORY": "1TiB",
+                                "VGPULIMIT_REGION": region},
+        }
+        best: dict[tuple[str, str], dict[str, float]] = {}
+        for _ in range(args.repeat):  # interleaved, so drift hits every setup alike
+            for driver, libdir in drivers.items():
+                for setup, extra in setups.items():
+                    env = dict(base, LD_LIBRARY_PATH=libdir,
+                               SIMGPU_STATE=str(tmp_path / "simgpu.state"), **extra)
+                    got = measure(bench, env, args.launches, args.pairs)
+                    key = (driver, setup)
+                    best[key] = {k: min(v, best.get(key, {}).get(k, v)) for k, v in got.items()}
+                    if os.path.exists(region):
+                        os.unlink(region)
+
+    print(f"ns per call, best of {args.repeat} runs x 7 rounds "
+          f"({args.launches} launches, {args.pairs} alloc+free pairs)")
+    print(f"{'driver':<12} {'setup':<16} {'launch':>8} {'added':>7} {'alloc+free':>11} {'added':>8}")
+    for driver in drivers:
+        direct = best[(driver, "direct")]
+        for setup in setups:
+            got = best[(driver, setup)]
+            print(f"{driver:<12} {setup:<16} {got['launch']:8.2f} "
+                  f"{got['launch'] - direct['launch']:+7.2f} {got['alloc_free']:11.2f} "
+                  f"{got['alloc_free'] - direct['alloc_free']:+8.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+/* The simulated machine as the environment describes it, and the fixed identity
+ * of its devices.
+ *
+ *   SIMGPU_DEVICES         number of devices, 1-16 (default 1)
+ *   SIMGPU_MEMORY          memory per device, an absolute size (default 16GiB),
+ *                          parsed by the project's one size parser
+ *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
+ *   SIMGPU_STATE           the machine-wide state file (default below)
+ *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
+ *
+ * An empty variable counts as unset.  A bad value is reported once, naming the
+ * variable and the accepted forms, and makes cuInit / nvmlInit fail. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "state.h"
+#include "vgpulimit/limits.h"
+
+enum {
+    SIM_DEFAULT_DEVICES = 1,
+    SIM_DEFAULT_DRIVER_VERSION = 13000,
+};
+#define SIM_DEFAULT_MEMORY (16ULL << 30)
+
+static pthread_once_t sim_config_once = PTHREAD_ONCE_INIT;
+static struct sim_config sim_config_value;
+static bool sim_config_ok;
+
+void sim_log(const char *fmt, ...)
+{
+    char line[1024];
+    int n = snprintf(line, sizeof line, "simgpu: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    /* One write, so that lines of concurrent processes do not interleave. */
+    ssize_t rc = write(STDERR_FILENO, line, len);
+    (void)rc;
+}
+
+static const char *sim_env(const char *name)
+{
+    const char *v = getenv(name);
+    return (v && *v) ? v : NULL;
+}
+
+/* A whole decimal number in [lo, hi], nothing else around it. */
+static bool sim_parse_int(const char *text, long lo, long hi, long *out)
+{
+    if (*text < '0' || *text > '9')
+        return false;
+    errno = 0;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* FNV-1a: names the default state file after the configuration, so machines of
+ * different shapes never share a file. */
+static uint64_t sim_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static bool sim_default_state_path(struct sim_config *c)
+{
+    char key[128];
+    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64, SIM_STATE_VERSION,
+             c->device_count, c->memory_bytes);
+    uint64_t h = sim_hash(key);
+    const char *dir = sim_env("XDG_RUNTIME_DIR");
+    struct stat st;
+    int n;
+    if (dir && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0)
+        n = snprintf(c->state_path, sizeof c->state_path, "%s/simgpu-%016" PRIx64 ".state", dir, h);
+    else
+        n = snprintf(c->state_path, sizeof c->state_path, "/tmp/simgpu-%u-%016" PRIx64 ".state",
+                     (unsigned)getuid(), h);
+    return n > 0 && (size_t)n < sizeof c->state_path;
+}
+
+static void sim_config_load(void)
+{
+    struct sim_config *c = &sim_config_value;
+    bool ok = true;
+    long v;
+
+    c->device_count = SIM_DEFAULT_DEVICES;
+    const char *text = sim_env("SIMGPU_DEVICES");
+    if (text) {
+        if (sim_parse_int(text, 1, SIM_MAX_DEVICES, &v)) {
+            c->device_count = (uint32_t)v;
+        } else {
+            sim_log("SIMGPU_DEVICES=%s: expected a number of devices from 1 to %d", text, SIM_MAX_DEVICES);
+            ok = false;
+        }
+    }
+
+    c->memory_bytes = SIM_DEFAULT_MEMORY;
+    text = sim_env("SIMGPU_MEMORY");
+    if (text) {
+        struct vgl_mem_limit lim;
+        /* Only absolute sizes: a share of the device means nothing for the device itself. */
+        if (vgl_parse_memory(text, &lim) == 0 && lim.bytes > 0 && lim.ppm == 0) {
+            c->memory_bytes = lim.bytes;
+        } else {
+            sim_log("SIMGPU_MEMORY=%s: expected an absolute size per device, such as 16GiB, 80G, "
+                    "24000MiB or a number of bytes",
+                    text);
+            ok = false;
+        }
+    }
+
+    c->driver_version = SIM_DEFAULT_DRIVER_VERSION;
+    text = sim_env("SIMGPU_DRIVER_VERSION");
+    if (text) {
+        if (sim_parse_int(text, 2000, 99999, &v)) {
+            c->driver_version = (int)v;
+        } else {
+            sim_log("SIMGPU_DRIVER_VERSION=%s: expected a CUDA version as an integer from 2000 to 99999, "
+                    "such as 13000 (13.0) or 12080 (12.8)",
+                    text);
+            ok = false;
+        }
+    }
+
+    text = sim_env("SIMGPU_TRACE");
+    c->trace = text && strcmp(text, "0") != 0;
+
+    text = sim_env("SIMGPU_STATE");
+    if (text) {
+        if (strlen(text) < sizeof c->state_path) {
+            strcpy(c->state_path, text);
+        } else {
+            sim_log("SIMGPU_STATE: expected a path shorter than %zu bytes", sizeof c->state_path);
+            ok = false;
+        }
+    } else if (ok) {
+        c->state_path_default = true;
+        if (!sim_default_state_path(c)) {
+            sim_log("XDG_RUNTIME_DIR: too long for the default state path; set SIMGPU_STATE");
+            ok = false;
+        }
+    }
+
+    sim_config_ok = ok;
+}
+
+const struct sim_config *sim_config(void)
+{
+    pthread_once(&sim_config_once, sim_config_load);
+    return sim_config_ok ? &sim_config_value : NULL;
+}
+
+/* splitmix64's finaliser: a fixed, well-spread function of the index. */
+static uint64_t sim_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN])
+{
+    const uint64_t seed = 0x73696d677075ULL; /* "simgpu" */
+    uint64_t hi = sim_mix(seed + 2 * (uint64_t)index);
+    uint64_t lo = sim_mix(seed + 2 * (uint64_t)index + 1);
+    for (int i = 0; i < 8; i++) {
+        out[i] = (uint8_t)(hi >> (56 - 8 * i));
+        out[8 + i] = (uint8_t)(lo >> (56 - 8 * i));
+    }
+}
+
+void sim_device_uuid_string(uint32_t index, char out[41])
+{
+    uint8_t u[SIM_UUID_LEN];
+    sim_device_uuid(index, u);
+    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+uint32_t sim_device_pci_bus(uint32_t index)
+{
+    return 0x18 + index;
+}
+
+const char *sim_device_name(void)
+{
+    return "NVIDIA H100 (simgpu)";
+}

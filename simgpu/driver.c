@@ -1,0 +1,970 @@
+/* simgpu's driver: initialisation, devices, contexts, modules, launches,
+ * streams and error names.  Device memory is in memory.c, entry points by name
+ * in procaddr.c.
+ *
+ * Contexts follow the driver's model: one primary context per device per
+ * process (retained and released), any number of created ones, and a stack of
+ * current contexts per thread.  Nothing runs on a device yet: a launch is
+ * validated and returns; streams have no work to wait for. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+enum {
+    SIM_CTX_MAGIC = 0x58544353,     /* "SCTX" */
+    SIM_MODULE_MAGIC = 0x444f4d53,  /* "SMOD" */
+    SIM_FUNC_MAGIC = 0x4e554653,    /* "SFUN" */
+    SIM_STREAM_MAGIC = 0x52545353,  /* "SSTR" */
+    SIM_CTX_STACK_MAX = 64,         /* current contexts one thread may push */
+};
+
+struct CUmod_st {
+    uint32_t magic;
+    CUcontext ctx;
+    struct CUfunc_st *functions;    /* guarded by sim_drv.mutex */
+};
+
+/* A kernel.  Its name is all simgpu knows of it (a later version derives the
+ * kernel's simulated duration from it). */
+struct CUfunc_st {
+    uint32_t magic;
+    CUmodule module;
+    struct CUfunc_st *next;
+    char name[];
+};
+
+struct CUstream_st {
+    uint32_t magic;
+    CUcontext ctx;
+    unsigned int flags;
+};
+
+struct sim_primary {
+    CUcontext ctx;                  /* made on first retain, then kept */
+    unsigned int refcount;
+    unsigned int flags;
+};
+
+static struct {
+    pthread_mutex_t mutex;          /* guards everything here */
+    bool init_done;
+    CUresult init_result;
+    bool initialized;               /* read without the mutex: atomic */
+    unsigned int generation;        /* bumped in the child of a fork */
+    const struct sim_config *cfg;
+    struct sim_primary primary[SIM_MAX_DEVICES];
+    uint32_t live_contexts[SIM_MAX_DEVICES];
+    CUcontext *contexts;            /* every context made, to check handles */
+    size_t n_contexts, cap_contexts;
+} sim_drv = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+/* This thread's stack of current contexts; stale after a fork. */
+static _Thread_local struct {
+    CUcontext stack[SIM_CTX_STACK_MAX];
+    int depth;
+    unsigned int generation;
+} sim_tls;
+
+/* ---- initialisation and fork ---------------------------------------------------- */
+
+static bool sim_ready(void)
+{
+    return __atomic_load_n(&sim_drv.initialized, __ATOMIC_ACQUIRE);
+}
+
+static void sim_atfork_prepare(void)
+{
+    pthread_mutex_lock(&sim_drv.mutex);
+    sim_mem_atfork_prepare();
+}
+
+static void sim_atfork_parent(void)
+{
+    sim_mem_atfork_parent();
+    pthread_mutex_unlock(&sim_drv.mutex);
+}
+
+/* The child of a fork starts uninitialised, with no context and no device
+ * memory: what it inherited belongs to its parent.  It may call cuInit again. */
+static void sim_atfork_child(void)
+{
+    sim_mem_atfork_child();
+    for (size_t i = 0; i < sim_drv.n_contexts; i++)
+        sim_drv.contexts[i]->alive = false;
+    memset(sim_drv.primary, 0, sizeof sim_drv.primary);
+    memset(sim_drv.live_contexts, 0, sizeof sim_drv.live_contexts);
+    sim_drv.generation++;
+    sim_drv.init_done = false;
+    __atomic_store_n(&sim_drv.initialized, false, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&sim_drv.mutex);
+}
+
+__attribute__((constructor)) static void sim_driver_load(void)
+{
+    pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
+}
+
+CUresult cuInit(unsigned int Flags)
+{
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_drv.mutex);
+    if (!sim_drv.init_done) {
+        const struct sim_config *cfg = sim_config();
+        int rc = cfg ? sim_state_open(cfg) : -EINVAL;
+        if (rc == 0) {
+            sim_drv.cfg = cfg;
+            sim_drv.init_result = CUDA_SUCCESS;
+        } else {
+            sim_drv.init_result = rc == -EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        sim_drv.init_done = true;
+        __atomic_store_n(&sim_drv.initialized, rc == 0, __ATOMIC_RELEASE);
+    }
+    CUresult res = sim_drv.init_result;
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
+}
+
+CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct sim_config *cfg = sim_config();
+    if (!cfg)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = cfg->driver_version;
+    return CUDA_SUCCESS;
+}
+
+/* ---- errors ----------------------------------------------------------------------- */
+
+CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+#define SIM_ERROR_NAME(name, value) \
+    case name:                      \
+        *pStr = #name;              \
+        return CUDA_SUCCESS;
+        VGL_CU_RESULTS(SIM_ERROR_NAME)
+#undef SIM_ERROR_NAME
+    }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static const char *sim_error_text(CUresult error)
+{
+    switch (error) {
+    case CUDA_SUCCESS: return "no error";
+    case CUDA_ERROR_INVALID_VALUE: return "invalid argument";
+    case CUDA_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case CUDA_ERROR_NOT_INITIALIZED: return "initialization error";
+    case CUDA_ERROR_DEINITIALIZED: return "driver shutting down";
+    case CUDA_ERROR_STUB_LIBRARY: return "CUDA driver is a stub library";
+    case CUDA_ERROR_NO_DEVICE: return "no CUDA-capable device is detected";
+    case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
+    case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
+    case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
+    case CUDA_ERROR_NO_BINARY_FOR_GPU: return "no kernel image is available for execution on the device";
+    case CUDA_ERROR_INVALID_PTX: return "a PTX JIT compilation failed";
+    case CUDA_ERROR_INVALID_SOURCE: return "device kernel image is invalid";
+    case CUDA_ERROR_FILE_NOT_FOUND: return "file not found";
+    case CUDA_ERROR_OPERATING_SYSTEM: return "OS call failed or operation not supported on this OS";
+    case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
+    case CUDA_ERROR_ILLEGAL_STATE: return "the operation cannot be performed in the present state";
+    case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
+    case CUDA_ERROR_NOT_READY: return "device not ready";
+    case CUDA_ERROR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "too many resources requested for launch";
+    case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: return "primary context active";
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "context is destroyed";
+    case CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
+    case CUDA_ERROR_NOT_PERMITTED: return "operation not permitted";
+    case CUDA_ERROR_NOT_SUPPORTED: return "operation not supported";
+    case CUDA_ERROR_UNKNOWN: return "unknown error";
+    }
+    return NULL;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pStr = sim_error_text(error);
+    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- devices ------------------------------------------------------------------------ */
+
+static CUresult sim_check_device(CUdevice dev)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || (uint32_t)dev >= sim_drv.cfg->device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = (int)sim_drv.cfg->device_count;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = sim_check_device(ordinal);
+    if (res == CUDA_SUCCESS)
+        *device = ordinal;
+    return res;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "%s", sim_device_name());
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint8_t bytes[SIM_UUID_LEN];
+    sim_device_uuid((uint32_t)dev, bytes);
+    memcpy(uuid->bytes, bytes, sizeof uuid->bytes);
+    return CUDA_SUCCESS;
+}
+
+/* _v2 differs only for MIG instances, which simgpu does not have. */
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    return cuDeviceGetUuid(uuid, dev);
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = (size_t)sim_drv.cfg->memory_bytes;
+    return CUDA_SUCCESS;
+}
+
+/* The 32-bit call of CUDA 2.0: sizes of 4 GiB and more read as UINT_MAX. */
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    size_t total;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = cuDeviceTotalMem_v2(&total, dev);
+    if (res == CUDA_SUCCESS)
+        *bytes = total > UINT_MAX ? UINT_MAX : (unsigned int)total;
+    return res;
+}
+
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!pciBusId || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", sim_device_pci_bus((uint32_t)dev));
+    return CUDA_SUCCESS;
+}
+
+/* An H100 SXM's values, except that features whose entry points simgpu lacks
+ * (managed memory, memory pools, mapped host memory, cooperative launches) read
+ * 0, so that clients which check before use take their other path. */
+static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
+{
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *out = 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *out = 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *out = 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *out = 64; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *out = INT_MAX; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *out = 65535; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *out = 65535; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *out = 48 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *out = 64 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *out = 32; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *out = INT_MAX; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *out = 65536; return true;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *out = 1980000; return true; /* kHz */
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *out = 512; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = 132; return true;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *out = 0; return true; /* default: shared */
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *out = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *out = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *out = (int)sim_device_pci_bus((uint32_t)dev); return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *out = 2619000; return true; /* kHz */
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *out = 5120; return true;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *out = 50 * 1024 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *out = 2048; return true;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *out = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *out = 32; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *out = 9; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *out = 228 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *out = 65536; return true;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *out = 227 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *out = 0; return true;
+    }
+    return false;
+}
+
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_attribute(attrib, dev, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- contexts ----------------------------------------------------------------------- */
+
+/* This thread's stack, emptied if it predates a fork. */
+static int sim_stack_depth(void)
+{
+    if (sim_tls.generation != sim_drv.generation) {
+        sim_tls.depth = 0;
+        sim_tls.generation = sim_drv.generation;
+    }
+    return sim_tls.depth;
+}
+
+static CUcontext sim_stack_top(void)
+{
+    int depth = sim_stack_depth();
+    return depth ? sim_tls.stack[depth - 1] : NULL;
+}
+
+static bool sim_ctx_alive(CUcontext ctx)
+{
+    return __atomic_load_n(&ctx->alive, __ATOMIC_ACQUIRE);
+}
+
+CUresult sim_current_context(CUcontext *out)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUcontext ctx = sim_stack_top();
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!sim_ctx_alive(ctx))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = ctx;
+    return CUDA_SUCCESS;
+}
+
+/* A handle this process made, of this generation.  Under the mutex. */
+static bool sim_ctx_known(CUcontext ctx)
+{
+    if (!ctx)
+        return false;
+    for (size_t i = 0; i < sim_drv.n_contexts; i++)
+        if (sim_drv.contexts[i] == ctx)
+            return ctx->generation == sim_drv.generation;
+    return false;
+}
+
+/* A new context, not yet alive.  Under the mutex. */
+static CUcontext sim_ctx_new(uint32_t device, bool primary, unsigned int flags)
+{
+    if (sim_drv.n_contexts == sim_drv.cap_contexts) {
+        size_t cap = sim_drv.cap_contexts ? 2 * sim_drv.cap_contexts : 16;
+        CUcontext *v = realloc(sim_drv.contexts, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        sim_drv.contexts = v;
+        sim_drv.cap_contexts = cap;
+    }
+    CUcontext ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return NULL;
+    ctx->magic = SIM_CTX_MAGIC;
+    ctx->device = device;
+    ctx->primary = primary;
+    ctx->flags = flags;
+    ctx->generation = sim_drv.generation;
+    sim_drv.contexts[sim_drv.n_contexts++] = ctx;
+    return ctx;
+}
+
+/* Makes `ctx` alive and tells the state file that this process now holds a
+ * context on its device.  Under the mutex. */
+static CUresult sim_ctx_activate(CUcontext ctx)
+{
+    if (sim_drv.live_contexts[ctx->device] == 0 && sim_state_set_context(ctx->device, true) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    sim_drv.live_contexts[ctx->device]++;
+    __atomic_store_n(&ctx->alive, true, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+/* Ends `ctx`: its memory is freed, as the driver frees a destroyed context's.
+ * Under the mutex. */
+static void sim_ctx_deactivate(CUcontext ctx)
+{
+    __atomic_store_n(&ctx->alive, false, __ATOMIC_RELEASE);
+    sim_mem_release_context(ctx);
+    if (--sim_drv.live_contexts[ctx->device] == 0)
+        sim_state_set_context(ctx->device, false);
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_drv.mutex);
+    struct sim_primary *p = &sim_drv.primary[dev];
+    if (!p->ctx)
+        p->ctx = sim_ctx_new((uint32_t)dev, true, p->flags);
+    if (!p->ctx)
+        res = CUDA_ERROR_OUT_OF_MEMORY;
+    else if (p->refcount == 0)
+        res = sim_ctx_activate(p->ctx);
+    if (res == CUDA_SUCCESS) {
+        p->refcount++;
+        *pctx = p->ctx;
+    }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&sim_drv.mutex);
+    struct sim_primary *p = &sim_drv.primary[dev];
+    if (p->refcount == 0)
+        res = CUDA_ERROR_INVALID_CONTEXT;
+    else if (--p->refcount == 0)
+        sim_ctx_deactivate(p->ctx);
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    return cuDevicePrimaryCtxRelease_v2(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&sim_drv.mutex);
+    struct sim_primary *p = &sim_drv.primary[dev];
+    if (p->refcount) {
+        p->refcount = 0;
+        sim_ctx_deactivate(p->ctx);
+    }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return cuDevicePrimaryCtxReset_v2(dev);
+}
+
+/* `active_error`: what to answer while the context is active (before CUDA 11
+ * the flags could not change then; _v2 allows it). */
+static CUresult sim_primary_set_flags(CUdevice dev, unsigned int flags, CUresult active_error)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (flags & ~(unsigned int)CU_CTX_FLAGS_MASK)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_drv.mutex);
+    struct sim_primary *p = &sim_drv.primary[dev];
+    if (p->refcount && active_error != CUDA_SUCCESS) {
+        res = active_error;
+    } else {
+        p->flags = flags;
+        if (p->ctx)
+            p->ctx->flags = flags;
+    }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    return sim_primary_set_flags(dev, flags, CUDA_SUCCESS);
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    return sim_primary_set_flags(dev, flags, CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE);
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_drv.mutex);
+    *flags = sim_drv.primary[dev].flags;
+    *active = sim_drv.primary[dev].refcount > 0;
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return CUDA_SUCCESS;
+}
+
+static CUresult sim_stack_push(CUcontext ctx)
+{
+    int depth = sim_stack_depth();
+    if (depth == SIM_CTX_STACK_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    sim_tls.stack[depth] = ctx;
+    sim_tls.depth = depth + 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult res = sim_check_device(dev);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!pctx || (flags & ~(unsigned int)CU_CTX_FLAGS_MASK))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_stack_depth() == SIM_CTX_STACK_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&sim_drv.mutex);
+    CUcontext ctx = sim_ctx_new((uint32_t)dev, false, flags);
+    res = ctx ? sim_ctx_activate(ctx) : CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&sim_drv.mutex);
+    if (res != CUDA_SUCCESS)
+        return res;
+    sim_stack_push(ctx);
+    *pctx = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+/* Execution affinity (a share of the SMs) is accepted and ignored: every
+ * context sees the whole simulated device. */
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev)
+{
+    if (numParams < 0 || (numParams > 0 && !paramsArray))
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+/* cuda.h's CUctxCreateParams, read only to refuse what simgpu cannot do. */
+struct sim_ctx_create_params {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    void *cigParams;
+};
+
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+    if (ctxCreateParams) {
+        const struct sim_ctx_create_params *p = (const struct sim_ctx_create_params *)ctxCreateParams;
+        if (p->cigParams)
+            return CUDA_ERROR_NOT_SUPPORTED; /* CUDA in graphics: no graphics here */
+        if (p->numExecAffinityParams < 0 || (p->numExecAffinityParams > 0 && !p->execAffinityParams))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&sim_drv.mutex);
+    CUresult res = CUDA_SUCCESS;
+    if (!sim_ctx_known(ctx) || ctx->primary || !ctx->alive)
+        res = CUDA_ERROR_INVALID_CONTEXT;
+    else
+        sim_ctx_deactivate(ctx);
+    pthread_mutex_unlock(&sim_drv.mutex);
+    if (res != CUDA_SUCCESS)
+        return res;
+    /* Off this thread's stack; another thread that still has it current gets
+     * CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+    int depth = sim_stack_depth(), kept = 0;
+    for (int i = 0; i < depth; i++)
+        if (sim_tls.stack[i] != ctx)
+            sim_tls.stack[kept++] = sim_tls.stack[i];
+    sim_tls.depth = kept;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+    return cuCtxDestroy_v2(ctx);
+}
+
+/* A handle of this process for calls that make a context current: a destroyed
+ * created context is invalid; a primary context may be made current while
+ * inactive (the calls that then need it answer CUDA_ERROR_CONTEXT_IS_DESTROYED,
+ * which cuda.h defines as a current context destroyed, or a primary one not
+ * yet initialised). */
+static CUresult sim_check_context(CUcontext ctx)
+{
+    pthread_mutex_lock(&sim_drv.mutex);
+    bool ok = sim_ctx_known(ctx) && (ctx->alive || ctx->primary);
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* A live handle of this process, for calls that act on a named context. */
+static CUresult sim_check_live_context(CUcontext ctx)
+{
+    CUresult res = sim_check_context(ctx);
+    if (res == CUDA_SUCCESS && !sim_ctx_alive(ctx))
+        res = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    return res;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult res = sim_check_context(ctx);
+    return res == CUDA_SUCCESS ? sim_stack_push(ctx) : res;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+    return cuCtxPushCurrent_v2(ctx);
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int depth = sim_stack_depth();
+    if (depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    sim_tls.depth = depth - 1;
+    if (pctx)
+        *pctx = sim_tls.stack[depth - 1];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+    return cuCtxPopCurrent_v2(pctx);
+}
+
+/* Replaces the top of the stack; NULL pops it (nothing when it is empty). */
+CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int depth = sim_stack_depth();
+    if (!ctx) {
+        if (depth)
+            sim_tls.depth = depth - 1;
+        return CUDA_SUCCESS;
+    }
+    CUresult res = sim_check_context(ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (depth == 0)
+        return sim_stack_push(ctx);
+    sim_tls.stack[depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = sim_stack_top();
+    return CUDA_SUCCESS;
+}
+
+/* `ctx`, or the current context when NULL. */
+static CUresult sim_named_or_current(CUcontext ctx, CUcontext *out)
+{
+    if (!ctx)
+        return sim_current_context(out);
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult res = sim_check_live_context(ctx);
+    if (res == CUDA_SUCCESS)
+        *out = ctx;
+    return res;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    CUcontext c;
+    CUresult res = sim_named_or_current(ctx, &c);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = (CUdevice)c->device;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device)
+{
+    return cuCtxGetDevice_v2(device, NULL);
+}
+
+/* Nothing runs asynchronously (yet), so there is never anything to wait for. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    CUcontext c;
+    return sim_named_or_current(ctx, &c);
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    return cuCtxSynchronize_v2(NULL);
+}
+
+/* ---- modules and launches ------------------------------------------------------------ */
+
+static CUresult sim_module_new(CUmodule *module)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    CUmodule m = calloc(1, sizeof *m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->magic = SIM_MODULE_MAGIC;
+    m->ctx = ctx;
+    *module = m;
+    return CUDA_SUCCESS;
+}
+
+/* Any image is accepted: simgpu runs no code.  (cubin, PTX or fatbin alike.) */
+CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!module || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_module_new(module);
+}
+
+CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!module || !fname)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (access(fname, R_OK) != 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    return sim_module_new(module);
+}
+
+static bool sim_module_valid(CUmodule m)
+{
+    return m && m->magic == SIM_MODULE_MAGIC;
+}
+
+CUresult cuModuleUnload(CUmodule hmod)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!sim_module_valid(hmod))
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&sim_drv.mutex);
+    struct CUfunc_st *f = hmod->functions;
+    while (f) {
+        struct CUfunc_st *next = f->next;
+        f->magic = 0;
+        free(f);
+        f = next;
+    }
+    hmod->magic = 0;
+    pthread_mutex_unlock(&sim_drv.mutex);
+    free(hmod);
+    return CUDA_SUCCESS;
+}
+
+/* One handle per name and module, as the driver returns the same handle for
+ * the same kernel. */
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hfunc || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_module_valid(hmod))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult res = CUDA_SUCCESS;
+    pthread_mutex_lock(&sim_drv.mutex);
+    struct CUfunc_st *f = hmod->functions;
+    while (f && strcmp(f->name, name) != 0)
+        f = f->next;
+    if (!f) {
+        size_t len = strlen(name);
+        f = malloc(sizeof *f + len + 1);
+        if (f) {
+            f->magic = SIM_FUNC_MAGIC;
+            f->module = hmod;
+            memcpy(f->name, name, len + 1);
+            f->next = hmod->functions;
+            hmod->functions = f;
+        } else {
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    if (f)
+        *hfunc = f;
+    return res;
+}
+
+static bool sim_stream_valid(CUstream s)
+{
+    return !s || s == SIM_STREAM_LEGACY || s == SIM_STREAM_PER_THREAD || s->magic == SIM_STREAM_MAGIC;
+}
+
+static CUresult sim_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                           unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream,
+                           void **params, void **extra)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!f || f->magic != SIM_FUNC_MAGIC || !sim_stream_valid(stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!gx || !gy || !gz || !bx || !by || !bz || gy > 65535 || gz > 65535 || gx > INT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (bx > 1024 || by > 1024 || bz > 64 || (uint64_t)bx * by * bz > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (shared_bytes > 227 * 1024 || (params && extra))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    return sim_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                      kernelParams, extra);
+}
+
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                             unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                             unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    return sim_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                      kernelParams, extra);
+}
+
+/* ---- streams ------------------------------------------------------------------------- */
+
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!phStream || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->magic = SIM_STREAM_MAGIC;
+    s->ctx = ctx;
+    s->flags = Flags;
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hStream || hStream == SIM_STREAM_LEGACY || hStream == SIM_STREAM_PER_THREAD ||
+        hStream->magic != SIM_STREAM_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    hStream->magic = 0;
+    free(hStream);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy(CUstream hStream)
+{
+    return cuStreamDestroy_v2(hStream);
+}
+
+/* No work is ever pending.  The default streams need a current context. */
+CUresult cuStreamSynchronize(CUstream hStream)
+{
+    if (!sim_ready())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!sim_stream_valid(hStream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!hStream || hStream == SIM_STREAM_LEGACY || hStream == SIM_STREAM_PER_THREAD) {
+        CUcontext ctx;
+        return sim_current_context(&ctx);
+    }
+    return sim_ctx_alive(hStream->ctx) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
+CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    return cuStreamSynchronize(hStream);
+}

@@ -1,0 +1,462 @@
+/* simgpu's device memory: accounting in the machine-wide state file, backed by
+ * host pages that are committed only when touched.
+ *
+ * An allocation is an anonymous MAP_NORESERVE mapping, so a 10 GiB allocation
+ * costs no RAM until written, and copies move real bytes.  A CUdeviceptr is the
+ * host address.  The bytes are charged to the device in the state file before
+ * the mapping is made, so all processes together never exceed the device.
+ *
+ * This process's allocations are kept sorted by address, so that a copy or a
+ * memset can be checked to lie inside one allocation (a wrong pointer is
+ * CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash). */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+enum {
+    SIM_PITCH_ALIGN = 512,
+};
+
+struct sim_alloc {
+    uintptr_t base;
+    size_t size;                    /* as asked for, and charged */
+    size_t map_size;                /* whole pages */
+    CUcontext ctx;                  /* the context it was made in */
+};
+
+static struct {
+    pthread_mutex_t mutex;          /* guards the table */
+    struct sim_alloc *v;            /* sorted by base */
+    size_t n, cap;
+} sim_mem = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- the table of this process's allocations ------------------------------------- */
+
+/* The first allocation whose base is above `addr`.  Under the mutex. */
+static size_t sim_upper_bound(uintptr_t addr)
+{
+    size_t lo = 0, hi = sim_mem.n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sim_mem.v[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The allocation that holds `addr`, or NULL.  Under the mutex. */
+static struct sim_alloc *sim_find(uintptr_t addr)
+{
+    size_t i = sim_upper_bound(addr);
+    if (i == 0)
+        return NULL;
+    struct sim_alloc *a = &sim_mem.v[i - 1];
+    return addr - a->base < a->size ? a : NULL;
+}
+
+static bool sim_insert(const struct sim_alloc *a)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    bool ok = true;
+    if (sim_mem.n == sim_mem.cap) {
+        size_t cap = sim_mem.cap ? 2 * sim_mem.cap : 64;
+        struct sim_alloc *v = realloc(sim_mem.v, cap * sizeof *v);
+        if (v) {
+            sim_mem.v = v;
+            sim_mem.cap = cap;
+        } else {
+            ok = false;
+        }
+    }
+    if (ok) {
+        size_t i = sim_upper_bound(a->base);
+        memmove(&sim_mem.v[i + 1], &sim_mem.v[i], (sim_mem.n - i) * sizeof *sim_mem.v);
+        sim_mem.v[i] = *a;
+        sim_mem.n++;
+    }
+    pthread_mutex_unlock(&sim_mem.mutex);
+    return ok;
+}
+
+/* [addr, addr + n) inside one allocation (n > 0). */
+static bool sim_device_range(uintptr_t addr, size_t n)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    const struct sim_alloc *a = sim_find(addr);
+    bool ok = a && n <= a->size - (addr - a->base);
+    pthread_mutex_unlock(&sim_mem.mutex);
+    return ok;
+}
+
+static bool sim_is_device(uintptr_t addr)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    bool found = sim_find(addr) != NULL;
+    pthread_mutex_unlock(&sim_mem.mutex);
+    return found;
+}
+
+static void sim_unmap(const struct sim_alloc *a)
+{
+    munmap((void *)a->base, a->map_size);
+    sim_state_uncharge(a->ctx->device, a->size);
+}
+
+void sim_mem_release_context(CUcontext ctx)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    size_t kept = 0;
+    for (size_t i = 0; i < sim_mem.n; i++) {
+        if (sim_mem.v[i].ctx == ctx)
+            sim_unmap(&sim_mem.v[i]);
+        else
+            sim_mem.v[kept++] = sim_mem.v[i];
+    }
+    sim_mem.n = kept;
+    pthread_mutex_unlock(&sim_mem.mutex);
+}
+
+void sim_mem_atfork_prepare(void)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+}
+
+void sim_mem_atfork_parent(void)
+{
+    pthread_mutex_unlock(&sim_mem.mutex);
+}
+
+void sim_mem_atfork_child(void)
+{
+    sim_mem.n = 0;
+    pthread_mutex_unlock(&sim_mem.mutex);
+}
+
+/* ---- allocation ------------------------------------------------------------------- */
+
+/* `low` asks for an address below 4 GiB, for the 32-bit calls of CUDA 2.0:
+ * MAP_32BIT on x86-64 (the first 2 GiB), elsewhere a hint that is checked.
+ * When no such address is free the answer is CUDA_ERROR_OUT_OF_MEMORY. */
+static void *sim_map(size_t map_size, bool low)
+{
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *hint = NULL;
+    if (low) {
+#ifdef MAP_32BIT
+        flags |= MAP_32BIT;
+#else
+        hint = (void *)(uintptr_t)0x10000000u;
+#endif
+    }
+    void *p = mmap(hint, map_size, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (low && (uintptr_t)p + map_size > ((uintptr_t)1 << 32)) {
+        munmap(p, map_size);
+        return NULL;
+    }
+    return p;
+}
+
+static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!dptr || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (bytes > SIZE_MAX - page)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct sim_alloc a = {.size = bytes, .map_size = (bytes + page - 1) / page * page, .ctx = ctx};
+
+    if (sim_state_charge(ctx->device, bytes) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = sim_map(a.map_size, low);
+    if (!p) {
+        sim_state_uncharge(ctx->device, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a.base = (uintptr_t)p;
+    if (!sim_insert(&a)) {
+        sim_unmap(&a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)a.base;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    return sim_alloc(dptr, bytesize, false);
+}
+
+CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    CUdeviceptr p;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = sim_alloc(&p, bytesize, true);
+    if (res == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr_v1)p;
+    return res;
+}
+
+/* Rows padded to a multiple of 512 bytes; the charge is pitch x height. */
+static CUresult sim_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                unsigned int element_bytes, bool low)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!dptr || !pitch || !width || !height || width > INT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t p = (width + SIM_PITCH_ALIGN - 1) / SIM_PITCH_ALIGN * SIM_PITCH_ALIGN;
+    if (height > SIZE_MAX / p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    res = sim_alloc(dptr, p * height, low);
+    if (res == CUDA_SUCCESS)
+        *pitch = p;
+    return res;
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                            unsigned int ElementSizeBytes)
+{
+    return sim_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes, false);
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                         unsigned int Height, unsigned int ElementSizeBytes)
+{
+    CUdeviceptr p;
+    size_t pitch;
+    if (!dptr || !pPitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = sim_alloc_pitch(&p, &pitch, WidthInBytes, Height, ElementSizeBytes, true);
+    if (res == CUDA_SUCCESS) {
+        *dptr = (CUdeviceptr_v1)p;
+        *pPitch = (unsigned int)pitch;
+    }
+    return res;
+}
+
+/* Only the base of a live allocation may be freed; 0 is a no-op. */
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res == CUDA_ERROR_NOT_INITIALIZED)
+        return res;
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    if (res != CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&sim_mem.mutex);
+    struct sim_alloc *a = sim_find((uintptr_t)dptr);
+    struct sim_alloc found = {0};
+    if (a && a->base == (uintptr_t)dptr) {
+        found = *a;
+        size_t i = (size_t)(a - sim_mem.v);
+        memmove(&sim_mem.v[i], &sim_mem.v[i + 1], (sim_mem.n - i - 1) * sizeof *sim_mem.v);
+        sim_mem.n--;
+    }
+    pthread_mutex_unlock(&sim_mem.mutex);
+    if (!found.base)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_unmap(&found);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    return cuMemFree_v2(dptr);
+}
+
+/* Free is the device's total less what all processes hold.
+ *
+ * A NULL `free` or `total` is skipped, not refused: on real drivers OptiX calls
+ * cuMemGetInfo_v2(NULL, &total), and llama.cpp passed a NULL total through
+ * cudaMemGetInfo; both work there and crashed only under HAMi-core
+ * (HAMi-core issue #321 / PR #322, llama.cpp PR #20499).  With both NULL there
+ * is nothing to answer, and simgpu says CUDA_ERROR_INVALID_VALUE (unverified on
+ * a real driver). */
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!free && !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t used_bytes, total_bytes;
+    if (sim_state_mem_info(ctx->device, &used_bytes, &total_bytes) != 0)
+        return CUDA_ERROR_UNKNOWN;
+    if (free)
+        *free = (size_t)(total_bytes - used_bytes);
+    if (total)
+        *total = (size_t)total_bytes;
+    return CUDA_SUCCESS;
+}
+
+/* The 32-bit call: values of 4 GiB and more read as UINT_MAX. */
+CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    size_t f, t;
+    CUresult res = cuMemGetInfo_v2(free ? &f : NULL, total ? &t : NULL);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (free)
+        *free = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
+    if (total)
+        *total = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies and memset ------------------------------------------------------------- */
+
+enum sim_side {
+    SIM_HOST,
+    SIM_DEVICE,
+    SIM_EITHER,                     /* cuMemcpy: device if it is one of ours, else host */
+};
+
+static bool sim_side_ok(uintptr_t addr, size_t n, enum sim_side side)
+{
+    if (!addr)
+        return false;
+    if (side == SIM_EITHER)
+        side = sim_is_device(addr) ? SIM_DEVICE : SIM_HOST;
+    return side == SIM_HOST || sim_device_range(addr, n);
+}
+
+static CUresult sim_copy(uintptr_t dst, enum sim_side dst_side, uintptr_t src, enum sim_side src_side, size_t n)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS || n == 0)
+        return res;
+    if (!sim_side_ok(dst, n, dst_side) || !sim_side_ok(src, n, src_side))
+        return CUDA_ERROR_INVALID_VALUE;
+    memmove((void *)dst, (const void *)src, n);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return sim_copy((uintptr_t)dstDevice, SIM_DEVICE, (uintptr_t)srcHost, SIM_HOST, ByteCount);
+}
+
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
+{
+    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return sim_copy((uintptr_t)dstHost, SIM_HOST, (uintptr_t)srcDevice, SIM_DEVICE, ByteCount);
+}
+
+CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
+{
+    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return sim_copy((uintptr_t)dstDevice, SIM_DEVICE, (uintptr_t)srcDevice, SIM_DEVICE, ByteCount);
+}
+
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+}
+
+CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
+{
+    return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+}
+
+/* Unified addressing: either side may be host or device memory. */
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return sim_copy((uintptr_t)dst, SIM_EITHER, (uintptr_t)src, SIM_EITHER, ByteCount);
+}
+
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return cuMemcpy(dst, src, ByteCount);
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS || N == 0)
+        return res;
+    if (!sim_side_ok((uintptr_t)dstDevice, N, SIM_DEVICE))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset((void *)(uintptr_t)dstDevice, uc, N);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    return cuMemsetD8_v2(dstDevice, uc, N);
+}
+
+CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
+{
+    return cuMemsetD8_v2(dstDevice, uc, N);
+}
+
+/* N 32-bit words at a 4-byte aligned address. */
+CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS || N == 0)
+        return res;
+    if (dstDevice % 4 != 0 || N > SIZE_MAX / 4 || !sim_side_ok((uintptr_t)dstDevice, N * 4, SIM_DEVICE))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t *p = (uint32_t *)(uintptr_t)dstDevice;
+    if ((ui & 0xff) * 0x01010101u == ui) {
+        memset(p, (int)(ui & 0xff), N * 4); /* every byte alike: no need to touch word by word */
+    } else {
+        for (size_t i = 0; i < N; i++)
+            p[i] = ui;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    return cuMemsetD32_v2(dstDevice, ui, N);
+}
+
+CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
+{
+    return cuMemsetD32_v2(dstDevice, ui, N);
+}

@@ -1,0 +1,593 @@
+/* The machine-wide state file: device memory as accounting, and the table of
+ * processes that hold it.
+ *
+ * Every process maps the same file MAP_SHARED and changes it under one
+ * process-shared robust mutex.  A process killed while holding the mutex leaves
+ * it EOWNERDEAD: the next locker recomputes what the dead one may have left half
+ * done and marks the mutex consistent.  A dead process's entry is dropped and
+ * its bytes returned whenever the table is read or memory runs short, as a real
+ * driver frees the memory of a process that exits. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "state.h"
+
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "the file reserves 64 bytes for its mutex");
+_Static_assert(sizeof(struct sim_file_device) == 256, "device layout moved");
+_Static_assert(sizeof(struct sim_file_proc) == 240, "process layout moved");
+_Static_assert(offsetof(struct sim_file, lock) == 128, "header layout moved");
+_Static_assert(offsetof(struct sim_file, devices) == 192, "header layout moved");
+_Static_assert(offsetof(struct sim_file, procs) == 192 + 256 * SIM_MAX_DEVICES, "header layout moved");
+
+/* This process's view of the file.  `file` is set once and never unmapped. */
+static struct {
+    pthread_mutex_t open_mutex;     /* guards opening and `fd` */
+    struct sim_file *file;
+    char path[4096];
+    int open_flags;
+    int fd;                         /* holds our entry's lock; -1 after fork */
+    pid_t fd_pid;                   /* the process that opened `fd` */
+    /* Below: guarded by the file's mutex. */
+    int self;                       /* our entry, or -1 */
+    pid_t self_pid;
+    uint64_t self_pidns;
+} sim_st = {
+    .open_mutex = PTHREAD_MUTEX_INITIALIZER,
+    .fd = -1,
+    .self = -1,
+};
+
+/* ---- /proc ---------------------------------------------------------------- */
+
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks after boot); 0 when
+ * unreadable.  The command name (field 2) may hold spaces and parentheses, so
+ * fields are counted from the last ')'. */
+static uint64_t sim_proc_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    p++;
+    for (int field = 2; *p;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        if (++field == 22)
+            return strtoull(p, NULL, 10);
+        while (*p && *p != ' ')
+            p++;
+    }
+    return 0;
+}
+
+static uint64_t sim_self_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void sim_self_comm(char out[SIM_COMM_LEN])
+{
+    memset(out, 0, SIM_COMM_LEN);
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, out, SIM_COMM_LEN - 1);
+    close(fd);
+    if (n > 0 && out[n - 1] == '\n')
+        out[n - 1] = '\0';
+}
+
+/* ---- opening ---------------------------------------------------------------- */
+
+static int sim_init_file(struct sim_file *f, const struct sim_config *cfg)
+{
+    memset(f, 0, sizeof *f);
+    memcpy(f->magic, SIM_STATE_MAGIC, sizeof f->magic);
+    f->version = SIM_STATE_VERSION;
+    f->device_count = cfg->device_count;
+    f->file_size = sizeof *f;
+    f->memory_bytes = cfg->memory_bytes;
+    f->max_procs = SIM_MAX_PROCS;
+    for (uint32_t d = 0; d < cfg->device_count; d++)
+        f->devices[d].total_bytes = cfg->memory_bytes;
+
+    pthread_mutexattr_t attr;
+    int rc = pthread_mutexattr_init(&attr);
+    if (rc)
+        return -rc;
+    rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    if (!rc)
+        rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    if (!rc)
+        rc = pthread_mutex_init(&f->lock.u.mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return -rc;
+}
+
+/* Creates the file complete under a temporary name and links it into place, so
+ * that no process ever maps a half-made file.  1: we made it and `*fd_out` /
+ * `*map_out` are ours; 0: another process was first (open theirs); -errno. */
+static int sim_create(const struct sim_config *cfg, int *fd_out, struct sim_file **map_out)
+{
+    char tmp[sizeof sim_st.path + 16];
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", cfg->state_path);
+    int fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600: one simulated machine per user */
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    struct sim_file *f = MAP_FAILED;
+    if (ftruncate(fd, sizeof *f) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (f == MAP_FAILED) {
+        rc = -errno;
+        goto fail;
+    }
+    rc = sim_init_file(f, cfg);
+    if (rc)
+        goto fail;
+    if (link(tmp, cfg->state_path) != 0) {
+        rc = errno == EEXIST ? 0 : -errno;
+        goto fail;
+    }
+    unlink(tmp);
+    *fd_out = fd;
+    *map_out = f;
+    return 1;
+fail:
+    if (f != MAP_FAILED)
+        munmap(f, sizeof *f);
+    close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* Maps an existing file after checking that it is a state file of this layout
+ * made for this configuration. */
+static int sim_attach(const struct sim_config *cfg, int fd, struct sim_file **map_out)
+{
+    const char *path = cfg->state_path;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode) || (size_t)st.st_size < offsetof(struct sim_file, lock)) {
+        sim_log("%s: not a simgpu state file; remove it or set SIMGPU_STATE to another path", path);
+        return -EINVAL;
+    }
+    struct sim_file *f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (f == MAP_FAILED)
+        return -errno;
+    int rc = -EINVAL;
+    if (memcmp(f->magic, SIM_STATE_MAGIC, sizeof f->magic) != 0) {
+        sim_log("%s: not a simgpu state file; remove it or set SIMGPU_STATE to another path", path);
+    } else if (f->version != SIM_STATE_VERSION || f->file_size != sizeof *f ||
+               (size_t)st.st_size < sizeof *f || f->max_procs != SIM_MAX_PROCS) {
+        sim_log("%s: made by another simgpu (layout version %u, expected %d); remove it when no process uses it",
+                path, f->version, SIM_STATE_VERSION);
+    } else if (f->device_count != cfg->device_count || f->memory_bytes != cfg->memory_bytes) {
+        sim_log("%s: made for %u device(s) of %llu bytes, but SIMGPU_DEVICES/SIMGPU_MEMORY ask for %u of %llu; "
+                "use the same values in every process, or another SIMGPU_STATE",
+                path, f->device_count, (unsigned long long)f->memory_bytes, cfg->device_count,
+                (unsigned long long)cfg->memory_bytes);
+    } else {
+        *map_out = f;
+        return 0;
+    }
+    munmap(f, sizeof *f);
+    return rc;
+}
+
+static void sim_atfork_prepare(void)
+{
+    pthread_mutex_lock(&sim_st.open_mutex);
+}
+
+static void sim_atfork_parent(void)
+{
+    pthread_mutex_unlock(&sim_st.open_mutex);
+}
+
+static void sim_atfork_child(void)
+{
+    pthread_mutex_unlock(&sim_st.open_mutex);
+    sim_state_forget_self();
+}
+
+int sim_state_open(const struct sim_config *cfg)
+{
+    if (__atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_mutex_lock(&sim_st.open_mutex);
+    int rc = 0;
+    if (sim_st.file)
+        goto out;
+    struct sim_file *f = NULL;
+    int fd = -1;
+    /* Open the file, or make it; a lost race to make it means open the winner's. */
+    /* The default path may be in /tmp, where another user could plant a link. */
+    int nofollow = cfg->state_path_default ? O_NOFOLLOW : 0;
+    for (int attempt = 0; attempt < 8 && !f; attempt++) {
+        fd = open(cfg->state_path, O_RDWR | O_CLOEXEC | nofollow);
+        if (fd >= 0) {
+            rc = sim_attach(cfg, fd, &f);
+            if (rc) {
+                close(fd);
+                goto out;
+            }
+        } else if (errno == ENOENT) {
+            rc = sim_create(cfg, &fd, &f);
+            if (rc < 0) {
+                sim_log("%s: cannot create the state file: %s", cfg->state_path, strerror(-rc));
+                goto out;
+            }
+        } else {
+            rc = -errno;
+            sim_log("%s: cannot open the state file: %s", cfg->state_path, strerror(errno));
+            goto out;
+        }
+    }
+    if (!f) {
+        rc = -EAGAIN;
+        goto out;
+    }
+    rc = 0;
+    snprintf(sim_st.path, sizeof sim_st.path, "%s", cfg->state_path);
+    sim_st.open_flags = O_RDWR | O_CLOEXEC | nofollow;
+    sim_st.fd = fd;
+    sim_st.fd_pid = getpid();
+    sim_st.self_pidns = sim_self_pidns();
+    static bool atfork_done;
+    if (!atfork_done) {
+        pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
+        atfork_done = true;
+    }
+    __atomic_store_n(&sim_st.file, f, __ATOMIC_RELEASE);
+out:
+    pthread_mutex_unlock(&sim_st.open_mutex);
+    return rc;
+}
+
+/* ---- locking and reaping ------------------------------------------------------ */
+
+/* Makes the derived totals agree with the entries again: what a process that
+ * died holding the mutex may have left half done. */
+static void sim_repair(struct sim_file *f)
+{
+    for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < SIM_MAX_PROCS; i++)
+            if (f->procs[i].state == SIM_PROC_LIVE)
+                sum += f->procs[i].used_bytes[d];
+        f->devices[d].used_bytes = sum;
+    }
+}
+
+static int sim_lock(struct sim_file *f)
+{
+    int rc = pthread_mutex_lock(&f->lock.u.mutex);
+    if (rc == EOWNERDEAD) {
+        sim_repair(f);
+        pthread_mutex_consistent(&f->lock.u.mutex);
+        return 0;
+    }
+    if (rc) {
+        static int logged;
+        if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+            sim_log("%s: the state file's lock is unusable (%s); remove the file when no process uses it",
+                    sim_st.path, strerror(rc));
+    }
+    return -rc;
+}
+
+static void sim_unlock(struct sim_file *f)
+{
+    pthread_mutex_unlock(&f->lock.u.mutex);
+}
+
+/* An fd of the file opened by this very process (a forked child must not use
+ * its parent's: they would share the entry lock).  Under the file's mutex. */
+static int sim_own_fd(void)
+{
+    pthread_mutex_lock(&sim_st.open_mutex);
+    if (sim_st.fd < 0 || sim_st.fd_pid != getpid()) {
+        sim_st.fd = open(sim_st.path, sim_st.open_flags);
+        sim_st.fd_pid = getpid();
+    }
+    int fd = sim_st.fd;
+    pthread_mutex_unlock(&sim_st.open_mutex);
+    return fd;
+}
+
+static off_t sim_entry_offset(int i)
+{
+    return (off_t)(offsetof(struct sim_file, procs) + (size_t)i * sizeof(struct sim_file_proc));
+}
+
+static bool sim_entry_lock(int i, short type)
+{
+    int fd = sim_own_fd();
+    if (fd < 0)
+        return false;
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = sim_entry_offset(i), .l_len = 1};
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+static bool sim_entry_dead(const struct sim_file_proc *p, int i)
+{
+    if (p->pid <= 0)
+        return true; /* half-claimed by a process killed in the act: kill(0, 0) would succeed */
+    if (p->pidns == sim_st.self_pidns) {
+        if (kill(p->pid, 0) != 0 && errno == ESRCH)
+            return true;
+        if (!p->start_time)
+            return false; /* no start time was recorded: the pid is all we have */
+        uint64_t start = sim_proc_start_time(p->pid);
+        return start != 0 && start != p->start_time; /* unreadable: assume alive */
+    }
+    /* Another pid namespace: its pids mean nothing here, but its owner holds a
+     * lock on the entry for as long as it lives. */
+    if (!(p->flags & SIM_PROC_LOCKED))
+        return false; /* cannot tell: never take what may be a live process's memory */
+    int fd = sim_own_fd();
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = sim_entry_offset(i), .l_len = 1};
+    return fd >= 0 && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+}
+
+static void sim_drop_entry(struct sim_file *f, int i)
+{
+    struct sim_file_proc *p = &f->procs[i];
+    for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
+        uint64_t b = p->used_bytes[d];
+        f->devices[d].used_bytes -= b < f->devices[d].used_bytes ? b : f->devices[d].used_bytes;
+    }
+    memset(p, 0, sizeof *p);
+}
+
+/* Returns the memory of every process that has died.  Under the file's mutex. */
+static void sim_reap(struct sim_file *f)
+{
+    pid_t me = getpid();
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        struct sim_file_proc *p = &f->procs[i];
+        if (p->state != SIM_PROC_LIVE || (i == sim_st.self && sim_st.self_pid == me))
+            continue;
+        if (sim_entry_dead(p, i))
+            sim_drop_entry(f, i);
+    }
+}
+
+/* Our entry, claimed on first need.  Under the file's mutex. */
+static int sim_claim_self(struct sim_file *f)
+{
+    pid_t me = getpid();
+    if (sim_st.self >= 0 && sim_st.self_pid == me)
+        return sim_st.self;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < SIM_MAX_PROCS; i++) {
+            struct sim_file_proc *p = &f->procs[i];
+            if (p->state != SIM_PROC_FREE)
+                continue;
+            memset(p, 0, sizeof *p);
+            p->pid = me;
+            p->start_time = sim_proc_start_time(me);
+            p->pidns = sim_st.self_pidns;
+            p->flags = sim_entry_lock(i, F_WRLCK) ? SIM_PROC_LOCKED : 0;
+            sim_self_comm(p->comm);
+            p->state = SIM_PROC_LIVE;
+            sim_st.self = i;
+            sim_st.self_pid = me;
+            return i;
+        }
+        sim_reap(f);
+    }
+    static int logged;
+    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+        sim_log("%s: all %d process entries are taken", sim_st.path, SIM_MAX_PROCS);
+    return -ENOSPC;
+}
+
+static struct sim_file_proc *sim_self_entry(struct sim_file *f)
+{
+    if (sim_st.self < 0 || sim_st.self_pid != getpid())
+        return NULL;
+    return &f->procs[sim_st.self];
+}
+
+/* Gives our entry back once we hold neither a context nor memory, as a process
+ * leaves nvidia-smi's list when it destroys its last context.  Under the mutex. */
+static void sim_release_self_if_idle(struct sim_file *f)
+{
+    struct sim_file_proc *p = sim_self_entry(f);
+    if (!p || p->context_mask)
+        return;
+    for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
+        if (p->used_bytes[d])
+            return;
+    if (p->flags & SIM_PROC_LOCKED)
+        sim_entry_lock(sim_st.self, F_UNLCK);
+    memset(p, 0, sizeof *p);
+    sim_st.self = -1;
+}
+
+/* ---- the operations ------------------------------------------------------------ */
+
+static struct sim_file *sim_file_for(uint32_t device)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    return f && device < f->device_count ? f : NULL;
+}
+
+int sim_state_charge(uint32_t device, uint64_t bytes)
+{
+    struct sim_file *f = sim_file_for(device);
+    if (!f)
+        return -EINVAL;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    int i = sim_claim_self(f);
+    if (i < 0) {
+        sim_unlock(f);
+        return i;
+    }
+    struct sim_file_device *d = &f->devices[device];
+    for (int pass = 0;; pass++) {
+        uint64_t free_bytes = d->used_bytes < d->total_bytes ? d->total_bytes - d->used_bytes : 0;
+        if (bytes <= free_bytes)
+            break;
+        if (pass == 1) {
+            sim_release_self_if_idle(f);
+            sim_unlock(f);
+            return -ENOMEM;
+        }
+        sim_reap(f); /* memory is short: return what dead processes held first */
+    }
+    d->used_bytes += bytes;
+    f->procs[i].used_bytes[device] += bytes;
+    sim_unlock(f);
+    return 0;
+}
+
+void sim_state_uncharge(uint32_t device, uint64_t bytes)
+{
+    struct sim_file *f = sim_file_for(device);
+    if (!f || sim_lock(f) != 0)
+        return;
+    struct sim_file_proc *p = sim_self_entry(f);
+    if (p) {
+        uint64_t b = bytes < p->used_bytes[device] ? bytes : p->used_bytes[device];
+        p->used_bytes[device] -= b;
+        f->devices[device].used_bytes -= b < f->devices[device].used_bytes ? b : f->devices[device].used_bytes;
+        sim_release_self_if_idle(f);
+    }
+    sim_unlock(f);
+}
+
+int sim_state_set_context(uint32_t device, bool active)
+{
+    struct sim_file *f = sim_file_for(device);
+    if (!f)
+        return -EINVAL;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    if (active) {
+        int i = sim_claim_self(f);
+        if (i < 0)
+            rc = i;
+        else
+            f->procs[i].context_mask |= 1u << device;
+    } else {
+        struct sim_file_proc *p = sim_self_entry(f);
+        if (p) {
+            p->context_mask &= ~(1u << device);
+            sim_release_self_if_idle(f);
+        }
+    }
+    sim_unlock(f);
+    return rc;
+}
+
+int sim_state_mem_info(uint32_t device, uint64_t *used_bytes, uint64_t *total_bytes)
+{
+    struct sim_file *f = sim_file_for(device);
+    if (!f)
+        return -EINVAL;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    sim_reap(f);
+    const struct sim_file_device *d = &f->devices[device];
+    *total_bytes = d->total_bytes;
+    *used_bytes = d->used_bytes < d->total_bytes ? d->used_bytes : d->total_bytes;
+    sim_unlock(f);
+    return 0;
+}
+
+int sim_state_processes(uint32_t device, struct sim_proc_info *out, uint32_t max)
+{
+    struct sim_file *f = sim_file_for(device);
+    if (!f)
+        return -EINVAL;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    sim_reap(f);
+    uint32_t n = 0;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        const struct sim_file_proc *p = &f->procs[i];
+        if (p->state != SIM_PROC_LIVE || !((p->context_mask >> device) & 1u || p->used_bytes[device]))
+            continue;
+        if (n < max) {
+            out[n].pid = p->pid;
+            out[n].used_bytes = p->used_bytes[device];
+        }
+        n++;
+    }
+    sim_unlock(f);
+    return (int)n;
+}
+
+void sim_state_forget_self(void)
+{
+    /* The child of a fork: the entry is the parent's.  Dropping the inherited fd
+     * (not unlocking through it, which would drop the parent's lock) lets the
+     * parent's lock go when the parent dies. */
+    sim_st.self = -1;
+    if (sim_st.fd >= 0)
+        close(sim_st.fd);
+    sim_st.fd = -1;
+}
+
+/* A process that exits normally gives its memory back at once; one that is
+ * killed is reaped by the next process that looks.  Bounded wait: a thread of
+ * ours may be killed by exit() while holding the mutex. */
+__attribute__((destructor)) static void sim_state_at_exit(void)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f || sim_st.self < 0 || sim_st.self_pid != getpid())
+        return;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    int rc = pthread_mutex_timedlock(&f->lock.u.mutex, &deadline);
+    if (rc == EOWNERDEAD) {
+        sim_repair(f);
+        pthread_mutex_consistent(&f->lock.u.mutex);
+        rc = 0;
+    }
+    if (rc)
+        return;
+    struct sim_file_proc *p = sim_self_entry(f);
+    if (p) {
+        if (p->flags & SIM_PROC_LOCKED)
+            sim_entry_lock(sim_st.self, F_UNLCK);
+        sim_drop_entry(f, sim_st.self);
+        sim_st.self = -1;
+    }
+    sim_unlock(f);
+}

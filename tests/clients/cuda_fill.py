@@ -1,0 +1,60 @@
+"""A cuda-bindings client (cuda.bindings.driver, which reaches the driver only
+through dlopen + dlsym("cuGetProcAddress_v2")): allocates BLOCK bytes COUNT
+times, frees one and allocates once more, and prints what it saw as JSON.
+
+    python cuda_fill.py BLOCK COUNT [--hold FILE]
+
+With --hold, it keeps its memory until FILE exists (for tests that run several
+clients at once)."""
+
+import json
+import os
+import sys
+import time
+
+from cuda.bindings import driver as cu
+
+
+def check(result):
+    err, *values = result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise SystemExit(f"cuda_fill: {cu.cuGetErrorName(err)[1]!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def main():
+    block, count = int(sys.argv[1]), int(sys.argv[2])
+    hold = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--hold" else None
+    check(cu.cuInit(0))
+    device = check(cu.cuDeviceGet(0))
+    context = check(cu.cuDevicePrimaryCtxRetain(device))
+    check(cu.cuCtxSetCurrent(context))
+    report = {"pid": os.getpid(), "total_mem": int(check(cu.cuDeviceTotalMem(device)))}
+    free, total = check(cu.cuMemGetInfo())
+    report["before"] = {"free": int(free), "total": int(total)}
+    held, results = [], []
+    for _ in range(count):
+        err, ptr = cu.cuMemAlloc(block)
+        results.append(cu.cuGetErrorName(err)[1].decode())
+        if err == cu.CUresult.CUDA_SUCCESS:
+            held.append(ptr)
+    report["allocs"] = results
+    free, total = check(cu.cuMemGetInfo())
+    report["after"] = {"free": int(free), "total": int(total)}
+    if hold:
+        print(json.dumps(report), flush=True)
+        while not os.path.exists(hold):
+            time.sleep(0.01)
+        return
+    if held:
+        report["free"] = cu.cuGetErrorName(cu.cuMemFree(held.pop())[0])[1].decode()
+        err, ptr = cu.cuMemAlloc(block)
+        report["realloc"] = cu.cuGetErrorName(err)[1].decode()
+        if err == cu.CUresult.CUDA_SUCCESS:
+            held.append(ptr)
+    for ptr in held:
+        check(cu.cuMemFree(ptr))
+    print(json.dumps(report), flush=True)
+
+
+main()

@@ -1,0 +1,98 @@
+"""Shared fixtures: the installed package's native parts, C test programs built
+once per session against them, and an isolated simulated GPU per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vgpulimit import _paths
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+C_DIR = TESTS / "c"
+SHIM_INCLUDE = ROOT / "shim" / "include"
+SHIM_SRC = ROOT / "shim" / "src"
+CC = os.environ.get("CC", "cc")
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def compile_c(output: Path, sources: list[Path], *flags: str) -> Path:
+    cmd = [CC, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
+           f"-I{SHIM_INCLUDE}", f"-I{SHIM_SRC}", "-o", str(output), *map(str, sources), *flags]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"compiling {output.name} failed:\n{' '.join(cmd)}\n{result.stderr}")
+    return output
+
+
+@pytest.fixture(scope="session")
+def shim_path() -> Path:
+    return _paths.libpath()
+
+
+@pytest.fixture(scope="session")
+def simgpu_dir() -> Path:
+    return _paths.simgpu_dir()
+
+
+@pytest.fixture(scope="session")
+def cbin(tmp_path_factory, simgpu_dir) -> Path:
+    """The C test programs, built against the installed simulated driver."""
+    out = tmp_path_factory.mktemp("cbin")
+    # meson-python installs libcuda.so.1 only; a program linked -lcuda needs the
+    # unversioned name at link time, as on a real system with the driver.
+    (out / "libcuda.so").symlink_to(simgpu_dir / "libcuda.so.1")
+    compile_c(out / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{out}", "-lcuda", "-ldl")
+    compile_c(out / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{out}", "-lcuda")
+    compile_c(out / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
+    compile_c(out / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
+    compile_c(out / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
+              f"-L{out}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl", f"-Wl,-rpath,{out}")
+    return out
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without anything of ours in it."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VGPULIMIT_", "SIMGPU_", "CUDA_DEVICE_"))
+           and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def sim_env(tmp_path, simgpu_dir) -> dict[str, str]:
+    """An environment on a fresh simulated GPU of this test's own (16 GiB, one device)."""
+    return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+                    LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(tmp_path / "run"))
+
+
+def vgpulimit_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vgpulimit", *args]
+
+
+def run(cmd, env, timeout=120, check=True) -> subprocess.CompletedProcess:
+    result = subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{cmd} exited {result.returncode}\n"
+                             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+def cuda_toolkit_include() -> Path | None:
+    for candidate in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if candidate and (Path(candidate) / "include" / "cuda.h").is_file():
+            return Path(candidate) / "include"
+    return None
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None

@@ -1,0 +1,79 @@
+"""The shim's C core and its ABI: built here with AddressSanitizer and UBSan,
+pinned against the CUDA toolkit's headers where they exist, and seen the same
+way from C and from the Python binding."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import C_DIR, SHIM_SRC, compile_c, cuda_toolkit_include, have, run, base_env
+
+CORE_SOURCES = [SHIM_SRC / name for name in ("limits.c", "region.c", "ledger.c", "log.c")]
+
+
+def test_core_under_sanitizers(tmp_path):
+    binary = compile_c(tmp_path / "core_test", [C_DIR / "core_test.c", *CORE_SOURCES],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = run([binary, scratch], base_env(ASAN_OPTIONS="detect_leaks=1"), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.fullmatch(r"\d+ passed, 0 failed\n", result.stdout)
+    assert "runtime error" not in result.stderr and "AddressSanitizer" not in result.stderr
+
+
+@pytest.mark.skipif(cuda_toolkit_include() is None,
+                    reason="no CUDA toolkit headers (cuda.h) to check our declarations against")
+def test_declarations_match_the_toolkit(tmp_path):
+    include = cuda_toolkit_include()
+    compile_c(tmp_path / "check_cuda_abi", [C_DIR / "check_cuda_abi.c"], f"-I{include}")
+
+
+def test_region_layout_is_pinned_and_seen_alike_from_python(tmp_path):
+    from vgpulimit._core import ffi
+
+    binary = compile_c(tmp_path / "region_layout", [C_DIR / "region_layout.c"])
+    result = run([binary], base_env(), check=False)
+    assert result.returncode == 0, result.stderr
+    seen = 0
+    for line in result.stdout.splitlines():
+        expr, value = line.rsplit(" ", 1)
+        if m := re.fullmatch(r"sizeof\(struct (\w+)\)", expr):
+            assert ffi.sizeof(f"struct {m[1]}") == int(value), expr
+        elif m := re.fullmatch(r"offsetof\(struct (\w+), (\w+)\)", expr):
+            assert ffi.offsetof(f"struct {m[1]}", m[2]) == int(value), expr
+        else:
+            continue
+        seen += 1
+    assert seen >= 20
+
+
+def exported(path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def hooked_names() -> set[str]:
+    text = (SHIM_SRC / "hooks.def").read_text()
+    return set(re.findall(r"^(?:CU|NVML)_HOOK\((\w+),", text, flags=re.M))
+
+
+@pytest.mark.skipif(not have("nm"), reason="binutils (nm) is not installed")
+def test_the_shim_exports_only_its_hooks_and_dlsym(shim_path):
+    hooks = hooked_names()
+    assert {"cuMemAlloc_v2", "cuGetProcAddress_v2", "nvmlDeviceGetMemoryInfo"} <= hooks
+    assert exported(shim_path) == hooks | {"dlsym"}
+
+
+@pytest.mark.skipif(not have("readelf"), reason="binutils (readelf) is not installed")
+@pytest.mark.parametrize("name", ["libcuda.so.1", "libnvidia-ml.so.1"])
+def test_simgpu_binds_its_own_symbols_like_a_real_driver(simgpu_dir, name):
+    dynamic = subprocess.run(["readelf", "-d", str(simgpu_dir / name)], capture_output=True,
+                             text=True, check=True).stdout
+    assert f"Library soname: [{name}]" in dynamic
+    assert "SYMBOLIC" in dynamic
+    assert all(not n.startswith(("sim_", "vgl_")) for n in exported(simgpu_dir / name))

@@ -1,0 +1,153 @@
+"""The memory cap as a user meets it: real clients (cuda-bindings, pynvml, a C
+program) reaching the simulated driver through the shim, on each of the three
+paths by which clients find the driver."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import GiB, MiB, TESTS, base_env, run, vgpulimit_cmd
+
+CLIENTS = TESTS / "clients"
+
+
+def fill(sim_env, block, count, *limits, extra_env=None):
+    env = dict(sim_env, **(extra_env or {}))
+    cmd = vgpulimit_cmd("run", "--simulate", *limits, "--",
+                        sys.executable, CLIENTS / "cuda_fill.py", str(block), str(count))
+    result = run(cmd, env)
+    return json.loads(result.stdout), result.stderr
+
+
+@pytest.mark.parametrize("per_thread_stream", ["0", "1"])
+def test_cuda_bindings_stops_at_the_cap(sim_env, per_thread_stream):
+    report, stderr = fill(sim_env, 256 * MiB, 5, "--memory", "1GiB",
+                          extra_env={"CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM": per_thread_stream})
+    assert report["allocs"] == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+    assert report["before"] == {"free": 1 * GiB, "total": 1 * GiB}
+    assert report["after"] == {"free": 0, "total": 1 * GiB}
+    assert report["total_mem"] == 1 * GiB
+    assert (report["free"], report["realloc"]) == ("CUDA_SUCCESS", "CUDA_SUCCESS")
+    # The one refusal is logged: which device, the cap, the usage.
+    refusals = [line for line in stderr.splitlines() if "refused" in line]
+    assert len(refusals) == 1
+    assert "device 0" in refusals[0] and "cap 1.00 GiB" in refusals[0]
+    assert "1.00 GiB in use" in refusals[0]
+
+
+@pytest.mark.parametrize("mode", ["link", "procaddr", "procaddr-ptds", "dlsym"])
+def test_c_client_stops_at_the_cap_on_every_lookup_path(sim_env, cbin, mode):
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
+                               cbin / "alloc_client", mode, str(256 * MiB), "5"), sim_env)
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"meminfo {1 * GiB} {1 * GiB}"
+    assert lines[1] == f"total {1 * GiB}"
+    assert lines[2:7] == [f"alloc {i} 0" for i in range(4)] + ["alloc 4 2"]
+    assert lines[7] == f"meminfo 0 {1 * GiB}"
+    assert lines[8:] == ["free 0", "realloc 0"]
+
+
+def test_without_limits_the_shim_changes_nothing(sim_env, cbin, shim_path):
+    """No vgpulimit variable: every result equals the driver's, and the shim is silent."""
+    cmd = [cbin / "alloc_client", "dlsym", str(4 * GiB), "5"]
+    direct = run(cmd, sim_env)
+    shimmed = run(cmd, dict(sim_env, LD_PRELOAD=str(shim_path)))
+    assert shimmed.stdout == direct.stdout
+    assert f"meminfo {16 * GiB} {16 * GiB}" in direct.stdout
+    assert "alloc 4 2" in direct.stdout  # the simulated 16 GiB device itself ran out
+    assert shimmed.stderr == direct.stderr == ""
+
+
+def test_null_meminfo_pointers_are_the_drivers_business(sim_env, cbin, shim_path):
+    direct = run([cbin / "meminfo_null"], sim_env)
+    capped = run([cbin / "meminfo_null"],
+                 dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB"))
+    assert [line.split()[:2] for line in capped.stdout.splitlines()] == \
+           [line.split()[:2] for line in direct.stdout.splitlines()]
+    for line in capped.stdout.splitlines():
+        fields = line.split()
+        if fields[1] == "0" and len(fields) == 3:  # the driver accepted it: what it wrote is capped
+            assert int(fields[2]) <= 1 * GiB
+
+
+def test_an_unparsable_limit_fails_closed_with_one_line(sim_env, cbin, shim_path):
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="lots")
+    result = run([cbin / "alloc_client", "dlsym", str(1 * MiB), "3"], env)
+    assert result.returncode == 0  # the application runs on; only its device allocations stop
+    assert [line for line in result.stdout.splitlines() if line.startswith("alloc")] == \
+           ["alloc 0 2", "alloc 1 2", "alloc 2 2"]
+    errors = result.stderr.splitlines()
+    assert len(errors) == 1, result.stderr
+    assert 'VGPULIMIT_MEMORY="lots"' in errors[0]
+    assert "4Gi" in errors[0] and "50%" in errors[0]  # the accepted forms
+
+
+def test_a_cap_above_the_device_shows_the_device(sim_env):
+    report, _ = fill(sim_env, 1 * GiB, 1, "--memory", "1TiB",
+                     extra_env={"SIMGPU_MEMORY": "8GiB"})
+    assert report["total_mem"] == 8 * GiB
+    assert report["before"]["total"] == 8 * GiB
+
+
+def test_a_share_of_the_device(sim_env):
+    report, _ = fill(sim_env, 1 * GiB, 5, "--memory", "25%", extra_env={"SIMGPU_MEMORY": "16GiB"})
+    assert report["before"]["total"] == 4 * GiB
+    assert report["allocs"] == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+def test_two_processes_share_one_cap(sim_env, tmp_path):
+    """What two processes of one container hold together never passes the cap."""
+    release = tmp_path / "release"
+    script = (f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {128 * MiB} 8 --hold {release} & "
+              f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {128 * MiB} 8 --hold {release} & "
+              f"wait")
+    proc = subprocess.Popen(list(map(str, vgpulimit_cmd("run", "--simulate", "--memory", "1GiB",
+                                                        "--", "sh", "-c", script))),
+                            env=sim_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reports = []
+    deadline = time.monotonic() + 60
+    while len(reports) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line:
+            reports.append(json.loads(line))
+    release.touch()
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    granted = sum(r["allocs"].count("CUDA_SUCCESS") for r in reports)
+    assert granted == 8  # 8 x 128 MiB = the cap, split between them however they raced
+    refused = sum(r["allocs"].count("CUDA_ERROR_OUT_OF_MEMORY") for r in reports)
+    assert refused == 8
+
+
+def test_nvml_sees_the_capped_device(sim_env, tmp_path, shim_path):
+    """pynvml, in a second process of the container, sees the cap as the device's
+    memory and the container's usage as used."""
+    release = tmp_path / "release"
+    holder = subprocess.Popen(list(map(str, vgpulimit_cmd(
+        "run", "--simulate", "--memory", "2GiB", "--region", tmp_path / "region", "--",
+        sys.executable, CLIENTS / "cuda_fill.py", str(512 * MiB), "1", "--hold", release))),
+        env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(holder.stdout.readline())["allocs"] == ["CUDA_SUCCESS"]
+        env = dict(sim_env, VGPULIMIT_REGION=str(tmp_path / "region"), VGPULIMIT_MEMORY="2GiB",
+                   LD_PRELOAD=str(shim_path))
+        seen = json.loads(run([sys.executable, CLIENTS / "nvml_memory.py"], env).stdout)
+    finally:
+        release.touch()
+        holder.wait(timeout=60)
+    for version in ("v1", "v2"):
+        assert seen[version] == {"total": 2 * GiB, "free": 1536 * MiB, "used": 512 * MiB}
+
+
+def test_rtld_next_lookups_behave_as_without_the_shim(cbin, shim_path):
+    expected = run([cbin / "rtld_next_main"], base_env()).stdout
+    assert expected.splitlines()[0] == "whoami 101"
+    assert "libc.so" in expected.splitlines()[1]
+    for extra in ({}, {"VGPULIMIT_MEMORY": "1GiB"}):
+        env = base_env(LD_PRELOAD=str(shim_path), **extra)
+        assert run([cbin / "rtld_next_main"], env, timeout=30).stdout == expected
