@@ -1,0 +1,124 @@
+"""The Python face of the one limit parser (shim/src/limits.c, through cffi).
+
+Nothing here parses a limit: the shim reads the environment with the same C
+code, so a value the CLI accepts is a value the shim accepts, with the same
+meaning.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+from vgpulimit._paths import core
+
+ffi, lib = core()
+
+_UINT64_MAX = 2**64 - 1
+_PPM_PER_PERCENT = 10_000
+
+_BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+class LimitError(ValueError):
+    """A limit that the parser refused.  The message names where the text came
+    from (a flag or a variable), the text, and the forms that are accepted."""
+
+    def __init__(self, source: str, text: str, reason: str, forms: str) -> None:
+        self.source = source
+        self.text = text
+        self.reason = reason
+        self.forms = forms
+        super().__init__(f"{source}: {text!r} is {reason}; accepted forms: {forms}")
+
+
+def format_bytes(count: int) -> str:
+    """A byte count for people: exact in the largest binary unit that holds it
+    whole ("1 GiB", "3000 MiB"), else to one decimal ("1.5 GiB")."""
+    for unit, size in _BINARY_UNITS:
+        if count >= size and count % size == 0 and count // size < 10_000:
+            return f"{count // size} {unit}"
+    for unit, size in _BINARY_UNITS:
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """A memory limit as the user gave it: an absolute size (``bytes``) or a
+    share of the device in millionths (``ppm``); exactly one is non-zero."""
+
+    bytes: int
+    ppm: int
+
+    def describe(self) -> str:
+        """"1 GiB", "50% of the device"."""
+        if self.ppm:
+            percent = f"{self.ppm / _PPM_PER_PERCENT:.4f}".rstrip("0").rstrip(".")
+            return f"{percent}% of the device"
+        return format_bytes(self.bytes)
+
+    def cap_bytes(self, total_bytes: int) -> int | None:
+        """The cap on a device of ``total_bytes``, as the shim computes it;
+        None when there is none."""
+        cap = lib.vgl_cap_bytes(self._cdata(), total_bytes)
+        return None if cap == _UINT64_MAX else int(cap)
+
+    def _cdata(self):
+        limit = ffi.new("struct vgl_mem_limit *")
+        limit.bytes = self.bytes
+        limit.ppm = self.ppm
+        return limit
+
+    @classmethod
+    def _from_cdata(cls, limit) -> MemoryLimit | None:
+        """The limit in a C struct; None for "no cap" (both fields 0)."""
+        if limit.bytes == 0 and limit.ppm == 0:
+            return None
+        return cls(bytes=int(limit.bytes), ppm=int(limit.ppm))
+
+
+def memory_forms() -> str:
+    return _one_line(ffi.string(lib.vgl_memory_forms()).decode())
+
+
+def cores_forms() -> str:
+    return _one_line(ffi.string(lib.vgl_cores_forms()).decode())
+
+
+def _reason(err: int) -> str:
+    if err == -errno.ERANGE:
+        return "out of range (zero, or more than can be)"
+    return "not a valid value"
+
+
+def _encode(text: str, source: str, forms) -> bytes:
+    data = text.encode("utf-8", errors="surrogateescape")
+    if b"\0" in data:
+        raise LimitError(source, text, "not a valid value", forms())
+    return data
+
+
+def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
+    """Parses a memory limit ("4GiB", "3000m", "50%", "0.2", ...)."""
+    out = ffi.new("struct vgl_mem_limit *")
+    err = lib.vgl_parse_memory(_encode(text, source, memory_forms), out)
+    if err != 0:
+        raise LimitError(source, text, _reason(err), memory_forms())
+    limit = MemoryLimit._from_cdata(out)
+    assert limit is not None, "vgl_parse_memory accepted a limit of nothing"
+    return limit
+
+
+def parse_cores(text: str, source: str = "--cores") -> int:
+    """Parses a compute share ("30", "30%"): the percentage, 1-100."""
+    out = ffi.new("uint32_t *")
+    err = lib.vgl_parse_cores(_encode(text, source, cores_forms), out)
+    if err != 0:
+        raise LimitError(source, text, _reason(err), cores_forms())
+    return int(out[0])

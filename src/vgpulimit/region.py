@@ -1,0 +1,258 @@
+"""The region file, read and written through the shim's own C code (cffi).
+
+The layout is declared once, in shim/include/vgpulimit/region.h; this module
+reads the mapped ``struct vgl_region`` field by field through cffi and gives
+the values names and types.  It never re-declares the layout.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from vgpulimit._paths import core
+from vgpulimit.limits import MemoryLimit
+
+ffi, lib = core()
+
+MAX_DEVICES: int = lib.VGL_MAX_DEVICES
+MAX_SLOTS: int = lib.VGL_MAX_SLOTS
+
+
+class RegionError(OSError):
+    """A region call failed; the message is the C side's line for the error
+    and the path it was about."""
+
+    def __init__(self, path: str, err: int, action: str = "") -> None:
+        self.path = path
+        line = ffi.string(lib.vgl_region_strerror(err)).decode(errors="replace")
+        where = f"{action} {path}" if action else path
+        super().__init__(-err, f"{where}: {line}", path)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    index: int
+    limit: MemoryLimit | None   # None: no cap
+    cap_bytes: int | None       # limit resolved against total_bytes; None: none, or not known yet
+    cores_pct: int              # 0: no compute cap
+    total_bytes: int            # 0: no process has seen the device yet
+    used_bytes: int
+    oom_refusals: int
+
+    @property
+    def free_bytes(self) -> int | None:
+        """Bytes left under the cap (or on the device with no cap); None when unknown."""
+        room = self.cap_bytes if self.cap_bytes is not None else (self.total_bytes or None)
+        if room is None:
+            return None
+        return max(room - self.used_bytes, 0)
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    pid: int
+    host_pid: int | None        # None: unknown
+    comm: str
+    used_bytes: Mapping[int, int] = field(default_factory=dict)  # device -> bytes, non-zero only
+
+    @property
+    def total_used_bytes(self) -> int:
+        return sum(self.used_bytes.values())
+
+
+@dataclass(frozen=True)
+class RegionSnapshot:
+    path: str
+    generation: int
+    devices: tuple[DeviceSnapshot, ...]
+    processes: tuple[ProcessSnapshot, ...]
+
+
+class Slot:
+    """A process's slot in a region (from ``Region.attach``)."""
+
+    def __init__(self, region: Region, cdata) -> None:
+        self._region = region
+        self._cdata = cdata
+
+    @property
+    def pid(self) -> int:
+        return int(self._cdata.pid)
+
+
+def _limit_struct(limit: MemoryLimit | None):
+    out = ffi.new("struct vgl_mem_limit *")
+    if limit is not None:
+        out.bytes = limit.bytes
+        out.ppm = limit.ppm
+    return out
+
+
+def _device_list(values: Sequence | Mapping | None, default, name: str) -> list:
+    """Per-device values as a full list of MAX_DEVICES: from a sequence (index
+    = device) or a mapping {device: value}."""
+    result = [default] * MAX_DEVICES
+    if values is None:
+        return result
+    items = values.items() if isinstance(values, Mapping) else enumerate(values)
+    for index, value in items:
+        if not 0 <= index < MAX_DEVICES:
+            raise ValueError(f"{name}: device {index} is out of range 0-{MAX_DEVICES - 1}")
+        result[index] = value
+    return result
+
+
+class Region:
+    """An open, mapped region file.  Use as a context manager, or close()."""
+
+    def __init__(self, path: str | os.PathLike, cdata) -> None:
+        self.path = os.fspath(path)
+        self._cdata = cdata
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        memory: Sequence[MemoryLimit | None] | Mapping[int, MemoryLimit | None] | None = None,
+        cores_pct: Sequence[int] | Mapping[int, int] | None = None,
+        group_shared: bool = False,
+    ) -> Region:
+        """Creates a region file (0600, or 0660 with ``group_shared``) with
+        these limits per device, and opens it.  Fails if the file exists."""
+        fspath = os.fspath(path)
+        limits = ffi.new("struct vgl_mem_limit[]", MAX_DEVICES)
+        for index, limit in enumerate(_device_list(memory, None, "memory")):
+            if limit is not None:
+                limits[index].bytes = limit.bytes
+                limits[index].ppm = limit.ppm
+        cores = ffi.new("uint32_t[]", _device_list(cores_pct, 0, "cores_pct"))
+        err = lib.vgl_region_create(os.fsencode(fspath), limits, cores, int(group_shared))
+        if err < 0:
+            raise RegionError(fspath, err, "cannot create")
+        return cls.open(fspath)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Region:
+        fspath = os.fspath(path)
+        out = ffi.new("struct vgl_region **")
+        err = lib.vgl_region_open(os.fsencode(fspath), out)
+        if err < 0:
+            raise RegionError(fspath, err, "cannot open")
+        return cls(fspath, out[0])
+
+    def close(self) -> None:
+        if self._cdata is not None:
+            lib.vgl_region_close(self._cdata)
+            self._cdata = None
+
+    def __enter__(self) -> Region:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def _mapped(self):
+        if self._cdata is None:
+            raise RegionError(self.path, -errno.EBADF, "closed region")
+        return self._cdata
+
+    # -- writers -------------------------------------------------------------
+
+    def attach(self, pid: int, host_pid: int = 0) -> Slot:
+        out = ffi.new("struct vgl_slot **")
+        err = lib.vgl_region_attach(self._mapped, pid, host_pid, out)
+        if err < 0:
+            raise RegionError(self.path, err, f"cannot attach pid {pid} to")
+        return Slot(self, out[0])
+
+    def detach(self, slot: Slot) -> None:
+        lib.vgl_region_detach(self._mapped, slot._cdata)
+
+    def reclaim(self) -> int:
+        """Frees the slots of processes that no longer exist; returns how many."""
+        count = lib.vgl_region_reclaim(self._mapped)
+        if count < 0:
+            raise RegionError(self.path, count, "cannot reclaim in")
+        return int(count)
+
+    def set_limits(self, device: int, limit: MemoryLimit | None, cores_pct: int = 0) -> None:
+        err = lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit), cores_pct)
+        if err < 0:
+            raise RegionError(self.path, err, f"cannot set the limits of device {device} in")
+
+    def reserve(self, slot: Slot, device: int, nbytes: int, cap_bytes: int | None = None) -> bool:
+        """Reserves bytes in the ledger as the shim does for an allocation;
+        False (and a refusal counted) when they do not fit under the cap."""
+        cap = 2**64 - 1 if cap_bytes is None else cap_bytes
+        err = lib.vgl_ledger_reserve(self._mapped, slot._cdata, device, nbytes, cap)
+        if err == -errno.ENOMEM:
+            return False
+        if err < 0:
+            raise RegionError(self.path, err, f"cannot reserve on device {device} in")
+        return True
+
+    def release(self, slot: Slot, device: int, nbytes: int) -> None:
+        lib.vgl_ledger_release(self._mapped, slot._cdata, device, nbytes)
+
+    # -- reader --------------------------------------------------------------
+
+    def snapshot(self) -> RegionSnapshot:
+        """The region as it is now.  Read without the region's locks: each
+        number is current, the set of them may be a moment apart."""
+        region = self._mapped
+        devices = []
+        for index in range(MAX_DEVICES):
+            dev = region.devices[index]
+            limit = MemoryLimit._from_cdata(dev.limit)
+            total_bytes = int(dev.total_bytes)
+            if total_bytes == 0 and limit is None:
+                continue
+            devices.append(
+                DeviceSnapshot(
+                    index=index,
+                    limit=limit,
+                    cap_bytes=_cap_bytes(limit, total_bytes),
+                    cores_pct=int(dev.cores_pct),
+                    total_bytes=total_bytes,
+                    used_bytes=int(dev.used_bytes),
+                    oom_refusals=int(dev.oom_refusals),
+                )
+            )
+        processes = []
+        for index in range(MAX_SLOTS):
+            slot = region.slots[index]
+            if slot.state != lib.VGL_SLOT_LIVE:
+                continue
+            used = {d: int(n) for d, n in enumerate(slot.used_bytes) if n}
+            processes.append(
+                ProcessSnapshot(
+                    pid=int(slot.pid),
+                    host_pid=int(slot.host_pid) or None,
+                    comm=ffi.string(slot.comm).decode(errors="replace"),
+                    used_bytes=used,
+                )
+            )
+        return RegionSnapshot(
+            path=self.path,
+            generation=int(region.generation),
+            devices=tuple(devices),
+            processes=tuple(processes),
+        )
+
+
+def _cap_bytes(limit: MemoryLimit | None, total_bytes: int) -> int | None:
+    """The cap as the shim computes it, or None: no limit, or a share of a
+    device whose size no process has reported yet."""
+    if limit is None or (limit.ppm and total_bytes == 0):
+        return None
+    return limit.cap_bytes(total_bytes)

@@ -1,0 +1,370 @@
+"""`vgpulimit run`: the container entrypoint.
+
+Creates a fresh region with the limits, starts the command with the shim
+preloaded and the limits in its environment, forwards signals to it, reaps
+every child (it may be PID 1), reclaims the slots of dead processes, and
+exits with the command's status.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import stat
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vgpulimit._paths import libpath, simgpu_dir
+from vgpulimit.limits import MemoryLimit, parse_cores, parse_memory
+from vgpulimit.region import MAX_DEVICES, Region, RegionError
+
+MEMORY_VAR = "VGPULIMIT_MEMORY"
+CORES_VAR = "VGPULIMIT_CORES"
+REGION_VAR = "VGPULIMIT_REGION"
+
+# Signals forwarded to the command; SIGCHLD is waited for too.
+FORWARDED_SIGNALS = frozenset({
+    signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
+})
+WAITED_SIGNALS = FORWARDED_SIGNALS | {signal.SIGCHLD}
+# The signals a terminal sends to its foreground process group (see _should_forward).
+TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGWINCH, signal.SIGHUP})
+SI_KERNEL = 0x80
+# The supervisor frees the slots of dead processes at least this often.
+RECLAIM_INTERVAL_S = 1.0
+
+
+class UsageError(ValueError):
+    """Bad input on the command line or in the environment."""
+
+
+class SupervisorError(RuntimeError):
+    """The supervisor cannot set up the run."""
+
+
+class CommandError(OSError):
+    """The command cannot be started; ``exit_code`` is the shell's: 127 not
+    found, 126 found but not executable."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value as the user wrote it, where it came from, and what it means."""
+
+    text: str
+    source: str   # the flag or variable, for messages
+    value: object
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory: Setting | None = None                       # every device
+    memory_device: Mapping[int, Setting] = field(default_factory=dict)
+    cores: Setting | None = None
+    cores_device: Mapping[int, Setting] = field(default_factory=dict)
+
+    def memory_per_device(self) -> list[MemoryLimit | None]:
+        return [_pick(self.memory_device.get(i), self.memory) for i in range(MAX_DEVICES)]
+
+    def cores_per_device(self) -> list[int]:
+        return [_pick(self.cores_device.get(i), self.cores) or 0 for i in range(MAX_DEVICES)]
+
+    def environment(self) -> dict[str, str]:
+        """The variables that tell the shim these limits, as the user wrote them."""
+        env = {}
+        for name, everywhere, per_device in ((MEMORY_VAR, self.memory, self.memory_device),
+                                             (CORES_VAR, self.cores, self.cores_device)):
+            if everywhere is not None:
+                env[name] = everywhere.text
+            for index, setting in per_device.items():
+                env[f"{name}_{index}"] = setting.text
+        return env
+
+
+def _pick(*settings: Setting | None):
+    for setting in settings:
+        if setting is not None:
+            return setting.value
+    return None
+
+
+def _device_index(text: str, source: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) < MAX_DEVICES:
+        raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1}")
+    return int(text)
+
+
+def resolve_limits(
+    memory: str | None,
+    memory_device: Sequence[str],
+    environ: Mapping[str, str],
+) -> Limits:
+    """The limits of a run: the flags, and where a flag is not given, the
+    environment the supervisor was started with (VGPULIMIT_MEMORY[_<i>],
+    VGPULIMIT_CORES[_<i>]), so that `docker run -e VGPULIMIT_MEMORY=4GiB`
+    works with a plain `vgpulimit run -- CMD` entrypoint."""
+    per_var = re.compile(rf"({MEMORY_VAR}|{CORES_VAR})_(.+)")
+    env_device: dict[str, dict[int, Setting]] = {MEMORY_VAR: {}, CORES_VAR: {}}
+    for name in sorted(environ):
+        match = per_var.fullmatch(name)
+        if match:
+            var, index_text = match.groups()
+            index = _device_index(index_text, name)
+            env_device[var][index] = _setting(var, environ[name], name)
+
+    if memory is not None:
+        memory_all = _setting(MEMORY_VAR, memory, "--memory")
+    elif MEMORY_VAR in environ:
+        memory_all = _setting(MEMORY_VAR, environ[MEMORY_VAR], MEMORY_VAR)
+    else:
+        memory_all = None
+    cores_all = (_setting(CORES_VAR, environ[CORES_VAR], CORES_VAR)
+                 if CORES_VAR in environ else None)
+
+    memory_dev = dict(env_device[MEMORY_VAR])
+    flagged: set[int] = set()
+    for item in memory_device:
+        index_text, sep, size = item.partition("=")
+        if not sep:
+            raise UsageError(f"--memory-device: {item!r} is not I=SIZE "
+                             f"(a device index 0-{MAX_DEVICES - 1}, '=', a size)")
+        index = _device_index(index_text.strip(), "--memory-device")
+        if index in flagged:
+            raise UsageError(f"--memory-device: device {index} is given twice")
+        flagged.add(index)
+        memory_dev[index] = _setting(MEMORY_VAR, size, f"--memory-device {index}")
+
+    return Limits(memory=memory_all, memory_device=memory_dev,
+                  cores=cores_all, cores_device=env_device[CORES_VAR])
+
+
+def _setting(var: str, text: str, source: str) -> Setting:
+    parse = parse_memory if var == MEMORY_VAR else parse_cores
+    return Setting(text=text, source=source, value=parse(text, source))
+
+
+# -- where the region lives ------------------------------------------------------------------
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` as a directory that only we can use (mode 0700, ours, not a link)."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "not a directory")
+    if st.st_uid != os.getuid():
+        raise OSError(errno.EPERM, "owned by another user")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OSError(errno.EACCES, "not writable")
+    return path
+
+
+def runtime_base() -> Path:
+    """The private directory for run regions: $XDG_RUNTIME_DIR/vgpulimit,
+    else /run/vgpulimit where we may write, else /tmp/vgpulimit-<uid>."""
+    candidates = []
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg):
+        candidates.append(Path(xdg, "vgpulimit"))
+    candidates.append(Path("/run/vgpulimit"))
+    candidates.append(Path(tempfile.gettempdir(), f"vgpulimit-{os.getuid()}"))
+    failures = []
+    for candidate in candidates:
+        try:
+            return _private_dir(candidate)
+        except OSError as exc:
+            failures.append(f"{candidate}: {exc.strerror}")
+    raise SupervisorError("no private directory for the region: " + "; ".join(failures))
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def _prepend_path(value: str | None, entry: str, separators: str = ":") -> str:
+    """``entry`` first, then the entries of ``value`` (split on any of
+    ``separators``) other than it, joined with colons."""
+    rest = [item for item in re.split(f"[{separators}]", value or "") if item and item != entry]
+    return ":".join([entry, *rest])
+
+
+def child_environment(environ: Mapping[str, str], limits: Limits, region_path: str,
+                      simulate: bool) -> dict[str, str]:
+    """The command's environment: ours, with the limits as resolved (stale
+    per-device variables dropped), the region, the shim first in LD_PRELOAD
+    (after it, the user's entries), and with ``simulate`` the simulated
+    driver first on LD_LIBRARY_PATH."""
+    limit_var = re.compile(rf"({MEMORY_VAR}|{CORES_VAR})(_.*)?")
+    env = {k: v for k, v in environ.items() if not limit_var.fullmatch(k)}
+    env.update(limits.environment())
+    env[REGION_VAR] = region_path
+    # The dynamic linker splits LD_PRELOAD on spaces and colons.
+    env["LD_PRELOAD"] = _prepend_path(environ.get("LD_PRELOAD"), str(libpath()), " :")
+    if simulate:
+        env["LD_LIBRARY_PATH"] = _prepend_path(environ.get("LD_LIBRARY_PATH"), str(simgpu_dir()))
+    return env
+
+
+def _spawn(argv: Sequence[str], env: Mapping[str, str], sigmask) -> int:
+    """Starts the command with the signal mask we were started with and the
+    dispositions Python changed (SIGPIPE, SIGXFSZ: ignored) back to default."""
+    name = argv[0]
+    try:
+        return os.posix_spawnp(name, list(argv), dict(env), setsigmask=sigmask,
+                               setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    except FileNotFoundError:
+        what = "no such file" if "/" in name else "command not found"
+        raise CommandError(127, f"{name}: {what}") from None
+    except PermissionError:
+        raise CommandError(126, f"{name}: permission denied") from None
+    except OSError as exc:
+        raise CommandError(126, f"{name}: cannot execute: {exc.strerror}") from None
+
+
+def _should_forward(info: signal.struct_siginfo, child: int) -> bool:
+    """Whether a signal that reached the supervisor should be sent on to the child.
+
+    The child runs in our process group, so it shares our terminal.  When the
+    terminal signals its foreground process group -- Ctrl-C (SIGINT), Ctrl-\\
+    (SIGQUIT), a resize (SIGWINCH), and SIGHUP to the foreground group when
+    the session leader exits -- the child got the signal as we did, and the
+    kernel marks ours si_code == SI_KERNEL.  Sending it again would deliver it
+    twice (a program that takes the first Ctrl-C as "finish up" would take
+    the second as "abort").  So the rule:
+
+      * SI_KERNEL, a terminal signal, and the child still in our process
+        group: not forwarded, it already arrived;
+      * except SIGHUP while we are the session leader: at a hangup the kernel
+        signals the session leader alone (tty_signal_session_leader), so the
+        child did not get it;
+      * the child in a group of its own (it called setsid or setpgid, as a
+        job-control shell does): the terminal did not signal it, forward;
+      * anything else -- kill(2) from a user, `docker stop`, systemd
+        (SI_USER, SI_QUEUE, ...) -- was aimed at us: forward.
+
+    A `kill -INT -PGID` aimed at our whole group is SI_USER and cannot be
+    told from one aimed at us alone: the child gets it twice.  Signal the
+    supervisor's pid, not its group.
+    """
+    if info.si_code != SI_KERNEL or info.si_signo not in TERMINAL_SIGNALS:
+        return True
+    if info.si_signo == signal.SIGHUP and os.getsid(0) == os.getpid():
+        return True
+    try:
+        return os.getpgid(child) != os.getpgrp()
+    except ProcessLookupError:
+        return False
+
+
+def _reap(child: int) -> int | None:
+    """Reaps every child that has exited -- orphans reparented to us when we
+    are PID 1 included; returns the wait status of ``child`` if it was one."""
+    status = None
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        if pid == child:
+            status = wait_status
+    return status
+
+
+def _reclaim(region: Region) -> None:
+    # The supervisor must keep supervising; a failed reclaim is retried next time.
+    try:
+        region.reclaim()
+    except RegionError:
+        pass
+
+
+def _supervise(child: int, region: Region) -> int:
+    """Waits for the child, forwarding signals; returns its wait status."""
+    while True:
+        info = signal.sigtimedwait(WAITED_SIGNALS, RECLAIM_INTERVAL_S)
+        if info is None:
+            _reclaim(region)
+            continue
+        if info.si_signo == signal.SIGCHLD:
+            status = _reap(child)
+            if status is not None:
+                return status
+            _reclaim(region)
+        elif _should_forward(info, child):
+            try:
+                os.kill(child, info.si_signo)
+            except ProcessLookupError:
+                pass
+
+
+def _exit_code(wait_status: int) -> int:
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region) -> int:
+    # Block the signals before the child exists, so none is lost (a SIGCHLD
+    # from a child that exits at once stays pending until we wait for it).
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WAITED_SIGNALS)
+    try:
+        child = _spawn(argv, env, old_mask)
+        status = _supervise(child, region)
+        _reclaim(region)
+        return _exit_code(status)
+    finally:
+        # Drop what arrived after the child's end, rather than raise it in Python.
+        while signal.sigtimedwait(WAITED_SIGNALS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    command: Sequence[str]
+    limits: Limits
+    simulate: bool = False
+    region_path: str | None = None   # None: a fresh private one, removed afterwards
+
+
+def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
+    """Runs the command under the limits; returns the exit code for it
+    (its status, or 128+N when a signal N killed it)."""
+    if not options.command:
+        raise UsageError("run: no command given (vgpulimit run [OPTIONS] -- CMD [ARG...])")
+    environ = os.environ if environ is None else environ
+    # Resolve the native parts before anything is created, so a broken
+    # install fails with nothing to clean up.
+    libpath()
+    if options.simulate:
+        simgpu_dir()
+
+    workdir = None
+    if options.region_path is not None:
+        region_path = os.path.abspath(options.region_path)
+    else:
+        workdir = tempfile.mkdtemp(prefix="run-", dir=runtime_base())
+        region_path = os.path.join(workdir, "region")
+    try:
+        with Region.create(region_path, options.limits.memory_per_device(),
+                           options.limits.cores_per_device()) as region:
+            env = child_environment(environ, options.limits, region_path, options.simulate)
+            return _run_child(options.command, env, region)
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)

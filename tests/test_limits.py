@@ -1,0 +1,117 @@
+"""The limit parser as Python sees it: the one C parser through cffi."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vgpulimit.limits import (
+    LimitError,
+    MemoryLimit,
+    cores_forms,
+    format_bytes,
+    memory_forms,
+    parse_cores,
+    parse_memory,
+)
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "text, limit_bytes, described",
+    [
+        ("1GiB", GiB, "1 GiB"),
+        ("4Gi", 4 * GiB, "4 GiB"),
+        ("3000m", 3000 * MiB, "3000 MiB"),  # HAMi: m is MiB
+        ("512Mi", 512 * MiB, "512 MiB"),
+        ("4G", 4_000_000_000, "3.7 GiB"),   # decimal units are decimal
+        ("1073741824", GiB, "1 GiB"),
+        (" 2GiB ", 2 * GiB, "2 GiB"),
+    ],
+)
+def test_sizes(text, limit_bytes, described):
+    limit = parse_memory(text)
+    assert limit == MemoryLimit(bytes=limit_bytes, ppm=0)
+    assert limit.describe() == described
+
+
+@pytest.mark.parametrize(
+    "text, ppm, described",
+    [
+        ("50%", 500_000, "50% of the device"),
+        ("0.2", 200_000, "20% of the device"),   # Run:ai --gpu 0.2
+        ("12.5%", 125_000, "12.5% of the device"),
+        ("1.0", 1_000_000, "100% of the device"),
+    ],
+)
+def test_shares(text, ppm, described):
+    limit = parse_memory(text)
+    assert limit == MemoryLimit(bytes=0, ppm=ppm)
+    assert limit.describe() == described
+
+
+@pytest.mark.parametrize("text", ["lots", "8GBx", "1.5g?", "", "   ", "-1GiB", "GiB", "1 GiB"])
+def test_rejects_what_is_not_a_size(text):
+    with pytest.raises(LimitError) as info:
+        parse_memory(text)
+    assert str(info.value).startswith(f"--memory: {text!r} is not a valid value; accepted forms: ")
+
+
+@pytest.mark.parametrize("text", ["0", "0%", "101%", "1.5", "99999999999999999999999"])
+def test_rejects_what_is_out_of_range(text):
+    with pytest.raises(LimitError, match="out of range"):
+        parse_memory(text)
+
+
+def test_error_names_the_source_and_shows_the_forms_from_c():
+    with pytest.raises(ValueError) as info:
+        parse_memory("lots", source="VGPULIMIT_MEMORY_1")
+    message = str(info.value)
+    assert message.startswith("VGPULIMIT_MEMORY_1: 'lots' is not a valid value")
+    assert message.endswith(memory_forms())
+    assert "3000m" in memory_forms() and "50%" in memory_forms()
+    assert "\n" not in message
+
+
+def test_nul_in_text_is_not_silently_cut():
+    with pytest.raises(LimitError):
+        parse_memory("1GiB\0junk")
+
+
+@pytest.mark.parametrize("text, pct", [("30", 30), ("30%", 30), ("1", 1), ("100%", 100)])
+def test_cores(text, pct):
+    assert parse_cores(text) == pct
+
+
+@pytest.mark.parametrize("text", ["0", "101", "abc", "30.5", "", "1000%"])
+def test_cores_rejects(text):
+    with pytest.raises(LimitError) as info:
+        parse_cores(text, source="VGPULIMIT_CORES")
+    assert str(info.value).startswith(f"VGPULIMIT_CORES: {text!r} is ")
+    assert str(info.value).endswith(cores_forms())
+
+
+def test_cap_bytes_resolves_against_the_device():
+    assert parse_memory("50%").cap_bytes(16 * GiB) == 8 * GiB
+    assert parse_memory("4GiB").cap_bytes(16 * GiB) == 4 * GiB
+    assert parse_memory("4GiB").cap_bytes(2 * GiB) == 2 * GiB   # never above the device
+
+
+@given(st.integers(min_value=1, max_value=2**62))
+def test_any_byte_count_parses_to_itself(count):
+    assert parse_memory(str(count)) == MemoryLimit(bytes=count, ppm=0)
+
+
+@given(st.integers(min_value=1, max_value=100))
+def test_any_percentage_is_a_share(pct):
+    assert parse_memory(f"{pct}%").ppm == pct * 10_000
+    assert parse_cores(f"{pct}%") == pct
+
+
+@pytest.mark.parametrize(
+    "count, text",
+    [(0, "0 B"), (512, "512 B"), (1536 * MiB, "1536 MiB"), (GiB + 1, "1.0 GiB"), (2**40, "1 TiB")],
+)
+def test_format_bytes(count, text):
+    assert format_bytes(count) == text
