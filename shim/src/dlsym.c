@@ -17,7 +17,7 @@
 /* Called by the assembly stub.  NULL: forward to the real dlsym. */
 __attribute__((visibility("hidden"))) void *vgl_dlsym_intercept(void *handle, const char *name);
 
-void *vgl_dlsym_intercept(void *handle, const char *name)
+VGL_NO_SANITIZE void *vgl_dlsym_intercept(void *handle, const char *name)
 {
     if (VGL_UNLIKELY(!vgl_real_dlsym))
         vgl_resolve_real_dlsym();

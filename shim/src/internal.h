@@ -14,6 +14,10 @@
 
 #define VGL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define VGL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* For code that runs inside dlsym: a sanitizer's runtime looks its
+ * interceptors up with dlsym before its shadow memory exists, so in a
+ * sanitizer build of the shim that code must not be instrumented. */
+#define VGL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 
 /* log.c */
 enum vgl_log_level { VGL_LOG_ERROR, VGL_LOG_WARN, VGL_LOG_INFO, VGL_LOG_DEBUG };
@@ -72,7 +76,7 @@ bool vgl_attach(void);
 
 /* real_driver.c — the real libcuda / libnvidia-ml, resolved once. */
 extern void *(*vgl_real_dlsym)(void *handle, const char *name);
-void vgl_resolve_real_dlsym(void);
+VGL_NO_SANITIZE void vgl_resolve_real_dlsym(void);
 /* Resolves every real pointer of a library's hooks; false if it is absent. */
 bool vgl_resolve_cuda(void);
 bool vgl_resolve_nvml(void);

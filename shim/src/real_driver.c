@@ -17,7 +17,7 @@ static void *no_dlsym(void *handle, const char *name)
     return NULL;
 }
 
-void vgl_resolve_real_dlsym(void)
+VGL_NO_SANITIZE void vgl_resolve_real_dlsym(void)
 {
     /* dlvsym is not ours, so RTLD_NEXT from here is the C library.  2.34
      * moved dlsym into libc; older glibc has only the original version. */

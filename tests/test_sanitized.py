@@ -1,0 +1,88 @@
+"""The shim and the simulated driver built with AddressSanitizer and UBSan
+(meson's b_sanitize), driven by the C clients: every look-up path, a cap, no
+limit, a bad limit, NULL arguments and RTLD_NEXT interposers, with no report
+from either sanitizer."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import C_DIR, MiB, ROOT, base_env, compile_c, run
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("meson") is None or shutil.which("ninja") is None,
+    reason="meson and ninja are needed to build the sanitized tree (pip install meson ninja)")
+
+SANITIZERS_SAID = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+@pytest.fixture(scope="module")
+def sanitized(tmp_path_factory) -> dict[str, Path]:
+    build = tmp_path_factory.mktemp("asan-build")
+    for cmd in (["meson", "setup", str(build), str(ROOT), "-Db_sanitize=address,undefined",
+                 "-Dbuildtype=debug"], ["ninja", "-C", str(build)]):
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    bin_dir = build / "clients"
+    bin_dir.mkdir()
+    (bin_dir / "libcuda.so").symlink_to(build / "simgpu" / "libcuda.so.1")
+    compile_c(bin_dir / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{bin_dir}", "-lcuda", "-ldl")
+    compile_c(bin_dir / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{bin_dir}", "-lcuda")
+    compile_c(bin_dir / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
+    compile_c(bin_dir / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
+    compile_c(bin_dir / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
+              f"-L{bin_dir}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl",
+              f"-Wl,-rpath,{bin_dir}")
+    runtimes = [subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+                for name in ("libasan.so", "libubsan.so")]
+    return {"build": build, "bin": bin_dir, "preload": " ".join(runtimes)}
+
+
+def sanitized_run(sanitized, tmp_path, cmd, shim=True, **env):
+    # The sanitizer runtimes must be loaded first, before the shim.
+    preload = sanitized["preload"]
+    if shim:
+        preload += f" {sanitized['build'] / 'shim' / 'libvgpulimit.so'}"
+    environment = base_env(
+        LD_PRELOAD=preload, LD_LIBRARY_PATH=str(sanitized["build"] / "simgpu"),
+        SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+        ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1", **env)
+    result = run(cmd, environment, check=False)
+    said = [line for line in result.stderr.splitlines() if line.startswith(SANITIZERS_SAID)]
+    assert not said, result.stderr
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.parametrize("mode", ["link", "procaddr", "procaddr-ptds", "dlsym"])
+def test_a_cap_on_every_path(sanitized, tmp_path, mode):
+    result = sanitized_run(sanitized, tmp_path,
+                           [sanitized["bin"] / "alloc_client", mode, str(256 * MiB), "5"],
+                           VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+    assert "alloc 3 0\nalloc 4 2\n" in result.stdout
+    assert "realloc 0" in result.stdout
+
+
+def test_no_limit_bad_limit_and_null_arguments(sanitized, tmp_path):
+    client = sanitized["bin"] / "alloc_client"
+    assert "alloc 1 0" in sanitized_run(sanitized, tmp_path, [client, "dlsym", str(MiB), "2"]).stdout
+    bad = sanitized_run(sanitized, tmp_path, [client, "link", str(MiB), "2"], VGPULIMIT_MEMORY="8GBs")
+    assert "alloc 1 2" in bad.stdout and "VGPULIMIT_MEMORY" in bad.stderr
+    sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "meminfo_null"],
+                  VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+
+
+def test_rtld_next(sanitized, tmp_path):
+    # The sanitizer's own malloc comes first here, so compare with a run
+    # that has the sanitizer runtimes and no shim.
+    program = [sanitized["bin"] / "rtld_next_main"]
+    expected = sanitized_run(sanitized, tmp_path, program, shim=False).stdout
+    result = sanitized_run(sanitized, tmp_path, program, VGPULIMIT_MEMORY="1GiB",
+                           VGPULIMIT_REGION=str(tmp_path / "region"))
+    assert result.stdout == expected
+    assert result.stdout.startswith("whoami 101\n")
