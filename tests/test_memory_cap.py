@@ -151,3 +151,54 @@ def test_rtld_next_lookups_behave_as_without_the_shim(cbin, shim_path):
     for extra in ({}, {"VGPULIMIT_MEMORY": "1GiB"}):
         env = base_env(LD_PRELOAD=str(shim_path), **extra)
         assert run([cbin / "rtld_next_main"], env, timeout=30).stdout == expected
+
+
+def test_a_cap_changed_live_applies_to_the_next_allocation(sim_env, tmp_path):
+    """`vgpulimit set` lowers and raises the cap of a running container; lowering
+    below usage frees nothing and refuses new allocations until usage falls."""
+    region = tmp_path / "region"
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    client = f"""
+import json, os, sys, time
+from cuda.bindings import driver as cu
+def wait_for(name):
+    while not os.path.exists(os.path.join({str(steps)!r}, name)):
+        time.sleep(0.01)
+def say(**what):
+    print(json.dumps(what), flush=True)
+cu.cuInit(0)
+ctx = cu.cuDevicePrimaryCtxRetain(cu.cuDeviceGet(0)[1])[1]
+cu.cuCtxSetCurrent(ctx)
+held = [cu.cuMemAlloc({768 * MiB})[1]]
+say(step="held", info=[int(x) for x in cu.cuMemGetInfo()[1:]])
+wait_for("lowered")
+err, _ = cu.cuMemAlloc({64 * MiB})
+say(step="lowered", alloc=int(err), info=[int(x) for x in cu.cuMemGetInfo()[1:]])
+cu.cuMemFree(held.pop())
+err, ptr = cu.cuMemAlloc({256 * MiB})
+say(step="freed", alloc=int(err))
+wait_for("raised")
+err, _ = cu.cuMemAlloc({1536 * MiB})
+say(step="raised", alloc=int(err), info=[int(x) for x in cu.cuMemGetInfo()[1:]])
+"""
+    proc = subprocess.Popen(list(map(str, vgpulimit_cmd(
+        "run", "--simulate", "--memory", "1GiB", "--region", region, "--",
+        sys.executable, "-c", client))), env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline()) == {"step": "held", "info": [256 * MiB, 1 * GiB]}
+        run(vgpulimit_cmd("set", "--memory", "512MiB", "--region", region), sim_env)
+        (steps / "lowered").touch()
+        lowered = json.loads(proc.stdout.readline())
+        # 768 MiB in use under a 512 MiB cap: nothing more, and nothing wraps below zero.
+        assert lowered == {"step": "lowered", "alloc": 2, "info": [0, 512 * MiB]}
+        assert json.loads(proc.stdout.readline()) == {"step": "freed", "alloc": 0}
+        run(vgpulimit_cmd("set", "--memory", "2GiB", "--region", region), sim_env)
+        (steps / "raised").touch()
+        raised = json.loads(proc.stdout.readline())
+        assert raised == {"step": "raised", "alloc": 0, "info": [256 * MiB, 2 * GiB]}
+    finally:
+        for name in ("lowered", "raised"):
+            (steps / name).touch()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0

@@ -57,6 +57,18 @@ def _build_parser() -> argparse.ArgumentParser:
     status.add_argument("--region", metavar="PATH",
                         help="the region file (default: $VGPULIMIT_REGION)")
 
+    set_ = commands.add_parser(
+        "set", help="change the limits of a running container",
+        description="Change the limits in a region file; its processes apply them to their next "
+                    "allocation.  Lowering a cap below what is in use frees nothing: new "
+                    "allocations are refused until usage falls under it.")
+    set_.add_argument("--memory", metavar="SIZE",
+                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
+    set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
+                      help="memory cap for device I (overrides --memory; repeatable)")
+    set_.add_argument("--region", metavar="PATH",
+                      help="the region file (default: $VGPULIMIT_REGION)")
+
     commands.add_parser("libpath", help="print the path of libvgpulimit.so (for LD_PRELOAD)")
     commands.add_parser("simgpu-path",
                         help="print the directory of the simulated driver (for LD_LIBRARY_PATH)")
@@ -77,16 +89,45 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return supervisor.run(options)
 
 
+def _region_path(args: argparse.Namespace) -> str:
+    path = args.region or os.environ.get("VGPULIMIT_REGION")
+    if not path:
+        raise _NoRegion("no region: give --region PATH or set VGPULIMIT_REGION")
+    return path
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from vgpulimit import status
     from vgpulimit.region import Region
 
-    path = args.region or os.environ.get("VGPULIMIT_REGION")
-    if not path:
-        raise _NoRegion("no region: give --region PATH or set VGPULIMIT_REGION")
-    with Region.open(path) as region:
+    with Region.open(_region_path(args)) as region:
         snap = region.snapshot()
     sys.stdout.write(status.render_json(snap) if args.json else status.render_text(snap))
+    return 0
+
+
+def _cmd_set(args: argparse.Namespace) -> int:
+    from vgpulimit.limits import parse_memory
+    from vgpulimit.region import Region
+    from vgpulimit.supervisor import parse_device_items
+
+    def memory(text: str, source: str):
+        return None if text.strip().lower() == "none" else parse_memory(text, source)
+
+    per_device = parse_device_items(args.memory_device, "--memory-device")
+    if args.memory is None and not per_device:
+        raise UsageError("set: nothing to change (give --memory or --memory-device)")
+    everywhere = memory(args.memory, "--memory") if args.memory is not None else None
+    with Region.open(_region_path(args)) as region:
+        current = {d.index: d for d in region.snapshot(all_devices=True).devices}
+        for index, device in current.items():
+            if index in per_device:
+                limit = memory(per_device[index], f"--memory-device {index}")
+            elif args.memory is not None:
+                limit = everywhere
+            else:
+                continue
+            region.set_limits(index, limit, device.cores_pct)
     return 0
 
 
@@ -111,6 +152,7 @@ class _NoRegion(LookupError):
 _COMMANDS = {
     "run": _cmd_run,
     "status": _cmd_status,
+    "set": _cmd_set,
     "libpath": _cmd_libpath,
     "simgpu-path": _cmd_simgpu_path,
 }

@@ -206,16 +206,18 @@ class Region:
 
     # -- reader --------------------------------------------------------------
 
-    def snapshot(self) -> RegionSnapshot:
+    def snapshot(self, all_devices: bool = False) -> RegionSnapshot:
         """The region as it is now.  Read without the region's locks: each
-        number is current, the set of them may be a moment apart."""
+        number is current, the set of them may be a moment apart.  Devices
+        with no limit that no process has seen are left out unless
+        ``all_devices``."""
         region = self._mapped
         devices = []
         for index in range(MAX_DEVICES):
             dev = region.devices[index]
             limit = MemoryLimit._from_cdata(dev.limit)
             total_bytes = int(dev.total_bytes)
-            if total_bytes == 0 and limit is None:
+            if total_bytes == 0 and limit is None and not all_devices:
                 continue
             devices.append(
                 DeviceSnapshot(

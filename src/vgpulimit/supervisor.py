@@ -104,6 +104,21 @@ def _device_index(text: str, source: str) -> int:
     return int(text)
 
 
+def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> dict[int, str]:
+    """``I=<what>`` flags as {device index: value text}; each device at most once."""
+    values: dict[int, str] = {}
+    for item in items:
+        index_text, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"{flag}: {item!r} is not I={what} "
+                             f"(a device index 0-{MAX_DEVICES - 1}, '=', a {what.lower()})")
+        index = _device_index(index_text.strip(), flag)
+        if index in values:
+            raise UsageError(f"{flag}: device {index} is given twice")
+        values[index] = value
+    return values
+
+
 def resolve_limits(
     memory: str | None,
     memory_device: Sequence[str],
@@ -132,16 +147,7 @@ def resolve_limits(
                  if CORES_VAR in environ else None)
 
     memory_dev = dict(env_device[MEMORY_VAR])
-    flagged: set[int] = set()
-    for item in memory_device:
-        index_text, sep, size = item.partition("=")
-        if not sep:
-            raise UsageError(f"--memory-device: {item!r} is not I=SIZE "
-                             f"(a device index 0-{MAX_DEVICES - 1}, '=', a size)")
-        index = _device_index(index_text.strip(), "--memory-device")
-        if index in flagged:
-            raise UsageError(f"--memory-device: device {index} is given twice")
-        flagged.add(index)
+    for index, size in parse_device_items(memory_device, "--memory-device").items():
         memory_dev[index] = _setting(MEMORY_VAR, size, f"--memory-device {index}")
 
     return Limits(memory=memory_all, memory_device=memory_dev,

@@ -29,6 +29,8 @@ int main(void)
     PIN(offsetof(struct vgl_device_state, total_bytes), 88);
     PIN(offsetof(struct vgl_device_state, used_bytes), 96);
     PIN(offsetof(struct vgl_device_state, oom_refusals), 104);
+    PIN(offsetof(struct vgl_device_state, throttled_ns), 112);
+    PIN(offsetof(struct vgl_device_state, busy_ns), 120);
     PIN(sizeof(struct vgl_slot), 168);
     PIN(offsetof(struct vgl_slot, pid), 4);
     PIN(offsetof(struct vgl_slot, host_pid), 8);

@@ -40,7 +40,10 @@ struct vgl_device_state {
     uint64_t total_bytes;        /* device memory as the driver reports it; 0 until seen */
     uint64_t used_bytes;         /* = the sum of the live slots' used_bytes[this device] */
     uint64_t oom_refusals;       /* allocations refused at the cap */
-    uint64_t reserved[8];
+    uint64_t throttled_ns;       /* time the container's launches waited for compute budget */
+    uint64_t busy_ns;            /* GPU time the container's kernels took, as measured; views
+                                    divide its growth by wall time for the achieved share */
+    uint64_t reserved[6];        /* the compute controller's state */
 };
 
 /* A process's place in the region.  Slots never move once claimed, so a
