@@ -2,10 +2,11 @@
 through dlopen + dlsym("cuGetProcAddress_v2")): allocates BLOCK bytes COUNT
 times, frees one and allocates once more, and prints what it saw as JSON.
 
-    python cuda_fill.py BLOCK COUNT [--hold FILE]
+    python cuda_fill.py BLOCK COUNT [--hold FILE] [--start FILE]
 
 With --hold, it keeps its memory until FILE exists (for tests that run several
-clients at once)."""
+clients at once). With --start, it sets up its context, prints {"ready": PID}
+and waits until FILE exists before it allocates (for clients that race)."""
 
 import json
 import os
@@ -22,9 +23,15 @@ def check(result):
     return values[0] if len(values) == 1 else values
 
 
+def wait_for(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
 def main():
     block, count = int(sys.argv[1]), int(sys.argv[2])
-    hold = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--hold" else None
+    options = dict(zip(sys.argv[3::2], sys.argv[4::2]))
+    hold, start = options.get("--hold"), options.get("--start")
     check(cu.cuInit(0))
     device = check(cu.cuDeviceGet(0))
     context = check(cu.cuDevicePrimaryCtxRetain(device))
@@ -32,6 +39,9 @@ def main():
     report = {"pid": os.getpid(), "total_mem": int(check(cu.cuDeviceTotalMem(device)))}
     free, total = check(cu.cuMemGetInfo())
     report["before"] = {"free": int(free), "total": int(total)}
+    if start:
+        print(json.dumps({"ready": os.getpid()}), flush=True)
+        wait_for(start)
     held, results = [], []
     for _ in range(count):
         err, ptr = cu.cuMemAlloc(block)
@@ -43,8 +53,7 @@ def main():
     report["after"] = {"free": int(free), "total": int(total)}
     if hold:
         print(json.dumps(report), flush=True)
-        while not os.path.exists(hold):
-            time.sleep(0.01)
+        wait_for(hold)
         return
     if held:
         report["free"] = cu.cuGetErrorName(cu.cuMemFree(held.pop())[0])[1].decode()

@@ -1,0 +1,112 @@
+"""simgpu's libnvidia-ml.so.1 through pynvml (nvidia-ml-py), as nvidia-smi,
+nvitop or a scheduler reads it: the same devices as the driver shows, and the
+memory and processes of every other process on the simulated GPU, which a
+kill -9 takes away. Each test has a simulated GPU of its own."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import TESTS, GiB, run
+
+CLIENTS = TESTS / "clients"
+
+
+def client(env, name: str) -> dict:
+    return json.loads(run([sys.executable, CLIENTS / name], env, timeout=60).stdout)
+
+
+@pytest.fixture
+def holder(sim_env, tmp_path):
+    """Another process, holding 1 GiB through cuda-bindings: its report and the process."""
+    proc = subprocess.Popen([sys.executable, str(CLIENTS / "cuda_fill.py"), str(1 * GiB), "1",
+                             "--hold", str(tmp_path / "never")],
+                            env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, f"cuda_fill.py exited {proc.wait(timeout=30)} before reporting"
+        report = json.loads(line)
+        assert report["allocs"] == ["CUDA_SUCCESS"]
+        yield report, proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def kill_9(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
+def nvml_uuid(hex_bytes: str) -> str:
+    """cuDeviceGetUuid's 16 bytes as NVML writes them."""
+    h = hex_bytes
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def test_nvml_shows_the_device_the_driver_shows(sim_env):
+    seen = client(sim_env, "devices.py")
+    nvml, cuda = seen["nvml"], seen["cuda"]
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?", nvml["driver_version"])
+    assert nvml["cuda_driver_version"] == cuda["driver_version"] == 13000
+    assert len(nvml["devices"]) == len(cuda["devices"]) == 1
+    device, cuda_device = nvml["devices"][0], cuda["devices"][0]
+    assert device["name"] == cuda_device["name"] and device["name"].startswith("NVIDIA ")
+    assert device["uuid"] == nvml_uuid(cuda_device["uuid"])
+    assert device["index_by_uuid"] == 0
+    assert device["total"] == cuda_device["total"] == 16 * GiB
+    assert device["utilization"] == [0, 0]  # nothing has run on this GPU
+    assert nvml["after_shutdown"] == "NVMLError_Uninitialized"
+
+
+def test_memory_info_v1_and_v2_count_what_another_process_holds(sim_env, holder):
+    _, proc = holder
+    seen = client(sim_env, "nvml_memory.py")
+    assert seen["v1"] == seen["v2"]
+    assert seen["v1"]["total"] == 16 * GiB
+    assert seen["v1"]["used"] == 1 * GiB
+    assert seen["v1"]["free"] + seen["v1"]["used"] == seen["v1"]["total"]
+    kill_9(proc)
+    after = client(sim_env, "nvml_memory.py")
+    assert after["v1"] == after["v2"] == {"total": 16 * GiB, "free": 16 * GiB, "used": 0}
+
+
+def test_running_processes_list_another_process_with_its_bytes_until_killed(sim_env, holder):
+    report, proc = holder
+    pid = str(report["pid"])
+    seen = client(sim_env, "nvml_processes.py")
+    assert seen["compute"] == seen["compute_v2"] == {pid: 1 * GiB}  # not the reader: no context
+    assert seen["gpu_instance_ids"] == [0xFFFFFFFF]  # not a MIG instance
+    assert seen["graphics"] == []
+    assert seen["used"] == 1 * GiB
+    kill_9(proc)
+    after = client(sim_env, "nvml_processes.py")
+    assert after["compute"] == after["compute_v2"] == {}
+    assert after["used"] == 0
+
+
+def test_two_devices_with_distinct_uuids(sim_env):
+    seen = client(sim_env | {"SIMGPU_DEVICES": "2", "SIMGPU_MEMORY": "3GiB"}, "devices.py")
+    cuda, nvml = seen["cuda"]["devices"], seen["nvml"]["devices"]
+    assert len(cuda) == len(nvml) == 2
+    assert [d["total"] for d in cuda] == [d["total"] for d in nvml] == [3 * GiB] * 2
+    assert cuda[0]["uuid"] != cuda[1]["uuid"]
+    assert [d["uuid"] for d in nvml] == [nvml_uuid(d["uuid"]) for d in cuda]
+    assert [d["index_by_uuid"] for d in nvml] == [0, 1]
+    assert seen["cuda"]["device_past_the_end"] == "CUDA_ERROR_INVALID_DEVICE"
+
+
+@pytest.mark.parametrize("variable, value", [("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_DEVICES", "17")])
+def test_nvml_init_fails_cleanly_on_a_bad_configuration(sim_env, variable, value):
+    code = ("import pynvml\ntry:\n    pynvml.nvmlInit()\n    print('initialised')\n"
+            "except pynvml.NVMLError as e:\n    print(type(e).__name__)")
+    result = run([sys.executable, "-c", code], sim_env | {variable: value}, timeout=60)
+    assert result.stdout.strip() == "NVMLError_Unknown"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and variable in lines[0] and value in lines[0], result.stderr
