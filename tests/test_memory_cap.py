@@ -202,3 +202,35 @@ say(step="raised", alloc=int(err), info=[int(x) for x in cu.cuMemGetInfo()[1:]])
             (steps / name).touch()
         proc.wait(timeout=60)
     assert proc.returncode == 0
+
+
+HAMI_CASES = {
+    "all devices": {"CUDA_DEVICE_MEMORY_LIMIT": "1024m"},
+    "device 0": {"CUDA_DEVICE_MEMORY_LIMIT_0": "1024m"},
+    "bytes": {"CUDA_DEVICE_MEMORY_LIMIT": "1073741824"},
+}
+
+
+@pytest.mark.parametrize("hami", HAMI_CASES.values(), ids=HAMI_CASES.keys())
+def test_hami_core_variables_work_unchanged(sim_env, cbin, shim_path, tmp_path, hami):
+    """A container set up by HAMi's device plugin (its variables only, its shared
+    cache path) gets the same cap as one set up with vgpulimit's variables."""
+    client = [cbin / "alloc_client", "dlsym", str(256 * MiB), "5"]
+    ours = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB",
+                            VGPULIMIT_REGION=str(tmp_path / "ours")))
+    theirs = run(client, dict(sim_env, LD_PRELOAD=str(shim_path),
+                              CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "vgpu.cache"), **hami))
+    assert theirs.stdout == ours.stdout
+    assert "alloc 4 2" in theirs.stdout
+    assert (tmp_path / "vgpu.cache").exists()  # HAMi's cache path carries our region
+
+
+def test_hami_zero_means_no_limit_and_ours_win(sim_env, cbin, shim_path, tmp_path):
+    client = [cbin / "alloc_client", "dlsym", str(256 * MiB), "5"]
+    unlimited = run(client, sim_env).stdout
+    zero = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="0",
+                            CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "zero.cache")))
+    assert zero.stdout == unlimited  # HAMi-core reads 0 as "no limit"; so do we, for its variable
+    both = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="256m",
+                            VGPULIMIT_MEMORY="512MiB", VGPULIMIT_REGION=str(tmp_path / "both")))
+    assert "alloc 1 0\nalloc 2 2" in both.stdout  # VGPULIMIT_MEMORY, not HAMi's 256m

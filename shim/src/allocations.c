@@ -1,104 +1,126 @@
-/* This process's device allocations: pointer → (device, bytes charged), so a
- * free returns exactly what its allocation took.  Open addressing with
- * backward-shift deletion; a pointer we do not know is simply not found. */
+/* This process's live device allocations, so that a free, release, destroy or
+ * trim returns exactly what was charged.  One table per kind of handle
+ * (pointers, VMM handles, arrays, pools): their values may coincide.  Open
+ * addressing with backward-shift deletion; a key we do not know is simply
+ * not found. */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "internal.h"
 
 struct entry {
-    uint64_t ptr; /* 0: empty */
+    uint64_t key; /* 0: empty (no kind of handle is 0) */
     uint64_t bytes;
     int32_t device;
 };
 
+struct table {
+    struct entry *entries;
+    size_t capacity; /* a power of two */
+    size_t count;
+};
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct entry *table;
-static size_t capacity; /* a power of two */
-static size_t count;
+static struct table tables[VGL_ALLOC_KINDS];
 
-static size_t slot_of(uint64_t ptr)
+static size_t home_of(const struct table *t, uint64_t key)
 {
-    /* Device pointers are aligned: mix the bits before masking. */
-    ptr ^= ptr >> 33;
-    ptr *= 0xff51afd7ed558ccdULL;
-    ptr ^= ptr >> 33;
-    return (size_t)ptr & (capacity - 1);
+    /* Handles are aligned pointers: mix the bits before masking. */
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t)key & (t->capacity - 1);
 }
 
-static void put(struct entry e)
+static size_t slot_of(const struct table *t, uint64_t key)
 {
-    size_t i = slot_of(e.ptr);
-    while (table[i].ptr && table[i].ptr != e.ptr)
-        i = (i + 1) & (capacity - 1);
-    if (!table[i].ptr)
-        count++;
-    table[i] = e;
+    size_t i = home_of(t, key);
+    while (t->entries[i].key && t->entries[i].key != key)
+        i = (i + 1) & (t->capacity - 1);
+    return i;
 }
 
-static bool grow(void)
+static void put(struct table *t, struct entry e)
 {
-    struct entry *old = table;
-    size_t old_capacity = capacity;
-    size_t new_capacity = capacity ? capacity * 2 : 256;
-    struct entry *fresh = calloc(new_capacity, sizeof *fresh);
+    size_t i = slot_of(t, e.key);
+    if (!t->entries[i].key)
+        t->count++;
+    t->entries[i] = e;
+}
+
+static bool grow(struct table *t)
+{
+    struct table old = *t;
+    size_t capacity = old.capacity ? old.capacity * 2 : 256;
+    struct entry *fresh = calloc(capacity, sizeof *fresh);
     if (!fresh)
         return false;
-    table = fresh;
-    capacity = new_capacity;
-    count = 0;
-    for (size_t i = 0; i < old_capacity; i++)
-        if (old[i].ptr)
-            put(old[i]);
-    free(old);
+    *t = (struct table){fresh, capacity, 0};
+    for (size_t i = 0; i < old.capacity; i++)
+        if (old.entries[i].key)
+            put(t, old.entries[i]);
+    free(old.entries);
     return true;
 }
 
-bool vgl_allocations_add(uint64_t ptr, int32_t device, uint64_t bytes)
+bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes)
 {
+    struct table *t = &tables[kind];
     pthread_mutex_lock(&lock);
-    bool ok = (count + 1) * 2 <= capacity || grow();
+    bool ok = (t->count + 1) * 2 <= t->capacity || grow(t);
     if (ok)
-        put((struct entry){ptr, bytes, device});
+        put(t, (struct entry){key, bytes, device});
     pthread_mutex_unlock(&lock);
     return ok;
 }
 
-bool vgl_allocations_take(uint64_t ptr, int32_t *device, uint64_t *bytes)
+static bool lookup(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes,
+                   bool remove)
 {
+    struct table *t = &tables[kind];
     bool found = false;
     pthread_mutex_lock(&lock);
-    if (capacity) {
-        size_t i = slot_of(ptr);
-        while (table[i].ptr && table[i].ptr != ptr)
-            i = (i + 1) & (capacity - 1);
-        if (table[i].ptr) {
+    if (t->capacity && key) {
+        size_t i = slot_of(t, key);
+        if (t->entries[i].key) {
             found = true;
-            *device = table[i].device;
-            *bytes = table[i].bytes;
-            /* Backward-shift: move later members of the run into the hole. */
-            size_t hole = i;
-            for (size_t j = (i + 1) & (capacity - 1); table[j].ptr; j = (j + 1) & (capacity - 1)) {
-                size_t home = slot_of(table[j].ptr);
+            *device = t->entries[i].device;
+            *bytes = t->entries[i].bytes;
+        }
+        if (found && remove) {
+            /* Backward shift: move later members of the run into the hole. */
+            size_t hole = i, mask = t->capacity - 1;
+            for (size_t j = (i + 1) & mask; t->entries[j].key; j = (j + 1) & mask) {
+                size_t home = home_of(t, t->entries[j].key);
                 bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
                 if (movable) {
-                    table[hole] = table[j];
+                    t->entries[hole] = t->entries[j];
                     hole = j;
                 }
             }
-            table[hole] = (struct entry){0};
-            count--;
+            t->entries[hole] = (struct entry){0};
+            t->count--;
         }
     }
     pthread_mutex_unlock(&lock);
     return found;
 }
 
+bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes)
+{
+    return lookup(kind, key, device, bytes, false);
+}
+
+bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes)
+{
+    return lookup(kind, key, device, bytes, true);
+}
+
 void vgl_allocations_forget(void)
 {
     pthread_mutex_init(&lock, NULL);
-    free(table);
-    table = NULL;
-    capacity = 0;
-    count = 0;
+    for (int kind = 0; kind < VGL_ALLOC_KINDS; kind++) {
+        free(tables[kind].entries);
+        tables[kind] = (struct table){0};
+    }
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,13 +104,77 @@ static void default_region_path(void)
         snprintf(out, len, "/tmp/vgpulimit-%u/region", (unsigned)getuid());
 }
 
+static void read_region(const char *name, const char *value)
+{
+    if (value[0] != '/' || strlen(value) >= sizeof vgl_config.region_path) {
+        vgl_config.broken = true;
+        vgl_log(VGL_LOG_ERROR, "%s=\"%s\" must be an absolute path to a region file; device "
+                               "memory allocations are refused", name, value);
+        return;
+    }
+    strcpy(vgl_config.region_path, value);
+}
+
+/* HAMi-core's variables, as HAMi's device plugin sets them, so that vgpulimit
+ * drops in where libvgpu.so was: each is honoured where our own variable for
+ * the same setting is absent.  Where HAMi-core reads a value differently
+ * (a 0 meaning "no limit", its log levels), we read it as HAMi-core does. */
+static const char HAMI_MEMORY[] = "CUDA_DEVICE_MEMORY_LIMIT";
+static const char HAMI_CORES[] = "CUDA_DEVICE_SM_LIMIT";
+static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
+
+static void set_hami_log_level(const char *value)
+{
+    /* HAMi-core: 0 errors only, 1 warnings, 2 info, 3 and up debug. */
+    if (value[0] >= '0' && value[0] <= '9')
+        vgl_log_level = value[0] - '0' < VGL_LOG_DEBUG ? value[0] - '0' : VGL_LOG_DEBUG;
+}
+
+static void load_hami(bool have_memory, bool have_cores, bool have_region)
+{
+    const char *policy = getenv(HAMI_POLICY);
+    /* HAMi-core's DISABLE turns its compute limit off; FORCE and DEFAULT both
+     * mean a hard cap here (HAMi-core's DEFAULT skips limiting a container
+     * that is alone on the GPU, which we never do). */
+    bool cores_disabled = policy && strcasecmp(policy, "DISABLE") == 0;
+    for (char **env = environ; env && *env; env++) {
+        const char *entry = *env, *eq = strchr(entry, '=');
+        if (!eq || strncmp(entry, "CUDA_DEVICE_", 12) != 0)
+            continue;
+        size_t name_len = (size_t)(eq - entry);
+        const char *value = eq + 1;
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)name_len, entry);
+        bool zero = strcmp(value, "0") == 0; /* HAMi-core: no limit */
+        int device;
+        if ((device = device_suffix(name, name_len, HAMI_MEMORY)) != -2) {
+            if (!have_memory && !zero && value[0])
+                read_memory(name, device, value);
+        } else if ((device = device_suffix(name, name_len, HAMI_CORES)) != -2) {
+            if (!have_cores && !cores_disabled && !zero && value[0])
+                read_cores(name, device, value);
+        } else if (strcmp(name, HAMI_REGION) == 0) {
+            if (!have_region && value[0])
+                read_region(name, value);
+        } else {
+            continue;
+        }
+        vgl_config.enabled = true;
+    }
+}
+
 void vgl_config_load(void)
 {
-    /* VGPULIMIT_LOG first, so that what follows is logged at the asked level. */
+    /* The log level first, so that what follows is logged at the asked level. */
     const char *log = getenv("VGPULIMIT_LOG");
+    const char *hami_log = getenv("LIBCUDA_LOG_LEVEL");
     if (log)
         set_log_level(log);
+    else if (hami_log)
+        set_hami_log_level(hami_log);
 
+    bool have_memory = false, have_cores = false, have_region = false;
     for (char **env = environ; env && *env; env++) {
         const char *entry = *env;
         if (strncmp(entry, PREFIX, sizeof PREFIX - 1) != 0)
@@ -124,16 +189,13 @@ void vgl_config_load(void)
         int device;
         if ((device = device_suffix(name, name_len, "VGPULIMIT_MEMORY")) != -2) {
             read_memory(name, device, value);
+            have_memory = true;
         } else if ((device = device_suffix(name, name_len, "VGPULIMIT_CORES")) != -2) {
             read_cores(name, device, value);
+            have_cores = true;
         } else if (strcmp(name, "VGPULIMIT_REGION") == 0) {
-            if (value[0] != '/' || strlen(value) >= sizeof vgl_config.region_path) {
-                vgl_config.broken = true;
-                vgl_log(VGL_LOG_ERROR, "VGPULIMIT_REGION=\"%s\" must be an absolute path to a "
-                                       "region file; device memory allocations are refused", value);
-            } else {
-                strcpy(vgl_config.region_path, value);
-            }
+            read_region(name, value);
+            have_region = true;
         } else if (strcmp(name, "VGPULIMIT_LOG") != 0) {
             vgl_log(VGL_LOG_WARN, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], "
                                   "VGPULIMIT_CORES[_<i>], VGPULIMIT_REGION, VGPULIMIT_LOG); ignored",
@@ -142,6 +204,7 @@ void vgl_config_load(void)
         }
         vgl_config.enabled = true;
     }
+    load_hami(have_memory, have_cores, have_region);
     if (vgl_config.enabled && !vgl_config.region_path[0])
         default_region_path();
     if (vgl_config.cores_limited)

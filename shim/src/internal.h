@@ -118,16 +118,59 @@ void *vgl_wrap_real_pointer(const char *name, void *real);
 /* Fills the real pointers of the entries whose name starts with `prefix` from `handle`. */
 void vgl_hooks_resolve(void *handle, const char *prefix);
 
-/* allocations.c — this process's live device allocations. */
-bool vgl_allocations_add(uint64_t ptr, int32_t device, uint64_t bytes);
-/* Removes `ptr` and says what it was charged; false when it is not ours. */
-bool vgl_allocations_take(uint64_t ptr, int32_t *device, uint64_t *bytes);
+/* allocations.c — this process's live device allocations, by kind of handle. */
+enum vgl_allocation_kind {
+    VGL_ALLOC_POINTER, /* cuMemAlloc*, cuMemAllocPitch*, cuMemAllocManaged */
+    VGL_ALLOC_VMM,     /* cuMemCreate handles */
+    VGL_ALLOC_ARRAY,   /* CUarray and CUmipmappedArray */
+    VGL_ALLOC_POOL,    /* memory pools: what their reserve was charged */
+    VGL_ALLOC_KINDS
+};
+/* Records (or updates) what `key` was charged. */
+bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes);
+bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
+/* Removes `key` and says what it was charged; false when it is not ours. */
+bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
 /* In a forked child: the parent's allocations are not the child's. */
 void vgl_allocations_forget(void);
 
-/* memory_hooks.c */
+/* accounting.c — the ledger around driver calls, for every allocation family. */
 /* Device of the current context, or -1. */
 int vgl_current_device(void);
+/* The device's memory as the driver reports it (asked once); 0: unknown. */
+uint64_t vgl_device_total(int device);
+/* The cap of a device of `total` bytes, read live from the region;
+ * UINT64_MAX: none; 0 while the configuration is broken. */
+uint64_t vgl_device_cap(int device, uint64_t total);
+/* Maps the region and claims this process's slot if not done yet. */
+bool vgl_ready(void);
+/* A reservation; `device` < 0 when nothing was charged. */
+struct vgl_charge {
+    int device;
+    uint64_t bytes;
+    const char *call; /* for the refusal's log line */
+};
+/* Reserves `bytes` on `device` (-1: the current context's) before the driver
+ * is called.  CUDA_ERROR_OUT_OF_MEMORY when they do not fit (logged);
+ * CUDA_SUCCESS with c->device < 0 when there is no current context: the
+ * driver will say so itself. */
+CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c);
+/* Moves the reservation to what the driver actually took.  Growth must fit
+ * under the cap unless `force` (memory the driver already holds); false: it
+ * did not, and nothing changed. */
+bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force);
+/* After the driver call: on success the charge is recorded under (kind,
+ * key), on failure returned. */
+void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind kind, uint64_t key);
+/* Returns what (kind, key) was charged, if it was. */
+void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key);
+/* The capped view of a device whose driver reports (free, total): total
+ * becomes the cap, free what the container has left under it, used its
+ * usage.  False: no cap, leave the driver's numbers. */
+struct vgl_view {
+    uint64_t free_bytes, total_bytes, used_bytes;
+};
+bool vgl_capped_view(int device, struct vgl_view *v);
 
 /* The exported wrappers: the driver's own names and signatures. */
 #define CU_HOOK(symbol, base, version, pt, params, args) \

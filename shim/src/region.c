@@ -194,36 +194,55 @@ const char *vgl_region_strerror(int err)
     }
 }
 
-uint64_t vgl_proc_start_time(int32_t pid)
+/* /proc/<pid>/stat's state letter and starttime; false if unreadable. */
+static bool read_stat(int32_t pid, char *state, uint64_t *start_time)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return false;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return false;
     buf[n] = '\0';
     /* comm may hold spaces and parentheses: fields resume after the last ')'.
      * p starts on the blank before field 3 (state); starttime is field 22. */
     char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
+    if (!p || p[1] != ' ' || !p[2])
+        return false;
     p++;
+    *state = p[1];
     for (int field = 3; field < 22 && p; field++)
         p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
+    if (!p)
+        return false;
+    *start_time = strtoull(p + 1, NULL, 10);
+    return true;
+}
+
+uint64_t vgl_proc_start_time(int32_t pid)
+{
+    char state;
+    uint64_t start;
+    return read_stat(pid, &state, &start) ? start : 0;
 }
 
 static bool slot_alive(const struct vgl_slot *slot)
 {
     if (kill(slot->pid, 0) < 0 && errno == ESRCH)
         return false;
-    uint64_t start = vgl_proc_start_time(slot->pid);
+    char state;
+    uint64_t start;
     /* Unreadable (another pid namespace, hidepid): trust kill(). */
-    return start == 0 || slot->start_time == 0 || start == slot->start_time;
+    if (!read_stat(slot->pid, &state, &start))
+        return true;
+    /* A zombie's memory is already back with the driver; only its parent's
+     * wait is missing, which must not hold the bytes hostage. */
+    if (state == 'Z' || state == 'X')
+        return false;
+    return slot->start_time == 0 || start == slot->start_time;
 }
 
 static void comm_of_self(char comm[VGL_COMM_LEN])

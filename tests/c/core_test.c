@@ -1,6 +1,7 @@
 /* The shim's core (limit parser, region file, ledger) on its own, built with
  * AddressSanitizer and UBSan by tests/test_core.py.  Prints "N passed, N failed". */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -208,6 +210,114 @@ static void test_dead_holders(struct vgl_region *region)
     CHECK(region->devices[1].used_bytes == 0, "detach returns everything");
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t live_sum(const struct vgl_region *region, uint32_t device)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
+        if (region->slots[i].state == VGL_SLOT_LIVE)
+            sum += region->slots[i].used_bytes[device];
+    return sum;
+}
+
+/* A holder killed with SIGKILL at random moments (mid-reservation, mid-release,
+ * holding the ledger lock) 100 times while a survivor keeps allocating: the
+ * survivor never stalls, the next allocation that needs the dead holder's bytes
+ * gets them, and the ledger stays the sum of the live slots.  The bound here is
+ * loose (a test is no stopwatch); benchmarks/kill_recovery.py prints the times. */
+static void test_kill_storm(struct vgl_region *region)
+{
+    enum { KILLS = 100, DEV = 2 };
+    const uint64_t cap = GIB, survivor_share = 64 * MIB;
+    int pipe_fd[2];
+    if (pipe(pipe_fd) != 0)
+        return;
+    uint64_t *survivor_worst = mmap(NULL, sizeof *survivor_worst, PROT_READ | PROT_WRITE,
+                                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t survivor = fork();
+    if (survivor == 0) {
+        struct vgl_slot *slot;
+        vgl_region_attach(region, getpid(), 0, &slot);
+        uint64_t worst = 0;
+        char stop;
+        close(pipe_fd[1]);
+        fcntl(pipe_fd[0], F_SETFL, O_NONBLOCK);
+        while (read(pipe_fd[0], &stop, 1) != 1) {
+            uint64_t t0 = now_ns();
+            if (vgl_ledger_reserve(region, slot, DEV, survivor_share, cap) == 0)
+                vgl_ledger_release(region, slot, DEV, survivor_share);
+            uint64_t took = now_ns() - t0;
+            worst = took > worst ? took : worst;
+        }
+        vgl_region_detach(region, slot);
+        *survivor_worst = worst;
+        _exit(0);
+    }
+    close(pipe_fd[0]);
+    struct vgl_slot *self;
+    vgl_region_attach(region, getpid(), 0, &self);
+    uint64_t worst_wait = 0;
+    bool consistent = true, got_all = true;
+    srand(12345);
+    for (int k = 0; k < KILLS; k++) {
+        pid_t victim = fork();
+        if (victim == 0) {
+            struct vgl_slot *slot;
+            vgl_region_attach(region, getpid(), 0, &slot);
+            uint64_t held[64];
+            int n = 0;
+            for (;;) {
+                uint64_t bytes = (uint64_t)(rand() % 64 + 1) * MIB;
+                if (n < 64 && vgl_ledger_reserve(region, slot, DEV, bytes, cap - survivor_share) == 0)
+                    held[n++] = bytes;
+                else if (n > 0)
+                    vgl_ledger_release(region, slot, DEV, held[--n]);
+            }
+        }
+        usleep((useconds_t)(rand() % 3000));
+        kill(victim, SIGKILL);
+        /* Not reaped yet: the dead holder is a zombie, as it is until its parent waits. */
+        uint64_t t0 = now_ns(), waited;
+        bool ok;
+        while (!(ok = vgl_ledger_reserve(region, self, DEV, cap - survivor_share, cap) == 0) &&
+               now_ns() - t0 < 2000000000u)
+            ;
+        waited = now_ns() - t0;
+        worst_wait = waited > worst_wait ? waited : worst_wait;
+        got_all = got_all && ok;
+        if (ok)
+            vgl_ledger_release(region, self, DEV, cap - survivor_share);
+        waitpid(victim, NULL, 0);
+        /* Compared under the ledger's lock: the survivor is mid-change otherwise. */
+        if (vgl_lock_acquire(&region->devices[DEV].lock)) {
+            vgl_ledger_repair(region, DEV);
+            vgl_lock_consistent(&region->devices[DEV].lock);
+        }
+        consistent = consistent && region->devices[DEV].used_bytes == live_sum(region, DEV);
+        vgl_lock_release(&region->devices[DEV].lock);
+    }
+    (void)write(pipe_fd[1], "x", 1);
+    int status;
+    waitpid(survivor, &status, 0);
+    close(pipe_fd[1]);
+    vgl_region_detach(region, self);
+    printf("kill storm: %d kills, longest wait for a dead holder's bytes %.1f us, "
+           "longest call of a survivor %.1f us\n", KILLS, (double)worst_wait / 1000.0,
+           (double)*survivor_worst / 1000.0);
+    CHECK(*survivor_worst < 1000000000u, "a survivor's call took %.1f ms", (double)*survivor_worst / 1e6);
+    munmap(survivor_worst, sizeof *survivor_worst);
+    CHECK(got_all, "an allocation never got a dead holder's bytes");
+    CHECK(worst_wait < 1000000000u, "waited %.1f ms", (double)worst_wait / 1e6);
+    CHECK(consistent, "the ledger drifted from the sum of the live slots");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the survivor died");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -224,6 +334,7 @@ int main(int argc, char **argv)
     if (vgl_region_create(path, NULL, NULL, 0) == 0 && vgl_region_open(path, &region) == 0) {
         test_racing_processes(region);
         test_dead_holders(region);
+        test_kill_storm(region);
         vgl_region_close(region);
     } else {
         CHECK(0, "cannot make %s", path);

@@ -1,0 +1,154 @@
+/* Accounting around a driver call: reserve in the container's ledger before
+ * the driver is asked, settle to what the driver actually took, return it on
+ * failure or free; and the capped view that the queries report.  The hooks
+ * of every allocation family (memory_hooks.c, pool_hooks.c, vmm_hooks.c,
+ * array_hooks.c) go through here. */
+#include "internal.h"
+
+static uint64_t device_total[VGL_MAX_DEVICES]; /* as the driver reports it; 0: not asked yet */
+
+int vgl_current_device(void)
+{
+    CUdevice device;
+    if (vgl_real.cuCtxGetDevice(&device) != CUDA_SUCCESS || device < 0)
+        return -1;
+    return device;
+}
+
+uint64_t vgl_device_total(int device)
+{
+    uint64_t total = __atomic_load_n(&device_total[device], __ATOMIC_RELAXED);
+    if (VGL_UNLIKELY(!total)) {
+        size_t bytes;
+        if (vgl_real.cuDeviceTotalMem_v2(&bytes, device) != CUDA_SUCCESS)
+            return 0;
+        total = bytes;
+        __atomic_store_n(&device_total[device], total, __ATOMIC_RELAXED);
+        if (vgl_self.region)
+            __atomic_store_n(&vgl_self.region->devices[device].total_bytes, total, __ATOMIC_RELAXED);
+    }
+    return total;
+}
+
+/* The cap of a device of `total` bytes, read live from the region
+ * (`vgpulimit set` changes it); UINT64_MAX: none.  0 while the
+ * configuration is broken. */
+uint64_t vgl_device_cap(int device, uint64_t total)
+{
+    if (VGL_UNLIKELY(vgl_config.broken))
+        return 0;
+    const struct vgl_mem_limit *live = &vgl_self.region->devices[device].limit;
+    struct vgl_mem_limit limit = {
+        .bytes = __atomic_load_n(&live->bytes, __ATOMIC_RELAXED),
+        .ppm = __atomic_load_n(&live->ppm, __ATOMIC_RELAXED),
+    };
+    return vgl_cap_bytes(&limit, total);
+}
+
+bool vgl_ready(void)
+{
+    return VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach();
+}
+
+static void log_refusal(const char *call, int device, uint64_t bytes, uint64_t cap)
+{
+    static unsigned refusals;
+    char asked[32], capped[32], used[32];
+    if (vgl_config.broken || device < 0) {
+        /* The reason was logged once, when it arose. */
+        vgl_log_bounded(VGL_LOG_INFO, &refusals, "%s of %s refused: vgpulimit cannot enforce its "
+                        "limits (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
+        return;
+    }
+    vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s of %s refused on device %d: cap %s, %s in use by "
+                    "the container", call, vgl_format_bytes(bytes, asked, sizeof asked), device,
+                    vgl_format_bytes(cap, capped, sizeof capped),
+                    vgl_format_bytes(vgl_self.region->devices[device].used_bytes, used, sizeof used));
+}
+
+CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
+{
+    c->device = -1;
+    c->bytes = bytes;
+    c->call = call;
+    if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
+        log_refusal(call, -1, bytes, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (device < 0)
+        device = vgl_current_device();
+    if (device < 0)
+        return CUDA_SUCCESS;
+    if (device >= VGL_MAX_DEVICES) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_ERROR, &logged, "device %d is beyond the %d devices a region "
+                        "accounts for; its allocations are refused", device, VGL_MAX_DEVICES);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
+    if (vgl_ledger_reserve(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes, cap) < 0) {
+        log_refusal(call, device, bytes, cap);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    c->device = device;
+    return CUDA_SUCCESS;
+}
+
+bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force)
+{
+    if (c->device < 0 || actual == c->bytes)
+        return true;
+    uint32_t device = (uint32_t)c->device;
+    if (actual < c->bytes) {
+        vgl_ledger_release(vgl_self.region, vgl_self.slot, device, c->bytes - actual);
+    } else {
+        uint64_t cap = force ? UINT64_MAX : vgl_device_cap(c->device, vgl_device_total(c->device));
+        if (vgl_ledger_reserve(vgl_self.region, vgl_self.slot, device, actual - c->bytes, cap) < 0) {
+            log_refusal(c->call, c->device, actual, cap);
+            return false;
+        }
+    }
+    c->bytes = actual;
+    return true;
+}
+
+void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind kind, uint64_t key)
+{
+    if (c->device < 0)
+        return;
+    if (rc == CUDA_SUCCESS && vgl_allocations_put(kind, key, c->device, c->bytes))
+        return;
+    /* The driver refused (or we could not record it, so a free could never
+     * return it: then the memory stays used but uncounted, which is the
+     * lesser harm than counting it forever). */
+    vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)c->device, c->bytes);
+}
+
+void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key)
+{
+    int32_t device;
+    uint64_t bytes;
+    if (vgl_self.slot && vgl_allocations_take(kind, key, &device, &bytes))
+        vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes);
+}
+
+/* The capped view of a device whose driver reports (free, total): total
+ * becomes the cap, free what the container has left under it (never more
+ * than the device has free), used the container's own usage. */
+bool vgl_capped_view(int device, struct vgl_view *v)
+{
+    if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_ready()) {
+        v->free_bytes = 0; /* fail closed: nothing is allocatable */
+        return true;
+    }
+    uint64_t cap = vgl_device_cap(device, v->total_bytes);
+    if (cap == UINT64_MAX)
+        return false;
+    uint64_t used = __atomic_load_n(&vgl_self.region->devices[device].used_bytes, __ATOMIC_RELAXED);
+    v->total_bytes = cap;
+    v->used_bytes = used < cap ? used : cap;
+    if (cap - v->used_bytes < v->free_bytes)
+        v->free_bytes = cap - v->used_bytes;
+    return true;
+}
+
