@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from vgpulimit import _paths
@@ -42,11 +43,25 @@ def measure(bench: Path, env: dict[str, str], launches: int, pairs: int) -> dict
     return {name: float(value) for name, value in (line.split() for line in out.splitlines())}
 
 
+def contended(bench: Path, env: dict[str, str], processes: int, pairs: int) -> float:
+    """ns per alloc+free pair, all processes together: wall time over all pairs."""
+    start = time.perf_counter()
+    procs = [subprocess.Popen([str(bench), "0", str(pairs)], env=env, stdout=subprocess.DEVNULL)
+             for _ in range(processes)]
+    for proc in procs:
+        if proc.wait() != 0:
+            raise SystemExit("bench_overhead failed")
+    # Each process runs 7 rounds of `pairs`.
+    return (time.perf_counter() - start) * 1e9 / (processes * pairs * 7)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=2_000_000)
     parser.add_argument("--pairs", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--contend", type=int, default=8, metavar="N",
+                        help="also run N processes allocating at once in one region (0: skip)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,6 +89,14 @@ def main() -> None:
                     best[key] = {k: min(v, best.get(key, {}).get(k, v)) for k, v in got.items()}
                     if os.path.exists(region):
                         os.unlink(region)
+        crowd: dict[str, float] = {}
+        if args.contend:
+            for setup in ("direct", "shim, 1 TiB cap"):
+                env = dict(base, LD_LIBRARY_PATH=drivers["null driver"], **setups[setup])
+                crowd[setup] = min(contended(bench, env, args.contend, args.pairs // 4)
+                                   for _ in range(args.repeat))
+                if os.path.exists(region):
+                    os.unlink(region)
 
     print(f"ns per call, best of {args.repeat} runs x 7 rounds "
           f"({args.launches} launches, {args.pairs} alloc+free pairs)")
@@ -85,6 +108,13 @@ def main() -> None:
             print(f"{driver:<12} {setup:<16} {got['launch']:8.2f} "
                   f"{got['launch'] - direct['launch']:+7.2f} {got['alloc_free']:11.2f} "
                   f"{got['alloc_free'] - direct['alloc_free']:+8.2f}")
+    if crowd:
+        cores = os.cpu_count()
+        print(f"\n{args.contend} processes allocating at once in one region, null driver, {cores} cores: "
+              f"ns per alloc+free pair (wall time over all pairs of all processes)")
+        print(f"direct {crowd['direct']:.1f}   shim with a cap {crowd['shim, 1 TiB cap']:.1f}   "
+              f"added {crowd['shim, 1 TiB cap'] - crowd['direct']:+.1f}   "
+              f"per pair per process {crowd['shim, 1 TiB cap'] * args.contend:.1f}")
 
 
 if __name__ == "__main__":

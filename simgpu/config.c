@@ -6,6 +6,8 @@
  *                          parsed by the project's one size parser
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
+ *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
+ *                          name says otherwise (default 10; see driver.c)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
  *
  * An empty variable counts as unset.  A bad value is reported once, naming the
@@ -27,6 +29,8 @@
 enum {
     SIM_DEFAULT_DEVICES = 1,
     SIM_DEFAULT_DRIVER_VERSION = 13000,
+    SIM_DEFAULT_KERNEL_US = 10,
+    SIM_MAX_KERNEL_US = 60000000,   /* a minute: longer is surely a typo */
 };
 #define SIM_DEFAULT_MEMORY (16ULL << 30)
 
@@ -139,6 +143,18 @@ static void sim_config_load(void)
             sim_log("SIMGPU_DRIVER_VERSION=%s: expected a CUDA version as an integer from 2000 to 99999, "
                     "such as 13000 (13.0) or 12080 (12.8)",
                     text);
+            ok = false;
+        }
+    }
+
+    c->kernel_ns = SIM_DEFAULT_KERNEL_US * 1000ULL;
+    text = sim_env("SIMGPU_KERNEL_US");
+    if (text) {
+        if (sim_parse_int(text, 0, SIM_MAX_KERNEL_US, &v)) {
+            c->kernel_ns = (uint64_t)v * 1000;
+        } else {
+            sim_log("SIMGPU_KERNEL_US=%s: expected a kernel's duration in microseconds, a whole number "
+                    "from 0 to %d, such as 10 or 2000", text, SIM_MAX_KERNEL_US);
             ok = false;
         }
     }

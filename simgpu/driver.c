@@ -1,11 +1,10 @@
-/* simgpu's driver: initialisation, devices, contexts, modules, launches,
- * streams and error names.  Device memory is in memory.c, entry points by name
- * in procaddr.c.
+/* simgpu's driver: initialisation, devices, contexts and error names.  Device
+ * memory is in memory.c, modules in modules.c, launches, streams and events in
+ * streams.c, entry points by name in procaddr.c.
  *
  * Contexts follow the driver's model: one primary context per device per
  * process (retained and released), any number of created ones, and a stack of
- * current contexts per thread.  Nothing runs on a device yet: a launch is
- * validated and returns; streams have no work to wait for. */
+ * current contexts per thread. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -18,31 +17,7 @@
 
 enum {
     SIM_CTX_MAGIC = 0x58544353,     /* "SCTX" */
-    SIM_MODULE_MAGIC = 0x444f4d53,  /* "SMOD" */
-    SIM_FUNC_MAGIC = 0x4e554653,    /* "SFUN" */
-    SIM_STREAM_MAGIC = 0x52545353,  /* "SSTR" */
     SIM_CTX_STACK_MAX = 64,         /* current contexts one thread may push */
-};
-
-struct CUmod_st {
-    uint32_t magic;
-    CUcontext ctx;
-    struct CUfunc_st *functions;    /* guarded by sim_drv.mutex */
-};
-
-/* A kernel.  Its name is all simgpu knows of it (a later version derives the
- * kernel's simulated duration from it). */
-struct CUfunc_st {
-    uint32_t magic;
-    CUmodule module;
-    struct CUfunc_st *next;
-    char name[];
-};
-
-struct CUstream_st {
-    uint32_t magic;
-    CUcontext ctx;
-    unsigned int flags;
 };
 
 struct sim_primary {
@@ -76,6 +51,11 @@ static _Thread_local struct {
 static bool sim_ready(void)
 {
     return __atomic_load_n(&sim_drv.initialized, __ATOMIC_ACQUIRE);
+}
+
+bool sim_initialized(void)
+{
+    return sim_ready();
 }
 
 static void sim_atfork_prepare(void)
@@ -188,8 +168,13 @@ static const char *sim_error_text(CUresult error)
     case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: return "primary context active";
     case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "context is destroyed";
     case CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return "too many blocks in cooperative launch";
     case CUDA_ERROR_NOT_PERMITTED: return "operation not permitted";
     case CUDA_ERROR_NOT_SUPPORTED: return "operation not supported";
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return "operation not permitted when stream is capturing";
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return "operation failed due to a previous error during capture";
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: return "capture was not initiated in this stream";
+    case CUDA_ERROR_CAPTURED_EVENT: return "operation not permitted on an event last recorded in a capturing stream";
     case CUDA_ERROR_UNKNOWN: return "unknown error";
     }
     return NULL;
@@ -301,8 +286,8 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 }
 
 /* An H100 SXM's values, except that features whose entry points simgpu lacks
- * (managed memory, memory pools, mapped host memory, cooperative launches) read
- * 0, so that clients which check before use take their other path. */
+ * (managed memory, memory pools, mapped host memory) read 0, so that clients
+ * which check before use take their other path. */
 static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
 {
     switch (attrib) {
@@ -342,7 +327,7 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *out = 227 * 1024; return true;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *out = 0; return true;
     }
@@ -764,207 +749,14 @@ CUresult cuCtxGetDevice(CUdevice *device)
     return cuCtxGetDevice_v2(device, NULL);
 }
 
-/* Nothing runs asynchronously (yet), so there is never anything to wait for. */
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     CUcontext c;
-    return sim_named_or_current(ctx, &c);
+    CUresult res = sim_named_or_current(ctx, &c);
+    return res == CUDA_SUCCESS ? sim_context_synchronize(c) : res;
 }
 
 CUresult cuCtxSynchronize(void)
 {
     return cuCtxSynchronize_v2(NULL);
-}
-
-/* ---- modules and launches ------------------------------------------------------------ */
-
-static CUresult sim_module_new(CUmodule *module)
-{
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res != CUDA_SUCCESS)
-        return res;
-    CUmodule m = calloc(1, sizeof *m);
-    if (!m)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    m->magic = SIM_MODULE_MAGIC;
-    m->ctx = ctx;
-    *module = m;
-    return CUDA_SUCCESS;
-}
-
-/* Any image is accepted: simgpu runs no code.  (cubin, PTX or fatbin alike.) */
-CUresult cuModuleLoadData(CUmodule *module, const void *image)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!module || !image)
-        return CUDA_ERROR_INVALID_VALUE;
-    return sim_module_new(module);
-}
-
-CUresult cuModuleLoad(CUmodule *module, const char *fname)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!module || !fname)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (access(fname, R_OK) != 0)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    return sim_module_new(module);
-}
-
-static bool sim_module_valid(CUmodule m)
-{
-    return m && m->magic == SIM_MODULE_MAGIC;
-}
-
-CUresult cuModuleUnload(CUmodule hmod)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!sim_module_valid(hmod))
-        return CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&sim_drv.mutex);
-    struct CUfunc_st *f = hmod->functions;
-    while (f) {
-        struct CUfunc_st *next = f->next;
-        f->magic = 0;
-        free(f);
-        f = next;
-    }
-    hmod->magic = 0;
-    pthread_mutex_unlock(&sim_drv.mutex);
-    free(hmod);
-    return CUDA_SUCCESS;
-}
-
-/* One handle per name and module, as the driver returns the same handle for
- * the same kernel. */
-CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!hfunc || !name)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_module_valid(hmod))
-        return CUDA_ERROR_INVALID_HANDLE;
-    CUresult res = CUDA_SUCCESS;
-    pthread_mutex_lock(&sim_drv.mutex);
-    struct CUfunc_st *f = hmod->functions;
-    while (f && strcmp(f->name, name) != 0)
-        f = f->next;
-    if (!f) {
-        size_t len = strlen(name);
-        f = malloc(sizeof *f + len + 1);
-        if (f) {
-            f->magic = SIM_FUNC_MAGIC;
-            f->module = hmod;
-            memcpy(f->name, name, len + 1);
-            f->next = hmod->functions;
-            hmod->functions = f;
-        } else {
-            res = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    pthread_mutex_unlock(&sim_drv.mutex);
-    if (f)
-        *hfunc = f;
-    return res;
-}
-
-static bool sim_stream_valid(CUstream s)
-{
-    return !s || s == SIM_STREAM_LEGACY || s == SIM_STREAM_PER_THREAD || s->magic == SIM_STREAM_MAGIC;
-}
-
-static CUresult sim_launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                           unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream,
-                           void **params, void **extra)
-{
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!f || f->magic != SIM_FUNC_MAGIC || !sim_stream_valid(stream))
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!gx || !gy || !gz || !bx || !by || !bz || gy > 65535 || gz > 65535 || gx > INT_MAX)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (bx > 1024 || by > 1024 || bz > 64 || (uint64_t)bx * by * bz > 1024)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (shared_bytes > 227 * 1024 || (params && extra))
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
-{
-    return sim_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                      kernelParams, extra);
-}
-
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                             unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                             unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
-{
-    return sim_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-                      kernelParams, extra);
-}
-
-/* ---- streams ------------------------------------------------------------------------- */
-
-CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!phStream || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
-        return CUDA_ERROR_INVALID_VALUE;
-    CUstream s = calloc(1, sizeof *s);
-    if (!s)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    s->magic = SIM_STREAM_MAGIC;
-    s->ctx = ctx;
-    s->flags = Flags;
-    *phStream = s;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuStreamDestroy_v2(CUstream hStream)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!hStream || hStream == SIM_STREAM_LEGACY || hStream == SIM_STREAM_PER_THREAD ||
-        hStream->magic != SIM_STREAM_MAGIC)
-        return CUDA_ERROR_INVALID_HANDLE;
-    hStream->magic = 0;
-    free(hStream);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuStreamDestroy(CUstream hStream)
-{
-    return cuStreamDestroy_v2(hStream);
-}
-
-/* No work is ever pending.  The default streams need a current context. */
-CUresult cuStreamSynchronize(CUstream hStream)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!sim_stream_valid(hStream))
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!hStream || hStream == SIM_STREAM_LEGACY || hStream == SIM_STREAM_PER_THREAD) {
-        CUcontext ctx;
-        return sim_current_context(&ctx);
-    }
-    return sim_ctx_alive(hStream->ctx) ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
-}
-
-CUresult cuStreamSynchronize_ptsz(CUstream hStream)
-{
-    return cuStreamSynchronize(hStream);
 }

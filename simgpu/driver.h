@@ -20,6 +20,26 @@
 typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 
+/* cuda.h's kernel node parameters (graphs). */
+typedef struct CUDA_KERNEL_NODE_PARAMS_st {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;                  /* launched when func is NULL */
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
 /* The special stream handles of cuda.h. */
 #define SIM_STREAM_LEGACY ((CUstream)0x1)
 #define SIM_STREAM_PER_THREAD ((CUstream)0x2)
@@ -69,10 +89,25 @@ SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSynchronize(void);
 SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx);
 
+/* ---- modules.c: modules, libraries, kernels ------------------------------------ */
+
 SIM_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname);
 SIM_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image);
 SIM_EXPORT CUresult cuModuleUnload(CUmodule hmod);
 SIM_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                      void **jitOptionsValues, unsigned int numJitOptions,
+                                      CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                      unsigned int numLibraryOptions);
+SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library);
+SIM_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
+SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
+SIM_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+
+/* ---- streams.c: launches, streams, events, graphs ------------------------------- */
+
 SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
@@ -81,12 +116,68 @@ SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams, void **extra);
+SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                     void **extra);
+SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                          void **extra);
+SIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                              unsigned int gridDimZ, unsigned int blockDimX,
+                                              unsigned int blockDimY, unsigned int blockDimZ,
+                                              unsigned int sharedMemBytes, CUstream hStream,
+                                              void **kernelParams);
+SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                   unsigned int gridDimZ, unsigned int blockDimX,
+                                                   unsigned int blockDimY, unsigned int blockDimZ,
+                                                   unsigned int sharedMemBytes, CUstream hStream,
+                                                   void **kernelParams);
 
 SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
 SIM_EXPORT CUresult cuStreamDestroy(CUstream hStream);
 SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream);
 SIM_EXPORT CUresult cuStreamSynchronize(CUstream hStream);
 SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream);
+SIM_EXPORT CUresult cuStreamQuery(CUstream hStream);
+SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream);
+SIM_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
+SIM_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
+SIM_EXPORT CUresult cuStreamBeginCapture(CUstream hStream);
+SIM_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
+SIM_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+SIM_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+SIM_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+SIM_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+SIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+
+SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+SIM_EXPORT CUresult cuEventDestroy(CUevent hEvent);
+SIM_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent);
+SIM_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+SIM_EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+SIM_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
+SIM_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags);
+SIM_EXPORT CUresult cuEventQuery(CUevent hEvent);
+SIM_EXPORT CUresult cuEventSynchronize(CUevent hEvent);
+SIM_EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+SIM_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+
+SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph);
+SIM_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+SIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                            const CUgraphNode *dependencies, size_t numDependencies,
+                                            const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams);
+SIM_EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                                       char *logBuffer, size_t bufferSize);
+SIM_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                                          char *logBuffer, size_t bufferSize);
+SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                unsigned long long flags);
+SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 /* ---- memory.c: device memory --------------------------------------------------- */
 
@@ -100,6 +191,7 @@ SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
                                        unsigned int ElementSizeBytes);
 SIM_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
+SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 
 SIM_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 SIM_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
@@ -120,6 +212,60 @@ SIM_EXPORT CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsig
 SIM_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N);
 SIM_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N);
 
+/* ---- pools.c: stream-ordered allocation and memory pools -------------------------- */
+
+SIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+SIM_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                            CUstream hStream);
+SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                 CUstream hStream);
+SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
+SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
+SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+SIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
+SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
+SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+
+/* ---- vmm.c: virtual memory management ------------------------------------------------ */
+
+SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                                  CUmemAllocationGranularity_flags option);
+SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                unsigned long long flags);
+SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+SIM_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                           CUmemGenericAllocationHandle handle);
+SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                        unsigned long long flags);
+SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                             unsigned long long flags);
+SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+
+/* ---- arrays.c: CUDA arrays and mipmapped arrays --------------------------------------- */
+
+SIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
+SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
+SIM_EXPORT CUresult cuArrayDestroy(CUarray hArray);
+SIM_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+SIM_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+SIM_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array,
+                                                 CUdevice device);
+SIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                           const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                           unsigned int numMipmapLevels);
+SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
+SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
+                                             unsigned int level);
+SIM_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
+                                                          CUmipmappedArray mipmap, CUdevice device);
+
 /* ---- procaddr.c: entry points by name -------------------------------------------- */
 
 SIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
@@ -127,6 +273,13 @@ SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
                                         CUdriverProcAddressQueryResult *symbolStatus);
 
 /* ---- hidden internals ------------------------------------------------------------ */
+
+/* The event last recorded in a stream, until the stream's next kernel
+ * (streams.c): `serial` tells whether the event has been recorded again since. */
+struct sim_link {
+    struct CUevent_st *event;
+    uint64_t serial;
+};
 
 /* A context.  Never freed: a destroyed one stays readable (alive == false), so a
  * stale handle on some thread's stack is an error, not a use after free. */
@@ -137,21 +290,85 @@ struct CUctx_st {
     bool alive;
     unsigned int flags;
     unsigned int generation;        /* the process generation it was made in (fork) */
+    uint64_t tail_ns;               /* the end of its last work, on any stream (atomic) */
+    uint64_t legacy_tail_ns;        /* the end of its legacy default stream's last work (atomic) */
+    struct sim_link legacy_link;    /* of its legacy default stream */
 };
 
 /* driver.c */
 /* The current context for a call that needs one: CUDA_SUCCESS, or
  * NOT_INITIALIZED / INVALID_CONTEXT / CONTEXT_IS_DESTROYED. */
 CUresult sim_current_context(CUcontext *out);
+/* Whether cuInit has succeeded (in this process generation). */
+bool sim_initialized(void);
+
+/* modules.c */
+/* How long a launch of `f` (a CUfunction, or a CUkernel as one) runs;
+ * CUDA_ERROR_INVALID_HANDLE when it is neither. */
+CUresult sim_kernel_duration(CUfunction f, uint64_t *duration_ns);
+
+/* streams.c */
+/* Waits until the device has run all of `ctx`'s work. */
+CUresult sim_context_synchronize(CUcontext ctx);
+
+/* The granularity of device memory as the simulated driver reserves it: pool
+ * chunks, VMM allocations and the charge of an array are multiples of it, as
+ * cuMemGetAllocationGranularity reports it (2 MiB, an H100's value). */
+#define SIM_GRANULARITY ((size_t)2 << 20)
 
 /* memory.c */
-/* Frees every allocation made in `ctx` (a destroyed or reset context).  Takes
- * the memory mutex: callers holding driver.c's mutex take it first. */
+/* What an entry of memory.c's table of device memory is. */
+enum sim_mem_kind {
+    SIM_MEM_LINEAR,                 /* cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged: memory.c's own */
+    SIM_MEM_POOL,                   /* an allocation of a memory pool (pools.c) */
+    SIM_MEM_MAPPED,                 /* a virtual memory mapping that is accessible (vmm.c) */
+};
+/* CUDA_SUCCESS once cuInit has succeeded, else CUDA_ERROR_NOT_INITIALIZED: for
+ * the calls that need no current context. */
+CUresult sim_mem_initialized(void);
+/* The device of a CU_MEM_LOCATION_TYPE_DEVICE location.  Host locations are
+ * CUDA_ERROR_NOT_SUPPORTED: simgpu simulates device memory only. */
+CUresult sim_mem_location(const CUmemLocation *location, uint32_t *device);
+/* Frees every allocation made in `ctx` (a destroyed or reset context), and its
+ * arrays.  Takes the memory mutex: callers holding driver.c's mutex take it
+ * first. */
 void sim_mem_release_context(CUcontext ctx);
+/* The memory mutex, which also guards the state of pools.c, vmm.c and arrays.c.
+ * Never held while taking driver.c's mutex. */
+void sim_mem_lock(void);
+void sim_mem_unlock(void);
+/* Under the memory mutex: makes [base, base + size) device memory that copies
+ * and memsets may use (it must overlap no entry).  The caller keeps the bytes
+ * and the charge; `owner` is the pool chunk of a SIM_MEM_POOL entry, handed
+ * back to sim_pool_free.  false: no memory for the table. */
+bool sim_mem_track(uintptr_t base, size_t size, enum sim_mem_kind kind, void *owner);
+/* Under the memory mutex: forgets the entry at `base`. */
+void sim_mem_untrack(uintptr_t base);
+/* cuMemFree's work once the caller is checked: frees a cuMemAlloc* or pool
+ * allocation by its base; CUDA_ERROR_INVALID_VALUE for anything else.  Takes
+ * the memory mutex. */
+CUresult sim_mem_free(CUdeviceptr dptr);
 /* Fork handlers, called by driver.c's after its own mutex (the lock order). */
 void sim_mem_atfork_prepare(void);
 void sim_mem_atfork_parent(void);
-/* The child forgets every allocation without freeing it: they are its parent's. */
+/* The child forgets every allocation without freeing it: they are its parent's.
+ * So do pools.c, vmm.c and arrays.c, through their forget functions. */
 void sim_mem_atfork_child(void);
+
+/* pools.c (under the memory mutex) */
+/* Returns a pool allocation to the pool that owns `chunk`. */
+void sim_pool_free(void *chunk, uintptr_t base);
+/* In the child of a fork: forgets every pool without releasing its memory. */
+void sim_pools_forget(void);
+
+/* vmm.c (under the memory mutex) */
+/* In the child of a fork: forgets every handle, reservation and mapping. */
+void sim_vmm_forget(void);
+
+/* arrays.c (under the memory mutex) */
+/* Destroys the arrays and mipmapped arrays made in `ctx`. */
+void sim_arrays_release_context(CUcontext ctx);
+/* In the child of a fork: forgets every array without returning its bytes. */
+void sim_arrays_forget(void);
 
 #endif

@@ -8,7 +8,11 @@
  *
  * This process's allocations are kept sorted by address, so that a copy or a
  * memset can be checked to lie inside one allocation (a wrong pointer is
- * CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash). */
+ * CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash).  The table also
+ * holds the allocations of memory pools (pools.c) and the accessible mappings
+ * of virtual memory (vmm.c), which those files own and charge; its mutex
+ * guards their state too, so that the one lock order is driver.c's mutex, then
+ * this one, then the state file's. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -25,9 +29,11 @@ enum {
 
 struct sim_alloc {
     uintptr_t base;
-    size_t size;                    /* as asked for, and charged */
-    size_t map_size;                /* whole pages */
-    CUcontext ctx;                  /* the context it was made in */
+    size_t size;                    /* as asked for (and charged, for SIM_MEM_LINEAR) */
+    size_t map_size;                /* whole pages (SIM_MEM_LINEAR) */
+    CUcontext ctx;                  /* the context it was made in; NULL unless SIM_MEM_LINEAR */
+    enum sim_mem_kind kind;
+    void *owner;                    /* the pool chunk of a SIM_MEM_POOL entry */
 };
 
 static struct {
@@ -62,9 +68,9 @@ static struct sim_alloc *sim_find(uintptr_t addr)
     return addr - a->base < a->size ? a : NULL;
 }
 
+/* Under the mutex. */
 static bool sim_insert(const struct sim_alloc *a)
 {
-    pthread_mutex_lock(&sim_mem.mutex);
     bool ok = true;
     if (sim_mem.n == sim_mem.cap) {
         size_t cap = sim_mem.cap ? 2 * sim_mem.cap : 64;
@@ -82,16 +88,35 @@ static bool sim_insert(const struct sim_alloc *a)
         sim_mem.v[i] = *a;
         sim_mem.n++;
     }
-    pthread_mutex_unlock(&sim_mem.mutex);
     return ok;
 }
 
-/* [addr, addr + n) inside one allocation (n > 0). */
+/* Removes the entry at `a`.  Under the mutex. */
+static void sim_remove(struct sim_alloc *a)
+{
+    size_t i = (size_t)(a - sim_mem.v);
+    memmove(&sim_mem.v[i], &sim_mem.v[i + 1], (sim_mem.n - i - 1) * sizeof *sim_mem.v);
+    sim_mem.n--;
+}
+
+/* [addr, addr + n) inside one allocation (n > 0).  Virtual memory mappings
+ * that follow each other are one range, as a reserved range mapped piece by
+ * piece is on a GPU. */
 static bool sim_device_range(uintptr_t addr, size_t n)
 {
     pthread_mutex_lock(&sim_mem.mutex);
-    const struct sim_alloc *a = sim_find(addr);
-    bool ok = a && n <= a->size - (addr - a->base);
+    size_t i = sim_upper_bound(addr);
+    const struct sim_alloc *a = i ? &sim_mem.v[i - 1] : NULL;
+    bool ok = false;
+    if (a && addr - a->base < a->size) {
+        size_t avail = a->size - (addr - a->base);
+        while (avail < n && a->kind == SIM_MEM_MAPPED && i < sim_mem.n && sim_mem.v[i].kind == SIM_MEM_MAPPED &&
+               sim_mem.v[i].base == a->base + a->size) {
+            a = &sim_mem.v[i++];
+            avail += a->size;
+        }
+        ok = n <= avail;
+    }
     pthread_mutex_unlock(&sim_mem.mutex);
     return ok;
 }
@@ -121,7 +146,31 @@ void sim_mem_release_context(CUcontext ctx)
             sim_mem.v[kept++] = sim_mem.v[i];
     }
     sim_mem.n = kept;
+    sim_arrays_release_context(ctx);
     pthread_mutex_unlock(&sim_mem.mutex);
+}
+
+void sim_mem_lock(void)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+}
+
+void sim_mem_unlock(void)
+{
+    pthread_mutex_unlock(&sim_mem.mutex);
+}
+
+bool sim_mem_track(uintptr_t base, size_t size, enum sim_mem_kind kind, void *owner)
+{
+    struct sim_alloc a = {.base = base, .size = size, .kind = kind, .owner = owner};
+    return sim_insert(&a);
+}
+
+void sim_mem_untrack(uintptr_t base)
+{
+    struct sim_alloc *a = sim_find(base);
+    if (a && a->base == base)
+        sim_remove(a);
 }
 
 void sim_mem_atfork_prepare(void)
@@ -137,10 +186,38 @@ void sim_mem_atfork_parent(void)
 void sim_mem_atfork_child(void)
 {
     sim_mem.n = 0;
+    sim_pools_forget();
+    sim_vmm_forget();
+    sim_arrays_forget();
     pthread_mutex_unlock(&sim_mem.mutex);
 }
 
 /* ---- allocation ------------------------------------------------------------------- */
+
+CUresult sim_mem_initialized(void)
+{
+    int count;
+    return cuDeviceGetCount(&count);
+}
+
+CUresult sim_mem_location(const CUmemLocation *location, uint32_t *device)
+{
+    switch (location->type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUdevice dev;
+    CUresult res = cuDeviceGet(&dev, location->id);
+    if (res == CUDA_SUCCESS)
+        *device = (uint32_t)dev;
+    return res;
+}
 
 /* `low` asks for an address below 4 GiB, for the 32-bit calls of CUDA 2.0:
  * MAP_32BIT on x86-64 (the first 2 GiB), elsewhere a hint that is checked.
@@ -187,7 +264,10 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a.base = (uintptr_t)p;
-    if (!sim_insert(&a)) {
+    pthread_mutex_lock(&sim_mem.mutex);
+    bool inserted = sim_insert(&a);
+    pthread_mutex_unlock(&sim_mem.mutex);
+    if (!inserted) {
         sim_unmap(&a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -253,6 +333,41 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     return res;
 }
 
+/* Managed memory lives on the device that is current, as on a GPU without
+ * concurrent managed access (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS 0,
+ * cuda.h on cuMemAllocManaged): it is charged there like cuMemAlloc's, and the
+ * host reaches it at the same address. */
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) {
+        CUcontext ctx;
+        CUresult res = sim_current_context(&ctx);
+        return res == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : res;
+    }
+    return sim_alloc(dptr, bytesize, false);
+}
+
+/* The base of a cuMemAlloc* allocation, or of a pool's (cuda.h: cuMemFree
+ * takes cuMemAllocAsync's pointers too); not a virtual memory mapping. */
+CUresult sim_mem_free(CUdeviceptr dptr)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    struct sim_alloc *a = sim_find((uintptr_t)dptr);
+    struct sim_alloc found = {0};
+    if (a && a->base == (uintptr_t)dptr && a->kind != SIM_MEM_MAPPED) {
+        found = *a;
+        sim_remove(a);
+        if (found.kind == SIM_MEM_POOL)
+            sim_pool_free(found.owner, found.base);
+    }
+    pthread_mutex_unlock(&sim_mem.mutex);
+    if (!found.base)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (found.kind == SIM_MEM_LINEAR)
+        sim_unmap(&found);
+    return CUDA_SUCCESS;
+}
+
 /* Only the base of a live allocation may be freed; 0 is a no-op. */
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
@@ -264,20 +379,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
         return CUDA_SUCCESS;
     if (res != CUDA_SUCCESS)
         return res;
-    pthread_mutex_lock(&sim_mem.mutex);
-    struct sim_alloc *a = sim_find((uintptr_t)dptr);
-    struct sim_alloc found = {0};
-    if (a && a->base == (uintptr_t)dptr) {
-        found = *a;
-        size_t i = (size_t)(a - sim_mem.v);
-        memmove(&sim_mem.v[i], &sim_mem.v[i + 1], (sim_mem.n - i - 1) * sizeof *sim_mem.v);
-        sim_mem.n--;
-    }
-    pthread_mutex_unlock(&sim_mem.mutex);
-    if (!found.base)
-        return CUDA_ERROR_INVALID_VALUE;
-    sim_unmap(&found);
-    return CUDA_SUCCESS;
+    return sim_mem_free(dptr);
 }
 
 CUresult cuMemFree(CUdeviceptr_v1 dptr)

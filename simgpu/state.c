@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "state.h"
+#include "vgpulimit/region.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the file reserves 64 bytes for its mutex");
 _Static_assert(sizeof(struct sim_file_device) == 256, "device layout moved");
@@ -49,37 +50,6 @@ static struct {
 
 /* ---- /proc ---------------------------------------------------------------- */
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks after boot); 0 when
- * unreadable.  The command name (field 2) may hold spaces and parentheses, so
- * fields are counted from the last ')'. */
-static uint64_t sim_proc_start_time(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    p++;
-    for (int field = 2; *p;) {
-        while (*p == ' ')
-            p++;
-        if (!*p)
-            break;
-        if (++field == 22)
-            return strtoull(p, NULL, 10);
-        while (*p && *p != ' ')
-            p++;
-    }
-    return 0;
-}
 
 static uint64_t sim_self_pidns(void)
 {
@@ -283,6 +253,7 @@ static void sim_repair(struct sim_file *f)
             if (f->procs[i].state == SIM_PROC_LIVE)
                 sum += f->procs[i].used_bytes[d];
         f->devices[d].used_bytes = sum;
+        sim_timeline_repair(&f->timelines[d]);
     }
 }
 
@@ -306,6 +277,22 @@ static int sim_lock(struct sim_file *f)
 static void sim_unlock(struct sim_file *f)
 {
     pthread_mutex_unlock(&f->lock.u.mutex);
+}
+
+struct sim_file *sim_state_file(void)
+{
+    return __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+}
+
+struct sim_file *sim_state_lock_file(void)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    return f && sim_lock(f) == 0 ? f : NULL;
+}
+
+void sim_state_unlock_file(struct sim_file *f)
+{
+    sim_unlock(f);
 }
 
 /* An fd of the file opened by this very process (a forked child must not use
@@ -341,12 +328,9 @@ static bool sim_entry_dead(const struct sim_file_proc *p, int i)
     if (p->pid <= 0)
         return true; /* half-claimed by a process killed in the act: kill(0, 0) would succeed */
     if (p->pidns == sim_st.self_pidns) {
-        if (kill(p->pid, 0) != 0 && errno == ESRCH)
-            return true;
-        if (!p->start_time)
-            return false; /* no start time was recorded: the pid is all we have */
-        uint64_t start = sim_proc_start_time(p->pid);
-        return start != 0 && start != p->start_time; /* unreadable: assume alive */
+        /* Exited (a zombie too: a real driver frees a process's memory at
+         * its exit, not when its parent reaps it), or the pid is reused. */
+        return !vgl_proc_running(p->pid, p->start_time);
     }
     /* Another pid namespace: its pids mean nothing here, but its owner holds a
      * lock on the entry for as long as it lives. */
@@ -393,7 +377,7 @@ static int sim_claim_self(struct sim_file *f)
                 continue;
             memset(p, 0, sizeof *p);
             p->pid = me;
-            p->start_time = sim_proc_start_time(me);
+            p->start_time = vgl_proc_start_time(me);
             p->pidns = sim_st.self_pidns;
             p->flags = sim_entry_lock(i, F_WRLCK) ? SIM_PROC_LOCKED : 0;
             sim_self_comm(p->comm);

@@ -28,15 +28,21 @@ enum {
  * temporary file linked into place) so that a reader never sees a half-made one.
  * Fixed-width fields only; any change to the layout bumps SIM_STATE_VERSION,
  * which is also part of the default file name, so a newer simgpu never opens an
- * older file by default.  The reserved fields are zero and kept for the kernel
- * timeline (simulated GPU time shared by all processes), which a later version
- * adds without moving anything. */
+ * older file by default.  The reserved fields are zero; each device's kernel
+ * timeline (simulated GPU time shared by all processes) follows the process
+ * table. */
 
 enum {
-    SIM_STATE_VERSION = 1,
+    SIM_STATE_VERSION = 2,
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
+    SIM_TIMELINE_SLOTS = 4096,      /* kernels queued on one device by all processes together */
+    SIM_SAMPLES = 128,              /* utilisation samples a device keeps */
+    SIM_SAMPLE_PROCS = 16,          /* processes a sample tells apart; the rest count as busy only */
 };
+
+/* The length of a utilisation sample (real GPUs: between 1/6 s and 1 s). */
+#define SIM_SAMPLE_NS 100000000ULL
 
 #define SIM_STATE_MAGIC "SIMGPU1" /* 7 characters and the NUL: 8 bytes */
 
@@ -79,6 +85,44 @@ struct sim_file_proc {
     uint64_t reserved[8];           /* zero: the process's kernel time goes here */
 };
 
+/* A stretch of a device's time given to one launch (CLOCK_MONOTONIC ns). */
+struct sim_segment {
+    uint64_t start_ns;
+    uint64_t end_ns;
+    int32_t pid;                    /* as the launching process sees itself */
+    uint32_t pad;
+};
+
+/* One sample period of a device: how long it ran kernels, and whose. */
+struct sim_sample {
+    uint64_t end_ns;                /* the period is [end_ns - SIM_SAMPLE_NS, end_ns) */
+    uint64_t busy_ns;
+    uint32_t nprocs;
+    uint32_t pad;
+    struct {
+        int32_t pid;
+        uint32_t pad;
+        uint64_t busy_ns;
+    } procs[SIM_SAMPLE_PROCS];
+};
+
+/* A device runs one kernel at a time, in the order all processes launched
+ * them: each launch is given the stretch after everything queued before it.
+ * Time is credited to processes (and samples) as it passes, whenever a process
+ * looks (timeline.c). */
+struct sim_timeline {
+    uint64_t tail_ns;               /* when the device has run everything queued (atomic) */
+    uint64_t accounted_ns;          /* time before this is credited */
+    uint64_t busy_ns;               /* kernel time run since the file was made */
+    uint32_t head;                  /* queue[head]: the oldest segment not run to its end */
+    uint32_t count;
+    struct sim_sample current;      /* the period in progress; end_ns 0: none yet */
+    uint32_t sample_head;           /* samples[sample_head]: the oldest kept */
+    uint32_t sample_count;
+    struct sim_sample samples[SIM_SAMPLES];
+    struct sim_segment queue[SIM_TIMELINE_SLOTS];
+};
+
 struct sim_file {
     char magic[8];                  /* SIM_STATE_MAGIC */
     uint32_t version;               /* SIM_STATE_VERSION */
@@ -91,6 +135,7 @@ struct sim_file {
     struct sim_file_lock lock;      /* guards everything below */
     struct sim_file_device devices[SIM_MAX_DEVICES];
     struct sim_file_proc procs[SIM_MAX_PROCS];
+    struct sim_timeline timelines[SIM_MAX_DEVICES];
 };
 
 /* ---- config.c: the simulated machine, from the environment ---------------- */
@@ -99,6 +144,7 @@ struct sim_config {
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-16 */
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
+    uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char state_path[4096];             /* SIMGPU_STATE, or the default path */
     bool state_path_default;           /* not named by the user: no symlink is followed */
@@ -150,5 +196,40 @@ int sim_state_processes(uint32_t device, struct sim_proc_info *out, uint32_t max
 /* Forgets this process's place in the file without touching it: for a child
  * after fork, whose memory and contexts are not its parent's. */
 void sim_state_forget_self(void);
+/* For timeline.c: the mapped file, for what may be read without the mutex
+ * (atomics); NULL when it is not open. */
+struct sim_file *sim_state_file(void);
+/* For timeline.c: the mapped file with its mutex held (a dead holder's leftovers
+ * repaired), or NULL when it is not open or the mutex is unusable. */
+struct sim_file *sim_state_lock_file(void);
+void sim_state_unlock_file(struct sim_file *f);
+
+/* ---- timeline.c: simulated GPU time, shared by every process ---------------- */
+
+/* CLOCK_MONOTONIC in ns: the clock of every timeline, the same in all processes. */
+uint64_t sim_now_ns(void);
+/* Sleeps (never spins) until sim_now_ns() >= deadline_ns. */
+void sim_sleep_until(uint64_t deadline_ns);
+/* Queues `duration_ns` of the calling process's work on `device` after all the
+ * work queued there: 0 and its end in *end_ns; -EAGAIN when the device's queue
+ * is full, with *end_ns the end of its oldest work (retry then); -errno. */
+int sim_timeline_enqueue(uint32_t device, uint64_t duration_ns, uint64_t *end_ns);
+/* When the device reaches work queued now: the end of all queued work, or now. */
+uint64_t sim_timeline_reached(uint32_t device);
+/* The share of the last second in which the device ran kernels, in percent. */
+int sim_timeline_utilization(uint32_t device, unsigned int *percent);
+
+/* A process's use of a device during one sample period. */
+struct sim_proc_sample {
+    int32_t pid;
+    unsigned int sm_percent;
+    uint64_t timestamp_us;          /* CLOCK_REALTIME at the end of the period */
+};
+/* The samples of periods that ended after `since_us` (CLOCK_REALTIME us; 0:
+ * all kept), one per process that ran kernels in a period: fills up to `max` of
+ * `out` and returns how many there are (or -errno). */
+int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sample *out, uint32_t max);
+/* Makes a timeline consistent again after a process died holding the mutex. */
+void sim_timeline_repair(struct sim_timeline *tl);
 
 #endif

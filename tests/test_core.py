@@ -77,3 +77,16 @@ def test_simgpu_binds_its_own_symbols_like_a_real_driver(simgpu_dir, name):
     assert f"Library soname: [{name}]" in dynamic
     assert "SYMBOLIC" in dynamic
     assert all(not n.startswith(("sim_", "vgl_")) for n in exported(simgpu_dir / name))
+
+
+@pytest.mark.parametrize("target", ["fuzz_limits", "fuzz_region"])
+def test_fuzz_targets_smoke(tmp_path, target):
+    """A short, deterministic run of each fuzz target under ASan/UBSan; the
+    million-input libFuzzer runs are in the README's development section."""
+    fuzz = C_DIR.parent / "fuzz"
+    binary = compile_c(tmp_path / target, [fuzz / f"{target}.c", fuzz / "smoke.c", *CORE_SOURCES],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
+    iterations = 20000 if target == "fuzz_limits" else 2000
+    result = run([binary, str(iterations)], base_env(), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == f"{iterations} inputs\n"

@@ -5,6 +5,7 @@ from either sanitizer."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import C_DIR, MiB, ROOT, base_env, compile_c, run
+from vgpulimit.limits import parse_memory
+from vgpulimit.region import Region
 
 pytestmark = pytest.mark.skipif(
     shutil.which("meson") is None or shutil.which("ninja") is None,
@@ -37,6 +40,7 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
     compile_c(bin_dir / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
               f"-L{bin_dir}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl",
               f"-Wl,-rpath,{bin_dir}")
+    compile_c(bin_dir / "nvml_client", [C_DIR / "nvml_client.c"], "-ldl")
     runtimes = [subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
                                text=True, check=True).stdout.strip()
                 for name in ("libasan.so", "libubsan.so")]
@@ -86,3 +90,19 @@ def test_rtld_next(sanitized, tmp_path):
                            VGPULIMIT_REGION=str(tmp_path / "region"))
     assert result.stdout == expected
     assert result.stdout.startswith("whoami 101\n")
+
+
+def test_nvml_views(sanitized, tmp_path):
+    """Every NVML hook, on two devices of which the container is given the
+    second, with one of its processes holding memory there."""
+    region_path = tmp_path / "region"
+    with Region.create(region_path, {0: parse_memory("1GiB")}) as region:
+        slot = region.attach(os.getpid(), os.getpid())
+        assert region.reserve(slot, 0, 256 * MiB)
+        result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "nvml_client"],
+                               SIMGPU_DEVICES="2", CUDA_VISIBLE_DEVICES="1",
+                               VGPULIMIT_REGION=str(region_path))
+    lines = result.stdout.splitlines()
+    assert "count 0 1" in lines
+    assert f"memory 0 {1024 * MiB} {256 * MiB} {768 * MiB}" in lines
+    assert f"procs 0 nvmlDeviceGetComputeRunningProcesses_v3 0 1 {os.getpid()}:{256 * MiB}" in lines

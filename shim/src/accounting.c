@@ -24,8 +24,10 @@ uint64_t vgl_device_total(int device)
             return 0;
         total = bytes;
         __atomic_store_n(&device_total[device], total, __ATOMIC_RELAXED);
-        if (vgl_self.region)
+        if (vgl_self.region) {
             __atomic_store_n(&vgl_self.region->devices[device].total_bytes, total, __ATOMIC_RELAXED);
+            vgl_device_note(device);
+        }
     }
     return total;
 }
@@ -116,12 +118,19 @@ void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind 
 {
     if (c->device < 0)
         return;
-    if (rc == CUDA_SUCCESS && vgl_allocations_put(kind, key, c->device, c->bytes))
+    if (rc == CUDA_SUCCESS && vgl_allocations_put(kind, key, c->device, c->bytes, 0))
         return;
     /* The driver refused (or we could not record it, so a free could never
      * return it: then the memory stays used but uncounted, which is the
      * lesser harm than counting it forever). */
     vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)c->device, c->bytes);
+}
+
+void vgl_charge_cancel(struct vgl_charge *c)
+{
+    if (c->device >= 0)
+        vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)c->device, c->bytes);
+    c->device = -1;
 }
 
 void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key)
@@ -137,7 +146,8 @@ void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key)
  * than the device has free), used the container's own usage. */
 bool vgl_capped_view(int device, struct vgl_view *v)
 {
-    if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_ready()) {
+    /* A view needs the region, not a slot: a monitor is not a tenant. */
+    if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_map_region()) {
         v->free_bytes = 0; /* fail closed: nothing is allocatable */
         return true;
     }

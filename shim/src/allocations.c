@@ -9,9 +9,11 @@
 #include "internal.h"
 
 struct entry {
-    uint64_t key; /* 0: empty (no kind of handle is 0) */
+    uint64_t key;  /* 0: empty (no kind of handle is 0) */
     uint64_t bytes;
+    uint64_t link; /* a key of another kind this one refers to (a mapping's handle) */
     int32_t device;
+    int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it */
 };
 
 struct table {
@@ -63,43 +65,49 @@ static bool grow(struct table *t)
     return true;
 }
 
-bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes)
+bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
+                         uint64_t link)
 {
     struct table *t = &tables[kind];
     pthread_mutex_lock(&lock);
     bool ok = (t->count + 1) * 2 <= t->capacity || grow(t);
     if (ok)
-        put(t, (struct entry){key, bytes, device});
+        put(t, (struct entry){key, bytes, link, device, 1});
     pthread_mutex_unlock(&lock);
     return ok;
 }
 
-static bool lookup(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes,
-                   bool remove)
+/* Backward shift: move later members of the run into the hole at i. */
+static void remove_at(struct table *t, size_t i)
+{
+    size_t hole = i, mask = t->capacity - 1;
+    for (size_t j = (i + 1) & mask; t->entries[j].key; j = (j + 1) & mask) {
+        size_t home = home_of(t, t->entries[j].key);
+        bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
+        if (movable) {
+            t->entries[hole] = t->entries[j];
+            hole = j;
+        }
+    }
+    t->entries[hole] = (struct entry){0};
+    t->count--;
+}
+
+/* Finds `key`, adds `delta` to its holders, removes it when none is left
+ * (or when `take`), and copies it to *out.  False: not found. */
+static bool update(enum vgl_allocation_kind kind, uint64_t key, int delta, bool take, struct entry *out)
 {
     struct table *t = &tables[kind];
     bool found = false;
     pthread_mutex_lock(&lock);
     if (t->capacity && key) {
         size_t i = slot_of(t, key);
-        if (t->entries[i].key) {
-            found = true;
-            *device = t->entries[i].device;
-            *bytes = t->entries[i].bytes;
-        }
-        if (found && remove) {
-            /* Backward shift: move later members of the run into the hole. */
-            size_t hole = i, mask = t->capacity - 1;
-            for (size_t j = (i + 1) & mask; t->entries[j].key; j = (j + 1) & mask) {
-                size_t home = home_of(t, t->entries[j].key);
-                bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
-                if (movable) {
-                    t->entries[hole] = t->entries[j];
-                    hole = j;
-                }
-            }
-            t->entries[hole] = (struct entry){0};
-            t->count--;
+        found = t->entries[i].key != 0;
+        if (found) {
+            t->entries[i].refs += delta;
+            *out = t->entries[i];
+            if (take || t->entries[i].refs <= 0)
+                remove_at(t, i);
         }
     }
     pthread_mutex_unlock(&lock);
@@ -108,12 +116,44 @@ static bool lookup(enum vgl_allocation_kind kind, uint64_t key, int32_t *device,
 
 bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes)
 {
-    return lookup(kind, key, device, bytes, false);
+    struct entry e;
+    if (!update(kind, key, 0, false, &e))
+        return false;
+    *device = e.device;
+    *bytes = e.bytes;
+    return true;
 }
 
 bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes)
 {
-    return lookup(kind, key, device, bytes, true);
+    struct entry e;
+    if (!update(kind, key, 0, true, &e))
+        return false;
+    *device = e.device;
+    *bytes = e.bytes;
+    return true;
+}
+
+bool vgl_allocations_take_link(enum vgl_allocation_kind kind, uint64_t key, uint64_t *bytes,
+                               uint64_t *link)
+{
+    struct entry e;
+    if (!update(kind, key, 0, true, &e))
+        return false;
+    *bytes = e.bytes;
+    *link = e.link;
+    return true;
+}
+
+int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta, int32_t *device,
+                         uint64_t *bytes)
+{
+    struct entry e;
+    if (!update(kind, key, delta, false, &e))
+        return -1;
+    *device = e.device;
+    *bytes = e.bytes;
+    return e.refs < 0 ? 0 : e.refs;
 }
 
 void vgl_allocations_forget(void)

@@ -91,8 +91,23 @@ static void read_cores(const char *name, int device, const char *value)
     vgl_config.cores_limited = true;
 }
 
+/* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py
+ * CONTAINER_REGION).  A hook cannot change a container's environment, so the
+ * region there turns the shim on by itself: it carries the limits, those
+ * given as annotations included.  An empty file is only a mount point left
+ * behind (in an image committed from a running container), not a region. */
+#define CONTAINER_REGION "/.vgpulimit/region"
+
 static void default_region_path(void)
 {
+    struct stat st;
+    if (stat(CONTAINER_REGION, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        strcpy(vgl_config.region_path, CONTAINER_REGION);
+        vgl_config.enabled = true;
+        return;
+    }
+    if (!vgl_config.enabled)
+        return;
     const char *runtime = getenv("XDG_RUNTIME_DIR");
     char *out = vgl_config.region_path;
     size_t len = sizeof vgl_config.region_path;
@@ -205,9 +220,6 @@ void vgl_config_load(void)
         vgl_config.enabled = true;
     }
     load_hami(have_memory, have_cores, have_region);
-    if (vgl_config.enabled && !vgl_config.region_path[0])
+    if (!vgl_config.region_path[0])
         default_region_path();
-    if (vgl_config.cores_limited)
-        vgl_log(VGL_LOG_WARN, "VGPULIMIT_CORES is read but this version does not enforce compute "
-                              "shares yet; only memory caps are enforced");
 }

@@ -42,8 +42,6 @@ const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len);
 bool vgl_lock_acquire(struct vgl_lock *lock);
 void vgl_lock_consistent(struct vgl_lock *lock);
 void vgl_lock_release(struct vgl_lock *lock);
-/* /proc/<pid>/stat starttime, or 0 when it cannot be read. */
-uint64_t vgl_proc_start_time(int32_t pid);
 
 /* ledger.c (also region.h) */
 /* Recomputes a device's total from the live slots (after a holder died). */
@@ -73,6 +71,9 @@ struct vgl_self {
 extern struct vgl_self vgl_self;
 /* Maps the region and claims this process's slot, once.  False: fail closed. */
 bool vgl_attach(void);
+/* Maps the region without claiming a slot (for views: NVML, cuMemGetInfo).
+ * False when it cannot be mapped (logged). */
+bool vgl_map_region(void);
 
 /* real_driver.c — the real libcuda / libnvidia-ml, resolved once. */
 extern void *(*vgl_real_dlsym)(void *handle, const char *name);
@@ -122,15 +123,24 @@ void vgl_hooks_resolve(void *handle, const char *prefix);
 enum vgl_allocation_kind {
     VGL_ALLOC_POINTER, /* cuMemAlloc*, cuMemAllocPitch*, cuMemAllocManaged */
     VGL_ALLOC_VMM,     /* cuMemCreate handles */
+    VGL_ALLOC_MAPPING, /* cuMemMap address ranges: bytes mapped, linked to their handle */
     VGL_ALLOC_ARRAY,   /* CUarray and CUmipmappedArray */
     VGL_ALLOC_POOL,    /* memory pools: what their reserve was charged */
     VGL_ALLOC_KINDS
 };
-/* Records (or updates) what `key` was charged. */
-bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes);
+/* Records (or replaces) what `key` was charged, with one holder; `link`: a
+ * key of another kind it refers to, or 0. */
+bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
+                         uint64_t link);
 bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
 /* Removes `key` and says what it was charged; false when it is not ours. */
 bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
+bool vgl_allocations_take_link(enum vgl_allocation_kind kind, uint64_t key, uint64_t *bytes,
+                               uint64_t *link);
+/* Adds `delta` holders to `key`; removes it when none is left.  Returns the
+ * holders left (0: removed, its charge is the caller's to return), -1: unknown. */
+int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta, int32_t *device,
+                         uint64_t *bytes);
 /* In a forked child: the parent's allocations are not the child's. */
 void vgl_allocations_forget(void);
 
@@ -162,6 +172,8 @@ bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force);
 /* After the driver call: on success the charge is recorded under (kind,
  * key), on failure returned. */
 void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind kind, uint64_t key);
+/* Returns a reservation that nothing came of. */
+void vgl_charge_cancel(struct vgl_charge *c);
 /* Returns what (kind, key) was charged, if it was. */
 void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key);
 /* The capped view of a device whose driver reports (free, total): total
@@ -171,6 +183,38 @@ struct vgl_view {
     uint64_t free_bytes, total_bytes, used_bytes;
 };
 bool vgl_capped_view(int device, struct vgl_view *v);
+
+/* devices.c — the container's devices as NVML numbers them. */
+/* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
+ * the driver's index nvml_index[i]. */
+struct vgl_visible {
+    unsigned int count;
+    nvmlDevice_t handle[VGL_MAX_DEVICES];
+    unsigned int nvml_index[VGL_MAX_DEVICES];
+};
+/* False while NVML cannot say (not initialised). */
+bool vgl_visible_devices(struct vgl_visible *out);
+/* The container's index of an NVML device, or -1: not one of its devices, or unknown. */
+int vgl_container_device(nvmlDevice_t device);
+/* Records CUDA device `device`'s UUID in the region for the views (once per process). */
+void vgl_device_note(int device);
+
+/* throttle.c — a container's compute budget on one device (region.h's budget
+ * fields), drawn by every launch path.  No clock, no driver: testable alone. */
+/* How much budget an idle container keeps at most: this much time at its share. */
+#define VGL_BUDGET_WINDOW_NS 100000000ULL
+/* The share a device's launches are held to, in percent; 0: none (no cap, or 100). */
+uint32_t vgl_throttle_share(const struct vgl_device_state *dev);
+/* Refills the budget up to `now_ns` and, unless it is owing, takes `cost_ns`
+ * (the launch's expected GPU time) from it: 0, the launch may start; else how
+ * many ns to wait before asking again. */
+int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_t cost_ns);
+/* A launch charged `charged_ns` was measured at `measured_ns`: the difference is settled. */
+void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns);
+
+/* launch_hooks.c */
+/* In a forked child: the parent's events and measurements are not the child's. */
+void vgl_launch_forget(void);
 
 /* The exported wrappers: the driver's own names and signatures. */
 #define CU_HOOK(symbol, base, version, pt, params, args) \

@@ -34,8 +34,21 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     return rc;
 }
 
-/* A pitched allocation is reserved at the widest pitch we expect, then
- * settled to what the driver chose: the ledger never runs ahead of the cap. */
+/* Managed memory counts against the device's cap like any other: it may
+ * migrate to the host, but it can occupy the device in full. */
+CUresult cuMemAllocManaged(CUdeviceptr_v2 *dptr, size_t bytesize, unsigned int flags)
+{
+    if (VGL_LIKELY(!vgl_config.enabled))
+        return vgl_real.cuMemAllocManaged(dptr, bytesize, flags);
+    struct vgl_charge c;
+    CUresult rc = vgl_charge_begin("cuMemAllocManaged", -1, bytesize, &c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = vgl_real.cuMemAllocManaged(dptr, bytesize, flags);
+    vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
 /* A pitched allocation is reserved at the widest pitch we expect, then
  * settled to what the driver chose: the ledger never runs ahead of the cap. */
 static CUresult settle_pitch(struct vgl_charge *c, CUresult rc, uint64_t ptr, uint64_t pitch,

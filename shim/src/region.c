@@ -150,6 +150,8 @@ int vgl_region_open(const char *path, struct vgl_region **out)
             err = -EPROTONOSUPPORT;
         else if ((uint64_t)st.st_size != sizeof(struct vgl_region))
             err = -EBADF;
+        else if (st.st_mode & S_IWOTH)
+            err = -EPERM; /* anyone could rewrite its limits */
     }
     void *map = MAP_FAILED;
     if (!err) {
@@ -183,8 +185,10 @@ const char *vgl_region_strerror(int err)
     case -ENOENT:
         return "no such file";
     case -EACCES:
-    case -EPERM:
         return "permission denied";
+    case -EPERM:
+        return "writable by every user, so anyone could change its limits; refusing it "
+               "(chmod o-w, or let vgpulimit create it)";
     case -EEXIST:
         return "a region file already exists there";
     case -ENOSPC:
@@ -229,20 +233,17 @@ uint64_t vgl_proc_start_time(int32_t pid)
     return read_stat(pid, &state, &start) ? start : 0;
 }
 
-static bool slot_alive(const struct vgl_slot *slot)
+int vgl_proc_running(int32_t pid, uint64_t start_time)
 {
-    if (kill(slot->pid, 0) < 0 && errno == ESRCH)
-        return false;
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return 0;
     char state;
     uint64_t start;
-    /* Unreadable (another pid namespace, hidepid): trust kill(). */
-    if (!read_stat(slot->pid, &state, &start))
-        return true;
-    /* A zombie's memory is already back with the driver; only its parent's
-     * wait is missing, which must not hold the bytes hostage. */
+    if (!read_stat(pid, &state, &start))
+        return 1; /* another pid namespace, hidepid: kill() is all we know */
     if (state == 'Z' || state == 'X')
-        return false;
-    return slot->start_time == 0 || start == slot->start_time;
+        return 0;
+    return start_time == 0 || start == start_time;
 }
 
 static void comm_of_self(char comm[VGL_COMM_LEN])
@@ -314,7 +315,7 @@ int vgl_region_reclaim(struct vgl_region *region)
     region_lock(region);
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         struct vgl_slot *slot = &region->slots[i];
-        if (slot->state != VGL_SLOT_LIVE || slot_alive(slot))
+        if (slot->state != VGL_SLOT_LIVE || vgl_proc_running(slot->pid, slot->start_time))
             continue;
         slot_release_all(region, slot);
         __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);

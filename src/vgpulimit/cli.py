@@ -27,6 +27,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
+    return value
+
+
+def _add_view_sources(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--region", metavar="PATH",
+                        help="the region file (default: $VGPULIMIT_REGION)")
+    source.add_argument("--all", metavar="DIR",
+                        help="every region file under DIR (e.g. the run directory of a node)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Per-container GPU memory caps, "
                      "enforced by an LD_PRELOAD shim.")
@@ -43,6 +61,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
     run.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
                      help="memory cap for device I (overrides --memory; repeatable)")
+    run.add_argument("--cores", metavar="PCT",
+                     help="compute share of every device, in percent: 30 or 30%%")
+    run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
+                     help="compute share of device I (overrides --cores; repeatable)")
     run.add_argument("--simulate", action="store_true",
                      help="run on the simulated GPU that ships with vgpulimit")
     run.add_argument("--region", metavar="PATH",
@@ -52,27 +74,90 @@ def _build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status", help="show limits, usage and processes of a region",
-        description="Show each device's cap, use and OOM refusals, and each process's use.")
+        description="Show each device's cap, use, free memory, compute cap, measured compute "
+                    "share, throttled time and OOM refusals, and each process's use.")
     status.add_argument("--json", action="store_true", help="machine-readable, bytes as integers")
-    status.add_argument("--region", metavar="PATH",
-                        help="the region file (default: $VGPULIMIT_REGION)")
+    _add_view_sources(status)
+    status.add_argument("--interval", metavar="SECONDS", type=_seconds, default=0.5,
+                        help="measure the compute share over this long (default 0.5; 0: n/a)")
+
+    top = commands.add_parser(
+        "top", help="live view of containers' memory, compute share and processes",
+        description="Redraw each container's memory, compute share and processes every "
+                    "interval; q or Ctrl-C quits.")
+    _add_view_sources(top)
+    top.add_argument("--interval", metavar="SECONDS", type=_seconds, default=1.0,
+                     help="redraw every SECONDS (default 1)")
+
+    metrics = commands.add_parser(
+        "metrics", help="serve Prometheus metrics of containers",
+        description="Serve the limits and usage of one container, or of every region file "
+                    "under a directory, at http://HOST:PORT/metrics.")
+    metrics.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:9400",
+                         help="where to serve (default 127.0.0.1:9400; port 0: any free port)")
+    _add_view_sources(metrics)
 
     set_ = commands.add_parser(
         "set", help="change the limits of a running container",
         description="Change the limits in a region file; its processes apply them to their next "
-                    "allocation.  Lowering a cap below what is in use frees nothing: new "
-                    "allocations are refused until usage falls under it.")
+                    "allocation or kernel launch.  Lowering a cap below what is in use frees "
+                    "nothing: new allocations are refused until usage falls under it.")
     set_.add_argument("--memory", metavar="SIZE",
                       help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
     set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
                       help="memory cap for device I (overrides --memory; repeatable)")
+    set_.add_argument("--cores", metavar="PCT",
+                      help="compute share of every device: 30 or 30%%, or 'none'")
+    set_.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
+                      help="compute share of device I (overrides --cores; repeatable)")
     set_.add_argument("--region", metavar="PATH",
                       help="the region file (default: $VGPULIMIT_REGION)")
 
     commands.add_parser("libpath", help="print the path of libvgpulimit.so (for LD_PRELOAD)")
     commands.add_parser("simgpu-path",
                         help="print the directory of the simulated driver (for LD_LIBRARY_PATH)")
+    _add_container_commands(commands)
     return parser
+
+
+def _add_container_commands(commands) -> None:
+    from vgpulimit import oci_hook
+
+    hook = commands.add_parser(
+        "oci-hook", help="OCI hook: put the shim into containers that ask for limits",
+        description="Run by a container runtime with the container's state on stdin: at "
+                    "createRuntime (or prestart) it installs the shim into a container whose "
+                    "process.env has VGPULIMIT_* or HAMi's CUDA_DEVICE_* limits, or whose "
+                    f"annotations have {oci_hook.MEMORY_ANNOTATION} or "
+                    f"{oci_hook.CORES_ANNOTATION} (an annotation beats the variables of its "
+                    "kind); at poststop it removes what it installed.  If a container asked for "
+                    "limits that cannot be enforced, it fails, so the container does not start.")
+    hook.add_argument("--node-dir", metavar="DIR", default=oci_hook.NODE_DIR,
+                      help="where each container's region is kept for the node view "
+                           "(default: %(default)s)")
+
+    install = commands.add_parser(
+        "install-hook", help="install the OCI hook for podman and CRI-O (hooks.d)",
+        description="Write the hooks.d file that makes podman and CRI-O run "
+                    "'vgpulimit oci-hook' for every container.")
+    install.add_argument("--dir", metavar="DIR", default=oci_hook.HOOKS_D_DIR,
+                         help="the hooks.d directory (default: %(default)s)")
+
+    cdi = commands.add_parser("cdi", help="write a CDI spec (Container Device Interface)")
+    cdi_commands = cdi.add_subparsers(dest="cdi_action", metavar="COMMAND", parser_class=_Parser)
+    cdi_commands.required = True
+    generate = cdi_commands.add_parser(
+        "generate", help="write a CDI spec of kind vgpulimit.io/gpu",
+        description="Write a CDI spec with one device of kind vgpulimit.io/gpu that gives a "
+                    "container the limits, the shim and the OCI hook: "
+                    "'podman run --device vgpulimit.io/gpu=NAME ...'.")
+    generate.add_argument("--name", help="the device's name (default: from the limits)")
+    generate.add_argument("--memory", metavar="SIZE",
+                          help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
+    generate.add_argument("--cores", metavar="PCT", help="compute share in percent: 30 or 30%%")
+    generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
+    generate.add_argument("--node-dir", metavar="DIR",
+                          help="the hook's node directory (default: its own)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -83,7 +168,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run: no command given (usage: vgpulimit run [OPTIONS] -- CMD [ARG...])")
-    limits = supervisor.resolve_limits(args.memory, args.memory_device, os.environ)
+    limits = supervisor.resolve_limits(args.memory, args.memory_device, os.environ,
+                                       args.cores, args.cores_device)
     options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                     region_path=args.region)
     return supervisor.run(options)
@@ -96,38 +182,78 @@ def _region_path(args: argparse.Namespace) -> str:
     return path
 
 
+def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """The region files a view reads: --all DIR, else --region / $VGPULIMIT_REGION."""
+    if args.all is not None:
+        if not os.path.isdir(args.all):
+            raise UsageError(f"--all {args.all}: not a directory")
+        return [], args.all
+    return [_region_path(args)], None
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from vgpulimit import status
-    from vgpulimit.region import Region
 
-    with Region.open(_region_path(args)) as region:
-        snap = region.snapshot()
-    sys.stdout.write(status.render_json(snap) if args.json else status.render_text(snap))
+    paths, directory = _view_sources(args)
+    sample = status.take(paths, directory, args.interval)
+    if directory is not None:
+        sys.stdout.write(status.render_json_all(sample) if args.json
+                         else status.render_text_all(sample))
+    else:
+        [view] = sample.views
+        sys.stdout.write(status.render_json(view) if args.json else status.render_text(view))
+    return 0
+
+
+def _cmd_top(args: argparse.Namespace) -> int:
+    paths, directory = _view_sources(args)
+    from vgpulimit import top
+
+    return top.run(paths, directory, args.interval)
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    paths, directory = _view_sources(args)
+    from vgpulimit import metrics
+
+    try:
+        metrics.serve(args.listen, paths, directory)
+    except metrics.ListenError as exc:
+        raise UsageError(str(exc)) from None
+    except metrics.ServeError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     return 0
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    from vgpulimit.limits import parse_memory
+    from vgpulimit.limits import parse_cores, parse_memory
     from vgpulimit.region import Region
     from vgpulimit.supervisor import parse_device_items
 
     def memory(text: str, source: str):
         return None if text.strip().lower() == "none" else parse_memory(text, source)
 
-    per_device = parse_device_items(args.memory_device, "--memory-device")
-    if args.memory is None and not per_device:
-        raise UsageError("set: nothing to change (give --memory or --memory-device)")
-    everywhere = memory(args.memory, "--memory") if args.memory is not None else None
+    def cores(text: str, source: str) -> int:
+        return 0 if text.strip().lower() == "none" else parse_cores(text, source)
+
+    memory_device = parse_device_items(args.memory_device, "--memory-device")
+    cores_device = parse_device_items(args.cores_device, "--cores-device", "PERCENT")
+    if args.memory is None and args.cores is None and not memory_device and not cores_device:
+        raise UsageError("set: nothing to change (give --memory, --memory-device, --cores "
+                         "or --cores-device)")
+    # Every value is parsed before anything is written: a bad one changes nothing.
+    memory_all = memory(args.memory, "--memory") if args.memory is not None else None
+    cores_all = cores(args.cores, "--cores") if args.cores is not None else None
+    memory_new = {i: memory(text, f"--memory-device {i}") for i, text in memory_device.items()}
+    cores_new = {i: cores(text, f"--cores-device {i}") for i, text in cores_device.items()}
     with Region.open(_region_path(args)) as region:
-        current = {d.index: d for d in region.snapshot(all_devices=True).devices}
-        for index, device in current.items():
-            if index in per_device:
-                limit = memory(per_device[index], f"--memory-device {index}")
-            elif args.memory is not None:
-                limit = everywhere
-            else:
-                continue
-            region.set_limits(index, limit, device.cores_pct)
+        for device in region.snapshot(all_devices=True).devices:
+            index = device.index
+            limit = memory_new.get(index, memory_all if args.memory is not None else device.limit)
+            pct = cores_new.get(index, cores_all if args.cores is not None else device.cores_pct)
+            if limit != device.limit or pct != device.cores_pct:
+                region.set_limits(index, limit, pct)
     return 0
 
 
@@ -145,16 +271,67 @@ def _cmd_simgpu_path(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_oci_hook(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vgpulimit import oci_hook
+
+    return oci_hook.run(sys.stdin, Path(args.node_dir))
+
+
+def _cmd_install_hook(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vgpulimit import oci_hook
+
+    try:
+        print(oci_hook.install_hooks_d(Path(args.dir)))
+    except OSError as exc:
+        raise _CannotWrite(f"install-hook: cannot write {exc.filename or args.dir}: "
+                           f"{exc.strerror}") from None
+    return 0
+
+
+def _cmd_cdi(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from vgpulimit import cdi
+
+    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir)
+    text = json.dumps(spec, indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    output = Path(args.output)
+    temp = output.with_name(f".{output.name}.tmp")
+    try:
+        temp.write_text(text, encoding="utf-8")
+        temp.replace(output)
+    except OSError as exc:
+        raise _CannotWrite(f"--output {args.output}: {exc.strerror}") from None
+    return 0
+
+
 class _NoRegion(LookupError):
+    pass
+
+
+class _CannotWrite(OSError):
     pass
 
 
 _COMMANDS = {
     "run": _cmd_run,
     "status": _cmd_status,
+    "top": _cmd_top,
+    "metrics": _cmd_metrics,
     "set": _cmd_set,
     "libpath": _cmd_libpath,
     "simgpu-path": _cmd_simgpu_path,
+    "oci-hook": _cmd_oci_hook,
+    "install-hook": _cmd_install_hook,
+    "cdi": _cmd_cdi,
 }
 
 
@@ -166,7 +343,12 @@ def _exit_codes() -> list[tuple[type[BaseException], int | None]]:
         (UsageError, EXIT_USAGE),
         (InstallError, EXIT_FAILURE),
         (_NoRegion, EXIT_FAILURE),
+        (_CannotWrite, EXIT_FAILURE),
     ]
+    from vgpulimit.cdi import CdiError
+    from vgpulimit.oci_hook import HookError
+
+    codes += [(HookError, EXIT_FAILURE), (CdiError, EXIT_USAGE)]
     try:
         from vgpulimit import supervisor
         from vgpulimit.limits import LimitError

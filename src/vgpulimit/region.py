@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +45,14 @@ class DeviceSnapshot:
     total_bytes: int            # 0: no process has seen the device yet
     used_bytes: int
     oom_refusals: int
+    throttled_ns: int = 0       # time the container's launches waited for compute budget
+    busy_ns: int = 0            # GPU time its kernels took; its growth over wall time is the share
+    uuid: str | None = None     # "GPU-…" as CUDA reports it; None until a process has seen it
+
+    @property
+    def seen(self) -> bool:
+        """Whether a process of the container has used the device."""
+        return bool(self.total_bytes or self.used_bytes or self.oom_refusals or self.busy_ns)
 
     @property
     def free_bytes(self) -> int | None:
@@ -72,6 +81,7 @@ class RegionSnapshot:
     generation: int
     devices: tuple[DeviceSnapshot, ...]
     processes: tuple[ProcessSnapshot, ...]
+    taken_ns: int = 0           # time.monotonic_ns() when read: shares divide by its growth
 
 
 class Slot:
@@ -212,6 +222,7 @@ class Region:
         with no limit that no process has seen are left out unless
         ``all_devices``."""
         region = self._mapped
+        taken_ns = time.monotonic_ns()
         devices = []
         for index in range(MAX_DEVICES):
             dev = region.devices[index]
@@ -228,6 +239,9 @@ class Region:
                     total_bytes=total_bytes,
                     used_bytes=int(dev.used_bytes),
                     oom_refusals=int(dev.oom_refusals),
+                    throttled_ns=int(dev.throttled_ns),
+                    busy_ns=int(dev.busy_ns),
+                    uuid=_uuid_text(bytes(dev.uuid)),
                 )
             )
         processes = []
@@ -249,7 +263,16 @@ class Region:
             generation=int(region.generation),
             devices=tuple(devices),
             processes=tuple(processes),
+            taken_ns=taken_ns,
         )
+
+
+def _uuid_text(raw: bytes) -> str | None:
+    """16 bytes as NVML prints a GPU's UUID; None when all zero (not seen yet)."""
+    if not any(raw):
+        return None
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _cap_bytes(limit: MemoryLimit | None, total_bytes: int) -> int | None:

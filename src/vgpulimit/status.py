@@ -1,13 +1,127 @@
-"""`vgpulimit status`: a region snapshot for people (80 columns) and for
-programs (JSON, bytes as integers).  Reads only."""
+"""What the views show (`status`, `top`, `metrics`): region snapshots, the
+compute share measured between two of them, and `vgpulimit status` for people
+(80 columns) and for programs (JSON, bytes as integers).
+
+Reads only: regions are mapped and read, never written.  No terminal UI
+here (top.py builds on this module, never the other way round)."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from vgpulimit.limits import format_bytes
-from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, RegionSnapshot
+from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, Region, RegionError, RegionSnapshot
+
+_MAGIC = b"VGPULIM\0"
+
+
+# -- reading regions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One region as a view shows it: its latest snapshot, and each device's
+    compute share measured since the previous one."""
+
+    snapshot: RegionSnapshot
+    share_pct: Mapping[int, float] = field(default_factory=dict)  # device -> % of the whole GPU;
+                                                                   # absent: not measured (n/a)
+
+    @property
+    def path(self) -> str:
+        return self.snapshot.path
+
+
+@dataclass(frozen=True)
+class Sample:
+    views: tuple[ContainerView, ...]
+    errors: tuple[tuple[str, str], ...] = ()  # (path, why) of region files that could not be read
+
+
+def find_regions(directory: str | os.PathLike) -> list[str]:
+    """Every region file under ``directory`` (the private run directories
+    included), recognised by its magic; sorted."""
+    found = []
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            if name.endswith(".tmp"):   # a region being created: not there yet
+                continue
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    if f.read(len(_MAGIC)) == _MAGIC:
+                        found.append(path)
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def measured_share(before: DeviceSnapshot | None, after: DeviceSnapshot, elapsed_ns: int) -> float | None:
+    """The device's GPU time over wall time between two snapshots, in percent
+    of the whole GPU; None when there is no earlier snapshot to compare."""
+    if before is None or elapsed_ns <= 0 or after.busy_ns < before.busy_ns:
+        return None
+    return 100.0 * (after.busy_ns - before.busy_ns) / elapsed_ns
+
+
+class Sampler:
+    """Reads regions again and again, keeping them mapped: the named files,
+    and every region under ``directory`` as containers come and go.  Each
+    sample measures the compute share since the one before."""
+
+    def __init__(self, paths: Sequence[str] = (), directory: str | None = None) -> None:
+        self._paths = [os.fspath(p) for p in paths]
+        self._directory = directory
+        self._open: dict[str, Region] = {}
+        self._previous: dict[str, RegionSnapshot] = {}
+
+    def close(self) -> None:
+        for region in self._open.values():
+            region.close()
+        self._open.clear()
+
+    def _region(self, path: str) -> Region:
+        region = self._open.get(path)
+        if region is None:
+            region = self._open[path] = Region.open(path)
+        return region
+
+    def sample(self) -> Sample:
+        """Named regions that cannot be read raise RegionError; regions found
+        under the directory are reported in ``errors`` instead."""
+        views, errors = [], []
+        for path in self._paths:
+            views.append(self._view(path, self._region(path).snapshot()))
+        if self._directory is not None:
+            found = find_regions(self._directory)
+            for path in set(self._open) - set(found) - set(self._paths):
+                self._open.pop(path).close()
+                self._previous.pop(path, None)
+            for path in found:
+                if path in self._paths:
+                    continue
+                try:
+                    views.append(self._view(path, self._region(path).snapshot()))
+                except RegionError as exc:
+                    errors.append((path, str(exc)))
+        return Sample(tuple(views), tuple(errors))
+
+    def _view(self, path: str, snap: RegionSnapshot) -> ContainerView:
+        before = self._previous.get(path)
+        self._previous[path] = snap
+        shares: dict[int, float] = {}
+        if before is not None:
+            earlier = {d.index: d for d in before.devices}
+            for dev in snap.devices:
+                share = measured_share(earlier.get(dev.index), dev, snap.taken_ns - before.taken_ns)
+                if share is not None:
+                    shares[dev.index] = share
+        return ContainerView(snap, shares)
 
 
 def _bytes_or_dash(count: int | None) -> str:
@@ -71,11 +185,40 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
             for row in [header, *rows]]
 
 
-def render_text(snap: RegionSnapshot) -> str:
+def _share_text(view: ContainerView, index: int) -> str:
+    share = view.share_pct.get(index)
+    return "n/a" if share is None else f"{share:.0f}%"
+
+
+def _compute_rows(view: ContainerView) -> list[tuple[str, ...]]:
+    """Devices the container used, or that have a compute cap (unused ones
+    with the same cap share a row)."""
+    rows: list[tuple[str, ...]] = []
+    unseen: dict[int, list[int]] = {}
+    for dev in view.snapshot.devices:
+        if not dev.seen:
+            if dev.cores_pct:
+                unseen.setdefault(dev.cores_pct, []).append(dev.index)
+            continue
+        rows.append((str(dev.index), f"{dev.cores_pct}%" if dev.cores_pct else "none",
+                     _share_text(view, dev.index), f"{dev.throttled_ns / 1e9:.1f} s"))
+    for cores, indices in unseen.items():
+        rows.append((_index_ranges(indices), f"{cores}%", "-", "-"))
+    return rows
+
+
+def render_text(view: ContainerView | RegionSnapshot) -> str:
+    if isinstance(view, RegionSnapshot):
+        view = ContainerView(view)
+    snap = view.snapshot
     lines = [f"region {snap.path} (generation {snap.generation})", ""]
     if snap.devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "OOM REFUSED"),
                         _device_rows(snap.devices))
+        compute = _compute_rows(view)
+        if compute:
+            lines.append("")
+            lines += _table(("DEVICE", "COMPUTE CAP", "MEASURED SHARE", "THROTTLED"), compute)
     else:
         lines.append("no limits set and no device seen yet")
     lines.append("")
@@ -88,13 +231,26 @@ def render_text(snap: RegionSnapshot) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(snap: RegionSnapshot) -> dict[str, Any]:
+def render_text_all(sample: Sample) -> str:
+    """Every container, one block each; unreadable region files at the end."""
+    if not sample.views and not sample.errors:
+        return "no regions found\n"
+    blocks = [render_text(view) for view in sample.views]
+    blocks += [f"region {path}: {why}\n" for path, why in sample.errors]
+    return "\n".join(blocks)
+
+
+def to_json(view: ContainerView | RegionSnapshot) -> dict[str, Any]:
+    if isinstance(view, RegionSnapshot):
+        view = ContainerView(view)
+    snap = view.snapshot
     return {
         "region": snap.path,
         "generation": snap.generation,
         "devices": [
             {
                 "index": dev.index,
+                "uuid": dev.uuid,
                 "limit": None if dev.limit is None else {
                     "bytes": dev.limit.bytes or None,
                     "ppm": dev.limit.ppm or None,
@@ -106,6 +262,9 @@ def to_json(snap: RegionSnapshot) -> dict[str, Any]:
                 "used_bytes": dev.used_bytes,
                 "free_bytes": dev.free_bytes,
                 "oom_refusals": dev.oom_refusals,
+                "compute_share_pct": view.share_pct.get(dev.index),
+                "busy_ns": dev.busy_ns,
+                "throttled_ns": dev.throttled_ns,
             }
             for dev in snap.devices
         ],
@@ -123,5 +282,26 @@ def to_json(snap: RegionSnapshot) -> dict[str, Any]:
     }
 
 
-def render_json(snap: RegionSnapshot) -> str:
-    return json.dumps(to_json(snap), indent=2) + "\n"
+def render_json(view: ContainerView | RegionSnapshot) -> str:
+    return json.dumps(to_json(view), indent=2) + "\n"
+
+
+def render_json_all(sample: Sample) -> str:
+    return json.dumps({
+        "regions": [to_json(view) for view in sample.views],
+        "errors": [{"region": path, "error": why} for path, why in sample.errors],
+    }, indent=2) + "\n"
+
+
+def take(paths: Iterable[str] = (), directory: str | None = None, interval_s: float = 0.0) -> Sample:
+    """One reading for `status`: two samples ``interval_s`` apart, so that
+    the compute share is measured (none with 0)."""
+    sampler = Sampler(list(paths), directory)
+    try:
+        sample = sampler.sample()
+        if interval_s > 0:
+            time.sleep(interval_s)
+            sample = sampler.sample()
+    finally:
+        sampler.close()
+    return sample

@@ -123,6 +123,8 @@ def resolve_limits(
     memory: str | None,
     memory_device: Sequence[str],
     environ: Mapping[str, str],
+    cores: str | None = None,
+    cores_device: Sequence[str] = (),
 ) -> Limits:
     """The limits of a run: the flags, and where a flag is not given, the
     environment the supervisor was started with (VGPULIMIT_MEMORY[_<i>],
@@ -143,15 +145,22 @@ def resolve_limits(
         memory_all = _setting(MEMORY_VAR, environ[MEMORY_VAR], MEMORY_VAR)
     else:
         memory_all = None
-    cores_all = (_setting(CORES_VAR, environ[CORES_VAR], CORES_VAR)
-                 if CORES_VAR in environ else None)
+    if cores is not None:
+        cores_all = _setting(CORES_VAR, cores, "--cores")
+    elif CORES_VAR in environ:
+        cores_all = _setting(CORES_VAR, environ[CORES_VAR], CORES_VAR)
+    else:
+        cores_all = None
 
     memory_dev = dict(env_device[MEMORY_VAR])
     for index, size in parse_device_items(memory_device, "--memory-device").items():
         memory_dev[index] = _setting(MEMORY_VAR, size, f"--memory-device {index}")
+    cores_dev = dict(env_device[CORES_VAR])
+    for index, pct in parse_device_items(cores_device, "--cores-device", "PERCENT").items():
+        cores_dev[index] = _setting(CORES_VAR, pct, f"--cores-device {index}")
 
     return Limits(memory=memory_all, memory_device=memory_dev,
-                  cores=cores_all, cores_device=env_device[CORES_VAR])
+                  cores=cores_all, cores_device=cores_dev)
 
 
 def _setting(var: str, text: str, source: str) -> Setting:

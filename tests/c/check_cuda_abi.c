@@ -5,6 +5,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <stddef.h>
 
 #define VGL_CHECK_AGAINST_CUDA_H
 #include "vgpulimit/cuda_abi.h"
@@ -23,6 +24,35 @@ VGL_CU_CONSTANTS(SAME_VALUE)
 #include "hooks.def"
 
 _Static_assert(sizeof(CUuuid) == 16, "CUuuid");
+
+/* The structs cuda_abi.h declares, field by field: a toolkit-free build lays
+ * them out the same way (the expected numbers are those of the x86-64/arm64 ABI). */
+#define AT(type, field, offset) _Static_assert(offsetof(type, field) == (offset), #type "." #field);
+AT(CUmemAllocationProp, location, 8)
+AT(CUmemAllocationProp, win32HandleMetaData, 16)
+AT(CUmemAllocationProp, allocFlags, 24)
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");
+AT(CUmemPoolProps, location, 8)
+AT(CUmemPoolProps, maxSize, 24)
+AT(CUmemPoolProps, usage, 32)
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps");
+AT(CUDA_ARRAY_DESCRIPTOR, Format, 16)
+_Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR) == 24, "CUDA_ARRAY_DESCRIPTOR");
+AT(CUDA_ARRAY3D_DESCRIPTOR, Format, 24)
+AT(CUDA_ARRAY3D_DESCRIPTOR, Flags, 32)
+_Static_assert(sizeof(CUDA_ARRAY3D_DESCRIPTOR) == 40, "CUDA_ARRAY3D_DESCRIPTOR");
+_Static_assert(sizeof(CUDA_ARRAY_MEMORY_REQUIREMENTS) == 32, "CUDA_ARRAY_MEMORY_REQUIREMENTS");
+AT(CUDA_ARRAY_MEMORY_REQUIREMENTS, alignment, 8)
+AT(CUDA_ARRAY_MEMORY_REQUIREMENTS, reserved, 16)
+AT(CUmemLocation, id, 4)
+_Static_assert(sizeof(CUmemLocation) == 8, "CUmemLocation");
+AT(CUmemAccessDesc, flags, 8)
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc");
+AT(CUlaunchConfig, sharedMemBytes, 24)
+AT(CUlaunchConfig, hStream, 32)
+AT(CUlaunchConfig, attrs, 40)
+AT(CUlaunchConfig, numAttrs, 48)
+_Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig");
 _Static_assert(sizeof(CUdeviceptr) == 8, "CUdeviceptr");
 
 /* NVML has no header in the toolkit; its layouts are fixed by the ABI that

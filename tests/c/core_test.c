@@ -116,6 +116,10 @@ static void test_region_files(const char *dir)
     CHECK(vgl_region_open(path, &region) == -EPROTONOSUPPORT, "other version");
     free(model);
 
+    snprintf(path, sizeof path, "%s/open-to-all", dir);
+    CHECK(vgl_region_create(path, NULL, NULL, 0) == 0 && chmod(path, 0666) == 0, "chmod");
+    CHECK(vgl_region_open(path, &region) == -EPERM, "a world-writable region is refused");
+
     snprintf(path, sizeof path, "%s/absent", dir);
     CHECK(vgl_region_open(path, &region) == -ENOENT, "absent");
 }

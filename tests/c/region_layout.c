@@ -31,6 +31,9 @@ int main(void)
     PIN(offsetof(struct vgl_device_state, oom_refusals), 104);
     PIN(offsetof(struct vgl_device_state, throttled_ns), 112);
     PIN(offsetof(struct vgl_device_state, busy_ns), 120);
+    PIN(offsetof(struct vgl_device_state, budget_ns), 128);
+    PIN(offsetof(struct vgl_device_state, budget_at_ns), 136);
+    PIN(offsetof(struct vgl_device_state, uuid), 160);
     PIN(sizeof(struct vgl_slot), 168);
     PIN(offsetof(struct vgl_slot, pid), 4);
     PIN(offsetof(struct vgl_slot, host_pid), 8);

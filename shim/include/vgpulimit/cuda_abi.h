@@ -36,8 +36,13 @@
     X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, 708)      \
     X(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709)        \
     X(CUDA_ERROR_LAUNCH_FAILED, 719)               \
+    X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, 720) \
     X(CUDA_ERROR_NOT_PERMITTED, 800)               \
     X(CUDA_ERROR_NOT_SUPPORTED, 801)               \
+    X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900)  \
+    X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901)  \
+    X(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, 903)    \
+    X(CUDA_ERROR_CAPTURED_EVENT, 907)              \
     X(CUDA_ERROR_UNKNOWN, 999)
 
 /* Other enum constants the shim or simgpu use (flags, query results, attributes). */
@@ -87,8 +92,65 @@
     X(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 95)                   \
     X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 97)    \
     X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 115)              \
+    X(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 4)                         \
+    X(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, 5)                      \
+    X(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, 6)                         \
+    X(CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 7)                          \
+    X(CU_MEMPOOL_ATTR_USED_MEM_HIGH, 8)                             \
+    X(CU_MEM_LOCATION_TYPE_DEVICE, 1)                               \
+    X(CU_MEM_ALLOCATION_TYPE_PINNED, 1)                             \
+    X(CU_MEM_ALLOCATION_TYPE_MANAGED, 2)                            \
+    X(CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, 1)           \
+    X(CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, 2)                 \
+    X(CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 3)         \
+    X(CU_MEM_LOCATION_TYPE_HOST, 2)                                 \
+    X(CU_MEM_LOCATION_TYPE_HOST_NUMA, 3)                            \
+    X(CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, 4)                    \
+    X(CU_MEM_HANDLE_TYPE_NONE, 0)                                   \
+    X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1)                  \
+    X(CU_MEM_ACCESS_FLAGS_PROT_NONE, 0)                             \
+    X(CU_MEM_ACCESS_FLAGS_PROT_READ, 1)                             \
+    X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE, 3)                        \
+    X(CU_MEM_ALLOC_GRANULARITY_MINIMUM, 0)                          \
+    X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 1)                      \
+    X(CU_MEM_ATTACH_GLOBAL, 1)                                      \
+    X(CU_MEM_ATTACH_HOST, 2)                                        \
+    X(CU_AD_FORMAT_UNSIGNED_INT8, 0x01)                             \
+    X(CU_AD_FORMAT_UNSIGNED_INT16, 0x02)                            \
+    X(CU_AD_FORMAT_UNSIGNED_INT32, 0x03)                            \
+    X(CU_AD_FORMAT_SIGNED_INT8, 0x08)                               \
+    X(CU_AD_FORMAT_SIGNED_INT16, 0x09)                              \
+    X(CU_AD_FORMAT_SIGNED_INT32, 0x0a)                              \
+    X(CU_AD_FORMAT_HALF, 0x10)                                      \
+    X(CU_AD_FORMAT_FLOAT, 0x20)                                     \
+    X(CUDA_ARRAY3D_LAYERED, 0x01)                                   \
+    X(CUDA_ARRAY3D_SURFACE_LDST, 0x02)                              \
+    X(CUDA_ARRAY3D_CUBEMAP, 0x04)                                   \
+    X(CUDA_ARRAY3D_TEXTURE_GATHER, 0x08)                            \
+    X(CUDA_ARRAY3D_DEPTH_TEXTURE, 0x10)                             \
+    X(CUDA_ARRAY3D_COLOR_ATTACHMENT, 0x20)                          \
+    X(CUDA_ARRAY3D_SPARSE, 0x40)                                    \
+    X(CUDA_ARRAY3D_DEFERRED_MAPPING, 0x80)                          \
     X(CU_CTX_FLAGS_MASK, 0xFF)                                      \
-    X(CU_STREAM_NON_BLOCKING, 1)
+    X(CU_STREAM_NON_BLOCKING, 1)                                    \
+    X(CU_EVENT_DEFAULT, 0)                                          \
+    X(CU_EVENT_BLOCKING_SYNC, 1)                                    \
+    X(CU_EVENT_DISABLE_TIMING, 2)                                   \
+    X(CU_EVENT_INTERPROCESS, 4)                                     \
+    X(CU_STREAM_CAPTURE_STATUS_NONE, 0)                             \
+    X(CU_STREAM_CAPTURE_STATUS_ACTIVE, 1)                           \
+    X(CU_STREAM_CAPTURE_MODE_GLOBAL, 0)                             \
+    X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)                            \
+    X(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 0)                   \
+    X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 1)                       \
+    X(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, 2)                        \
+    X(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, 3)                        \
+    X(CU_FUNC_ATTRIBUTE_NUM_REGS, 4)                                \
+    X(CU_FUNC_ATTRIBUTE_PTX_VERSION, 5)                             \
+    X(CU_FUNC_ATTRIBUTE_BINARY_VERSION, 6)                          \
+    X(CU_FUNC_ATTRIBUTE_CACHE_MODE_CA, 7)                           \
+    X(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8)           \
+    X(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 9)
 
 #ifndef VGL_CHECK_AGAINST_CUDA_H
 /* The toolkit-free declarations.  A check build defines VGL_CHECK_AGAINST_CUDA_H
@@ -113,6 +175,108 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
+
+/* Events, graphs, libraries and launches (the compute share's paths). */
+typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef int CUfunction_attribute;
+typedef int CUjit_option;
+typedef int CUlibraryOption;
+typedef int CUstreamCaptureMode;
+typedef int CUstreamCaptureStatus;
+typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* read by neither */
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+/* Memory pools, virtual memory management, arrays. */
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef unsigned long long CUmemGenericAllocationHandle_v1;
+typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
+typedef int CUmemPool_attribute;
+typedef int CUmemLocationType;
+typedef int CUmemAllocationType;
+typedef int CUmemAllocationHandleType;
+typedef int CUarray_format;
+typedef int CUmemAllocationGranularity_flags;
+typedef int CUmemAccess_flags;
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation_v1;
+typedef CUmemLocation_v1 CUmemLocation;
+
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc_v1;
+typedef CUmemAccessDesc_v1 CUmemAccessDesc;
+
+typedef struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp_v1;
+typedef CUmemAllocationProp_v1 CUmemAllocationProp;
+
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps_v1;
+typedef CUmemPoolProps_v1 CUmemPoolProps;
+
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v2;
+typedef CUDA_ARRAY_DESCRIPTOR_v2 CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v2;
+typedef CUDA_ARRAY3D_DESCRIPTOR_v2 CUDA_ARRAY3D_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
+    size_t size;
+    size_t alignment;
+    unsigned int reserved[4];
+} CUDA_ARRAY_MEMORY_REQUIREMENTS_v1;
+typedef CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 CUDA_ARRAY_MEMORY_REQUIREMENTS;
 #endif
 
 #endif

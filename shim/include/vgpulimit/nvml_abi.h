@@ -68,6 +68,46 @@ typedef struct nvmlProcessUtilizationSample_st {
     unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* nvmlDeviceGetRunningProcessDetailList: `mode` picks the list, `version`
+ * must be nvmlProcessDetailList_v1 (sizeof | 1 << 24). */
+typedef struct nvmlProcessDetail_v1_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+
+typedef enum nvmlProcessMode_enum {
+    NVML_PROCESS_MODE_COMPUTE = 0,
+    NVML_PROCESS_MODE_GRAPHICS = 1,
+    NVML_PROCESS_MODE_MPS = 2,
+} nvmlProcessMode_t;
+
+typedef struct nvmlProcessDetailList_v1_st {
+    unsigned int version;
+    nvmlProcessMode_t mode;
+    unsigned int numProcArrayEntries;
+    nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t;
+#define nvmlProcessDetailList_v1 ((unsigned int)(sizeof(nvmlProcessDetailList_v1_t) | (1u << 24)))
+
+/* nvmlDeviceGetPciInfo_v3's layout. */
+typedef struct nvmlPciInfo_st {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef enum nvmlEnableState_enum {
+    NVML_FEATURE_DISABLED = 0,
+    NVML_FEATURE_ENABLED = 1,
+} nvmlEnableState_t;
+
 #define NVML_DEVICE_NAME_BUFFER_SIZE 64
 #define NVML_DEVICE_UUID_BUFFER_SIZE 80
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80

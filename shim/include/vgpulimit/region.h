@@ -43,7 +43,12 @@ struct vgl_device_state {
     uint64_t throttled_ns;       /* time the container's launches waited for compute budget */
     uint64_t busy_ns;            /* GPU time the container's kernels took, as measured; views
                                     divide its growth by wall time for the achieved share */
-    uint64_t reserved[6];        /* the compute controller's state */
+    int64_t budget_ns;           /* compute controller (throttle.c): GPU time the container may
+                                    still start; negative: owed by launches that ran over */
+    uint64_t budget_at_ns;       /* CLOCK_MONOTONIC of the budget's last refill; 0: not started */
+    uint64_t reserved[2];
+    uint8_t uuid[16];            /* the device's UUID as CUDA reports it, written by the shim
+                                    for the views; all zero until a process has seen it */
 };
 
 /* A process's place in the region.  Slots never move once claimed, so a
@@ -89,6 +94,14 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid,
 void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot);
 /* Frees the slots of processes that no longer exist; returns how many. */
 int vgl_region_reclaim(struct vgl_region *region);
+/* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
+ * (a reused pid has another).  0 when it cannot be read. */
+uint64_t vgl_proc_start_time(int32_t pid);
+/* Whether the process `pid` that started at `start_time` (0: unknown) still
+ * runs: 0 once it has exited, even before its parent reaps it (its memory is
+ * already back with the driver), and when the pid now names another process.
+ * A pid we cannot inspect (another pid namespace) counts as running. */
+int vgl_proc_running(int32_t pid, uint64_t start_time);
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);

@@ -1,0 +1,202 @@
+"""How closely the compute share holds on the simulated GPU, and what it adds
+to a launch.
+
+Each cell runs containers under `vgpulimit run --simulate --cores PCT` on a
+fresh simulated GPU: 1 or 4 processes per container, each a launch loop
+(tests/c/launch_client.c) of kernels of one length.  The achieved share is the
+simulated GPU time the container's kernels ran (completed launches times the
+kernel's length) over a window after a settle time; every process reports its
+completed launches every 100 ms.  Then two containers at 30 % and 60 % share
+one device.  Last, the cost a launch pays for the shim with no cap and with
+cap 100, against the same loop without the shim, in one run (overhead.py's loop).
+
+    python benchmarks/compute_share.py            # the full table (~8 minutes)
+    python benchmarks/compute_share.py --quick    # a subset, shorter windows
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from vgpulimit import _paths
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CC = os.environ.get("CC", "cc")
+
+TARGETS = (10, 25, 50, 75, 90)
+KERNELS_US = (20, 1000, 20000)
+PROCESSES = (1, 4)
+
+
+def build_client(out: Path) -> Path:
+    client = out / "launch_client"
+    subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'shim' / 'include'}", "-o",
+                    str(client), str(ROOT / "tests" / "c" / "launch_client.c"), "-ldl"], check=True)
+    return client
+
+
+def base_environment(state: Path, runtime: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VGPULIMIT_", "SIMGPU_", "CUDA_DEVICE_"))
+           and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
+    runtime.mkdir(exist_ok=True)
+    env.update(SIMGPU_STATE=str(state), XDG_RUNTIME_DIR=str(runtime))
+    return env
+
+
+@dataclass
+class Container:
+    cores_pct: int
+    processes: int
+    kernel_us: int
+
+    def command(self, client: Path, seconds: float) -> list[str]:
+        loop = " & ".join([f"{client} kernel {self.kernel_us} {seconds}"] * self.processes)
+        return [sys.executable, "-m", "vgpulimit", "run", "--simulate", "--cores",
+                str(self.cores_pct), "--", "sh", "-c", f"{loop} & wait"]
+
+
+def share_of(output: str, kernel_us: int, start: float, end: float) -> float:
+    """The container's share (%) of [start, end] (CLOCK_MONOTONIC seconds),
+    from its processes' progress lines: per process, the completed launches
+    between the samples nearest the window's ends."""
+    samples: dict[str, list[tuple[float, int]]] = {}
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] == "progress":
+            samples.setdefault(fields[1], []).append((float(fields[2]), int(fields[3])))
+    total = 0.0
+    for points in samples.values():
+        first = min(points, key=lambda p: abs(p[0] - start))
+        last = min(points, key=lambda p: abs(p[0] - end))
+        if last[0] > first[0]:
+            total += (last[1] - first[1]) * kernel_us * 1e-6 / (last[0] - first[0])
+    return 100.0 * total
+
+
+def run_containers(containers: list[Container], client: Path, settle: float, window: float,
+                   workdir: Path) -> list[float]:
+    """Runs the containers at once on one fresh simulated GPU; their shares."""
+    state = workdir / f"simgpu-{time.monotonic_ns()}.state"
+    env = base_environment(state, workdir / "run")
+    seconds = settle + window + 0.5
+    # CLOCK_MONOTONIC, as the clients report it (time.monotonic is the same clock on Linux).
+    start = time.monotonic() + settle + 0.3
+    procs = [subprocess.Popen(c.command(client, seconds), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for c in containers]
+    shares = []
+    for c, proc in zip(containers, procs, strict=True):
+        out, err = proc.communicate(timeout=seconds + 60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{c} exited {proc.returncode}: {err.strip()}")
+        shares.append(share_of(out, c.kernel_us, start, start + window))
+    state.unlink(missing_ok=True)
+    return shares
+
+
+def accuracy(client: Path, targets, kernels, processes, settle: float, window: float,
+             workdir: Path) -> None:
+    print(f"Achieved compute share on simgpu, one container alone on the device "
+          f"({window:g} s after a {settle:g} s settle)")
+    print(f"{'target':>7} {'kernel':>8} {'procs':>5} {'achieved':>9} {'error':>7}")
+    worst = 0.0
+    for target in targets:
+        for kernel_us in kernels:
+            for n in processes:
+                [share] = run_containers([Container(target, n, kernel_us)], client, settle, window,
+                                         workdir)
+                worst = max(worst, abs(share - target))
+                print(f"{target:>6}% {_kernel_text(kernel_us):>8} {n:>5} {share:>8.1f}% "
+                      f"{share - target:>+7.1f}", flush=True)
+    print(f"largest error: {worst:.1f} points\n")
+
+
+def two_containers(client: Path, settle: float, window: float, workdir: Path) -> None:
+    pair = [Container(30, 1, 1000), Container(60, 1, 1000)]
+    shares = run_containers(pair, client, settle, window, workdir)
+    print("Two containers on one device (1 ms kernels, one process each)")
+    print(f"{'cap':>5} {'achieved':>9} {'error':>7}")
+    for c, share in zip(pair, shares, strict=True):
+        print(f"{c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f}")
+    print()
+
+
+def launch_cost(launches: int, repeat: int, workdir: Path) -> None:
+    """ns per launch of overhead.py's loop, direct and under the shim, interleaved."""
+    sys.path.insert(0, str(HERE))
+    import overhead
+
+    bench, null_dir = overhead.build(workdir)
+    region = workdir / "cost-region"
+    shim = {"LD_PRELOAD": str(_paths.libpath()), "VGPULIMIT_REGION": str(region)}
+    setups = {
+        "direct": {},
+        "shim, no cap": shim,
+        "shim, cap 100": dict(shim, VGPULIMIT_CORES="100"),
+        # simgpu only: its kernels of no length never exhaust the budget, so this
+        # is the price of drawing from it and measuring each launch.
+        "shim, cap 50": dict(shim, VGPULIMIT_CORES="50"),
+    }
+    drivers = {"null driver": null_dir, "simgpu": _paths.simgpu_dir()}
+    best: dict[tuple[str, str], float] = {}
+    for _ in range(repeat):
+        for driver, libdir in drivers.items():
+            for setup, extra in setups.items():
+                if driver == "null driver" and setup == "shim, cap 50":
+                    continue  # it has no events to measure with
+                env = base_environment(workdir / "cost.state", workdir / "run")
+                env.update(LD_LIBRARY_PATH=str(libdir), **extra)
+                ns = overhead.measure(bench, env, launches, 0)["launch"]
+                best[(driver, setup)] = min(ns, best.get((driver, setup), ns))
+                region.unlink(missing_ok=True)
+    print(f"Cost per launch, ns: shim vs direct in one run, best of {repeat} runs x 7 rounds "
+          f"of {launches} launches")
+    print(f"{'driver':<12} {'setup':<15} {'launch':>8} {'added':>7}")
+    for (driver, setup), ns in best.items():
+        print(f"{driver:<12} {setup:<15} {ns:8.2f} {ns - best[(driver, 'direct')]:+7.2f}")
+
+
+def _kernel_text(us: int) -> str:
+    return f"{us // 1000} ms" if us >= 1000 else f"{us} us"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="targets 25 and 75, 1 and 4 processes, 3 s after 1 s (~1 minute)")
+    parser.add_argument("--settle", type=float, help="seconds before the window (default 2)")
+    parser.add_argument("--window", type=float, help="seconds measured (default 10)")
+    parser.add_argument("--targets", type=int, nargs="+", help="shares to try, percent")
+    parser.add_argument("--kernels", type=int, nargs="+", help="kernel lengths to try, us")
+    parser.add_argument("--processes", type=int, nargs="+", help="processes per container")
+    parser.add_argument("--skip", nargs="+", default=[], choices=["accuracy", "pair", "cost"],
+                        help="parts to leave out")
+    args = parser.parse_args()
+    settle = args.settle if args.settle is not None else (1.0 if args.quick else 2.0)
+    window = args.window if args.window is not None else (3.0 if args.quick else 10.0)
+    targets = args.targets or ((25, 75) if args.quick else TARGETS)
+    kernels = args.kernels or KERNELS_US
+    processes = args.processes or PROCESSES
+    _paths.libpath()
+    _paths.simgpu_dir()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        client = build_client(workdir)
+        if "accuracy" not in args.skip:
+            accuracy(client, targets, kernels, processes, settle, window, workdir)
+        if "pair" not in args.skip:
+            two_containers(client, settle, window, workdir)
+        if "cost" not in args.skip:
+            launch_cost(200_000 if args.quick else 2_000_000, 2 if args.quick else 3, workdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+/* The container's devices as NVML numbers them.
+ *
+ * The region counts device i as CUDA numbers it inside the container (after
+ * CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER).  NVML ignores both and numbers
+ * every GPU of the machine in PCI order, so its handles are mapped onto
+ * CUDA's ordinals here:
+ *   - by UUID, once CUDA is initialised in the process: ordinal i is the NVML
+ *     device whose UUID cuDeviceGetUuid gives for i.  This is exact.
+ *   - before that, from CUDA_VISIBLE_DEVICES as CUDA would read it: UUIDs
+ *     ("GPU-…", a unique prefix is enough) exactly, indices in NVML's PCI
+ *     order (CUDA's own order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on a
+ *     machine of identical GPUs); the list ends at the first entry CUDA would
+ *     reject (unknown, repeated, MIG-…).  Unset: every device.
+ * The shim never calls cuInit for this: a process that initialises CUDA
+ * before fork() cannot use CUDA in the child, which is why frameworks ask
+ * NVML first. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { UUID_TEXT_LEN = 41 }; /* "GPU-" + 36 + NUL */
+
+static struct {
+    pthread_mutex_t lock;
+    struct vgl_visible devices;
+    bool known;
+    bool from_cuda; /* final: CUDA's own numbering */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void uuid_text(const unsigned char u[16], char out[UUID_TEXT_LEN])
+{
+    snprintf(out, UUID_TEXT_LEN,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+/* False while CUDA is not initialised (cuDeviceGetCount says so without
+ * initialising anything) or a UUID has no NVML device (a MIG instance). */
+static bool from_cuda(struct vgl_visible *out)
+{
+    int count;
+    if (vgl_real.cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 0)
+        return false;
+    out->count = 0;
+    for (int i = 0; i < count && i < VGL_MAX_DEVICES; i++) {
+        CUuuid uuid;
+        char text[UUID_TEXT_LEN];
+        if (vgl_real.cuDeviceGetUuid_v2(&uuid, i) != CUDA_SUCCESS)
+            return false;
+        uuid_text((const unsigned char *)uuid.bytes, text);
+        if (vgl_real.nvmlDeviceGetHandleByUUID(text, &out->handle[i]) != NVML_SUCCESS ||
+            vgl_real.nvmlDeviceGetIndex(out->handle[i], &out->nvml_index[i]) != NVML_SUCCESS)
+            return false;
+        out->count++;
+    }
+    return true;
+}
+
+/* The NVML index whose UUID starts with `prefix` (len bytes), if exactly one does. */
+static int by_uuid_prefix(const char *prefix, size_t len, unsigned count)
+{
+    int found = -1;
+    for (unsigned i = 0; i < count; i++) {
+        nvmlDevice_t handle;
+        char text[NVML_DEVICE_UUID_BUFFER_SIZE];
+        if (vgl_real.nvmlDeviceGetHandleByIndex_v2(i, &handle) != NVML_SUCCESS ||
+            vgl_real.nvmlDeviceGetUUID(handle, text, sizeof text) != NVML_SUCCESS)
+            return -1;
+        if (strncmp(text, prefix, len) == 0) {
+            if (found >= 0)
+                return -1; /* ambiguous: CUDA refuses it too */
+            found = (int)i;
+        }
+    }
+    return found;
+}
+
+/* One CUDA_VISIBLE_DEVICES entry → NVML index, or -1 where CUDA would stop. */
+static int entry_index(const char *entry, size_t len, unsigned count)
+{
+    while (len && (*entry == ' ' || *entry == '\t')) {
+        entry++;
+        len--;
+    }
+    while (len && (entry[len - 1] == ' ' || entry[len - 1] == '\t'))
+        len--;
+    if (len > 4 && strncmp(entry, "GPU-", 4) == 0)
+        return by_uuid_prefix(entry, len, count);
+    if (len == 0 || len > 4)
+        return -1;
+    unsigned index = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (entry[i] < '0' || entry[i] > '9')
+            return -1;
+        index = index * 10 + (unsigned)(entry[i] - '0');
+    }
+    return index < count ? (int)index : -1;
+}
+
+static bool from_environment(struct vgl_visible *out)
+{
+    unsigned count;
+    if (vgl_real.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
+        return false;
+    /* Read now, not at load: like CUDA at cuInit, this honours a value the
+     * program set for itself before it first asked. */
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    int indices[VGL_MAX_DEVICES];
+    unsigned n = 0;
+    if (!list) {
+        for (; n < count && n < VGL_MAX_DEVICES; n++)
+            indices[n] = (int)n;
+    } else {
+        for (const char *p = list; n < VGL_MAX_DEVICES;) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            int index = entry_index(p, len, count);
+            for (unsigned j = 0; j < n && index >= 0; j++)
+                if (indices[j] == index)
+                    index = -1;
+            if (index < 0)
+                break;
+            indices[n++] = index;
+            if (!end)
+                break;
+            p = end + 1;
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        out->nvml_index[i] = (unsigned)indices[i];
+        if (vgl_real.nvmlDeviceGetHandleByIndex_v2(out->nvml_index[i], &out->handle[i]) != NVML_SUCCESS)
+            return false;
+    }
+    out->count = n;
+    return true;
+}
+
+bool vgl_visible_devices(struct vgl_visible *out)
+{
+    pthread_mutex_lock(&cache.lock);
+    if (!cache.from_cuda) {
+        struct vgl_visible fresh;
+        /* Until CUDA is initialised the environment's answer stands; one cheap
+         * cuDeviceGetCount per call tells when it is. */
+        if (from_cuda(&fresh)) {
+            cache.devices = fresh;
+            cache.known = cache.from_cuda = true;
+            for (unsigned i = 0; i < fresh.count; i++)
+                vgl_device_note((int)i);
+        } else if (!cache.known && from_environment(&fresh)) {
+            cache.devices = fresh;
+            cache.known = true;
+        }
+    }
+    bool known = cache.known;
+    if (known)
+        *out = cache.devices;
+    pthread_mutex_unlock(&cache.lock);
+    return known;
+}
+
+int vgl_container_device(nvmlDevice_t device)
+{
+    struct vgl_visible visible;
+    if (!vgl_visible_devices(&visible))
+        return -1;
+    for (unsigned i = 0; i < visible.count; i++)
+        if (visible.handle[i] == device)
+            return (int)i;
+    return -1;
+}
+
+void vgl_device_note(int device)
+{
+    static bool noted[VGL_MAX_DEVICES];
+    if (device < 0 || device >= VGL_MAX_DEVICES || __atomic_load_n(&noted[device], __ATOMIC_RELAXED))
+        return;
+    struct vgl_region *region = __atomic_load_n(&vgl_self.region, __ATOMIC_ACQUIRE);
+    CUuuid uuid;
+    if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
+        return;
+    /* Every process writes the same 16 bytes; a reader may catch a moment
+     * where only some are there, never a wrong identity for long. */
+    if (memcmp(region->devices[device].uuid, uuid.bytes, sizeof uuid.bytes) != 0)
+        memcpy(region->devices[device].uuid, uuid.bytes, sizeof uuid.bytes);
+    __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
+}

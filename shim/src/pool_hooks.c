@@ -1,0 +1,183 @@
+/* Stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync).
+ *
+ * A pool takes device memory in chunks and keeps what is freed into it for
+ * reuse, so what the container holds is each pool's reserve
+ * (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not the sum of live allocations:
+ * that is what we charge.  Before an allocation that may grow the pool we
+ * reserve a chunk-rounded headroom, then settle the charge to the growth the
+ * driver reports.  A pool also shrinks where we do not see it (at
+ * synchronisation, down to its release threshold): its charge catches up the
+ * next time we look at it, so between the two we over-count, never under. */
+#include <pthread.h>
+
+#include "internal.h"
+
+/* The growth a pool may take for one allocation: real drivers and simgpu
+ * grow pools in 2 MiB pages. */
+#define POOL_CHUNK (2ULL << 20)
+
+/* Settling reads the charge and then writes it: one thread at a time. */
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, uint64_t *value)
+{
+    cuuint64_t v;
+    if (vgl_real.cuMemPoolGetAttribute(pool, attr, &v) != CUDA_SUCCESS)
+        return false;
+    *value = v;
+    return true;
+}
+
+/* The device a pool's memory lives on: from cuMemPoolCreate, else (a
+ * device's own pool) the current context's. */
+static int pool_device(CUmemoryPool pool)
+{
+    int32_t device;
+    uint64_t charged;
+    if (vgl_allocations_get(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &device, &charged))
+        return device;
+    return vgl_current_device();
+}
+
+static uint64_t pool_charge(CUmemoryPool pool)
+{
+    int32_t device;
+    uint64_t charged = 0;
+    vgl_allocations_get(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &device, &charged);
+    return charged;
+}
+
+/* Brings a pool's charge to its reserve, whatever the cap says: the driver
+ * already holds that memory.  Under pools_lock. */
+static void settle(CUmemoryPool pool, int device)
+{
+    uint64_t reserved, charged = pool_charge(pool);
+    if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved == charged)
+        return;
+    uint32_t dev = (uint32_t)device;
+    if (reserved < charged)
+        vgl_ledger_release(vgl_self.region, vgl_self.slot, dev, charged - reserved);
+    else
+        vgl_ledger_reserve(vgl_self.region, vgl_self.slot, dev, reserved - charged, UINT64_MAX);
+    vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, reserved, 0);
+}
+
+enum variant { ASYNC, ASYNC_PTSZ, FROM_POOL, FROM_POOL_PTSZ };
+
+static CUresult call_driver(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, CUmemoryPool pool,
+                            CUstream stream)
+{
+    switch (v) {
+    case ASYNC:
+        return vgl_real.cuMemAllocAsync(dptr, bytes, stream);
+    case ASYNC_PTSZ:
+        return vgl_real.cuMemAllocAsync_ptsz(dptr, bytes, stream);
+    case FROM_POOL:
+        return vgl_real.cuMemAllocFromPoolAsync(dptr, bytes, pool, stream);
+    default:
+        return vgl_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, stream);
+    }
+}
+
+static CUresult pool_alloc(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, CUmemoryPool pool,
+                           CUstream stream)
+{
+    const char *call = v <= ASYNC_PTSZ ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync";
+    if (VGL_LIKELY(!vgl_config.enabled))
+        return call_driver(v, dptr, bytes, pool, stream);
+    if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
+        struct vgl_charge refused;
+        return vgl_charge_begin(call, -1, bytes, &refused); /* refuses, and says why */
+    }
+    /* cuMemAllocAsync draws from the current pool of the stream's device. */
+    CUmemoryPool source = pool;
+    int device = pool ? pool_device(pool) : vgl_current_device();
+    if (!pool && device >= 0 && vgl_real.cuDeviceGetMemPool(&source, device) != CUDA_SUCCESS)
+        source = NULL;
+    if (!source || device < 0 || device >= VGL_MAX_DEVICES)
+        return call_driver(v, dptr, bytes, pool, stream); /* the driver will say what is wrong */
+
+    pthread_mutex_lock(&pools_lock);
+    settle(source, device);
+    uint64_t reserved = pool_charge(source), used = 0;
+    bool fits_in_reserve = pool_attribute(source, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) &&
+                           used <= reserved && reserved - used >= bytes;
+    struct vgl_charge c = {.device = -1};
+    CUresult rc = CUDA_SUCCESS;
+    if (!fits_in_reserve)
+        rc = vgl_charge_begin(call, device, (bytes + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK, &c);
+    if (rc == CUDA_SUCCESS) {
+        rc = call_driver(v, dptr, bytes, pool, stream);
+        uint64_t now;
+        if (rc == CUDA_SUCCESS && pool_attribute(source, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &now) &&
+            now > reserved) {
+            uint64_t growth = now - reserved;
+            if (c.device < 0)
+                c = (struct vgl_charge){.device = device, .bytes = 0, .call = call};
+            /* The driver grew the pool past our headroom (fragmentation):
+             * the memory is held all the same, so it is counted, and the
+             * allocations after it are refused until the pool shrinks. */
+            if (!vgl_charge_settle(&c, growth, false))
+                vgl_charge_settle(&c, growth, true);
+            vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)source, device, reserved + growth, 0);
+        } else {
+            vgl_charge_cancel(&c);
+        }
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return rc;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr_v2 *dptr, size_t bytesize, CUstream hStream)
+{
+    return pool_alloc(ASYNC, dptr, bytesize, NULL, hStream);
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr_v2 *dptr, size_t bytesize, CUstream hStream)
+{
+    return pool_alloc(ASYNC_PTSZ, dptr, bytesize, NULL, hStream);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr_v2 *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    return pool_alloc(FROM_POOL, dptr, bytesize, pool, hStream);
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr_v2 *dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream hStream)
+{
+    return pool_alloc(FROM_POOL_PTSZ, dptr, bytesize, pool, hStream);
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps_v1 *poolProps)
+{
+    CUresult rc = vgl_real.cuMemPoolCreate(pool, poolProps);
+    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS &&
+        poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)*pool, poolProps->location.id, 0, 0);
+    return rc;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc = vgl_real.cuMemPoolTrimTo(pool, minBytesToKeep);
+    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS && vgl_self.slot) {
+        int device = pool_device(pool);
+        pthread_mutex_lock(&pools_lock);
+        if (device >= 0 && device < VGL_MAX_DEVICES)
+            settle(pool, device);
+        pthread_mutex_unlock(&pools_lock);
+    }
+    return rc;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    CUresult rc = vgl_real.cuMemPoolDestroy(pool);
+    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS) {
+        pthread_mutex_lock(&pools_lock);
+        vgl_uncharge(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool);
+        pthread_mutex_unlock(&pools_lock);
+    }
+    return rc;
+}

@@ -1,0 +1,68 @@
+/* The compute share: a container's budget of GPU time on one device, a token
+ * bucket kept in the device's region state so that all the container's
+ * processes draw from one controller.
+ *
+ * The budget grows with the clock at the share (30 % of a second buys 300 ms
+ * of kernels) up to VGL_BUDGET_WINDOW_NS of it, so an idle container cannot
+ * hoard.  A launch may start while the budget is not negative and takes its
+ * expected GPU time from it at once, so a burst of launches cannot outrun the
+ * measurements; when the kernel's real GPU time is measured the difference is
+ * settled.  A launch that costs more than there is leaves the budget owing,
+ * and later launches wait until the clock has paid it back: over any stretch
+ * of time the container gets its share, whatever its kernels' lengths.
+ *
+ * Every update is a compare-and-swap on the shared words: no lock, so a
+ * process killed at any instruction blocks no one (at worst one refill or one
+ * settlement is lost).  The clock is the caller's, so this file can be tested
+ * alone (tests/c/throttle_test.c). */
+#include "internal.h"
+
+uint32_t vgl_throttle_share(const struct vgl_device_state *dev)
+{
+    uint32_t pct = __atomic_load_n(&dev->cores_pct, __ATOMIC_RELAXED);
+    return pct < 100 ? pct : 0;
+}
+
+static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
+{
+    uint64_t last = __atomic_load_n(&dev->budget_at_ns, __ATOMIC_ACQUIRE);
+    if (last == 0) {
+        __atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+        return;
+    }
+    /* One process turns each stretch of time into budget: the one that moves the clock. */
+    if (now_ns <= last || !__atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false,
+                                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    uint64_t elapsed = now_ns - last;
+    if (elapsed > VGL_BUDGET_WINDOW_NS)
+        elapsed = VGL_BUDGET_WINDOW_NS;
+    int64_t full = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100);
+    int64_t add = (int64_t)(elapsed * pct / 100);
+    int64_t budget = __atomic_add_fetch(&dev->budget_ns, add, __ATOMIC_ACQ_REL);
+    while (budget > full && !__atomic_compare_exchange_n(&dev->budget_ns, &budget, full, true, __ATOMIC_ACQ_REL,
+                                                         __ATOMIC_ACQUIRE))
+        continue;
+}
+
+int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_t cost_ns)
+{
+    uint32_t pct = vgl_throttle_share(dev);
+    if (!pct)
+        return 0;
+    refill(dev, now_ns, pct);
+    int64_t budget = __atomic_load_n(&dev->budget_ns, __ATOMIC_ACQUIRE);
+    while (budget >= 0)
+        if (__atomic_compare_exchange_n(&dev->budget_ns, &budget, budget - cost_ns, true, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return 0;
+    /* When the clock will have paid the debt at this share. */
+    return -budget * 100 / pct + 1;
+}
+
+void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns)
+{
+    if (charged_ns != measured_ns)
+        __atomic_add_fetch(&dev->budget_ns, charged_ns - measured_ns, __ATOMIC_ACQ_REL);
+}

@@ -1,0 +1,70 @@
+"""`vgpulimit cdi generate`: a CDI spec (Container Device Interface) whose device
+gives a container what the OCI hook gives it.
+
+A CDI-aware runtime (podman, CRI-O, containerd with CDI enabled) applies the
+device's edits to the container's config.json: the limits as environment
+variables, the shim mounted read-only where the hook would have copied it
+(the runtime refuses to start the container if the shim is missing on the
+host), and the hook itself at createRuntime and poststop, which adds the
+preload line and mounts the region -- the part no static edit can do, since
+the region belongs to one container.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vgpulimit.oci_hook import HOOK_STAGES, SHIM_PATH, hook_command
+
+CDI_VERSION = "0.6.0"
+KIND = "vgpulimit.io/gpu"
+# CDI device names: a letter or digit, then letters, digits, '_', '.', ':', '-'.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+NAME_FORMS = "a letter or digit, then letters, digits, '_', '.', ':' or '-'"
+
+
+class CdiError(ValueError):
+    """A flag the spec cannot be made from."""
+
+
+def default_name(memory: str | None, cores: str | None) -> str:
+    """A device name that says what it gives: "1GiB", "50pct-cores30", "shim"."""
+    parts = []
+    if memory is not None:
+        parts.append(memory.strip().replace("%", "pct"))
+    if cores is not None:
+        parts.append("cores" + cores.strip().rstrip("%"))
+    name = "-".join(parts) or "shim"
+    return name if _NAME.fullmatch(name) else "limits"
+
+
+def generate(name: str | None = None, memory: str | None = None, cores: str | None = None,
+             node_dir: str | None = None) -> dict[str, Any]:
+    """The spec, as a JSON-ready dict.  Limits are checked by the one parser and
+    kept as the user wrote them, as `vgpulimit run` passes them on."""
+    from vgpulimit._paths import libpath
+    from vgpulimit.limits import parse_cores, parse_memory
+
+    if memory is not None:
+        parse_memory(memory, "--memory")
+    if cores is not None:
+        parse_cores(cores, "--cores")
+    if name is None:
+        name = default_name(memory, cores)
+    elif not _NAME.fullmatch(name):
+        raise CdiError(f"--name: {name!r} is not a CDI device name ({NAME_FORMS})")
+    env = []
+    if memory is not None:
+        env.append(f"VGPULIMIT_MEMORY={memory}")
+    if cores is not None:
+        env.append(f"VGPULIMIT_CORES={cores}")
+    args = hook_command(node_dir)
+    edits: dict[str, Any] = {"env": env} if env else {}
+    edits |= {
+        "mounts": [{"hostPath": str(libpath()), "containerPath": SHIM_PATH,
+                    "type": "bind", "options": ["ro", "nosuid", "nodev", "bind"]}],
+        "hooks": [{"hookName": stage, "path": args[0], "args": args} for stage in HOOK_STAGES],
+    }
+    return {"cdiVersion": CDI_VERSION, "kind": KIND,
+            "devices": [{"name": name, "containerEdits": edits}]}

@@ -1,0 +1,132 @@
+"""`vgpulimit metrics`: the regions' limits and usage in Prometheus' exposition
+format, read afresh on every scrape.  Reads only.
+
+Every series is labelled with the container (its region file), the device
+index as the container numbers it, and the device's UUID ("" until a process
+of the container has seen the device).  Devices a container has not used yet
+are left out.  The compute utilisation is the share of the whole GPU that the
+container's kernels took since the previous scrape (since the server started,
+for the first).  Per-process memory is its own family, so that a sum over
+vgpulimit_memory_used_bytes counts each byte once."""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from vgpulimit.region import RegionError
+from vgpulimit.status import Sampler
+
+DEFAULT_LISTEN = "127.0.0.1:9400"
+_LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})")
+
+
+class ListenError(ValueError):
+    """--listen is not HOST:PORT."""
+
+
+class ServeError(RuntimeError):
+    """The address cannot be listened on."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """"HOST:PORT", "[IPv6]:PORT" or ":PORT" (every interface); port 0: any free one."""
+    m = _LISTEN.fullmatch(text.strip())
+    port = int(m["port"]) if m else -1
+    if not m or port > 65535:
+        raise ListenError(f"--listen {text!r}: expected HOST:PORT with a port 0-65535, "
+                          f"e.g. {DEFAULT_LISTEN}, [::1]:9400 or :9400 (every interface)")
+    host = m["v6"] if m["v6"] is not None else (m["host"] or "0.0.0.0")
+    return host, port
+
+
+class RegionCollector(Collector):
+    def __init__(self, sampler: Sampler) -> None:
+        self._sampler = sampler
+        self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
+        self._complained: set[str] = set()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            try:
+                sample = self._sampler.sample()
+            except RegionError as exc:
+                self._complain(str(exc))
+                return
+        for path, why in sample.errors:
+            self._complain(f"{path}: {why}")
+        device_labels = ["container", "device", "uuid"]
+        limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
+                                  "Memory cap of the device for the container", labels=device_labels)
+        used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
+                                 "Device memory the container holds", labels=device_labels)
+        process_used = GaugeMetricFamily(
+            "vgpulimit_process_memory_used_bytes", "Device memory one process of the container holds",
+            labels=[*device_labels, "pid", "host_pid", "command"])
+        refusals = CounterMetricFamily("vgpulimit_oom_refusals_total",
+                                       "Allocations refused at the memory cap", labels=device_labels)
+        cores = GaugeMetricFamily("vgpulimit_compute_limit_percent",
+                                  "Compute share the container is capped at", labels=device_labels)
+        share = GaugeMetricFamily("vgpulimit_compute_utilization_percent",
+                                  "Share of the whole GPU the container's kernels took since the "
+                                  "previous scrape", labels=device_labels)
+        throttled = CounterMetricFamily("vgpulimit_throttled_seconds_total",
+                                        "Time the container's launches waited for compute budget",
+                                        labels=device_labels)
+        for view in sample.views:
+            snap = view.snapshot
+            for dev in snap.devices:
+                if not dev.seen:
+                    continue
+                labels = [snap.path, str(dev.index), dev.uuid or ""]
+                if dev.cap_bytes is not None:
+                    limit.add_metric(labels, dev.cap_bytes)
+                used.add_metric(labels, dev.used_bytes)
+                refusals.add_metric(labels, dev.oom_refusals)
+                if dev.cores_pct:
+                    cores.add_metric(labels, dev.cores_pct)
+                if dev.index in view.share_pct:
+                    share.add_metric(labels, view.share_pct[dev.index])
+                throttled.add_metric(labels, dev.throttled_ns / 1e9)
+                for proc in snap.processes:
+                    if dev.index in proc.used_bytes:
+                        process_used.add_metric(
+                            [*labels, str(proc.pid), str(proc.host_pid or ""), proc.comm],
+                            proc.used_bytes[dev.index])
+        yield from (limit, used, process_used, refusals, cores, share, throttled)
+
+    def _complain(self, line: str) -> None:
+        """Once per distinct problem: a scrape loop must not flood the log."""
+        if line not in self._complained:
+            self._complained.add(line)
+            print(f"vgpulimit metrics: {line}", file=sys.stderr, flush=True)
+
+
+def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) -> None:
+    """Serves /metrics until interrupted.  A named region that cannot be read
+    is an error at start; later, and for regions found under ``directory``,
+    problems are logged once and the scrape goes on without them."""
+    host, port = parse_listen(listen)
+    sampler = Sampler(paths, directory)
+    sampler.sample()   # the start of the first utilisation window; raises for a bad --region
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RegionCollector(sampler))
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ServeError(f"--listen {listen}: cannot listen on {shown}:{port}: "
+                         f"{exc.strerror or exc}") from None
+    print(f"vgpulimit: serving metrics on http://{shown}:{server.server_port}/metrics",
+          file=sys.stderr, flush=True)
+    try:
+        thread.join()
+    finally:
+        server.shutdown()
+        sampler.close()

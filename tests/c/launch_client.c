@@ -1,0 +1,180 @@
+/* A kernel launch loop, for the compute-share tests and benchmarks/compute_share.py.
+ *
+ *   launch_client PATH KERNEL_US SECONDS
+ *
+ * Launches simgpu's kernel "spin_us<KERNEL_US>" (it runs KERNEL_US on the
+ * simulated GPU) through PATH for SECONDS, and prints
+ *   "progress PID T N"  about every 100 ms: CLOCK_MONOTONIC seconds, launches completed
+ *   "done PID N T"      at the end: launches completed, seconds taken
+ * PATH: kernel (cuLaunchKernel), ptsz (cuLaunchKernel of the per-thread
+ * stream), ex (cuLaunchKernelEx), cooperative (cuLaunchCooperativeKernel),
+ * graph (cuGraphLaunch of a graph built node by node), capture (cuGraphLaunch
+ * of a graph captured from a stream).  The driver is reached as the CUDA
+ * runtime reaches it: dlopen and cuGetProcAddress_v2.  Two batches of about
+ * 2 ms of kernels are kept in flight, so the device never runs dry while the
+ * loop waits for the older one. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vgpulimit/cuda_abi.h"
+
+typedef CUresult (*procaddr_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+/* cuda.h's kernel node parameters (CUDA_KERNEL_NODE_PARAMS_v2). */
+struct kernel_node_params {
+    CUfunction func;
+    unsigned int grid[3], block[3], shared_bytes;
+    void **params, **extra;
+    CUkernel kern;
+    CUcontext ctx;
+};
+
+static procaddr_fn get_proc;
+static cuuint64_t proc_flags;
+
+static void *fn(const char *name)
+{
+    void *p = NULL;
+    if (get_proc(name, &p, 13000, proc_flags, NULL) != CUDA_SUCCESS || !p) {
+        fprintf(stderr, "launch_client: the driver has no %s\n", name);
+        exit(3);
+    }
+    return p;
+}
+
+#define CALL(type, name, ...)                                                          \
+    do {                                                                               \
+        CUresult rc_ = ((type)fn(name))(__VA_ARGS__);                                  \
+        if (rc_ != CUDA_SUCCESS) {                                                     \
+            fprintf(stderr, "launch_client: %s failed: %d\n", name, (int)rc_);        \
+            exit(4);                                                                   \
+        }                                                                              \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void **, void **);
+typedef CUresult (*coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void **);
+typedef CUresult (*ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*graph_launch_fn)(CUgraphExec, CUstream);
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|capture KERNEL_US SECONDS\n");
+        return 2;
+    }
+    const char *path = argv[1];
+    long kernel_us = atol(argv[2]);
+    double seconds = atof(argv[3]);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW);
+    get_proc = driver ? (procaddr_fn)dlsym(driver, "cuGetProcAddress_v2") : NULL;
+    if (!get_proc) {
+        fprintf(stderr, "launch_client: no libcuda.so.1 with cuGetProcAddress_v2\n");
+        return 3;
+    }
+    if (strcmp(path, "ptsz") == 0)
+        proc_flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule module;
+    CUfunction kernel;
+    CUstream stream;
+    char name[64];
+    snprintf(name, sizeof name, "spin_us%ld", kernel_us);
+    CALL(CUresult(*)(unsigned), "cuInit", 0);
+    CALL(CUresult(*)(CUdevice *, int), "cuDeviceGet", &dev, 0);
+    CALL(CUresult(*)(CUcontext *, CUdevice), "cuDevicePrimaryCtxRetain", &ctx, dev);
+    CALL(CUresult(*)(CUcontext), "cuCtxSetCurrent", ctx);
+    CALL(CUresult(*)(CUmodule *, const void *), "cuModuleLoadData", &module, "launch_client");
+    CALL(CUresult(*)(CUfunction *, CUmodule, const char *), "cuModuleGetFunction", &kernel, module, name);
+    CALL(CUresult(*)(CUstream *, unsigned), "cuStreamCreate", &stream, 0);
+    /* The per-thread path uses the default stream, as such programs do. */
+    CUstream on = proc_flags ? NULL : stream;
+
+    CUgraphExec exec = NULL;
+    if (strcmp(path, "graph") == 0) {
+        CUgraph graph;
+        CUgraphNode node;
+        struct kernel_node_params p = {.func = kernel, .grid = {1, 1, 1}, .block = {32, 1, 1}};
+        CALL(CUresult(*)(CUgraph *, unsigned), "cuGraphCreate", &graph, 0);
+        CALL(CUresult(*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *),
+             "cuGraphAddKernelNode", &node, graph, NULL, 0, &p);
+        CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), "cuGraphInstantiateWithFlags", &exec,
+             graph, 0ULL);
+    } else if (strcmp(path, "capture") == 0) {
+        CUgraph graph;
+        CALL(CUresult(*)(CUstream, int), "cuStreamBeginCapture", stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        CALL(launch_fn, "cuLaunchKernel", kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+        CALL(CUresult(*)(CUstream, CUgraph *), "cuStreamEndCapture", stream, &graph);
+        CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), "cuGraphInstantiateWithFlags", &exec,
+             graph, 0ULL);
+    } else if (strcmp(path, "kernel") && strcmp(path, "ptsz") && strcmp(path, "ex") &&
+               strcmp(path, "cooperative")) {
+        fprintf(stderr, "launch_client: unknown path %s\n", path);
+        return 2;
+    }
+
+    launch_fn launch = (launch_fn)fn("cuLaunchKernel");
+    coop_fn cooperative = (coop_fn)fn("cuLaunchCooperativeKernel");
+    ex_fn launch_ex = (ex_fn)fn("cuLaunchKernelEx");
+    graph_launch_fn graph_launch = (graph_launch_fn)fn("cuGraphLaunch");
+    CUresult (*record)(CUevent, CUstream) = (CUresult(*)(CUevent, CUstream))fn("cuEventRecord");
+    CUresult (*wait)(CUevent) = (CUresult(*)(CUevent))fn("cuEventSynchronize");
+    CUevent batch_done[2];
+    for (int i = 0; i < 2; i++)
+        CALL(CUresult(*)(CUevent *, unsigned), "cuEventCreate", &batch_done[i], CU_EVENT_DISABLE_TIMING);
+    CUlaunchConfig config = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
+                             .blockDimZ = 1, .hStream = on};
+
+    long batch = kernel_us > 0 ? 2000 / kernel_us : 256;
+    batch = batch < 1 ? 1 : batch > 256 ? 256 : batch;
+    long launched = 0, completed = 0;
+    double start = now_s(), next_report = start;
+    for (unsigned b = 0;; b++) {
+        double now = now_s();
+        if (now >= next_report) {
+            printf("progress %d %.6f %ld\n", (int)getpid(), now, completed);
+            fflush(stdout);
+            next_report = now + 0.1;
+        }
+        if (now - start >= seconds)
+            break;
+        for (long i = 0; i < batch; i++) {
+            CUresult rc;
+            if (exec)
+                rc = graph_launch(exec, on);
+            else if (path[0] == 'e')
+                rc = launch_ex(&config, kernel, NULL, NULL);
+            else if (path[0] == 'c')
+                rc = cooperative(kernel, 1, 1, 1, 32, 1, 1, 0, on, NULL);
+            else
+                rc = launch(kernel, 1, 1, 1, 32, 1, 1, 0, on, NULL, NULL);
+            if (rc != CUDA_SUCCESS) {
+                fprintf(stderr, "launch_client: launch failed: %d\n", (int)rc);
+                return 4;
+            }
+        }
+        launched += batch;
+        if (record(batch_done[b % 2], on) != CUDA_SUCCESS || (b && wait(batch_done[(b + 1) % 2]) != CUDA_SUCCESS)) {
+            fprintf(stderr, "launch_client: waiting for a batch failed\n");
+            return 4;
+        }
+        completed = launched - batch;
+    }
+    CALL(CUresult(*)(CUstream), "cuStreamSynchronize", on);
+    printf("done %d %ld %.6f\n", (int)getpid(), launched, now_s() - start);
+    return 0;
+}

@@ -1,0 +1,58 @@
+"""Containers for the view tests: `vgpulimit run --simulate` with cuda-bindings
+clients that allocate and hold, and a way for another process to join one
+(the variables `vgpulimit run` gives its command)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from conftest import TESTS, vgpulimit_cmd
+
+CLIENTS = TESTS / "clients"
+
+
+def fill_cmd(block: int, count: int, release: Path) -> list[str]:
+    return [sys.executable, str(CLIENTS / "cuda_fill.py"), str(block), str(count), "--hold",
+            str(release)]
+
+
+@contextmanager
+def container(sim_env, region: Path, limits: list[str], clients: list[tuple[int, int]]):
+    """Runs one cuda_fill client per (block, count) in one container with its
+    region at `region`; yields their reports once all have allocated, and
+    lets them go at the end."""
+    region.parent.mkdir(parents=True, exist_ok=True)
+    release = region.parent / "release"
+    script = " & ".join(" ".join(fill_cmd(block, count, release)) for block, count in clients)
+    proc = subprocess.Popen(
+        list(map(str, vgpulimit_cmd("run", "--simulate", *limits, "--region", region, "--",
+                                    "sh", "-c", f"{script} & wait"))),
+        env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        reports = [json.loads(proc.stdout.readline()) for _ in clients]
+        yield reports
+    finally:
+        release.touch()
+        proc.wait(timeout=60)
+
+
+@contextmanager
+def outsider(sim_env, tmp_path: Path, block: int):
+    """A cuda_fill client on the same simulated GPU, in no container."""
+    release = tmp_path / "outsider.release"
+    proc = subprocess.Popen(fill_cmd(block, 1, release), env=sim_env, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        yield json.loads(proc.stdout.readline())
+    finally:
+        release.touch()
+        proc.wait(timeout=60)
+
+
+def joined(sim_env, region: Path, shim_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a further process of the container at `region`."""
+    return dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region), **extra)

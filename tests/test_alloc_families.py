@@ -1,0 +1,58 @@
+"""Every device-allocation family counts against the cap, through cuda-bindings:
+refused at the cap, and its bytes back when it is freed, released, trimmed or
+destroyed — the way the driver itself gives the memory back."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import GiB, MiB, TESTS, run, vgpulimit_cmd
+
+OOM = "CUDA_ERROR_OUT_OF_MEMORY"
+OK = "CUDA_SUCCESS"
+
+
+def families(sim_env, family, block=256 * MiB, count=5, cap="1GiB"):
+    cmd = vgpulimit_cmd("run", "--simulate", "--memory", cap, "--",
+                        sys.executable, TESTS / "clients" / "families.py", family, str(block),
+                        str(count))
+    return json.loads(run(cmd, sim_env).stdout)
+
+
+def test_managed_memory(sim_env):
+    got = families(sim_env, "managed")
+    assert got["results"] == [OK] * 4 + [OOM]
+    assert (got["start"], got["filled"], got["freed"]) == (GiB, 0, GiB)
+
+
+@pytest.mark.parametrize("family", ["async", "pool"])
+def test_pools_are_charged_what_they_reserve(sim_env, family):
+    got = families(sim_env, family)
+    assert got["results"] == [OK] * 4 + [OOM]
+    assert got["filled"] == 0
+    # Freed into the pool, which may hold it (simgpu does, until trimmed) or
+    # release it at the synchronisation (a real driver, release threshold 0).
+    assert got["freed"] in (0, GiB)
+    assert got["returned"] == GiB  # trimmed (and, for a pool of our own, destroyed)
+
+
+def test_virtual_memory_is_held_until_released_and_unmapped(sim_env):
+    got = families(sim_env, "vmm")
+    assert got["results"] == [OK] * 4 + [OOM]
+    assert got["filled"] == 0
+    assert got["freed"] == GiB - 256 * MiB  # released, but one handle is still mapped
+    assert got["returned"] == GiB
+
+
+@pytest.mark.parametrize("family", ["array", "mipmap"])
+def test_arrays_are_charged_what_the_driver_says_they_need(sim_env, family):
+    got = families(sim_env, family, block=200 * MiB, count=6)
+    assert got["drop"] == got["size"] >= 200 * MiB  # padded, and for a mipmap every level
+    fits = GiB // got["size"]
+    assert 1 <= fits < 6
+    assert got["results"] == [OK] * fits + [OOM] * (6 - fits)
+    assert got["filled"] == GiB - fits * got["size"]
+    assert got["freed"] == got["returned"] == GiB

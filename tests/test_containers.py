@@ -1,0 +1,278 @@
+"""`vgpulimit run` as a container's entrypoint (PID 1), the example image, and
+the Kubernetes manifests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TESTS, base_env, vgpulimit_cmd
+from runc_bundle import RUNC, make_bundle, runc_unavailable
+
+import vgpulimit
+
+REPO = TESTS.parent
+FORWARDED = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2, signal.SIGWINCH]
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """A Containerfile's instructions: (KEYWORD, arguments), continuations joined."""
+    result, pending = [], ""
+    for line in path.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            keyword, _, args = pending.strip().partition(" ")
+            result.append((keyword.upper(), args.strip()))
+            pending = ""
+    return result
+
+
+def image_command() -> tuple[list[str], list[str]]:
+    """The example image's ENTRYPOINT and CMD, in their exec (JSON) form."""
+    found = dict(instructions(REPO / "examples" / "Containerfile"))
+    return json.loads(found["ENTRYPOINT"]), json.loads(found["CMD"])
+
+
+def test_the_example_image_starts_with_vgpulimit_run_and_takes_limits_from_env():
+    entrypoint, cmd = image_command()
+    assert entrypoint == ["vgpulimit", "run", "--"]
+    assert cmd == ["python3", "/app/fill_gpu.py"]
+    found = instructions(REPO / "examples" / "Containerfile")
+    # No limit is baked into the image: it comes with `-e VGPULIMIT_MEMORY=...`.
+    assert not any("VGPULIMIT_MEMORY" in args for keyword, args in found if keyword == "ENV")
+    assert ("COPY", "examples/fill_gpu.py /app/fill_gpu.py") in found
+
+
+# -- PID 1 in a PID namespace of its own ---------------------------------------------------------
+
+SIGNAL_CHILD = """
+import os, signal, sys
+def on(sig, frame):
+    print("child got", signal.Signals(sig).name, flush=True)
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)       # die of it, if that is what it does
+    sys.exit(7)                     # it is not (SIGWINCH): exit with a status of our own
+for sig in %s:
+    signal.signal(sig, on)
+print("ready", flush=True)
+while True:
+    signal.pause()
+""" % [int(s) for s in FORWARDED]
+
+
+def pid_namespace_or_skip() -> str:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) to make a PID namespace")
+    probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a PID namespace here (root needed): {probe.stderr.strip()}")
+    return unshare
+
+
+def only_child(pid: int) -> int:
+    """The one child of ``pid``, once it has one."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} started no child")
+
+
+@pytest.mark.parametrize("sig", FORWARDED, ids=[s.name for s in FORWARDED])
+def test_as_pid_1_each_signal_reaches_the_child_and_its_status_comes_back(tmp_path, sig):
+    unshare = pid_namespace_or_skip()
+    # No core file from SIGQUIT: sh sets the limit, then becomes unshare.
+    proc = subprocess.Popen(["sh", "-c", 'ulimit -c 0 && exec "$@"', "sh",
+                             unshare, "--pid", "--fork", "--mount-proc",
+                             *vgpulimit_cmd("run", "--", sys.executable, "-c", SIGNAL_CHILD)],
+                            stdout=subprocess.PIPE, text=True, env=base_env(), cwd=tmp_path)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        supervisor = only_child(proc.pid)
+        status = Path(f"/proc/{supervisor}/status").read_text()
+        [nspid] = [line for line in status.splitlines() if line.startswith("NSpid:")]
+        assert nspid.split()[-1] == "1"    # it is PID 1 in its namespace
+        os.kill(supervisor, sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out == f"child got {sig.name}\n"
+    assert proc.returncode == (7 if sig == signal.SIGWINCH else 128 + sig)
+
+
+# -- PID 1 of a real container ------------------------------------------------------------------
+
+ORPHAN_CHILD = """
+import os, signal, subprocess, sys, time
+
+def on_term(sig, frame):
+    print("child got SIGTERM", flush=True)
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+signal.signal(signal.SIGTERM, on_term)
+
+def state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1])        # state, parent
+    except FileNotFoundError:
+        return None
+
+# A grandchild whose parent exits at once: the orphan is reparented to PID 1.
+orphan = int(subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
+                            capture_output=True, text=True, check=False).stdout)
+print("orphan parent", state(orphan)[1], flush=True)
+os.kill(orphan, signal.SIGKILL)                  # now it is a zombie until PID 1 reaps it
+deadline = time.monotonic() + 30
+while state(orphan) is not None and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("orphan", "reaped" if state(orphan) is None else "left as " + state(orphan)[0], flush=True)
+pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+print("zombies", sum(1 for p in pids if (state(p) or ("",))[0] == "Z"), flush=True)
+print("ready", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+@pytest.fixture
+def runc():
+    reason = runc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    return RUNC
+
+
+def test_as_pid_1_of_a_container_orphans_are_reaped_and_sigterm_ends_it_with_143(tmp_path, runc):
+    entrypoint, _ = image_command()
+    bundle = make_bundle(tmp_path, [*entrypoint, sys.executable, "-c", ORPHAN_CHILD])
+    proc, container_id = bundle.start()
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert lines == ["orphan parent 1\n", "orphan reaped\n", "zombies 0\n", "ready\n"]
+        kill = subprocess.run([runc, "kill", container_id, "TERM"], capture_output=True, text=True,
+                              check=False)
+        assert kill.returncode == 0, kill.stderr
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+        bundle.cleanup()
+    assert out == "child got SIGTERM\n"
+    assert proc.returncode == 143, err
+
+
+def test_the_example_image_caps_what_its_command_allocates(tmp_path, runc):
+    pytest.importorskip("cuda.bindings")
+    entrypoint, cmd = image_command()
+    bundle = make_bundle(tmp_path, [*entrypoint, *cmd], {"VGPULIMIT_MEMORY": "1GiB"})
+    app = bundle.rootfs / "app"
+    app.mkdir()
+    shutil.copy(REPO / "examples" / "fill_gpu.py", app / "fill_gpu.py")   # as the image's COPY
+    try:
+        result = bundle.run()
+    finally:
+        bundle.cleanup()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "before: free 1024 MiB of 1024 MiB",
+        "block 1: 256 MiB allocated, 256 MiB in all",
+        "block 2: 256 MiB allocated, 512 MiB in all",
+        "block 3: 256 MiB allocated, 768 MiB in all",
+        "block 4: 256 MiB allocated, 1024 MiB in all",
+        "block 5: CUDA_ERROR_OUT_OF_MEMORY after 1024 MiB",
+        "after: free 0 MiB of 1024 MiB",
+    ]
+
+
+# -- Kubernetes ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def manifests() -> dict[str, dict]:
+    yaml = pytest.importorskip("yaml", reason="PyYAML is a test dependency")
+    with open(REPO / "deploy" / "vgpulimit.yaml") as file:
+        documents = [d for d in yaml.safe_load_all(file) if d]
+    return {d["kind"]: d for d in documents}
+
+
+def test_the_daemonset_installs_the_hook_and_serves_metrics(manifests):
+    from vgpulimit.cli import _build_parser
+    from vgpulimit.oci_hook import HOOKS_D_DIR, NODE_DIR
+
+    assert set(manifests) == {"Namespace", "DaemonSet", "Service"}
+    daemonset, service = manifests["DaemonSet"], manifests["Service"]
+    namespace = manifests["Namespace"]["metadata"]["name"]
+    assert daemonset["metadata"]["namespace"] == service["metadata"]["namespace"] == namespace
+    pod = daemonset["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert daemonset["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert "nvidia.com/gpu.present" in pod["spec"]["nodeSelector"]
+
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
+    containers = pod["spec"]["initContainers"] + pod["spec"]["containers"]
+    python = f"/opt/vgpulimit/{vgpulimit.__version__}/bin/python"
+    commands = {}
+    for container in containers:
+        assert container["image"].endswith(f":{vgpulimit.__version__}")
+        command = container["command"]
+        if command[0] == "sh":
+            continue
+        # Run from the versioned directory that is copied to the same path on the node,
+        # with arguments this version understands.
+        assert command[:3] == [python, "-m", "vgpulimit"]
+        _build_parser().parse_args(command[3:])
+        commands[container["name"]] = command[3:]
+
+    def host_path(container: dict, path: str) -> str:
+        """The node's path behind ``path`` in ``container``."""
+        for mount in container.get("volumeMounts", []):
+            if path == mount["mountPath"] or path.startswith(mount["mountPath"] + "/"):
+                return volumes[mount["name"]] + path[len(mount["mountPath"]):]
+        raise AssertionError(f"{path} is not on a volume of {container['name']}")
+
+    by_name = {c["name"]: c for c in containers}
+    install_hook = commands["install-hook"]
+    assert install_hook[:2] == ["install-hook", "--dir"]
+    assert host_path(by_name["install-hook"], install_hook[2]) == HOOKS_D_DIR
+    cdi = commands["install-cdi"]
+    assert host_path(by_name["install-cdi"], cdi[cdi.index("--output") + 1]) == \
+        "/etc/cdi/vgpulimit.json"
+    install_script = by_name["install"]["command"][2]
+    assert host_path(by_name["install"], "/host/opt/vgpulimit") == "/opt/vgpulimit"
+    assert f"{python} -m vgpulimit libpath" in install_script
+    assert f"/host/opt/vgpulimit/{vgpulimit.__version__}" in install_script
+    assert "/host/opt/vgpulimit/libvgpulimit.so" in install_script
+
+    metrics = commands["metrics"]
+    assert metrics[:2] == ["metrics", "--all"]
+    assert host_path(by_name["metrics"], metrics[2]) == NODE_DIR
+    listen_port = int(metrics[metrics.index("--listen") + 1].rsplit(":", 1)[1])
+    [port] = by_name["metrics"]["ports"]
+    assert port["containerPort"] == listen_port
+    [service_port] = service["spec"]["ports"]
+    assert service_port["targetPort"] == port["name"]
+
+
+def test_the_kubernetes_page_names_the_paths_the_manifests_install(manifests):
+    page = (REPO / "deploy" / "README.md").read_text()
+    for path in ("/opt/vgpulimit/libvgpulimit.so", "/run/vgpulimit/containers",
+                 "CUDA_DEVICE_MEMORY_SHARED_CACHE", "vgpulimit.io/memory"):
+        assert path in page

@@ -1,0 +1,406 @@
+"""`vgpulimit oci-hook` and `vgpulimit install-hook`: the hook as a runtime runs
+it, on bad input and in real containers (runc)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
+from runc_bundle import RUNC, hook_entry, make_bundle, runc_unavailable, tree
+from schemas import validate
+
+REPO = TESTS.parent
+FILL = [sys.executable, str(TESTS / "clients" / "cuda_fill.py")]
+FOUR_THEN_OOM = ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+SHIM_IN_CONTAINER = "/.vgpulimit/libvgpulimit.so"
+
+
+def hook(state: str | dict, node_dir: Path) -> subprocess.CompletedProcess:
+    """The hook as a runtime runs it: the state on stdin."""
+    text = state if isinstance(state, str) else json.dumps(state)
+    return subprocess.run(vgpulimit_cmd("oci-hook", "--node-dir", str(node_dir)), input=text,
+                          capture_output=True, text=True, env=base_env(), timeout=60, check=False)
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0, result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vgpulimit: error: "), result.stderr
+    return lines[0]
+
+
+def state_of(bundle: Path, status: str = "creating", pid: int | None = None,
+             container_id: str = "c1") -> dict:
+    state = {"ociVersion": "1.0.2", "id": container_id, "status": status,
+             "bundle": str(bundle)}
+    if pid is not None:
+        state["pid"] = pid
+    validate("oci-runtime-spec/state-schema.json", state)
+    return state
+
+
+def plain_bundle(base: Path, env: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None) -> Path:
+    """A bundle as a runtime leaves it for the hook: config.json and a rootfs."""
+    bundle = base / "bundle"
+    (bundle / "rootfs" / "etc").mkdir(parents=True)
+    config = {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+              "process": {"cwd": "/", "args": ["true"], "user": {"uid": 0, "gid": 0},
+                          "env": [f"{k}={v}" for k, v in (env or {}).items()]}}
+    if annotations:
+        config["annotations"] = annotations
+    validate("oci-runtime-spec/config-schema.json", config)
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+# -- the hook on its own ------------------------------------------------------------------------
+
+
+def test_a_container_that_asks_for_nothing_is_left_alone(tmp_path):
+    bundle = plain_bundle(tmp_path, env={"PATH": "/bin", "VGPULIMIT_LOG": "debug"})
+    before = tree(bundle)
+    result = hook(state_of(bundle, pid=os.getpid()), tmp_path / "node")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert tree(bundle) == before
+    assert not (tmp_path / "node").exists()
+
+
+@pytest.mark.parametrize("variable", ["VGPULIMIT_REGION", "CUDA_DEVICE_MEMORY_SHARED_CACHE"])
+def test_a_container_whose_region_is_named_is_left_to_whoever_named_it(tmp_path, variable):
+    # A device plugin mounts the shim and names the region (as HAMi's does).
+    bundle = plain_bundle(tmp_path, env={"CUDA_DEVICE_MEMORY_LIMIT_0": "1024m",
+                                         variable: "/usr/local/vgpu/x.cache"})
+    before = tree(bundle)
+    result = hook(state_of(bundle, pid=os.getpid()), tmp_path / "node")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert tree(bundle) == before
+    assert not (tmp_path / "node").exists()
+
+
+def test_poststop_of_a_container_it_did_not_touch(tmp_path):
+    result = hook(state_of(plain_bundle(tmp_path), "stopped"), tmp_path / "node")
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("not json", "the container state on stdin is not JSON"),
+    ("array", "the container state on stdin is not a JSON object"),
+    ("no bundle", "the container state on stdin has no string 'bundle'"),
+    ("missing bundle", "bundle /nonexistent/bundle: no such directory"),
+    ("no config", "no config.json"),
+    ("bad id", "container id '../../etc' is not one a runtime gives"),
+    ("bad status", "container status 'running': the hook runs at createRuntime or prestart"),
+    ("bad memory", "process.env VGPULIMIT_MEMORY: '1.5 gigs' is not a valid value; accepted forms"),
+    ("bad device memory", "process.env VGPULIMIT_MEMORY_1: '8GBx' is not a valid value"),
+    ("bad hami", "process.env CUDA_DEVICE_MEMORY_LIMIT_0: 'lots' is not a valid value"),
+    ("bad annotation", "annotation vgpulimit.io/memory: 'half' is not a valid value"),
+    ("bad cores", "annotation vgpulimit.io/cores: '150' is out of range"),
+    ("no pid", "the container state has no pid"),
+])
+def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
+    env = {"VGPULIMIT_MEMORY": "1GiB"}
+    annotations = None
+    if case == "bad memory":
+        env = {"VGPULIMIT_MEMORY": "1.5 gigs"}
+    elif case == "bad device memory":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_1": "8GBx"}
+    elif case == "bad hami":
+        env = {"CUDA_DEVICE_MEMORY_LIMIT_0": "lots"}
+    elif case == "bad annotation":
+        annotations = {"vgpulimit.io/memory": "half"}
+    elif case == "bad cores":
+        annotations = {"vgpulimit.io/cores": "150"}
+    bundle = plain_bundle(tmp_path, env, annotations)
+    state: str | dict = state_of(bundle, pid=None if case == "no pid" else os.getpid())
+    if case == "not json":
+        state = '{"ociVersion": "1.0.2", "id": '
+    elif case == "array":
+        state = "[]"
+    elif case == "no bundle":
+        del state["bundle"]
+    elif case == "missing bundle":
+        state["bundle"] = "/nonexistent/bundle"
+    elif case == "no config":
+        (bundle / "config.json").unlink()
+    elif case == "bad id":
+        state["id"] = "../../etc"
+    elif case == "bad status":
+        state["status"] = "running"
+    before = tree(bundle)
+    line = one_line(hook(state, tmp_path / "node"))
+    assert expected in line
+    assert tree(bundle) == before
+    assert not (tmp_path / "node").exists()
+
+
+# -- hooks.d ------------------------------------------------------------------------------------
+
+
+def test_install_hook_writes_a_hooks_d_file(tmp_path):
+    directory = tmp_path / "hooks.d"
+    result = subprocess.run(vgpulimit_cmd("install-hook", "--dir", str(directory)),
+                            capture_output=True, text=True, env=base_env(), check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(directory / "vgpulimit.json")
+    installed = json.loads((directory / "vgpulimit.json").read_text())
+    shipped = json.loads((REPO / "hooks" / "vgpulimit.json").read_text())
+    assert installed["version"] == shipped["version"] == "1.0.0"
+    for key in ("when", "stages"):
+        assert installed[key] == shipped[key]
+    assert installed["stages"] == ["createRuntime", "poststop"]
+    assert shipped["hook"]["args"][1:] == ["oci-hook"]
+    # The installed file names this installation, and it runs.
+    assert os.access(installed["hook"]["path"], os.X_OK)
+    bundle = plain_bundle(tmp_path)
+    command = installed["hook"]
+    run = subprocess.run(command["args"], executable=command["path"], capture_output=True,
+                         text=True, input=json.dumps(state_of(bundle, "stopped")), env={},
+                         check=False)
+    assert (run.returncode, run.stderr) == (0, "")
+
+
+def test_install_hook_into_a_place_it_cannot_write(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = subprocess.run(vgpulimit_cmd("install-hook", "--dir", str(blocker / "hooks.d")),
+                            capture_output=True, text=True, env=base_env(), check=False)
+    assert "install-hook: cannot write" in one_line(result)
+
+
+# -- in real containers -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def runc():
+    reason = runc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    return RUNC
+
+
+@pytest.fixture
+def bundles(tmp_path, runc):
+    """Makes bundles under tmp_path; deletes their containers afterwards."""
+    made = []
+
+    def make(args, env=None, name="c", hooked=True):
+        bundle = make_bundle(tmp_path / name, list(map(str, args)), env)
+        if hooked:
+            bundle.add_hook("createRuntime", hook_entry(tmp_path / "node"))
+            bundle.add_hook("poststop", hook_entry(tmp_path / "node"))
+        made.append(bundle)
+        return bundle
+
+    yield make
+    for bundle in made:
+        bundle.cleanup()
+
+
+def fill(block: int, count: int, *extra: str) -> list[str]:
+    return [*FILL, str(block), str(count), *extra]
+
+
+def report_of(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def runtime_refused(result: subprocess.CompletedProcess, expected: str) -> None:
+    """runc did not start the container, and shows the hook's one line."""
+    assert result.returncode != 0
+    assert "started" not in result.stdout
+    assert result.stderr.count("vgpulimit: error: ") == 1, result.stderr
+    assert expected in result.stderr.replace('\\"', '"'), result.stderr
+
+
+def test_a_container_asking_with_its_environment_is_capped_and_seen_from_the_node(
+        tmp_path, bundles):
+    bundle = bundles(fill(256 * MiB, 5, "--hold", "/tmp/release"), {"VGPULIMIT_MEMORY": "1GiB"})
+    bundle.settle()
+    # /tmp is the client's (the simulated GPU's state, the release file).
+    before = tree(bundle.rootfs, dir_times=False, skip=("tmp",))
+    proc, container_id = bundle.start()
+    try:
+        report = json.loads(proc.stdout.readline())
+        assert report["allocs"] == FOUR_THEN_OOM
+        assert report["before"] == {"free": GiB, "total": GiB}
+        node = subprocess.run(vgpulimit_cmd("status", "--all", str(tmp_path / "node"), "--json",
+                                            "--interval", "0"),
+                              capture_output=True, text=True, env=base_env(), check=False)
+        assert node.returncode == 0, node.stderr
+        [region] = json.loads(node.stdout)["regions"]
+        assert region["region"] == str(tmp_path / "node" / container_id / "region")
+        assert region["devices"][0]["cap_bytes"] == GiB
+        assert region["devices"][0]["used_bytes"] == GiB
+        assert [p["used_bytes"] for p in region["processes"]] == [GiB]
+        preload = (bundle.rootfs / "etc" / "ld.so.preload").read_text()
+        assert preload == SHIM_IN_CONTAINER + "\n"
+    finally:
+        (bundle.rootfs / "tmp" / "release").touch()
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    # poststop took back all it made.
+    assert tree(bundle.rootfs, dir_times=False, skip=("tmp",)) == before
+    assert os.listdir(tmp_path / "node") == []
+
+
+def test_a_container_that_asks_for_nothing_gets_nothing_written(tmp_path, bundles):
+    bundle = bundles(["sh", "-c", "echo started; cat /etc/ld.so.preload 2>&1"])
+    bundle.settle()
+    before = tree(bundle.rootfs)
+    result = bundle.run()
+    assert result.returncode == 1, result.stderr     # cat: no such file
+    assert result.stdout.startswith("started\n")
+    assert tree(bundle.rootfs) == before
+    assert not (tmp_path / "node").exists()
+
+
+def test_an_annotation_beats_the_environment(bundles):
+    bundle = bundles(fill(256 * MiB, 3), {"VGPULIMIT_MEMORY": "1GiB"})
+    bundle.config["annotations"] = {"vgpulimit.io/memory": "512MiB"}
+    report = report_of(bundle.run())
+    assert report["total_mem"] == 512 * MiB
+    assert report["allocs"] == ["CUDA_SUCCESS"] * 2 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+def test_an_annotation_alone_caps_the_container(bundles):
+    # The process's environment has no variable of ours: the region carries the cap.
+    bundle = bundles(fill(256 * MiB, 5))
+    bundle.config["annotations"] = {"vgpulimit.io/memory": "1GiB"}
+    report = report_of(bundle.run())
+    assert report["allocs"] == FOUR_THEN_OOM
+    assert report["before"] == {"free": GiB, "total": GiB}
+
+
+def test_hami_variables_ask_as_ours_do(bundles):
+    bundle = bundles(fill(256 * MiB, 5), {"CUDA_DEVICE_MEMORY_LIMIT_0": "1024m"})
+    assert report_of(bundle.run())["allocs"] == FOUR_THEN_OOM
+
+
+def libm_path() -> str:
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/libm.so" in line:
+                return line.split()[-1]
+    pytest.skip("this interpreter has no libm mapped to use as an existing preload")
+
+
+def test_the_hook_run_twice_leaves_one_line_and_keeps_the_existing_ones(tmp_path, bundles):
+    bundle = bundles(["sh", "-c", "cat /etc/ld.so.preload"], {"VGPULIMIT_MEMORY": "1GiB"})
+    # prestart (older runtimes) and createRuntime both listed, and one of them twice.
+    bundle.add_hook("createRuntime", hook_entry(tmp_path / "node"))
+    bundle.add_hook("prestart", hook_entry(tmp_path / "node"))
+    existing = f"{libm_path()}\n"
+    preload = bundle.rootfs / "etc" / "ld.so.preload"
+    preload.write_text(existing)
+    preload.chmod(0o640)
+    result = bundle.run()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == existing + SHIM_IN_CONTAINER + "\n"
+    assert preload.read_text() == existing
+    assert stat.S_IMODE(preload.stat().st_mode) == 0o640
+    assert not (bundle.rootfs / ".vgpulimit").exists()
+
+
+def test_etc_linked_outside_the_rootfs_is_refused(tmp_path, bundles):
+    outside = tmp_path / "host-etc"
+    outside.mkdir()
+    bundle = bundles(["sh", "-c", "echo started"], {"VGPULIMIT_MEMORY": "1GiB"})
+    (bundle.rootfs / "etc").rmdir()
+    (bundle.rootfs / "etc").symlink_to(outside)
+    bundle.settle()
+    before = tree(bundle.rootfs)
+    result = bundle.run()
+    runtime_refused(result, f"{bundle.rootfs}/etc in the container's rootfs is a symbolic link "
+                            f"(to {outside}); the hook does not follow links in a rootfs")
+    assert os.listdir(outside) == []
+    assert tree(bundle.rootfs) == before
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("not json", "the container state on stdin is not JSON"),
+    ("missing bundle", "bundle /nonexistent: no such directory"),
+    ("bad limit", "process.env VGPULIMIT_MEMORY: 'lots' is not a valid value"),
+    ("bad annotation", "annotation vgpulimit.io/cores: '0' is out of range"),
+])
+def test_the_runtime_does_not_start_a_container_the_hook_fails(tmp_path, bundles, case, expected):
+    bundle = bundles(["sh", "-c", "echo started"],
+                     {"VGPULIMIT_MEMORY": "lots" if case == "bad limit" else "1GiB"},
+                     hooked=case in ("bad limit", "bad annotation"))
+    if case == "bad annotation":
+        bundle.config["annotations"] = {"vgpulimit.io/cores": "0"}
+    # What the runtime passes is replaced, to show what a broken one would get.
+    stdin = {"not json": "echo '{\"id\": '",
+             "missing bundle": """echo '{"ociVersion": "1.0.2", "id": "c", "status": "creating",
+                                  "pid": 1, "bundle": "/nonexistent"}'"""}.get(case)
+    if stdin is not None:
+        entry = hook_entry(tmp_path / "node")
+        command = " ".join(f"'{arg}'" for arg in entry["args"])
+        bundle.add_hook("createRuntime", {"path": "/bin/sh",
+                                          "args": ["sh", "-c", f"{stdin} | {command}"]})
+    runtime_refused(bundle.run(), expected)
+    assert not (bundle.rootfs / ".vgpulimit").exists()
+    assert not (bundle.rootfs / "etc" / "ld.so.preload").exists()
+
+
+def test_the_state_a_runtime_passes_validates(tmp_path, bundles):
+    bundle = bundles(["true"], {"VGPULIMIT_MEMORY": "1GiB"})
+    for stage in ("createRuntime", "poststop"):
+        bundle.add_hook(stage, {"path": "/bin/sh",
+                                "args": ["sh", "-c", f"cat > {tmp_path}/{stage}.json"]})
+    result = bundle.run()
+    assert result.returncode == 0, result.stderr
+    for stage, status in (("createRuntime", "creating"), ("poststop", "stopped")):
+        state = json.loads((tmp_path / f"{stage}.json").read_text())
+        validate("oci-runtime-spec/state-schema.json", state)
+        assert state["status"] == status and state["bundle"] == str(bundle.path)
+
+
+ELF_MACHINES = {62: ("x86-64", "/lib/ld-linux-aarch64.so.1", 183, "arm64"),
+                183: ("arm64", "/lib64/ld-linux-x86-64.so.2", 62, "x86-64")}
+
+
+def test_a_rootfs_of_another_architecture_is_refused(tmp_path, runc, shim_path):
+    machine = int.from_bytes(shim_path.read_bytes()[18:20], "little")
+    if machine not in ELF_MACHINES:
+        pytest.skip(f"no foreign loader known for ELF machine {machine}")
+    ours, loader, theirs, their_name = ELF_MACHINES[machine]
+    bundle = make_bundle(tmp_path, ["/bin/true"], {"VGPULIMIT_MEMORY": "1GiB"}, host_paths=[])
+    for name in ("bin", "lib", "lib64", "sbin"):
+        if (bundle.rootfs / name).is_symlink():
+            (bundle.rootfs / name).unlink()
+    fake = bundle.rootfs / loader.lstrip("/")
+    fake.parent.mkdir(parents=True, exist_ok=True)
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    header[18:20] = theirs.to_bytes(2, "little")
+    fake.write_bytes(bytes(header))
+    bundle.add_hook("createRuntime", hook_entry(tmp_path / "node"))
+    try:
+        result = bundle.run()
+    finally:
+        bundle.cleanup()
+    runtime_refused(result, f"its programs are {their_name}, and the shim is {ours} (glibc)")
+    assert not (bundle.rootfs / ".vgpulimit").exists()
+
+
+def test_a_read_only_rootfs_is_refused(tmp_path, bundles):
+    bundle = bundles(["sh", "-c", "echo started"], {"VGPULIMIT_MEMORY": "1GiB"})
+    bundle.settle()
+    rootfs = str(bundle.rootfs)
+    mount = subprocess.run(["mount", "--bind", "-o", "ro", rootfs, rootfs], capture_output=True,
+                           text=True, check=False)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot make a read-only bind mount here: {mount.stderr.strip()}")
+    try:
+        result = bundle.run()
+    finally:
+        subprocess.run(["umount", rootfs], check=True)
+    runtime_refused(result, f"cannot install the shim into rootfs {rootfs}: Read-only file system")

@@ -1,0 +1,135 @@
+"""The operator's views of running containers: `vgpulimit status` (one region
+or a node's worth), `vgpulimit metrics` scraped over HTTP, and `vgpulimit
+top` on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pexpect
+import pytest
+from conftest import GiB, MiB, run, vgpulimit_cmd
+from containers import container
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def status(env, *args):
+    return run(vgpulimit_cmd("status", *args), env)
+
+
+def test_status_json_matches_what_three_processes_allocated(sim_env, tmp_path):
+    region = tmp_path / "c" / "region"
+    clients = [(256 * MiB, 1), (256 * MiB, 2), (128 * MiB, 3)]
+    with container(sim_env, region, ["--memory", "2GiB"], clients) as reports:
+        data = json.loads(status(sim_env, "--json", "--region", str(region)).stdout)
+    block_of = {count: block for block, count in clients}   # the counts tell them apart
+    held = {r["pid"]: r["allocs"].count("CUDA_SUCCESS") * block_of[len(r["allocs"])]
+            for r in reports}
+    assert sorted(held.values()) == [256 * MiB, 384 * MiB, 512 * MiB]
+    procs = {p["pid"]: p for p in data["processes"]}
+    assert {pid: p["used_bytes"] for pid, p in procs.items()} == held
+    assert all(p["devices"] == [{"index": 0, "used_bytes": held[pid]}] for pid, p in procs.items())
+    assert all(p["comm"].startswith("python") for p in procs.values())
+    dev0 = data["devices"][0]
+    assert (dev0["cap_bytes"], dev0["used_bytes"], dev0["free_bytes"]) == \
+           (2 * GiB, 1152 * MiB, 896 * MiB)
+    assert dev0["uuid"].startswith("GPU-") and dev0["total_bytes"] == 16 * GiB
+    assert dev0["oom_refusals"] == 0 and dev0["throttled_ns"] == 0
+    # Measured over the default half second: a number, not "n/a".
+    assert isinstance(dev0["compute_share_pct"], float)
+
+
+def test_status_all_lists_every_container_under_a_directory(sim_env, tmp_path):
+    runs = tmp_path / "run"
+    (runs / "junk").mkdir(parents=True)
+    (runs / "junk" / "notes.txt").write_text("not a region")
+    with container(sim_env, runs / "a" / "region", ["--memory", "1GiB"], [(256 * MiB, 1)]), \
+            container(sim_env, runs / "b" / "region", ["--memory", "3GiB"], [(512 * MiB, 1)]):
+        data = json.loads(status(sim_env, "--json", "--all", str(runs)).stdout)
+        text = status(sim_env, "--all", str(runs), "--interval", "0").stdout
+    seen = {r["region"]: (r["devices"][0]["cap_bytes"], r["devices"][0]["used_bytes"])
+            for r in data["regions"]}
+    assert seen == {str(runs / "a" / "region"): (1 * GiB, 256 * MiB),
+                    str(runs / "b" / "region"): (3 * GiB, 512 * MiB)}
+    assert data["errors"] == []
+    assert f"region {runs / 'a' / 'region'}" in text and f"region {runs / 'b' / 'region'}" in text
+    assert "n/a" in text   # one read: no share measured
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--all", "/nonexistent"], "--all /nonexistent: not a directory"),
+    (["--interval", "soon"], "'soon' is not a number of seconds"),
+])
+def test_status_bad_input_is_one_line(sim_env, args, says):
+    result = run(vgpulimit_cmd("status", "--region", "/nonexistent", *args)
+                 if args[0] == "--interval" else vgpulimit_cmd("status", *args), sim_env,
+                 check=False)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and says in result.stderr
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_metrics_scraped_over_http(sim_env, tmp_path):
+    region = tmp_path / "c" / "region"
+    with container(sim_env, region, ["--memory", "2GiB"], [(512 * MiB, 5)]) as [holder]:
+        server = subprocess.Popen(
+            list(map(str, vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--all", tmp_path))),
+            env=sim_env, stderr=subprocess.PIPE, text=True)
+        try:
+            line = server.stderr.readline()
+            assert "serving metrics on http://127.0.0.1:" in line, line
+            url = line.split()[-1]
+            samples = scrape(url)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        uuid = json.loads(status(sim_env, "--json", "--interval", "0", "--region",
+                                 str(region)).stdout)["devices"][0]["uuid"]
+    assert holder["allocs"].count("CUDA_SUCCESS") == 4
+    dev = (("container", str(region)), ("device", "0"), ("uuid", uuid))
+    assert samples[("vgpulimit_memory_limit_bytes", dev)] == 2 * GiB
+    assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
+    assert samples[("vgpulimit_oom_refusals_total", dev)] == 1
+    assert samples[("vgpulimit_throttled_seconds_total", dev)] == 0
+    assert 0 <= samples[("vgpulimit_compute_utilization_percent", dev)] <= 100
+    per_process = {k: v for k, v in samples.items()
+                   if k[0] == "vgpulimit_process_memory_used_bytes"}
+    assert len(per_process) == 1
+    [(key, value)] = per_process.items()
+    assert value == 2 * GiB
+    labels = dict(key[1])
+    assert labels["pid"] == str(holder["pid"]) and labels["command"].startswith("python")
+    assert labels["host_pid"] in (str(holder["pid"]), "")
+
+
+def test_metrics_bad_listen_is_one_line(sim_env, tmp_path):
+    result = run(vgpulimit_cmd("metrics", "--listen", "localhost", "--all", tmp_path), sim_env,
+                 check=False)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--listen 'localhost'" in result.stderr
+    assert "HOST:PORT" in result.stderr
+
+
+def test_top_shows_the_cap_and_a_process_and_quits_on_q(sim_env, tmp_path):
+    region = tmp_path / "c" / "region"
+    with container(sim_env, region, ["--memory", "2GiB"], [(512 * MiB, 1)]) as [holder]:
+        top = pexpect.spawn(sys.executable, ["-m", "vgpulimit", "top", "--region", str(region)],
+                            env=dict(sim_env, TERM="xterm"), dimensions=(30, 80),
+                            encoding="utf-8", timeout=30)
+        try:
+            top.expect_exact("512 MiB / 2 GiB")
+            top.expect_exact(str(holder["pid"]))
+            top.send("q")
+            top.expect(pexpect.EOF)
+        finally:
+            top.close(force=True)
+    assert top.exitstatus == 0
