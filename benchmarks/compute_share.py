@@ -12,11 +12,13 @@ cap 100, against the same loop without the shim, in one run (overhead.py's loop)
 
     python benchmarks/compute_share.py            # the full table (~8 minutes)
     python benchmarks/compute_share.py --quick    # a subset, shorter windows
+    python benchmarks/compute_share.py --torch    # on a real GPU: PyTorch matmuls at 30 %
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -164,6 +166,25 @@ def launch_cost(launches: int, repeat: int, workdir: Path) -> None:
         print(f"{driver:<12} {setup:<15} {ns:8.2f} {ns - best[(driver, 'direct')]:+7.2f}")
 
 
+def torch_share(seconds: float) -> None:
+    """On a real GPU: a PyTorch matmul loop's throughput at --cores 30 over its
+    throughput uncapped (tests/clients/torch_matmul.py)."""
+    client = [sys.executable, str(ROOT / "tests" / "clients" / "torch_matmul.py"), str(seconds)]
+    rates = {}
+    for label, flags in (("uncapped", []), ("--cores 30", ["--cores", "30"])):
+        result = subprocess.run([sys.executable, "-m", "vgpulimit", "run", *flags, "--", *client],
+                                capture_output=True, text=True, check=False)
+        if result.returncode == 77:
+            raise SystemExit(f"compute_share.py --torch: {result.stdout.strip()}")
+        if result.returncode != 0:
+            raise SystemExit(f"compute_share.py --torch: {label} failed: {result.stderr.strip()}")
+        rates[label] = json.loads(result.stdout.splitlines()[-1])["matmuls_per_s"]
+    print(f"PyTorch 4096x4096 matmuls per second on a real GPU, {seconds:g} s each")
+    for label, rate in rates.items():
+        print(f"{label:<11} {rate:10.1f}")
+    print(f"ratio {rates['--cores 30'] / rates['uncapped']:.3f} (target 0.30)")
+
+
 def _kernel_text(us: int) -> str:
     return f"{us // 1000} ms" if us >= 1000 else f"{us} us"
 
@@ -179,7 +200,12 @@ def main() -> None:
     parser.add_argument("--processes", type=int, nargs="+", help="processes per container")
     parser.add_argument("--skip", nargs="+", default=[], choices=["accuracy", "pair", "cost"],
                         help="parts to leave out")
+    parser.add_argument("--torch", action="store_true",
+                        help="instead: PyTorch matmuls at --cores 30 vs uncapped, on a real GPU")
     args = parser.parse_args()
+    if args.torch:
+        torch_share(10.0)
+        return
     settle = args.settle if args.settle is not None else (1.0 if args.quick else 2.0)
     window = args.window if args.window is not None else (3.0 if args.quick else 10.0)
     targets = args.targets or ((25, 75) if args.quick else TARGETS)

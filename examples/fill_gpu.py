@@ -2,7 +2,9 @@
 
 Under `vgpulimit run --memory 1GiB` the last allocation that fits is the one
 at the cap, and the next one fails with CUDA_ERROR_OUT_OF_MEMORY; without a
-cap it runs until the device is full.  Works on a real GPU and on the
+cap it runs until the device is full.  The CUDA context itself holds device
+memory before anything is allocated (about 500 MiB on an H100, and on the
+simulated GPU): that counts against the cap too, as it does on the device.  Works on a real GPU and on the
 simulated one (`vgpulimit run --simulate ...`).
 """
 
@@ -28,6 +30,7 @@ def check(result):
 def mem_info(label):
     free, total = check(driver.cuMemGetInfo())
     print(f"{label}: free {free // MiB} MiB of {total // MiB} MiB")
+    return free, total
 
 
 def main():
@@ -35,7 +38,10 @@ def main():
     device = check(driver.cuDeviceGet(0))
     context = check(driver.cuDevicePrimaryCtxRetain(device))
     check(driver.cuCtxSetCurrent(context))
-    mem_info("before")
+    free, total = mem_info("before")
+    if free < total:
+        print(f"(in use before any allocation: {(total - free) // MiB} MiB, the context and "
+              f"whatever else shares the cap)")
 
     blocks = []
     while True:

@@ -4,6 +4,8 @@
  *   SIMGPU_DEVICES         number of devices, 1-16 (default 1)
  *   SIMGPU_MEMORY          memory per device, an absolute size (default 16GiB),
  *                          parsed by the project's one size parser
+ *   SIMGPU_CONTEXT_OVERHEAD  device memory each process's first context on a device
+ *                          costs, shown in NVML as the process's (default 500MiB)
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
@@ -33,6 +35,10 @@ enum {
     SIM_MAX_KERNEL_US = 60000000,   /* a minute: longer is surely a typo */
 };
 #define SIM_DEFAULT_MEMORY (16ULL << 30)
+/* What a CUDA 12/13 context costs on an H100 before the application has
+ * allocated anything (CUDA_MODULE_LOADING=LAZY): about this much shows as the
+ * process's memory in nvidia-smi. */
+#define SIM_DEFAULT_CONTEXT_OVERHEAD (500ULL << 20)
 
 static pthread_once_t sim_config_once = PTHREAD_ONCE_INIT;
 static struct sim_config sim_config_value;
@@ -129,6 +135,21 @@ static void sim_config_load(void)
         } else {
             sim_log("SIMGPU_MEMORY=%s: expected an absolute size per device, such as 16GiB, 80G, "
                     "24000MiB or a number of bytes",
+                    text);
+            ok = false;
+        }
+    }
+
+    c->context_overhead_bytes = SIM_DEFAULT_CONTEXT_OVERHEAD;
+    text = sim_env("SIMGPU_CONTEXT_OVERHEAD");
+    if (text) {
+        struct vgl_mem_limit lim;
+        if (strcmp(text, "0") == 0) {
+            c->context_overhead_bytes = 0;
+        } else if (vgl_parse_memory(text, &lim) == 0 && lim.ppm == 0) {
+            c->context_overhead_bytes = lim.bytes;
+        } else {
+            sim_log("SIMGPU_CONTEXT_OVERHEAD=%s: expected an absolute size, such as 500MiB, or 0",
                     text);
             ok = false;
         }

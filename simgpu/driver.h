@@ -17,8 +17,6 @@
 
 /* Parameter types simgpu accepts but does not read; tags as in cuda.h (C11
  * allows the identical typedef to appear again if cuda_abi.h gains them). */
-typedef struct CUexecAffinityParam_st CUexecAffinityParam;
-typedef struct CUctxCreateParams_st CUctxCreateParams;
 
 /* cuda.h's kernel node parameters (graphs). */
 typedef struct CUDA_KERNEL_NODE_PARAMS_st {

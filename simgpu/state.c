@@ -471,11 +471,8 @@ void sim_state_uncharge(uint32_t device, uint64_t bytes)
     sim_unlock(f);
 }
 
-int sim_state_set_context(uint32_t device, bool active)
+static int set_context_bit(struct sim_file *f, uint32_t device, bool active)
 {
-    struct sim_file *f = sim_file_for(device);
-    if (!f)
-        return -EINVAL;
     int rc = sim_lock(f);
     if (rc)
         return rc;
@@ -493,6 +490,28 @@ int sim_state_set_context(uint32_t device, bool active)
         }
     }
     sim_unlock(f);
+    return rc;
+}
+
+/* A process's first context on a device costs it device memory, as on a
+ * real GPU (the context, its heaps, the loaded modules): charged when the
+ * context comes and given back when the last one goes, so it shows in NVML's
+ * per-process numbers like any allocation. */
+int sim_state_set_context(uint32_t device, bool active)
+{
+    struct sim_file *f = sim_file_for(device);
+    const struct sim_config *cfg = sim_config();
+    if (!f || !cfg)
+        return -EINVAL;
+    uint64_t overhead = cfg->context_overhead_bytes;
+    if (!active) {
+        if (overhead)
+            sim_state_uncharge(device, overhead);
+        return set_context_bit(f, device, false);
+    }
+    int rc = set_context_bit(f, device, true);
+    if (rc == 0 && overhead && (rc = sim_state_charge(device, overhead)) != 0)
+        set_context_bit(f, device, false);
     return rc;
 }
 

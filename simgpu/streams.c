@@ -5,8 +5,13 @@
  * A launch returns at once; its kernel is queued on its device after all the
  * work that every process queued there before (timeline.c), and its stream
  * remembers when it ends.  So a stream is done when the clock passes its last
- * end, an event completes when the device reaches it, and synchronising sleeps
- * until then.  A process may have SIM_LAUNCH_QUEUE launches pending on a device;
+ * end, and synchronising sleeps until then.  An event recorded in a busy
+ * stream completes with the stream's work before it; in an idle one, when the
+ * device reaches it.  Either way, if the stream's next kernel is queued before
+ * the event has completed, the event completes as that kernel starts: a real
+ * GPU runs a stream's commands back to back once it runs the stream, so an
+ * event just before a kernel marks when the kernel began, whatever else the
+ * device ran meanwhile.  A process may have SIM_LAUNCH_QUEUE launches pending on a device;
  * the next launch waits for the oldest to end, as a real driver blocks the
  * launching thread when its push buffer is full.
  *
@@ -44,6 +49,7 @@ struct CUstream_st {
     int priority;
     uint64_t tail_ns;               /* the end of its last work (atomic) */
     CUgraph capture;                /* the graph it is capturing into, or NULL (atomic) */
+    struct sim_link link;           /* guarded by sim_events.mutex */
 };
 
 enum sim_event_state {
@@ -52,12 +58,16 @@ enum sim_event_state {
     SIM_EVENT_CAPTURED,             /* last recorded in a capturing stream */
 };
 
+/* Never returned to malloc: an event destroyed goes to a free list and keeps
+ * its serial, so a stream's link to it is safe to read and found stale. */
 struct CUevent_st {
     uint32_t magic;
     CUcontext ctx;
     unsigned int flags;
     uint32_t state;                 /* enum sim_event_state (atomic, stored after at_ns) */
-    uint64_t at_ns;                 /* when the device reaches it */
+    uint64_t at_ns;                 /* when it completes (atomic) */
+    uint64_t serial;                /* bumped by every record; guarded by sim_events.mutex */
+    struct CUevent_st *next_free;
 };
 
 struct CUgraphNode_st {
@@ -79,6 +89,11 @@ struct CUgraphExec_st {
 
 static pthread_mutex_t sim_graphs_mutex = PTHREAD_MUTEX_INITIALIZER;
 
+static struct {
+    pthread_mutex_t mutex;          /* guards the free list, serials and links */
+    struct CUevent_st *free;
+} sim_events = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
 /* This process's pending launches per device: when each ends, oldest first. */
 static struct {
     pthread_mutex_t mutex;
@@ -87,18 +102,21 @@ static struct {
     uint32_t count[SIM_MAX_DEVICES];
 } sim_queue = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
-/* The per-thread default stream's last end, per device. */
+/* The per-thread default stream's last end and link, per device. */
 static _Thread_local uint64_t sim_per_thread_tail[SIM_MAX_DEVICES];
+static _Thread_local struct sim_link sim_per_thread_link[SIM_MAX_DEVICES];
 
 static void sim_streams_atfork_prepare(void)
 {
     pthread_mutex_lock(&sim_graphs_mutex);
+    pthread_mutex_lock(&sim_events.mutex);
     pthread_mutex_lock(&sim_queue.mutex);
 }
 
 static void sim_streams_atfork_parent(void)
 {
     pthread_mutex_unlock(&sim_queue.mutex);
+    pthread_mutex_unlock(&sim_events.mutex);
     pthread_mutex_unlock(&sim_graphs_mutex);
 }
 
@@ -107,6 +125,7 @@ static void sim_streams_atfork_child(void)
 {
     memset(sim_queue.count, 0, sizeof sim_queue.count);
     pthread_mutex_unlock(&sim_queue.mutex);
+    pthread_mutex_unlock(&sim_events.mutex);
     pthread_mutex_unlock(&sim_graphs_mutex);
 }
 
@@ -166,6 +185,7 @@ static void sim_queue_push(uint32_t dev, uint64_t end_ns)
 struct sim_lane {
     CUcontext ctx;
     uint64_t *tail_ns;
+    struct sim_link *link;
     CUstream stream;                /* an explicit stream, or NULL for a default one */
 };
 
@@ -186,8 +206,9 @@ static CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane)
         CUresult res = sim_current_context(&lane->ctx);
         if (res != CUDA_SUCCESS)
             return res;
-        lane->tail_ns = s == SIM_STREAM_LEGACY ? &lane->ctx->legacy_tail_ns
-                                               : &sim_per_thread_tail[lane->ctx->device];
+        bool legacy = s == SIM_STREAM_LEGACY;
+        lane->tail_ns = legacy ? &lane->ctx->legacy_tail_ns : &sim_per_thread_tail[lane->ctx->device];
+        lane->link = legacy ? &lane->ctx->legacy_link : &sim_per_thread_link[lane->ctx->device];
         lane->stream = NULL;
         return CUDA_SUCCESS;
     }
@@ -197,6 +218,7 @@ static CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane)
         return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     lane->ctx = s->ctx;
     lane->tail_ns = &s->tail_ns;
+    lane->link = &s->link;
     lane->stream = s;
     return CUDA_SUCCESS;
 }
@@ -204,6 +226,22 @@ static CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane)
 static CUgraph sim_capturing(const struct sim_lane *lane)
 {
     return lane->stream ? __atomic_load_n(&lane->stream->capture, __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* The lane's next work starts at `start_ns`: an event recorded just before it
+ * that has not completed yet completes then. */
+static void sim_link_follow(const struct sim_lane *lane, uint64_t now_ns, uint64_t start_ns)
+{
+    pthread_mutex_lock(&sim_events.mutex);
+    struct CUevent_st *e = lane->link->event;
+    if (e && e->magic == SIM_EVENT_MAGIC && e->serial == lane->link->serial &&
+        __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SIM_EVENT_RECORDED) {
+        uint64_t at = __atomic_load_n(&e->at_ns, __ATOMIC_ACQUIRE);
+        if (at > now_ns && start_ns > at)
+            __atomic_store_n(&e->at_ns, start_ns, __ATOMIC_RELEASE);
+    }
+    lane->link->event = NULL;
+    pthread_mutex_unlock(&sim_events.mutex);
 }
 
 /* Queues `duration_ns` of work in the lane's stream. */
@@ -222,6 +260,7 @@ static CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns)
             return CUDA_ERROR_OPERATING_SYSTEM; /* the state file's lock is unusable (logged) */
         sim_queue_push(dev, end);
     }
+    sim_link_follow(lane, sim_now_ns(), end - duration_ns);
     sim_atomic_max(lane->tail_ns, end);
     sim_atomic_max(&lane->ctx->tail_ns, end);
     return CUDA_SUCCESS;
@@ -755,12 +794,18 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     if (!phEvent || (Flags & ~(unsigned int)SIM_EVENT_FLAGS) ||
         ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
         return CUDA_ERROR_INVALID_VALUE;
-    CUevent e = calloc(1, sizeof *e);
-    if (!e)
+    pthread_mutex_lock(&sim_events.mutex);
+    CUevent e = sim_events.free;
+    if (e)
+        sim_events.free = e->next_free;
+    pthread_mutex_unlock(&sim_events.mutex);
+    if (!e && !(e = calloc(1, sizeof *e)))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    e->magic = SIM_EVENT_MAGIC;
     e->ctx = ctx;
     e->flags = Flags;
+    e->state = SIM_EVENT_NEW;
+    e->at_ns = 0;
+    __atomic_store_n(&e->magic, SIM_EVENT_MAGIC, __ATOMIC_RELEASE);
     *phEvent = e;
     return CUDA_SUCCESS;
 }
@@ -769,11 +814,16 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
 {
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!sim_event_valid(hEvent))
-        return CUDA_ERROR_INVALID_HANDLE;
-    hEvent->magic = 0;
-    free(hEvent);
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&sim_events.mutex);
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    if (sim_event_valid(hEvent)) {
+        hEvent->magic = 0;
+        hEvent->next_free = sim_events.free;
+        sim_events.free = hEvent;
+        res = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&sim_events.mutex);
+    return res;
 }
 
 CUresult cuEventDestroy(CUevent hEvent)
@@ -781,9 +831,9 @@ CUresult cuEventDestroy(CUevent hEvent)
     return cuEventDestroy_v2(hEvent);
 }
 
-/* The event completes when the device reaches it: after everything queued on
- * the device before it, by any process, as the front end of a real GPU
- * reaches a command in a channel. */
+/* In a busy stream, the event completes with the stream's work before it; in
+ * an idle one, when the device reaches it, after all that is queued there;
+ * and, until then, it waits for the stream's next kernel (sim_link_follow). */
 static CUresult sim_event_record(CUevent e, CUstream s, unsigned int flags, bool per_thread)
 {
     struct sim_lane lane;
@@ -798,10 +848,14 @@ static CUresult sim_event_record(CUevent e, CUstream s, unsigned int flags, bool
         __atomic_store_n(&e->state, SIM_EVENT_CAPTURED, __ATOMIC_RELEASE);
         return CUDA_SUCCESS;
     }
-    uint64_t at = sim_timeline_reached(lane.ctx->device);
     uint64_t tail = __atomic_load_n(lane.tail_ns, __ATOMIC_ACQUIRE);
-    __atomic_store_n(&e->at_ns, at > tail ? at : tail, __ATOMIC_RELAXED);
+    uint64_t at = tail > sim_now_ns() ? tail : sim_timeline_reached(lane.ctx->device);
+    pthread_mutex_lock(&sim_events.mutex);
+    __atomic_store_n(&e->at_ns, at, __ATOMIC_RELEASE);
     __atomic_store_n(&e->state, SIM_EVENT_RECORDED, __ATOMIC_RELEASE);
+    lane.link->event = e;
+    lane.link->serial = ++e->serial;
+    pthread_mutex_unlock(&sim_events.mutex);
     return CUDA_SUCCESS;
 }
 

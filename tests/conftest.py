@@ -51,6 +51,7 @@ def cbin(tmp_path_factory, simgpu_dir) -> Path:
     (out / "libcuda.so").symlink_to(simgpu_dir / "libcuda.so.1")
     compile_c(out / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{out}", "-lcuda", "-ldl")
     compile_c(out / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{out}", "-lcuda")
+    compile_c(out / "racer", [C_DIR / "racer.c"], f"-L{out}", "-lcuda")
     compile_c(out / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
     compile_c(out / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
     compile_c(out / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
@@ -69,8 +70,10 @@ def base_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def sim_env(tmp_path, simgpu_dir) -> dict[str, str]:
-    """An environment on a fresh simulated GPU of this test's own (16 GiB, one device)."""
-    return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+    """An environment on a fresh simulated GPU of this test's own (16 GiB, one
+    device), whose contexts cost no memory: each test's arithmetic is about its
+    own allocations (tests of the context's cost set SIMGPU_CONTEXT_OVERHEAD)."""
+    return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_CONTEXT_OVERHEAD="0",
                     LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(tmp_path / "run"))
 
 

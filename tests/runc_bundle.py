@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from schemas import validate
+import schemas
 
 import vgpulimit
 
 TESTS = Path(__file__).resolve().parent
 RUNC = shutil.which("runc")
+CONFIG_SCHEMA = "oci-runtime-spec/config-schema.json"
 # The host's top-level directories that programs load from; a symbolic link
 # among them (merged /usr) is copied as a link, a directory is bind-mounted.
 _SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr")
@@ -98,7 +99,7 @@ class Bundle:
         self.config.setdefault("hooks", {}).setdefault(stage, []).append(hook)
 
     def write(self) -> None:
-        validate("oci-runtime-spec/config-schema.json", self.config)
+        schemas.check(CONFIG_SCHEMA, self.config)
         (self.path / "config.json").write_text(json.dumps(self.config, indent=1))
 
     def _argv(self, action: str) -> tuple[list[str], str]:
@@ -145,6 +146,7 @@ def make_bundle(base: Path, args: list[str], env: dict[str, str] | None = None,
     rootfs = path / "rootfs"
     for name in ("etc", "tmp", "run"):
         (rootfs / name).mkdir(parents=True)
+    (rootfs / "tmp").chmod(0o1777)
     mounts = []
     for name in _SYSTEM_DIRS:
         host = Path("/", name)
@@ -164,6 +166,7 @@ def make_bundle(base: Path, args: list[str], env: dict[str, str] | None = None,
 
     process_env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
                    "LD_LIBRARY_PATH": str(simgpu_dir()), "SIMGPU_STATE": "/tmp/simgpu.state",
+                   "SIMGPU_CONTEXT_OVERHEAD": "0",
                    **(env or {})}
     config["process"].update(terminal=False, args=args, cwd="/",
                              env=[f"{k}={v}" for k, v in process_env.items()])

@@ -234,3 +234,90 @@ def test_hami_zero_means_no_limit_and_ours_win(sim_env, cbin, shim_path, tmp_pat
     both = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="256m",
                             VGPULIMIT_MEMORY="512MiB", VGPULIMIT_REGION=str(tmp_path / "both")))
     assert "alloc 1 0\nalloc 2 2" in both.stdout  # VGPULIMIT_MEMORY, not HAMi's 256m
+
+
+def test_eight_racing_processes_never_pass_the_cap(sim_env, cbin, shim_path, tmp_path):
+    """8 processes x 200 rounds of random 1-128 MiB allocations against a 1 GiB
+    cap, while a watcher samples the device's memory as the driver counts it:
+    what they hold together never passes the cap, not for one sample."""
+    stop = tmp_path / "stop"
+    watcher = subprocess.Popen([sys.executable, str(TESTS / "clients" / "nvml_watch.py"), str(stop)],
+                               env=sim_env, stdout=subprocess.PIPE, text=True)
+    assert watcher.stdout.readline() == "watching\n"
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB",
+               VGPULIMIT_REGION=str(tmp_path / "region"))
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([str(cbin / "racer"), "200", str(seed), str(go)], env=env,
+                               stdout=subprocess.PIPE, text=True) for seed in range(8)]
+    go.touch()
+    outcomes = [r.communicate(timeout=120)[0].split() for r in racers]
+    stop.touch()
+    highest, samples = map(int, watcher.communicate(timeout=60)[0].split())
+    assert all(r.returncode == 0 for r in racers)
+    assert samples > 10
+    assert 0 < highest <= 1 * GiB
+    refused = sum(int(o[3]) for o in outcomes)
+    assert refused > 0  # they did reach the cap
+
+
+def wait_for_lines(path, count, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if text.count("\n") >= count:
+            return text.splitlines()
+        time.sleep(0.01)
+    raise AssertionError(f"{path} did not get {count} lines: {text!r}")
+
+
+@pytest.mark.parametrize("processes", [1, 2, 4])
+def test_the_cap_bounds_what_the_host_sees(sim_env, tmp_path, processes):
+    """Contexts cost device memory before anything is allocated (500 MiB each
+    here, like an H100's): the shim counts that too, so what NVML on the host
+    shows for the container's processes stays within the cap (+1 % + 64 MiB)."""
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="500MiB")
+    cap = 3 * GiB
+    stop, start, release = tmp_path / "stop", tmp_path / "start", tmp_path / "release"
+    watcher = subprocess.Popen([sys.executable, str(TESTS / "clients" / "nvml_watch.py"), str(stop)],
+                               env=env, stdout=subprocess.PIPE, text=True)
+    assert watcher.stdout.readline() == "watching\n"
+    # Every process makes its context before any fills the cap (one made
+    # after would be refused: the GPU, as the container sees it, is full).
+    outs = [tmp_path / f"out{i}" for i in range(processes)]
+    fills = [f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {64 * MiB} 64 --hold {release} "
+             f"--start {start} > {out}" for out in outs]
+    container = subprocess.Popen(list(map(str, vgpulimit_cmd(
+        "run", "--simulate", "--memory", "3GiB", "--", "sh", "-c",
+        " & ".join(fills) + " & wait"))), env=env)
+    lines_of = lambda n: [wait_for_lines(out, n) for out in outs]  # noqa: E731
+    assert all("ready" in json.loads(lines[0]) for lines in lines_of(1))
+    start.touch()
+    reports = [json.loads(lines[1]) for lines in lines_of(2)]
+    stop.touch()
+    highest, _ = map(int, watcher.communicate(timeout=60)[0].split())
+    release.touch()
+    container.wait(timeout=60)
+    assert container.returncode == 0
+    assert all(r["allocs"][-1] == "CUDA_ERROR_OUT_OF_MEMORY" for r in reports)
+    granted = sum(r["allocs"].count("CUDA_SUCCESS") for r in reports) * 64 * MiB
+    # The contexts took their share of the cap: the allocations got the rest.
+    assert granted <= cap - processes * 500 * MiB
+    assert cap - 64 * MiB * processes - 100 * MiB < highest <= cap + cap // 100 + 64 * MiB
+
+
+def test_a_context_that_does_not_fit_is_refused(sim_env, tmp_path):
+    """With the cap already full, making a context (which itself takes device
+    memory) fails with CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU."""
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="500MiB")
+    release = tmp_path / "release"
+    fill = f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {64 * MiB} 64 --hold {release}"
+    late = f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {64 * MiB} 1"
+    container = subprocess.Popen(list(map(str, vgpulimit_cmd(
+        "run", "--simulate", "--memory", "2GiB", "--", "sh", "-c",
+        f"{fill} & read line; {late}; echo late=$?; touch {release}; wait"))),
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert json.loads(container.stdout.readline())["allocs"][-1] == "CUDA_ERROR_OUT_OF_MEMORY"
+    out, err = container.communicate("go\n", timeout=60)
+    assert "late=1" in out
+    assert "cuda_fill: b'CUDA_ERROR_OUT_OF_MEMORY'" in err
+    assert "cuDevicePrimaryCtxRetain on device 0 refused" in err

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
-from runc_bundle import RUNC, hook_entry, make_bundle, runc_unavailable, tree
-from schemas import validate
+from runc_bundle import CONFIG_SCHEMA, RUNC, hook_entry, make_bundle, runc_unavailable, tree
+from schemas import check, validate
 
 REPO = TESTS.parent
 FILL = [sys.executable, str(TESTS / "clients" / "cuda_fill.py")]
 FOUR_THEN_OOM = ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
 SHIM_IN_CONTAINER = "/.vgpulimit/libvgpulimit.so"
+STATE_SCHEMA = "oci-runtime-spec/state-schema.json"
 
 
 def hook(state: str | dict, node_dir: Path) -> subprocess.CompletedProcess:
@@ -41,7 +42,7 @@ def state_of(bundle: Path, status: str = "creating", pid: int | None = None,
              "bundle": str(bundle)}
     if pid is not None:
         state["pid"] = pid
-    validate("oci-runtime-spec/state-schema.json", state)
+    check(STATE_SCHEMA, state)
     return state
 
 
@@ -55,9 +56,16 @@ def plain_bundle(base: Path, env: dict[str, str] | None = None,
                           "env": [f"{k}={v}" for k, v in (env or {}).items()]}}
     if annotations:
         config["annotations"] = annotations
-    validate("oci-runtime-spec/config-schema.json", config)
+    check(CONFIG_SCHEMA, config)
     (bundle / "config.json").write_text(json.dumps(config))
     return bundle
+
+
+def test_the_bundles_and_states_given_to_the_hook_here_validate(tmp_path):
+    bundle = plain_bundle(tmp_path, {"VGPULIMIT_MEMORY": "1GiB"}, {"vgpulimit.io/cores": "30"})
+    validate(CONFIG_SCHEMA, json.loads((bundle / "config.json").read_text()))
+    for status, pid in (("creating", os.getpid()), ("stopped", None)):
+        validate(STATE_SCHEMA, state_of(bundle, status, pid))
 
 
 # -- the hook on its own ------------------------------------------------------------------------
@@ -262,6 +270,22 @@ def test_a_container_that_asks_for_nothing_gets_nothing_written(tmp_path, bundle
     assert not (tmp_path / "node").exists()
 
 
+def test_a_container_of_another_user_shares_its_region_too(tmp_path, bundles):
+    # Two processes of user 65534 (as the container's config says), one region:
+    # the second starts once the first holds its 512 MiB.
+    first, second = " ".join(fill(256 * MiB, 2, "--hold", "/tmp/go")), " ".join(fill(256 * MiB, 3))
+    script = (f"{first} > /tmp/first & while [ ! -s /tmp/first ]; do sleep 0.01; done; "
+              f"{second}; cat /tmp/first; touch /tmp/go; wait")
+    bundle = bundles(["sh", "-c", script], {"VGPULIMIT_MEMORY": "1GiB"})
+    bundle.config["process"]["user"] = {"uid": 65534, "gid": 65534}
+    result = bundle.run()
+    assert result.returncode == 0, result.stderr
+    reports = sorted((json.loads(line) for line in result.stdout.splitlines()),
+                     key=lambda r: len(r["allocs"]))
+    assert [r["allocs"].count("CUDA_SUCCESS") for r in reports] == [2, 2]
+    assert reports[1]["allocs"][-1] == "CUDA_ERROR_OUT_OF_MEMORY"
+
+
 def test_an_annotation_beats_the_environment(bundles):
     bundle = bundles(fill(256 * MiB, 3), {"VGPULIMIT_MEMORY": "1GiB"})
     bundle.config["annotations"] = {"vgpulimit.io/memory": "512MiB"}
@@ -359,7 +383,7 @@ def test_the_state_a_runtime_passes_validates(tmp_path, bundles):
     assert result.returncode == 0, result.stderr
     for stage, status in (("createRuntime", "creating"), ("poststop", "stopped")):
         state = json.loads((tmp_path / f"{stage}.json").read_text())
-        validate("oci-runtime-spec/state-schema.json", state)
+        validate(STATE_SCHEMA, state)
         assert state["status"] == status and state["bundle"] == str(bundle.path)
 
 
@@ -404,3 +428,18 @@ def test_a_read_only_rootfs_is_refused(tmp_path, bundles):
     finally:
         subprocess.run(["umount", rootfs], check=True)
     runtime_refused(result, f"cannot install the shim into rootfs {rootfs}: Read-only file system")
+
+
+def test_a_link_planted_while_the_container_ran_is_not_followed_at_poststop(tmp_path, bundles):
+    # The container swaps its /etc for a link to a directory of the host's,
+    # holding a preload file with our line: poststop must not rewrite it.
+    outside = tmp_path / "host-etc"
+    outside.mkdir()
+    (outside / "ld.so.preload").write_text(f"{SHIM_IN_CONTAINER}\n/keep/me.so\n")
+    bundle = bundles(["sh", "-c", f"mv /etc /etc.moved && ln -s {outside} /etc"],
+                     {"VGPULIMIT_MEMORY": "1GiB"})
+    result = bundle.run()
+    assert (outside / "ld.so.preload").read_text() == f"{SHIM_IN_CONTAINER}\n/keep/me.so\n"
+    assert f"{bundle.rootfs}/etc in the container's rootfs is a symbolic link" in result.stderr
+    assert not (bundle.rootfs / ".vgpulimit").exists()
+    assert os.listdir(tmp_path / "node") == []

@@ -41,6 +41,7 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
               f"-L{bin_dir}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl",
               f"-Wl,-rpath,{bin_dir}")
     compile_c(bin_dir / "nvml_client", [C_DIR / "nvml_client.c"], "-ldl")
+    compile_c(bin_dir / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
     runtimes = [subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
                                text=True, check=True).stdout.strip()
                 for name in ("libasan.so", "libubsan.so")]
@@ -54,7 +55,7 @@ def sanitized_run(sanitized, tmp_path, cmd, shim=True, **env):
         preload += f" {sanitized['build'] / 'shim' / 'libvgpulimit.so'}"
     environment = base_env(
         LD_PRELOAD=preload, LD_LIBRARY_PATH=str(sanitized["build"] / "simgpu"),
-        SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+        SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_CONTEXT_OVERHEAD="0",
         ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1", **env)
     result = run(cmd, environment, check=False)
     said = [line for line in result.stderr.splitlines() if line.startswith(SANITIZERS_SAID)]
@@ -106,3 +107,13 @@ def test_nvml_views(sanitized, tmp_path):
     assert "count 0 1" in lines
     assert f"memory 0 {1024 * MiB} {256 * MiB} {768 * MiB}" in lines
     assert f"procs 0 nvmlDeviceGetComputeRunningProcesses_v3 0 1 {os.getpid()}:{256 * MiB}" in lines
+
+
+@pytest.mark.parametrize("path", ["kernel", "ptsz", "ex", "cooperative", "graph", "capture"])
+def test_launches_drawing_from_a_compute_share(sanitized, tmp_path, path):
+    """Every launch path through the throttle and simgpu's timeline: 1 ms
+    kernels at 50 % for half a second."""
+    result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "launch_client", path, "1000", "0.5"],
+                           VGPULIMIT_CORES="50", VGPULIMIT_REGION=str(tmp_path / "region"))
+    launched = int(result.stdout.split("done ")[1].split()[1])
+    assert 0 < launched < 450  # uncapped, about 500 would run

@@ -87,6 +87,7 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
                         "accounts for; its allocations are refused", device, VGL_MAX_DEVICES);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    vgl_overhead_check(device);
     uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
     if (vgl_ledger_reserve(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes, cap) < 0) {
         log_refusal(call, device, bytes, cap);

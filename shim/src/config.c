@@ -88,7 +88,6 @@ static void read_cores(const char *name, int device, const char *value)
             vgl_config.cores_pct[i] = pct;
     if (device >= 0)
         vgl_config.cores_set[device] = true;
-    vgl_config.cores_limited = true;
 }
 
 /* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py

@@ -22,6 +22,7 @@ static void after_fork_in_child(void)
     vgl_self.slot = NULL;
     vgl_self.pid = (int32_t)getpid();
     vgl_allocations_forget();
+    vgl_overhead_forget();
     vgl_launch_forget();
 }
 

@@ -52,7 +52,6 @@ struct vgl_config {
     bool enabled;        /* any vgpulimit (or region) variable present */
     bool broken;         /* a variable could not be used: fail closed */
     bool mem_limited;    /* some device has a memory cap */
-    bool cores_limited;  /* some device has a compute share */
     struct vgl_mem_limit memory[VGL_MAX_DEVICES];
     uint32_t cores_pct[VGL_MAX_DEVICES];
     bool memory_set[VGL_MAX_DEVICES]; /* by VGPULIMIT_MEMORY_<i> itself */
@@ -183,6 +182,15 @@ struct vgl_view {
     uint64_t free_bytes, total_bytes, used_bytes;
 };
 bool vgl_capped_view(int device, struct vgl_view *v);
+
+/* overhead.c — the driver's own cost for a process (context, modules, rounding). */
+/* Charges what NVML shows for this process on `device` beyond its
+ * allocations; looks at most every 200 ms.  Needs the slot. */
+void vgl_overhead_check(int device);
+/* The same, now (a context was just made or undone). */
+void vgl_overhead_check_now(int device);
+/* In a forked child: the parent's overhead is not the child's. */
+void vgl_overhead_forget(void);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],

@@ -111,25 +111,42 @@ static void refresh(void)
     __atomic_store_n(&limits_generation, &region->generation, __ATOMIC_RELEASE);
 }
 
-/* Under the lock: the tracker of `ctx` (the current context), made on first use. */
-static struct tracker *tracker_for(CUcontext ctx)
+/* Under the lock: the tracker of `ctx` (the current context, on `device`),
+ * made on first use; NULL when there are too many. */
+static struct tracker *tracker_for(CUcontext ctx, int device)
 {
     for (uint32_t i = 0; i < launches.ntrackers; i++)
         if (launches.trackers[i].ctx == ctx)
             return &launches.trackers[i];
-    int device = vgl_current_device();
-    if (launches.ntrackers == CONTEXTS || device < 0 || device >= VGL_MAX_DEVICES) {
+    if (launches.ntrackers == CONTEXTS) {
         static unsigned logged;
-        vgl_log_bounded(VGL_LOG_WARN, &logged, "launches in context %p are not measured (%s); the "
-                        "compute share counts them at their expected time", (void *)ctx,
-                        device < 0 || device >= VGL_MAX_DEVICES ? "no device the region knows"
-                                                                : "too many contexts");
+        vgl_log_bounded(VGL_LOG_WARN, &logged, "launches in context %p are not measured (more than %d "
+                        "contexts); the compute share charges them what they are expected to take",
+                        (void *)ctx, CONTEXTS);
         return NULL;
     }
     struct tracker *t = &launches.trackers[launches.ntrackers++];
     t->ctx = ctx;
     t->device = (uint32_t)device;
     return t;
+}
+
+/* Under the lock: the device of the current context, if the region accounts for it. */
+static int launch_device(CUcontext *ctx)
+{
+    if (vgl_real.cuCtxGetCurrent(ctx) != CUDA_SUCCESS || !*ctx)
+        return -1; /* the driver refuses the launch itself */
+    for (uint32_t i = 0; i < launches.ntrackers; i++)
+        if (launches.trackers[i].ctx == *ctx)
+            return (int)launches.trackers[i].device;
+    int device = vgl_current_device();
+    if (device >= VGL_MAX_DEVICES) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_ERROR, &logged, "device %d is beyond the %d devices a region accounts "
+                        "for; its launches are not limited", device, VGL_MAX_DEVICES);
+        return -1;
+    }
+    return device;
 }
 
 static uint32_t cost_slot(const void *key)
@@ -156,14 +173,19 @@ static void learn_cost(const void *key, int64_t measured_ns)
     }
 }
 
+static void drop_events(CUevent start, CUevent end)
+{
+    vgl_real.cuEventDestroy_v2(start);
+    vgl_real.cuEventDestroy_v2(end);
+}
+
 static void spare(struct tracker *t, CUevent start, CUevent end)
 {
     if (t->nspare + 2 <= 2 * INFLIGHT) {
         t->spare[t->nspare++] = start;
         t->spare[t->nspare++] = end;
     } else {
-        vgl_real.cuEventDestroy_v2(start);
-        vgl_real.cuEventDestroy_v2(end);
+        drop_events(start, end);
     }
 }
 
@@ -184,32 +206,39 @@ static bool take_events(struct tracker *t, CUevent *start, CUevent *end)
     return true;
 }
 
-/* Under the lock: settles the oldest launch, at `measured_ns`. */
-static void settle_oldest(struct tracker *t, struct vgl_device_state *dev, int64_t measured_ns)
+/* Under the lock: settles the oldest launch, at `measured_ns`; its events are
+ * kept for another launch if `reuse`. */
+static void settle_oldest(struct tracker *t, struct vgl_device_state *dev, int64_t measured_ns, bool reuse)
 {
     struct flight *f = &t->ring[t->head];
     vgl_throttle_settle(dev, f->charged_ns, measured_ns);
     __atomic_add_fetch(&dev->busy_ns, (uint64_t)measured_ns, __ATOMIC_RELAXED);
-    spare(t, f->start, f->end);
+    if (reuse)
+        spare(t, f->start, f->end);
+    else
+        drop_events(f->start, f->end);
     t->head = (t->head + 1) % INFLIGHT;
     t->count--;
 }
 
 /* Under the lock: reads back the launches that have finished, oldest first,
- * without waiting for any. */
+ * without waiting for any.  One whose events the driver no longer knows (its
+ * context was destroyed) counts as charged. */
 static void harvest(struct tracker *t, struct vgl_device_state *dev)
 {
     while (t->count) {
         struct flight *f = &t->ring[t->head];
-        if (vgl_real.cuEventQuery(f->end) != CUDA_SUCCESS)
+        CUresult rc = vgl_real.cuEventQuery(f->end);
+        if (rc == CUDA_ERROR_NOT_READY)
             return;
         float ms;
-        int64_t measured = f->charged_ns;
-        if (vgl_real.cuEventElapsedTime(&ms, f->start, f->end) == CUDA_SUCCESS) {
-            measured = ms > 0 ? (int64_t)((double)ms * 1e6) : 0;
-            learn_cost(f->key, measured);
+        if (rc != CUDA_SUCCESS || vgl_real.cuEventElapsedTime(&ms, f->start, f->end) != CUDA_SUCCESS) {
+            settle_oldest(t, dev, f->charged_ns, false);
+            continue;
         }
-        settle_oldest(t, dev, measured);
+        int64_t measured = ms > 0 ? (int64_t)((double)ms * 1e6) : 0;
+        learn_cost(f->key, measured);
+        settle_oldest(t, dev, measured, true);
     }
 }
 
@@ -242,16 +271,16 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
     const uint64_t *generation = __atomic_load_n(&limits_generation, __ATOMIC_RELAXED);
     if (generation == &without_budget || __atomic_load_n(generation, __ATOMIC_ACQUIRE) != seen_generation)
         refresh();
-    CUcontext ctx;
-    struct tracker *t = NULL;
-    if (!unlimited() && vgl_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
-        t = tracker_for(ctx);
-    struct vgl_device_state *dev = t ? &vgl_self.region->devices[t->device] : NULL;
+    CUcontext ctx = NULL;
+    int device = unlimited() ? -1 : launch_device(&ctx);
+    struct vgl_device_state *dev = device >= 0 ? &vgl_self.region->devices[device] : NULL;
     if (!dev || !vgl_throttle_share(dev)) {
         pthread_mutex_unlock(&launches.lock);
         return;
     }
-    harvest(t, dev);
+    struct tracker *t = tracker_for(ctx, device);
+    if (t)
+        harvest(t, dev);
     int64_t cost = expected_cost(key);
     pthread_mutex_unlock(&launches.lock);
 
@@ -266,20 +295,21 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
         __atomic_add_fetch(&dev->throttled_ns, woke - now, __ATOMIC_RELAXED);
         now = woke;
         pthread_mutex_lock(&launches.lock);
-        harvest(t, dev);
+        if (t)
+            harvest(t, dev);
         pthread_mutex_unlock(&launches.lock);
     }
     g->dev = dev;
     g->charged_ns = cost;
+    if (!t)
+        return;
     pthread_mutex_lock(&launches.lock);
     bool have_events = take_events(t, &g->start, &g->end);
     pthread_mutex_unlock(&launches.lock);
     if (!have_events)
         return;
     if (vgl_real.cuEventRecord(g->start, stream) != CUDA_SUCCESS) {
-        pthread_mutex_lock(&launches.lock);
-        spare(t, g->start, g->end);
-        pthread_mutex_unlock(&launches.lock);
+        drop_events(g->start, g->end); /* stale (a destroyed context's) or unusable */
         return;
     }
     g->tracker = t;
@@ -291,24 +321,29 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
  * went is measured from here. */
 static CUresult gate_leave(struct gate *g, CUresult rc)
 {
-    if (!g->dev)
-        return rc;
-    if (rc != CUDA_SUCCESS)
-        vgl_throttle_settle(g->dev, g->charged_ns, 0);
     struct tracker *t = g->tracker;
+    if (rc != CUDA_SUCCESS) {
+        if (g->dev)
+            vgl_throttle_settle(g->dev, g->charged_ns, 0);
+        if (t) {
+            pthread_mutex_lock(&launches.lock);
+            spare(t, g->start, g->end);
+            pthread_mutex_unlock(&launches.lock);
+        }
+        return rc;
+    }
     if (!t)
         return rc;
-    bool recorded = rc == CUDA_SUCCESS && vgl_real.cuEventRecord(g->end, g->stream) == CUDA_SUCCESS;
-    pthread_mutex_lock(&launches.lock);
-    if (!recorded) {
-        spare(t, g->start, g->end);
-    } else {
-        if (t->count == INFLIGHT)
-            settle_oldest(t, g->dev, t->ring[t->head].charged_ns); /* never read back: as charged */
-        t->ring[(t->head + t->count) % INFLIGHT] =
-            (struct flight){.start = g->start, .end = g->end, .charged_ns = g->charged_ns, .key = g->key};
-        t->count++;
+    if (vgl_real.cuEventRecord(g->end, g->stream) != CUDA_SUCCESS) {
+        drop_events(g->start, g->end);
+        return rc;
     }
+    pthread_mutex_lock(&launches.lock);
+    if (t->count == INFLIGHT)
+        settle_oldest(t, g->dev, t->ring[t->head].charged_ns, true); /* never read back: as charged */
+    t->ring[(t->head + t->count) % INFLIGHT] =
+        (struct flight){.start = g->start, .end = g->end, .charged_ns = g->charged_ns, .key = g->key};
+    t->count++;
     pthread_mutex_unlock(&launches.lock);
     return rc;
 }

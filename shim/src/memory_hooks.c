@@ -119,20 +119,35 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr)
     return rc;
 }
 
+/* The capped (free, total) of the current context's device, from what the
+ * driver wrote (a NULL pointer is the driver's business: we only cap what it
+ * wrote).  A context exists, so its cost is the container's: counted first. */
+static bool capped_meminfo(uint64_t *free_bytes, bool has_free, uint64_t *total_bytes, bool has_total)
+{
+    int device = vgl_current_device();
+    bool known = device >= 0 && device < VGL_MAX_DEVICES;
+    if (known && vgl_ready())
+        vgl_overhead_check(device);
+    struct vgl_view v = {has_free ? *free_bytes : UINT64_MAX,
+                         has_total ? *total_bytes : (known ? vgl_device_total(device) : 0), 0};
+    if (!vgl_capped_view(device, &v))
+        return false;
+    *free_bytes = v.free_bytes;
+    *total_bytes = v.total_bytes;
+    return true;
+}
+
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
     CUresult rc = vgl_real.cuMemGetInfo_v2(free_bytes, total_bytes);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
-    /* The driver decides what a NULL pointer means; we only cap what it wrote. */
-    int device = vgl_current_device();
-    struct vgl_view v = {free_bytes ? *free_bytes : UINT64_MAX,
-                     total_bytes ? *total_bytes : (device >= 0 && device < VGL_MAX_DEVICES ? vgl_device_total(device) : 0), 0};
-    if (vgl_capped_view(device, &v)) {
+    uint64_t f = free_bytes ? *free_bytes : 0, t = total_bytes ? *total_bytes : 0;
+    if (capped_meminfo(&f, free_bytes, &t, total_bytes)) {
         if (free_bytes)
-            *free_bytes = v.free_bytes;
+            *free_bytes = f;
         if (total_bytes)
-            *total_bytes = v.total_bytes;
+            *total_bytes = t;
     }
     return rc;
 }
@@ -142,15 +157,12 @@ CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)
     CUresult rc = vgl_real.cuMemGetInfo(free_bytes, total_bytes);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
-    /* The driver decides what a NULL pointer means; we only cap what it wrote. */
-    int device = vgl_current_device();
-    struct vgl_view v = {free_bytes ? *free_bytes : UINT64_MAX,
-                     total_bytes ? *total_bytes : (device >= 0 && device < VGL_MAX_DEVICES ? vgl_device_total(device) : 0), 0};
-    if (vgl_capped_view(device, &v)) {
+    uint64_t f = free_bytes ? *free_bytes : 0, t = total_bytes ? *total_bytes : 0;
+    if (capped_meminfo(&f, free_bytes, &t, total_bytes)) {
         if (free_bytes)
-            *free_bytes = (unsigned int)v.free_bytes;
+            *free_bytes = (unsigned int)f;
         if (total_bytes)
-            *total_bytes = (unsigned int)v.total_bytes;
+            *total_bytes = (unsigned int)t;
     }
     return rc;
 }

@@ -17,6 +17,8 @@
  * alone (tests/c/throttle_test.c). */
 #include "internal.h"
 
+#define VGL_BUDGET_DAY_NS (86400ULL * 1000000000ULL)
+
 uint32_t vgl_throttle_share(const struct vgl_device_state *dev)
 {
     uint32_t pct = __atomic_load_n(&dev->cores_pct, __ATOMIC_RELAXED);
@@ -35,9 +37,11 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
     if (now_ns <= last || !__atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false,
                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
+    /* A debt is paid by all the time that passed; a surplus is capped below.
+     * (Past a day the sum could overflow, and the cap would apply anyway.) */
     uint64_t elapsed = now_ns - last;
-    if (elapsed > VGL_BUDGET_WINDOW_NS)
-        elapsed = VGL_BUDGET_WINDOW_NS;
+    if (elapsed > VGL_BUDGET_DAY_NS)
+        elapsed = VGL_BUDGET_DAY_NS;
     int64_t full = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100);
     int64_t add = (int64_t)(elapsed * pct / 100);
     int64_t budget = __atomic_add_fetch(&dev->budget_ns, add, __ATOMIC_ACQ_REL);

@@ -106,6 +106,9 @@ class State:
 
 
 def read_state(stream: IO[str]) -> State:
+    if stream.isatty():
+        raise HookError("the hook reads the container's state (OCI state JSON) on stdin, as a "
+                        "runtime gives it; stdin is a terminal")
     text = stream.read()
     try:
         state = json.loads(text)
@@ -392,7 +395,7 @@ class Rootfs:
             return self._dirs[parts]
         parent = self.dir(parts[:-1], create, made)
         name = parts[-1]
-        flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(name, flags, dir_fd=parent)
         except FileNotFoundError:
@@ -402,6 +405,9 @@ class Rootfs:
             if made is not None:
                 made.append(_container_path(parts))
             fd = os.open(name, flags, dir_fd=parent)
+            # Whatever the runtime's umask: every user of the container must
+            # reach the shim, or ld.so skips it and the process runs unlimited.
+            os.fchmod(fd, 0o755)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
                     os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
@@ -709,11 +715,11 @@ def _mount_region(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> No
         os.close(target)
 
 
-def install(state: State, config: Mapping[str, Any], node_dir: Path) -> bool:
-    """Installs the shim if the container asks for limits; False if it does not."""
+def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
+    """Installs the shim if the container asks for limits."""
     request = requested(config)
     if request is None:
-        return False
+        return
     limits = _limits(request)
     if state.pid is None:
         raise HookError(f"the container state has no pid (status {state.status!r}): run the "
@@ -741,10 +747,10 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path) -> bool:
             raise
         raise HookError(f"cannot set up the region in {node_dir / state.id}: "
                         f"{exc.strerror}") from None
-    # From here on, paths name what the container's init sees.
-    _enter_mount_namespace(state.pid)
     rootfs = None
     try:
+        # From here on, paths name what the container's init sees.
+        _enter_mount_namespace(state.pid)
         rootfs = Rootfs(rootfs_path)
         _check_architecture(rootfs, prepared.shim)
         for parts in (_parts(CONTAINER_DIR), PRELOAD[:-1]):
@@ -766,7 +772,6 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path) -> bool:
     finally:
         if rootfs is not None:
             rootfs.close()
-    return True
 
 
 # -- remove -------------------------------------------------------------------------------------

@@ -175,6 +175,9 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
+/* Context creation's parameters, passed through untouched. */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
 
 /* Events, graphs, libraries and launches (the compute share's paths). */
 typedef struct CUevent_st *CUevent;

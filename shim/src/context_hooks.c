@@ -1,0 +1,61 @@
+/* Contexts.  A context costs device memory before anything is allocated in it
+ * (overhead.c counts that cost); so as soon as the driver has made one we
+ * count it, and if the container is then past its cap the context is undone
+ * and the caller gets CUDA_ERROR_OUT_OF_MEMORY, as on a GPU that is full. */
+#include "internal.h"
+
+/* After the driver made a context on `device`: whether the container still
+ * fits under its cap, with the context's cost counted. */
+static bool fits(CUdevice_v1 device)
+{
+    if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_ready())
+        return true; /* nothing to count it against: allocations say no if need be */
+    vgl_overhead_check_now(device);
+    uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
+    return __atomic_load_n(&vgl_self.region->devices[device].used_bytes, __ATOMIC_RELAXED) <= cap;
+}
+
+static void refuse(const char *call, CUdevice_v1 device)
+{
+    static unsigned refusals;
+    __atomic_add_fetch(&vgl_self.region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
+    vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s on device %d refused: the context's own memory "
+                    "does not fit under the container's cap", call, device);
+    vgl_overhead_check_now(device); /* the undone context's cost is gone again */
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice_v1 dev)
+{
+    CUresult rc = vgl_real.cuDevicePrimaryCtxRetain(pctx, dev);
+    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev))
+        return rc;
+    vgl_real.cuDevicePrimaryCtxRelease_v2(dev);
+    refuse("cuDevicePrimaryCtxRetain", dev);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult admit(const char *call, CUresult rc, CUcontext *pctx, CUdevice_v1 dev)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev))
+        return rc;
+    vgl_real.cuCtxDestroy_v2(*pctx);
+    *pctx = NULL;
+    refuse(call, dev);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice_v1 dev)
+{
+    return admit("cuCtxCreate", vgl_real.cuCtxCreate_v2(pctx, flags, dev), pctx, dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                        CUdevice_v1 dev)
+{
+    return admit("cuCtxCreate", vgl_real.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev), pctx, dev);
+}
+
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice_v1 dev)
+{
+    return admit("cuCtxCreate", vgl_real.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev), pctx, dev);
+}

@@ -1,0 +1,222 @@
+"""The compute share: `vgpulimit run --cores N` holds a container to N % of the
+GPU's time, on every launch path, with one budget for all its processes, and
+`vgpulimit set --cores` changes it while it runs.  The share is what the
+simulated GPU ran: each process of tests/c/launch_client.c reports how many of
+its kernels (of known length) have completed.  Bounds are broad (the benchmark,
+benchmarks/compute_share.py, measures accuracy); nothing here times the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import C_DIR, SHIM_SRC, TESTS, base_env, compile_c, run, vgpulimit_cmd
+
+CLIENTS = TESTS / "clients"
+KERNEL_US = 1000
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("launch")
+    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+
+
+class Container:
+    """`vgpulimit run --simulate --cores PCT -- CMD` in the background, its
+    output collected line by line."""
+
+    def __init__(self, env, cores: int | None, command: list[str], region: Path | None = None):
+        flags = ["--cores", str(cores)] if cores is not None else []
+        flags += ["--region", str(region)] if region is not None else []
+        self.proc = subprocess.Popen(vgpulimit_cmd("run", "--simulate", *flags, "--", *map(str, command)),
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def pids(self) -> list[int]:
+        return sorted({int(line.split()[1]) for line in list(self.lines) if line.startswith("progress ")})
+
+    def finish(self, timeout: float = 60) -> str:
+        try:
+            err = self.proc.stderr.read()
+            self.proc.wait(timeout)
+        finally:
+            self.proc.kill()
+        self._reader.join(5)
+        assert self.proc.returncode == 0, f"exit {self.proc.returncode}: {err}"
+        return "".join(self.lines)
+
+
+def loops(client: Path, processes: int, path: str = "kernel", seconds: float = 4.2,
+          kernel_us: int = KERNEL_US) -> list[str]:
+    """A shell command running `processes` launch loops at once."""
+    loop = f"{client} {path} {kernel_us} {seconds}"
+    return ["sh", "-c", " & ".join([loop] * processes) + " & wait"]
+
+
+def progress(output: str) -> dict[int, list[tuple[float, int]]]:
+    samples: dict[int, list[tuple[float, int]]] = {}
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] == "progress":
+            samples.setdefault(int(fields[1]), []).append((float(fields[2]), int(fields[3])))
+    return samples
+
+
+def share(output: str, start: float, end: float, kernel_us: int = KERNEL_US) -> float:
+    """The container's share (%) of the GPU between two CLOCK_MONOTONIC times."""
+    total = 0.0
+    for points in progress(output).values():
+        inside = [p for p in points if start <= p[0] <= end]
+        if len(inside) >= 2:
+            (t0, n0), (t1, n1) = inside[0], inside[-1]
+            total += (n1 - n0) * kernel_us * 1e-6 / (t1 - t0)
+    return 100 * total
+
+
+def test_a_quarter_share_holds_over_three_seconds(sim_env, launch_client):
+    started = time.monotonic()
+    output = Container(sim_env, 25, loops(launch_client, 1)).finish()
+    assert 15 <= share(output, started + 1, started + 4) <= 35
+
+
+def test_four_processes_draw_from_one_budget(sim_env, launch_client):
+    started = time.monotonic()
+    output = Container(sim_env, 25, loops(launch_client, 4)).finish()
+    assert len(progress(output)) == 4
+    assert 15 <= share(output, started + 1, started + 4) <= 35
+
+
+def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
+    """Each path on a simulated GPU of its own, all at once; uncapped, each
+    loop would keep its GPU busy all the time."""
+    paths = ["ptsz", "ex", "cooperative", "graph", "capture"]
+    started = time.monotonic()
+    runs = {path: Container(dict(sim_env, SIMGPU_STATE=str(tmp_path / f"{path}.state")), 25,
+                            loops(launch_client, 1, path))
+            for path in paths}
+    shares = {path: share(c.finish(), started + 1, started + 4) for path, c in runs.items()}
+    assert all(15 <= s <= 35 for s in shares.values()), shares
+
+
+def test_without_a_cap_a_launch_loop_is_not_slowed(tmp_path, sim_env, launch_client):
+    """Kernels of no length: the loop is all launch calls.  Best of two runs each."""
+    direct, shimmed = [], []
+    for attempt in range(2):
+        got = run([launch_client, "kernel", "0", "1"],
+                  dict(sim_env, SIMGPU_STATE=str(tmp_path / f"direct{attempt}.state"))).stdout
+        direct.append(int(got.split("done ")[1].split()[1]))
+        got = run(vgpulimit_cmd("run", "--simulate", "--", launch_client, "kernel", "0", "1"),
+                  dict(sim_env, SIMGPU_STATE=str(tmp_path / f"shim{attempt}.state"))).stdout
+        shimmed.append(int(got.split("done ")[1].split()[1]))
+    assert max(shimmed) >= 0.5 * max(direct), (direct, shimmed)
+
+
+def test_killing_one_of_four_processes_does_not_stall_the_others(sim_env, launch_client):
+    started = time.monotonic()
+    container = Container(sim_env, 50, loops(launch_client, 4, seconds=4.5))
+    while len(container.pids()) < 4 and time.monotonic() - started < 10:
+        time.sleep(0.05)
+    time.sleep(max(0.0, started + 1.5 - time.monotonic()))
+    victim = container.pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    output = container.finish()
+    survivors = {pid: points for pid, points in progress(output).items() if pid != victim}
+    assert len(survivors) == 3
+    for points in survivors.values():
+        after = [n for t, n in points if t > killed_at + 0.5]
+        assert after and after[-1] > after[0], "a survivor stopped launching"
+    assert 30 <= share(output, killed_at + 0.5, started + 4.5) <= 70
+
+
+def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_client):
+    region = tmp_path / "region"
+    started = time.monotonic()
+    container = Container(sim_env, 25, loops(launch_client, 2, seconds=5.5), region=region)
+    time.sleep(max(0.0, started + 2.5 - time.monotonic()))
+    run(vgpulimit_cmd("set", "--cores", "75", "--region", region), sim_env)
+    changed_at = time.monotonic()
+    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), sim_env).stdout)
+    output = container.finish()
+    assert 15 <= share(output, started + 1, started + 2.5) <= 35
+    assert 60 <= share(output, changed_at + 1, started + 5.5) <= 90
+    [device] = [d for d in status["devices"] if d["index"] == 0]
+    assert device["cores_pct"] == 75
+    assert device["busy_ns"] > 0 and device["throttled_ns"] > 0
+
+
+def test_status_shows_the_cap_and_the_measured_share(tmp_path, sim_env, launch_client):
+    region = tmp_path / "region"
+    container = Container(sim_env, 40, loops(launch_client, 1, seconds=3.5), region=region)
+    time.sleep(1.5)
+    status = run(vgpulimit_cmd("status", "--json", "--interval", "1", "--region", region), sim_env)
+    text = run(vgpulimit_cmd("status", "--region", region), sim_env).stdout
+    container.finish()
+    [device] = [d for d in json.loads(status.stdout)["devices"] if d["index"] == 0]
+    assert device["cores_pct"] == 40
+    assert 25 <= device["compute_share_pct"] <= 55
+    assert "40%" in text
+
+
+def test_a_bad_cores_flag_names_itself_and_the_accepted_forms(sim_env):
+    result = run(vgpulimit_cmd("run", "--simulate", "--cores", "150", "--", "true"), sim_env, check=False)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "--cores" in line and "150" in line and "30%" in line
+    result = run(vgpulimit_cmd("set", "--cores-device", "x=50", "--region", "/nonexistent"), sim_env,
+                 check=False)
+    assert result.returncode == 2 and "--cores-device" in result.stderr
+
+
+def test_a_numba_kernel_loop_is_throttled(tmp_path, sim_env):
+    """A real compiler and runtime (numba-cuda) under `vgpulimit run --cores 25`:
+    its loop of 1 ms kernels takes about four times as long as uncapped."""
+    env = dict(sim_env, SIMGPU_KERNEL_US=str(KERNEL_US), NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0")
+    command = [sys.executable, CLIENTS / "numba_loop.py", "300"]
+    uncapped = run(vgpulimit_cmd("run", "--simulate", "--", *command), env, check=False, timeout=300)
+    if uncapped.returncode == 77:
+        pytest.skip(uncapped.stdout.strip())
+    assert uncapped.returncode == 0, uncapped.stderr
+    capped = run(vgpulimit_cmd("run", "--simulate", "--cores", "25", "--", *command), env, timeout=300)
+    free_s = json.loads(uncapped.stdout.splitlines()[-1])["seconds"]
+    capped_s = json.loads(capped.stdout.splitlines()[-1])["seconds"]
+    assert free_s >= 0.3  # 300 kernels of 1 ms ran on the simulated GPU
+    assert capped_s >= 2 * free_s, (free_s, capped_s)
+
+
+def test_the_budget_alone_under_sanitizers(tmp_path):
+    binary = compile_c(tmp_path / "throttle_test", [C_DIR / "throttle_test.c", SHIM_SRC / "throttle.c"],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
+    result = run([binary], base_env(), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(" passed, 0 failed\n")
+
+
+@pytest.mark.gpu
+def test_pytorch_matmuls_get_thirty_percent_of_a_real_gpu():
+    """On a real GPU: a matmul loop under --cores 30 delivers 0.30 +- 0.03 of
+    its uncapped throughput."""
+    command = [sys.executable, CLIENTS / "torch_matmul.py", "8"]
+    env = base_env()
+    uncapped = run(vgpulimit_cmd("run", "--", *command), env, check=False, timeout=300)
+    if uncapped.returncode == 77:
+        pytest.skip(uncapped.stdout.strip())
+    assert uncapped.returncode == 0, uncapped.stderr
+    capped = run(vgpulimit_cmd("run", "--cores", "30", "--", *command), env, timeout=300)
+    ratio = (json.loads(capped.stdout.splitlines()[-1])["matmuls_per_s"] /
+             json.loads(uncapped.stdout.splitlines()[-1])["matmuls_per_s"])
+    assert 0.27 <= ratio <= 0.33, ratio

@@ -1,0 +1,88 @@
+"""simgpu keeps time: kernels last as long as their names say (or
+SIMGPU_KERNEL_US), launches return at once and run in order on a timeline
+that every process on the machine shares, streams, events, graphs and
+synchronisation follow it, the launch queue is bounded, and NVML measures
+utilisation from it.  Through cuda-bindings and nvidia-ml-py, in child
+processes on the test's own simulated GPU.  The lower bounds below are the
+simulation's (a kernel of 20 ms cannot end sooner); upper bounds are broad."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import C_DIR, TESTS, compile_c, run
+
+CLIENTS = TESTS / "clients"
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory):
+    out = tmp_path_factory.mktemp("launch")
+    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+
+
+def test_streams_events_graphs_and_the_launch_queue_follow_the_timeline(sim_env):
+    report = json.loads(run([sys.executable, CLIENTS / "timeline.py"],
+                            dict(sim_env, SIMGPU_KERNEL_US="500"), timeout=60).stdout)
+    # A 200 ms kernel: the launch returns at once, the stream is busy until it ends.
+    assert report["launch_s"] < 0.1
+    assert report["query_busy"] == "CUDA_ERROR_NOT_READY"
+    assert report["launch_s"] + report["sync_s"] >= 0.199
+    assert report["query_idle"] == "CUDA_SUCCESS"
+    # Events time the kernels between them, and are not ready before them.
+    assert report["event_query_busy"] == report["elapsed_not_ready"] == "CUDA_ERROR_NOT_READY"
+    assert report["event_query_done"] == "CUDA_SUCCESS"
+    assert 39.9 <= report["elapsed_ms"] < 100
+    assert 4.99 <= report["default_kernels_ms"] < 50  # 10 x SIMGPU_KERNEL_US=500
+    assert report["ctx_sync_s"] >= 0.05  # 3 x 20 ms on the legacy stream
+    # Capture records kernels instead of running them; graphs run them all.
+    assert report["capturing"] == "CU_STREAM_CAPTURE_STATUS_ACTIVE"
+    assert report["sync_while_capturing"] == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+    assert 59.9 <= report["captured_graph_ms"] < 120
+    assert 39.9 <= report["built_graph_ms"] < 100
+    # numba-cuda's way in: a library, its kernel, cuLaunchKernelEx.
+    assert report["num_regs"] > 0 and report["kernel_max_threads"] == 1024
+    assert 19.9 <= report["launch_ex_ms"] < 60
+    # 1200 launches of 1 ms with room for 1024 pending: at least 176 waited
+    # for one to end.
+    assert report["queue_1000_s"] + report["queue_1200_more_s"] >= 0.175
+
+
+def test_processes_share_one_timeline(sim_env, launch_client):
+    """Two processes, each with 0.5 s of kernels to run: together they need a second."""
+    started = time.monotonic()
+    procs = [subprocess.Popen([launch_client, "kernel", "50000", "0.4"], env=sim_env,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    done = [int(p.communicate(timeout=60)[0].split("done ")[1].split()[1]) for p in procs]
+    elapsed = time.monotonic() - started
+    assert all(p.returncode == 0 for p in procs)
+    assert elapsed >= sum(done) * 0.05 - 0.01, (done, elapsed)
+
+
+def test_nvml_measures_utilisation_from_the_timeline(sim_env, launch_client):
+    since_us = int(time.time() * 1e6)
+    loop = subprocess.Popen([launch_client, "kernel", "1000", "2.5"], env=sim_env,
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    busy = json.loads(run([sys.executable, CLIENTS / "nvml_utilization.py", since_us], sim_env).stdout)
+    loop.communicate(timeout=60)
+    assert busy["gpu"] >= 80
+    [pid] = {s["pid"] for s in busy["samples"]}
+    assert pid == loop.pid
+    assert all(s["timestamp_us"] > since_us for s in busy["samples"])
+    assert max(s["sm"] for s in busy["samples"]) >= 90
+    time.sleep(1.2)  # more than a second with nothing running
+    idle = json.loads(run([sys.executable, CLIENTS / "nvml_utilization.py",
+                           int(time.time() * 1e6) - 1_000_000], sim_env).stdout)
+    assert idle["gpu"] == 0 and idle["samples"] == []
+
+
+def test_a_bad_kernel_length_is_refused_naming_the_variable(sim_env):
+    result = run([sys.executable, CLIENTS / "timeline.py"], dict(sim_env, SIMGPU_KERNEL_US="5ms"),
+                 check=False)
+    assert result.returncode != 0
+    assert "SIMGPU_KERNEL_US=5ms" in result.stderr and "microseconds" in result.stderr
