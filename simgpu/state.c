@@ -57,17 +57,6 @@ static uint64_t sim_self_pidns(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-static void sim_self_comm(char out[SIM_COMM_LEN])
-{
-    memset(out, 0, SIM_COMM_LEN);
-    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, out, SIM_COMM_LEN - 1);
-    close(fd);
-    if (n > 0 && out[n - 1] == '\n')
-        out[n - 1] = '\0';
-}
 
 /* ---- opening ---------------------------------------------------------------- */
 
@@ -380,7 +369,7 @@ static int sim_claim_self(struct sim_file *f)
             p->start_time = vgl_proc_start_time(me);
             p->pidns = sim_st.self_pidns;
             p->flags = sim_entry_lock(i, F_WRLCK) ? SIM_PROC_LOCKED : 0;
-            sim_self_comm(p->comm);
+            vgl_proc_comm_self(p->comm);
             p->state = SIM_PROC_LIVE;
             sim_st.self = i;
             sim_st.self_pid = me;

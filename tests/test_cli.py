@@ -444,3 +444,12 @@ def test_status_of_a_file_that_is_no_region(tmp_path):
     path.write_bytes(b"x" * 4096)
     line = one_error_line(vgpulimit("status", "--region", str(path)), 1)
     assert "not a vgpulimit region file" in line
+
+
+def test_run_takes_a_cap_in_gpushare_units(tmp_path):
+    report = run_report("--memory-units", "8", "--unit", "128Mi")
+    assert report["env"]["VGPULIMIT_MEMORY"] == str(GiB)
+    both = vgpulimit("run", "--memory", "1GiB", "--memory-units", "2", "--", "true")
+    assert "not both" in one_error_line(both, 2)
+    bad = vgpulimit("run", "--memory-units", "2", "--unit", "half", "--", "true")
+    assert one_error_line(bad, 2).startswith("vgpulimit: error: --unit: 'half'")

@@ -10,6 +10,7 @@ from vgpulimit.limits import (
     cores_forms,
     format_bytes,
     memory_forms,
+    memory_in_units,
     parse_cores,
     parse_memory,
 )
@@ -115,3 +116,50 @@ def test_any_percentage_is_a_share(pct):
 )
 def test_format_bytes(count, text):
     assert format_bytes(count) == text
+
+
+UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "KiB": 2**10, "MiB": 2**20,
+         "GiB": 2**30, "TiB": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+         "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KB": 10**3, "MB": 10**6,
+         "GB": 10**9, "TB": 10**12}
+
+
+@given(st.integers(min_value=1, max_value=2**20), st.sampled_from(sorted(UNITS)))
+def test_a_count_of_units_is_that_many_bytes(count, unit):
+    assert parse_memory(f"{count}{unit}") == MemoryLimit(bytes=count * UNITS[unit], ppm=0)
+
+
+@given(st.integers(min_value=1, max_value=999_999))
+def test_a_fraction_is_parts_per_million_of_the_device(ppm):
+    text = f"0.{ppm:06d}".rstrip("0")
+    assert parse_memory(text) == MemoryLimit(bytes=0, ppm=ppm)
+    assert parse_memory(text).cap_bytes(10**6) == ppm
+
+
+@given(st.text(max_size=12))
+def test_anything_else_is_a_clear_refusal_or_a_limit(text):
+    """Whatever the text, the parser gives a limit or a LimitError that lists
+    the accepted forms, never another exception."""
+    try:
+        limit = parse_memory(text)
+    except LimitError as err:
+        assert "accepted forms" in str(err) and "4Gi" in str(err)
+    else:
+        assert (limit.bytes > 0) != (limit.ppm > 0)
+
+
+@pytest.mark.parametrize("count, unit, expected", [
+    ("16", "128Mi", 16 * 128 * MiB), ("4", "1GiB", 4 * GiB), (" 2 ", "1g", 2 * GiB),
+])
+def test_memory_in_units_as_gpushare_counts(count, unit, expected):
+    assert memory_in_units(count, unit) == MemoryLimit(bytes=expected, ppm=0)
+
+
+@pytest.mark.parametrize("count, unit, source", [
+    ("0", "1GiB", "--memory-units"), ("1.5", "1GiB", "--memory-units"),
+    ("two", "1GiB", "--memory-units"), ("4", "50%", "--unit"), ("4", "lots", "--unit"),
+])
+def test_memory_in_units_refuses_with_the_flag_named(count, unit, source):
+    with pytest.raises(LimitError) as err:
+        memory_in_units(count, unit)
+    assert str(err.value).startswith(f"{source}: ")

@@ -35,12 +35,15 @@ VGL_NO_SANITIZE void vgl_resolve_real_dlsym(void)
 struct library {
     const char *soname;
     const char *prefix;
+    /* How loud its absence is: a CUDA call with no libcuda is an error; the
+     * shim's own use of NVML (the driver's cost per process) is optional. */
+    enum vgl_log_level missing;
     pthread_once_t once;
     bool found;
 };
 
-static struct library cuda = {"libcuda.so.1", "cu", PTHREAD_ONCE_INIT, false};
-static struct library nvml = {"libnvidia-ml.so.1", "nvml", PTHREAD_ONCE_INIT, false};
+static struct library cuda = {"libcuda.so.1", "cu", VGL_LOG_ERROR, PTHREAD_ONCE_INIT, false};
+static struct library nvml = {"libnvidia-ml.so.1", "nvml", VGL_LOG_INFO, PTHREAD_ONCE_INIT, false};
 
 static void resolve(struct library *lib)
 {
@@ -51,7 +54,7 @@ static void resolve(struct library *lib)
     if (!handle)
         handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
-        vgl_log(VGL_LOG_ERROR, "cannot load %s: %s", lib->soname, dlerror());
+        VGL_LOG((int)lib->missing, "cannot load %s: %s", lib->soname, dlerror());
         return;
     }
     vgl_hooks_resolve(handle, lib->prefix);

@@ -246,7 +246,7 @@ int vgl_proc_running(int32_t pid, uint64_t start_time)
     return start_time == 0 || start == start_time;
 }
 
-static void comm_of_self(char comm[VGL_COMM_LEN])
+void vgl_proc_comm_self(char comm[VGL_COMM_LEN])
 {
     memset(comm, 0, VGL_COMM_LEN);
     int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
@@ -287,7 +287,7 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
             found->pid = pid;
             found->host_pid = host_pid;
             found->start_time = start;
-            comm_of_self(found->comm);
+            vgl_proc_comm_self(found->comm);
             __atomic_store_n(&found->state, VGL_SLOT_LIVE, __ATOMIC_RELEASE);
         }
         vgl_lock_release(&region->lock);

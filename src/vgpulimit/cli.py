@@ -61,6 +61,11 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
     run.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
                      help="memory cap for device I (overrides --memory; repeatable)")
+    run.add_argument("--memory-units", metavar="N",
+                     help="memory cap as N units of --unit, as Alibaba's gpushare counts it "
+                          "(instead of --memory)")
+    run.add_argument("--unit", metavar="SIZE", default="1GiB",
+                     help="the size of one --memory-units unit: 1GiB (default), 128Mi, ...")
     run.add_argument("--cores", metavar="PCT",
                      help="compute share of every device, in percent: 30 or 30%%")
     run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
@@ -168,7 +173,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run: no command given (usage: vgpulimit run [OPTIONS] -- CMD [ARG...])")
-    limits = supervisor.resolve_limits(args.memory, args.memory_device, os.environ,
+    memory = args.memory
+    if args.memory_units is not None:
+        if memory is not None:
+            raise UsageError("run: give --memory or --memory-units, not both")
+        from vgpulimit.limits import memory_in_units
+
+        memory = str(memory_in_units(args.memory_units, args.unit).bytes)
+    limits = supervisor.resolve_limits(memory, args.memory_device, os.environ,
                                        args.cores, args.cores_device)
     options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                     region_path=args.region)

@@ -115,6 +115,26 @@ def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
     return limit
 
 
+def memory_in_units(count_text: str, unit_text: str, count_source: str = "--memory-units",
+                    unit_source: str = "--unit") -> MemoryLimit:
+    """A memory cap counted in units, as Alibaba's gpushare does
+    (``--memory-units 16 --unit 128Mi``): the unit is a size for the one
+    parser, the count a whole number."""
+    unit = parse_memory(unit_text, unit_source)
+    if unit.ppm:
+        raise LimitError(unit_source, unit_text, "a share of the device, not a size",
+                         "a size such as 1GiB or 128Mi")
+    count = count_text.strip()
+    if not count.isdigit() or int(count) == 0:
+        raise LimitError(count_source, count_text, "not a whole number of units",
+                         "a whole number from 1, such as 16")
+    total = int(count) * unit.bytes
+    if total > _UINT64_MAX >> 1:
+        raise LimitError(count_source, count_text, "out of range (more than can be)",
+                         "a whole number from 1, such as 16")
+    return MemoryLimit(bytes=total, ppm=0)
+
+
 def parse_cores(text: str, source: str = "--cores") -> int:
     """Parses a compute share ("30", "30%"): the percentage, 1-100."""
     out = ffi.new("uint32_t *")

@@ -97,6 +97,8 @@ int vgl_region_reclaim(struct vgl_region *region);
 /* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
  * (a reused pid has another).  0 when it cannot be read. */
 uint64_t vgl_proc_start_time(int32_t pid);
+/* This process's command name (/proc/self/comm), NUL-terminated, in 16 bytes. */
+void vgl_proc_comm_self(char comm[16]);
 /* Whether the process `pid` that started at `start_time` (0: unknown) still
  * runs: 0 once it has exited, even before its parent reaps it (its memory is
  * already back with the driver), and when the pid now names another process.
