@@ -19,7 +19,8 @@ def test_core_under_sanitizers(tmp_path):
                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    result = run([binary, scratch], base_env(ASAN_OPTIONS="detect_leaks=1"), check=False)
+    result = run([binary, scratch], base_env(ASAN_OPTIONS="detect_leaks=1"), check=False,
+                 timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"^\d+ passed, 0 failed$", result.stdout, flags=re.M), result.stdout
     assert "runtime error" not in result.stderr and "AddressSanitizer" not in result.stderr

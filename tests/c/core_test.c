@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,6 +28,17 @@ static int passed, failed;
             fputc('\n', stderr);                                      \
         }                                                             \
     } while (0)
+
+/* fork() for a test child that must not outlive the test, whatever happens
+ * to the test (a timeout kills only the parent). */
+static pid_t fork_child(void)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+        _exit(9);
+    return pid;
+}
 
 #define GIB (1ULL << 30)
 #define MIB (1ULL << 20)
@@ -152,7 +164,7 @@ static void test_racing_processes(struct vgl_region *region)
     enum { PROCS = 8, ROUNDS = 200 };
     const uint64_t cap = GIB;
     for (int p = 0; p < PROCS; p++) {
-        if (fork() != 0)
+        if (fork_child() != 0)
             continue;
         struct vgl_slot *slot;
         if (vgl_region_attach(region, getpid(), 0, &slot) != 0)
@@ -185,7 +197,7 @@ static void test_racing_processes(struct vgl_region *region)
 /* A process that dies holding bytes, or holding the ledger lock, blocks nobody. */
 static void test_dead_holders(struct vgl_region *region)
 {
-    pid_t child = fork();
+    pid_t child = fork_child();
     if (child == 0) {
         struct vgl_slot *slot;
         vgl_region_attach(region, getpid(), 0, &slot);
@@ -201,7 +213,7 @@ static void test_dead_holders(struct vgl_region *region)
     CHECK(region->devices[1].used_bytes == 512 * MIB, "used %llu", (unsigned long long)region->devices[1].used_bytes);
     CHECK(region->devices[1].oom_refusals == 0, "no refusal counted");
 
-    child = fork();
+    child = fork_child();
     if (child == 0) {
         vgl_lock_acquire(&region->devices[1].lock);
         raise(SIGKILL); /* dies holding the lock */
@@ -244,7 +256,7 @@ static void test_kill_storm(struct vgl_region *region)
         return;
     uint64_t *survivor_worst = mmap(NULL, sizeof *survivor_worst, PROT_READ | PROT_WRITE,
                                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    pid_t survivor = fork();
+    pid_t survivor = fork_child();
     if (survivor == 0) {
         struct vgl_slot *slot;
         vgl_region_attach(region, getpid(), 0, &slot);
@@ -270,7 +282,7 @@ static void test_kill_storm(struct vgl_region *region)
     bool consistent = true, got_all = true;
     srand(12345);
     for (int k = 0; k < KILLS; k++) {
-        pid_t victim = fork();
+        pid_t victim = fork_child();
         if (victim == 0) {
             struct vgl_slot *slot;
             vgl_region_attach(region, getpid(), 0, &slot);
