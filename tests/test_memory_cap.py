@@ -247,11 +247,13 @@ def test_eight_racing_processes_never_pass_the_cap(sim_env, cbin, shim_path, tmp
     env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB",
                VGPULIMIT_REGION=str(tmp_path / "region"))
     go = tmp_path / "go"
-    racers = [subprocess.Popen([str(cbin / "racer"), "200", str(seed), str(go)], env=env,
-                               stdout=subprocess.PIPE, text=True) for seed in range(8)]
-    go.touch()
-    outcomes = [r.communicate(timeout=120)[0].split() for r in racers]
-    stop.touch()
+    try:
+        racers = [subprocess.Popen([str(cbin / "racer"), "200", str(seed), str(go)], env=env,
+                                   stdout=subprocess.PIPE, text=True) for seed in range(8)]
+        go.touch()
+        outcomes = [r.communicate(timeout=120)[0].split() for r in racers]
+    finally:
+        stop.touch()
     highest, samples = map(int, watcher.communicate(timeout=60)[0].split())
     assert all(r.returncode == 0 for r in racers)
     assert samples > 10
@@ -290,13 +292,16 @@ def test_the_cap_bounds_what_the_host_sees(sim_env, tmp_path, processes):
         "run", "--simulate", "--memory", "3GiB", "--", "sh", "-c",
         " & ".join(fills) + " & wait"))), env=env)
     lines_of = lambda n: [wait_for_lines(out, n) for out in outs]  # noqa: E731
-    assert all("ready" in json.loads(lines[0]) for lines in lines_of(1))
-    start.touch()
-    reports = [json.loads(lines[1]) for lines in lines_of(2)]
-    stop.touch()
-    highest, _ = map(int, watcher.communicate(timeout=60)[0].split())
-    release.touch()
-    container.wait(timeout=60)
+    try:
+        assert all("ready" in json.loads(lines[0]) for lines in lines_of(1))
+        start.touch()
+        reports = [json.loads(lines[1]) for lines in lines_of(2)]
+    finally:  # whatever happened, nothing is left running
+        for path in (start, stop):
+            path.touch()
+        highest, _ = map(int, watcher.communicate(timeout=60)[0].split())
+        release.touch()
+        container.wait(timeout=60)
     assert container.returncode == 0
     assert all(r["allocs"][-1] == "CUDA_ERROR_OUT_OF_MEMORY" for r in reports)
     granted = sum(r["allocs"].count("CUDA_SUCCESS") for r in reports) * 64 * MiB

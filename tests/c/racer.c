@@ -1,5 +1,5 @@
 /* One of several processes racing for the last bytes of a cap: ROUNDS rounds
- * of allocating a random 1-128 MiB block (up to 16 held) and freeing a random
+ * of allocating a random 1-128 MiB block (up to 32 held) and freeing a random
  * one, once START_FILE exists (so that all racers start together).
  * Prints "granted N refused M".
  *     racer ROUNDS SEED START_FILE */
@@ -28,10 +28,10 @@ int main(int argc, char **argv)
         return 3;
     while (access(argv[3], F_OK) != 0)
         usleep(100);
-    CUdeviceptr held[16];
+    CUdeviceptr held[32];
     int n = 0, granted = 0, refused = 0;
     for (int r = 0; r < rounds; r++) {
-        if (n < 16) {
+        if (n < 32) {
             CUresult rc = cuMemAlloc_v2(&held[n], (size_t)(rand() % 128 + 1) << 20);
             if (rc == CUDA_SUCCESS) {
                 n++;

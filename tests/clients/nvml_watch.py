@@ -6,6 +6,7 @@ seen and the number of samples.
 
 import os
 import sys
+import time
 
 import pynvml
 
@@ -13,8 +14,9 @@ pynvml.nvmlInit()
 handle = pynvml.nvmlDeviceGetHandleByIndex(0)
 highest = samples = 0
 print("watching", flush=True)
+give_up = time.monotonic() + 300  # never outlive a test that failed before its end
 while True:
-    done = os.path.exists(sys.argv[1])
+    done = os.path.exists(sys.argv[1]) or time.monotonic() > give_up
     highest = max(highest, pynvml.nvmlDeviceGetMemoryInfo(handle).used)
     samples += 1
     if done:
