@@ -177,6 +177,19 @@ SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
+/* ---- graph_memory.c: graph memory nodes and the graph memory pool ------------------ */
+
+SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode *dependencies, size_t numDependencies,
+                                           CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
+SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies, size_t numDependencies,
+                                          CUdeviceptr dptr);
+SIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device);
+SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
+SIM_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
+
 /* ---- memory.c: device memory --------------------------------------------------- */
 
 SIM_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
@@ -308,6 +321,30 @@ CUresult sim_kernel_duration(CUfunction f, uint64_t *duration_ns);
 /* streams.c */
 /* Waits until the device has run all of `ctx`'s work. */
 CUresult sim_context_synchronize(CUcontext ctx);
+/* Adds a memory node to `graph` after checking the graph and its dependencies:
+ * an alloc node of `alloc` (`is_free` false) or a free node of it.  The node
+ * takes a hold on `alloc` (sim_graph_alloc_hold), dropped with its graph. */
+struct sim_graph_alloc;
+CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencies, size_t count,
+                                   struct sim_graph_alloc *alloc, bool is_free, CUgraphNode *out);
+/* The allocation of an alloc node; NULL for any other node. */
+struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node);
+
+/* graph_memory.c */
+/* A memory node's step of a graph launch, in the graph's node order. */
+struct sim_graph_mem_op {
+    struct sim_graph_alloc *alloc;
+    bool is_free;
+};
+/* Adds `delta` holders (graph nodes, executables) to `a`; it is forgotten when
+ * none is left and its memory is not allocated.  Takes the memory mutex. */
+void sim_graph_alloc_hold(struct sim_graph_alloc *a, int delta);
+/* A launch's memory steps: refused whole (CUDA_ERROR_INVALID_VALUE for an
+ * allocation still live or a free of one that is not, CUDA_ERROR_OUT_OF_MEMORY
+ * when the graph pool cannot grow) or done whole.  `auto_free`: the
+ * executable's allocations still live are freed first
+ * (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH).  Takes the memory mutex. */
+CUresult sim_graph_memory_run(const struct sim_graph_mem_op *ops, size_t n, bool auto_free);
 
 /* The granularity of device memory as the simulated driver reserves it: pool
  * chunks, VMM allocations and the charge of an array are multiples of it, as
@@ -320,6 +357,7 @@ enum sim_mem_kind {
     SIM_MEM_LINEAR,                 /* cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged: memory.c's own */
     SIM_MEM_POOL,                   /* an allocation of a memory pool (pools.c) */
     SIM_MEM_MAPPED,                 /* a virtual memory mapping that is accessible (vmm.c) */
+    SIM_MEM_GRAPH,                  /* a graph allocation while live (graph_memory.c) */
 };
 /* CUDA_SUCCESS once cuInit has succeeded, else CUDA_ERROR_NOT_INITIALIZED: for
  * the calls that need no current context. */
@@ -338,7 +376,7 @@ void sim_mem_unlock(void);
 /* Under the memory mutex: makes [base, base + size) device memory that copies
  * and memsets may use (it must overlap no entry).  The caller keeps the bytes
  * and the charge; `owner` is the pool chunk of a SIM_MEM_POOL entry, handed
- * back to sim_pool_free.  false: no memory for the table. */
+ * back to sim_pool_free, or the allocation of a SIM_MEM_GRAPH one.  false: no memory for the table. */
 bool sim_mem_track(uintptr_t base, size_t size, enum sim_mem_kind kind, void *owner);
 /* Under the memory mutex: forgets the entry at `base`. */
 void sim_mem_untrack(uintptr_t base);
@@ -358,6 +396,12 @@ void sim_mem_atfork_child(void);
 void sim_pool_free(void *chunk, uintptr_t base);
 /* In the child of a fork: forgets every pool without releasing its memory. */
 void sim_pools_forget(void);
+
+/* graph_memory.c (under the memory mutex) */
+/* Returns a graph allocation (`owner` of its entry) to the graph pool. */
+void sim_graph_memory_free(void *owner);
+/* In the child of a fork: the graph allocations and pool are the parent's. */
+void sim_graph_memory_forget(void);
 
 /* vmm.c (under the memory mutex) */
 /* In the child of a fork: forgets every handle, reservation and mapping. */

@@ -33,7 +33,7 @@ struct sim_alloc {
     size_t map_size;                /* whole pages (SIM_MEM_LINEAR) */
     CUcontext ctx;                  /* the context it was made in; NULL unless SIM_MEM_LINEAR */
     enum sim_mem_kind kind;
-    void *owner;                    /* the pool chunk of a SIM_MEM_POOL entry */
+    void *owner;                    /* a SIM_MEM_POOL entry's pool chunk, a SIM_MEM_GRAPH one's allocation */
 };
 
 static struct {
@@ -187,6 +187,7 @@ void sim_mem_atfork_child(void)
 {
     sim_mem.n = 0;
     sim_pools_forget();
+    sim_graph_memory_forget();
     sim_vmm_forget();
     sim_arrays_forget();
     pthread_mutex_unlock(&sim_mem.mutex);
@@ -359,6 +360,8 @@ CUresult sim_mem_free(CUdeviceptr dptr)
         sim_remove(a);
         if (found.kind == SIM_MEM_POOL)
             sim_pool_free(found.owner, found.base);
+        else if (found.kind == SIM_MEM_GRAPH)
+            sim_graph_memory_free(found.owner);
     }
     pthread_mutex_unlock(&sim_mem.mutex);
     if (!found.base)

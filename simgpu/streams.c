@@ -74,6 +74,7 @@ struct CUgraphNode_st {
     uint32_t magic;
     CUgraph graph;
     uint64_t duration_ns;
+    struct sim_graph_mem_op mem;    /* of a memory node (graph_memory.c); alloc NULL for others */
     struct CUgraphNode_st *next;
 };
 
@@ -85,6 +86,9 @@ struct CUgraph_st {
 struct CUgraphExec_st {
     uint32_t magic;
     uint64_t duration_ns;           /* of all its kernels */
+    bool auto_free;                 /* CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH */
+    struct sim_graph_mem_op *mem;   /* its memory nodes' steps, in node order */
+    size_t n_mem;
 };
 
 static pthread_mutex_t sim_graphs_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -287,7 +291,7 @@ static bool sim_graph_valid(CUgraph g)
     return g && g->magic == SIM_GRAPH_MAGIC;
 }
 
-static CUresult sim_graph_add(CUgraph g, uint64_t duration_ns, CUgraphNode *out)
+static CUresult sim_graph_add_node(CUgraph g, uint64_t duration_ns, struct sim_graph_mem_op mem, CUgraphNode *out)
 {
     struct CUgraphNode_st *n = calloc(1, sizeof *n);
     if (!n)
@@ -295,6 +299,7 @@ static CUresult sim_graph_add(CUgraph g, uint64_t duration_ns, CUgraphNode *out)
     n->magic = SIM_NODE_MAGIC;
     n->graph = g;
     n->duration_ns = duration_ns;
+    n->mem = mem;
     pthread_mutex_lock(&sim_graphs_mutex);
     n->next = g->nodes;
     g->nodes = n;
@@ -302,6 +307,38 @@ static CUresult sim_graph_add(CUgraph g, uint64_t duration_ns, CUgraphNode *out)
     if (out)
         *out = n;
     return CUDA_SUCCESS;
+}
+
+static CUresult sim_graph_add(CUgraph g, uint64_t duration_ns, CUgraphNode *out)
+{
+    return sim_graph_add_node(g, duration_ns, (struct sim_graph_mem_op){0}, out);
+}
+
+static bool sim_deps_valid(CUgraph g, const CUgraphNode *dependencies, size_t count)
+{
+    if (count && !dependencies)
+        return false;
+    for (size_t i = 0; i < count; i++)
+        if (!dependencies[i] || dependencies[i]->magic != SIM_NODE_MAGIC || dependencies[i]->graph != g)
+            return false;
+    return true;
+}
+
+CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencies, size_t count,
+                                   struct sim_graph_alloc *alloc, bool is_free, CUgraphNode *out)
+{
+    if (!out || !sim_graph_valid(graph) || !sim_deps_valid(graph, dependencies, count))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_graph_alloc_hold(alloc, 1);
+    CUresult res = sim_graph_add_node(graph, 0, (struct sim_graph_mem_op){alloc, is_free}, out);
+    if (res != CUDA_SUCCESS)
+        sim_graph_alloc_hold(alloc, -1);
+    return res;
+}
+
+struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node)
+{
+    return node->magic == SIM_NODE_MAGIC && !node->mem.is_free ? node->mem.alloc : NULL;
 }
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
@@ -326,14 +363,17 @@ CUresult cuGraphDestroy(CUgraph hGraph)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim_graphs_mutex);
     struct CUgraphNode_st *n = hGraph->nodes;
+    hGraph->magic = 0;
+    pthread_mutex_unlock(&sim_graphs_mutex);
+    /* Outside the graphs mutex: the memory mutex is never taken under it. */
     while (n) {
         struct CUgraphNode_st *next = n->next;
+        if (n->mem.alloc)
+            sim_graph_alloc_hold(n->mem.alloc, -1);
         n->magic = 0;
         free(n);
         n = next;
     }
-    hGraph->magic = 0;
-    pthread_mutex_unlock(&sim_graphs_mutex);
     free(hGraph);
     return CUDA_SUCCESS;
 }
@@ -455,11 +495,8 @@ static CUresult sim_add_kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, co
 {
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!phGraphNode || !sim_graph_valid(hGraph) || (numDependencies && !dependencies))
+    if (!phGraphNode || !sim_graph_valid(hGraph) || !sim_deps_valid(hGraph, dependencies, numDependencies))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < numDependencies; i++)
-        if (!dependencies[i] || dependencies[i]->magic != SIM_NODE_MAGIC || dependencies[i]->graph != hGraph)
-            return CUDA_ERROR_INVALID_VALUE;
     uint64_t duration;
     if (sim_kernel_duration(f, &duration) != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;
@@ -493,7 +530,7 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const
 }
 
 /* The graph as it is now: later changes to it do not change the executable. */
-static CUresult sim_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph)
+static CUresult sim_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
@@ -505,10 +542,25 @@ static CUresult sim_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph)
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = SIM_EXEC_MAGIC;
+    e->auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
     pthread_mutex_lock(&sim_graphs_mutex);
-    for (const struct CUgraphNode_st *n = hGraph->nodes; n; n = n->next)
+    for (const struct CUgraphNode_st *n = hGraph->nodes; n; n = n->next) {
         e->duration_ns += n->duration_ns;
+        e->n_mem += n->mem.alloc != NULL;
+    }
+    if (e->n_mem && !(e->mem = calloc(e->n_mem, sizeof *e->mem))) {
+        pthread_mutex_unlock(&sim_graphs_mutex);
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* The list is newest first; the steps run oldest first. */
+    size_t i = e->n_mem;
+    for (const struct CUgraphNode_st *n = hGraph->nodes; n; n = n->next)
+        if (n->mem.alloc)
+            e->mem[--i] = n->mem;
     pthread_mutex_unlock(&sim_graphs_mutex);
+    for (i = 0; i < e->n_mem; i++)
+        sim_graph_alloc_hold(e->mem[i].alloc, 1);
     *phGraphExec = e;
     return CUDA_SUCCESS;
 }
@@ -520,7 +572,7 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNod
         logBuffer[0] = '\0';
     if (phErrorNode)
         *phErrorNode = NULL;
-    return sim_instantiate(phGraphExec, hGraph);
+    return sim_instantiate(phGraphExec, hGraph, 0);
 }
 
 CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
@@ -533,7 +585,7 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
 {
     if (flags & ~(unsigned long long)SIM_GRAPH_INSTANTIATE_FLAGS)
         return CUDA_ERROR_INVALID_VALUE;
-    return sim_instantiate(phGraphExec, hGraph);
+    return sim_instantiate(phGraphExec, hGraph, flags);
 }
 
 static bool sim_exec_valid(CUgraphExec e)
@@ -548,6 +600,9 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     if (!sim_exec_valid(hGraphExec))
         return CUDA_ERROR_INVALID_VALUE;
     hGraphExec->magic = 0;
+    for (size_t i = 0; i < hGraphExec->n_mem; i++)
+        sim_graph_alloc_hold(hGraphExec->mem[i].alloc, -1);
+    free(hGraphExec->mem);
     free(hGraphExec);
     return CUDA_SUCCESS;
 }
@@ -562,6 +617,8 @@ static CUresult sim_graph_launch(CUgraphExec e, CUstream stream, bool per_thread
         return CUDA_ERROR_INVALID_VALUE;
     if (sim_capturing(&lane))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (e->n_mem && (res = sim_graph_memory_run(e->mem, e->n_mem, e->auto_free)) != CUDA_SUCCESS)
+        return res;
     return sim_run(&lane, e->duration_ns);
 }
 

@@ -8,8 +8,7 @@ import json
 import sys
 
 import pytest
-
-from conftest import GiB, MiB, TESTS, run, vgpulimit_cmd
+from conftest import TESTS, GiB, MiB, run, vgpulimit_cmd
 
 OOM = "CUDA_ERROR_OUT_OF_MEMORY"
 OK = "CUDA_SUCCESS"
@@ -37,6 +36,18 @@ def test_pools_are_charged_what_they_reserve(sim_env, family):
     # release it at the synchronisation (a real driver, release threshold 0).
     assert got["freed"] in (0, GiB)
     assert got["returned"] == GiB  # trimmed (and, for a pool of our own, destroyed)
+
+
+def test_graph_memory_is_charged_what_the_graph_pool_reserves(sim_env):
+    got = families(sim_env, "graph")
+    # Relaunching a graph that frees what it allocates reuses the pool's block.
+    assert got["repeated"] == [OK] * 3
+    assert got["reused"] == GiB - 256 * MiB
+    # That block serves the first launch below; the fifth would pass the cap.
+    assert got["results"] == [OK] * 4 + [OOM]
+    assert got["filled"] == 0
+    assert got["freed"] == 0  # freed into the graph pool, which keeps it until trimmed
+    assert got["returned"] == GiB
 
 
 def test_virtual_memory_is_held_until_released_and_unmapped(sim_env):

@@ -8,8 +8,7 @@ import re
 import subprocess
 
 import pytest
-
-from conftest import C_DIR, SHIM_SRC, compile_c, cuda_toolkit_include, have, run, base_env
+from conftest import C_DIR, SHIM_SRC, base_env, compile_c, cuda_toolkit_include, have, run
 
 CORE_SOURCES = [SHIM_SRC / name for name in ("limits.c", "region.c", "ledger.c", "log.c")]
 
@@ -22,7 +21,7 @@ def test_core_under_sanitizers(tmp_path):
     result = run([binary, scratch], base_env(ASAN_OPTIONS="detect_leaks=1"), check=False,
                  timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(r"^\d+ passed, 0 failed$", result.stdout, flags=re.M), result.stdout
+    assert re.search(r"^\d+ passed, 0 failed$", result.stdout, flags=re.MULTILINE), result.stdout
     assert "runtime error" not in result.stderr and "AddressSanitizer" not in result.stderr
 
 
@@ -60,7 +59,7 @@ def exported(path) -> set[str]:
 
 def hooked_names() -> set[str]:
     text = (SHIM_SRC / "hooks.def").read_text()
-    return set(re.findall(r"^(?:CU|NVML)_HOOK\((\w+),", text, flags=re.M))
+    return set(re.findall(r"^(?:CU|NVML)_HOOK\((\w+),", text, flags=re.MULTILINE))
 
 
 @pytest.mark.skipif(not have("nm"), reason="binutils (nm) is not installed")

@@ -10,8 +10,7 @@ import sys
 import time
 
 import pytest
-
-from conftest import GiB, MiB, TESTS, base_env, run, vgpulimit_cmd
+from conftest import TESTS, GiB, MiB, base_env, run, vgpulimit_cmd
 
 CLIENTS = TESTS / "clients"
 
@@ -291,7 +290,7 @@ def test_the_cap_bounds_what_the_host_sees(sim_env, tmp_path, processes):
     container = subprocess.Popen(list(map(str, vgpulimit_cmd(
         "run", "--simulate", "--memory", "3GiB", "--", "sh", "-c",
         " & ".join(fills) + " & wait"))), env=env)
-    lines_of = lambda n: [wait_for_lines(out, n) for out in outs]  # noqa: E731
+    lines_of = lambda n: [wait_for_lines(out, n) for out in outs]
     try:
         assert all("ready" in json.loads(lines[0]) for lines in lines_of(1))
         start.touch()

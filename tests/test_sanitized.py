@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import C_DIR, ROOT, MiB, base_env, compile_c, run
 
-from conftest import C_DIR, MiB, ROOT, base_env, compile_c, run
 from vgpulimit.limits import parse_memory
 from vgpulimit.region import Region
 

@@ -1,6 +1,7 @@
 """simgpu's device-allocation families beyond cuMemAlloc, through cuda-bindings:
 managed memory, stream-ordered allocation from the default pool and from pools
-of one's own, virtual memory management, arrays and mipmapped arrays. For each:
+of one's own, virtual memory management, arrays and mipmapped arrays, graph
+memory nodes. For each:
 what the device's used memory grows by (cuMemGetInfo, and NVML's per-process
 usage, which must agree), the refusal when the device is full, and the bytes
 back on free, trim, release, unmap, destroy, or kill -9. Each test has a
@@ -105,6 +106,34 @@ def test_a_pool_of_ones_own(small_gpu):
     assert got["attr_after_destroy"] == INVALID
     assert got["last_freed"] == used(0)
     assert got["bad_device"] == "CUDA_ERROR_INVALID_DEVICE"
+
+
+def graph_pool_state(n_used, reserved, in_use, in_use_high):
+    """The graph pool of a walk whose reserve never passes 4 MiB."""
+    return pool_state(n_used, reserved, 4 * MiB, in_use, in_use_high)
+
+
+def test_graph_memory_is_charged_what_the_graph_pool_reserves(small_gpu):
+    got = family(small_gpu, "graph")
+    assert got["address_fixed"]  # an alloc node's address is known when it is made
+    assert got["created"] == pool_state(0, 0, 0, 0, 0)
+    # A launch takes 3 MiB in a 4 MiB reserve; its free node gives them back to the pool.
+    assert got["launched"] == got["relaunched"] == graph_pool_state(4 * MiB, 4 * MiB, 0, 4 * MiB)
+    # The next graph's allocation fits in that reserve, and outlives its launch.
+    assert got["kept"] == graph_pool_state(4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB)
+    assert got["round_trip"]
+    assert got["relaunch_while_live"] == INVALID
+    assert got["freed"] == graph_pool_state(4 * MiB, 4 * MiB, 0, 4 * MiB)  # held until trimmed
+    assert got["double_free"] == got["free_node_of_other"] == INVALID
+    assert got["too_much"] == OOM
+    assert got["trimmed"] == graph_pool_state(0, 0, 0, 4 * MiB)
+    assert got["set_high_nonzero"] == INVALID
+    assert got["high_reset"] == {
+        "reserved_mem_current": 0,
+        "reserved_mem_high": 0,
+        "used_mem_current": 0,
+        "used_mem_high": 0,
+    }
 
 
 def test_virtual_memory_is_charged_until_released_and_unmapped(small_gpu):

@@ -24,6 +24,7 @@ static void after_fork_in_child(void)
     vgl_allocations_forget();
     vgl_overhead_forget();
     vgl_launch_forget();
+    vgl_graph_memory_forget();
 }
 
 __attribute__((constructor)) static void vgl_init(void)

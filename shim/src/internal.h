@@ -220,6 +220,14 @@ int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_
 /* A launch charged `charged_ns` was measured at `measured_ns`: the difference is settled. */
 void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns);
 
+/* graph_memory_hooks.c */
+/* Launches `exec` with `launch` (cuGraphLaunch or its _ptsz variant): when its
+ * graph has alloc nodes, charged the growth of the graph memory pool, and
+ * refused with CUDA_ERROR_OUT_OF_MEMORY when that may pass the cap. */
+CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(CUgraphExec, CUstream));
+/* In a forked child: the parent's graphs and graph pool are not the child's. */
+void vgl_graph_memory_forget(void);
+
 /* launch_hooks.c */
 /* In a forked child: the parent's events and measurements are not the child's. */
 void vgl_launch_forget(void);

@@ -424,20 +424,21 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                                                   kernelParams));
 }
 
+/* vgl_graph_launch charges the graph's memory nodes (graph_memory_hooks.c). */
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     if (VGL_LIKELY(unlimited()))
-        return vgl_real.cuGraphLaunch(hGraphExec, hStream);
+        return vgl_graph_launch(hGraphExec, hStream, vgl_real.cuGraphLaunch);
     struct gate g;
     gate_enter(&g, hGraphExec, hStream);
-    return gate_leave(&g, vgl_real.cuGraphLaunch(hGraphExec, hStream));
+    return gate_leave(&g, vgl_graph_launch(hGraphExec, hStream, vgl_real.cuGraphLaunch));
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     if (VGL_LIKELY(unlimited()))
-        return vgl_real.cuGraphLaunch_ptsz(hGraphExec, hStream);
+        return vgl_graph_launch(hGraphExec, hStream, vgl_real.cuGraphLaunch_ptsz);
     struct gate g;
     gate_enter(&g, hGraphExec, hStream ? hStream : STREAM_PER_THREAD);
-    return gate_leave(&g, vgl_real.cuGraphLaunch_ptsz(hGraphExec, hStream));
+    return gate_leave(&g, vgl_graph_launch(hGraphExec, hStream, vgl_real.cuGraphLaunch_ptsz));
 }

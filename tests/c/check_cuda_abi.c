@@ -36,6 +36,11 @@ AT(CUmemPoolProps, location, 8)
 AT(CUmemPoolProps, maxSize, 24)
 AT(CUmemPoolProps, usage, 32)
 _Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps");
+AT(CUDA_MEM_ALLOC_NODE_PARAMS, accessDescs, 88)
+AT(CUDA_MEM_ALLOC_NODE_PARAMS, accessDescCount, 96)
+AT(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize, 104)
+AT(CUDA_MEM_ALLOC_NODE_PARAMS, dptr, 112)
+_Static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "CUDA_MEM_ALLOC_NODE_PARAMS");
 AT(CUDA_ARRAY_DESCRIPTOR, Format, 16)
 _Static_assert(sizeof(CUDA_ARRAY_DESCRIPTOR) == 24, "CUDA_ARRAY_DESCRIPTOR");
 AT(CUDA_ARRAY3D_DESCRIPTOR, Format, 24)

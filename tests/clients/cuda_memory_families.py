@@ -7,7 +7,7 @@ reported before the first allocation.
     python cuda_memory_families.py FAMILY
     python cuda_memory_families.py all --hold FILE
 
-FAMILY is managed, async, pool, vmm or arrays. With --hold, the client instead
+FAMILY is managed, async, pool, vmm, arrays or graph. With --hold, the client instead
 makes one 64 MiB allocation of every family, prints {"held": memory in use}
 and waits until FILE exists (for kill -9 tests). A call that must succeed for the
 walk to go on raises, naming its error."""
@@ -333,6 +333,74 @@ def arrays(usage, report, dev):
     report["context_destroyed"] = usage()
 
 
+def graph_attr(name):
+    return getattr(cu.CUgraphMem_attribute, f"CU_GRAPH_MEM_ATTR_{name}")
+
+
+def graph_attrs(dev):
+    names = ["RESERVED_MEM_CURRENT", "RESERVED_MEM_HIGH", "USED_MEM_CURRENT", "USED_MEM_HIGH"]
+    return {
+        name.lower(): int(ok(cu.cuDeviceGetGraphMemAttribute(dev, graph_attr(name))))
+        for name in names
+    }
+
+
+def graph_with_alloc(size, free=False):
+    """A graph with an alloc node of `size` bytes on device 0 (and a free node
+    of it after, if `free`): the graph, the alloc node and its address."""
+    graph = ok(cu.cuGraphCreate(0))
+    params = cu.CUDA_MEM_ALLOC_NODE_PARAMS()
+    params.poolProps.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    params.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    params.poolProps.location.id = 0
+    params.bytesize = size
+    node = ok(cu.cuGraphAddMemAllocNode(graph, None, 0, params))
+    if free:
+        ok(cu.cuGraphAddMemFreeNode(graph, [node], 1, params.dptr))
+    return graph, node, int(params.dptr)
+
+
+def graph_memory(usage, report, dev):
+    """Alloc and free nodes, and the device's graph memory pool."""
+    stream = ok(cu.cuStreamCreate(0))
+    graph, node, address = graph_with_alloc(3 * MiB, free=True)
+    got = ok(cu.cuGraphMemAllocNodeGetParams(node))
+    report["address_fixed"] = address != 0 and (int(got.dptr), int(got.bytesize)) == (
+        address,
+        3 * MiB,
+    )
+    report["created"] = usage() | graph_attrs(dev)  # nothing is taken before a launch
+    executable = ok(cu.cuGraphInstantiate(graph, 0))
+    ok(cu.cuGraphLaunch(executable, stream))
+    report["launched"] = usage() | graph_attrs(dev)
+    ok(cu.cuGraphLaunch(executable, stream))
+    report["relaunched"] = usage() | graph_attrs(dev)
+
+    graph, _, address = graph_with_alloc(3 * MiB)
+    executable = ok(cu.cuGraphInstantiate(graph, 0))
+    ok(cu.cuGraphLaunch(executable, stream))
+    report["kept"] = usage() | graph_attrs(dev)  # from the pool's reserve
+    report["round_trip"] = copy_round_trip(address, os.urandom(3 * MiB))
+    report["relaunch_while_live"] = error(cu.cuGraphLaunch(executable, stream))
+    ok(cu.cuMemFree(address))  # cuMemFree takes a graph's allocation
+    report["freed"] = usage() | graph_attrs(dev)
+    report["double_free"] = error(cu.cuMemFree(address))
+    plain = ok(cu.cuMemAlloc(MiB))
+    report["free_node_of_other"] = error(cu.cuGraphAddMemFreeNode(graph, None, 0, plain))
+    ok(cu.cuMemFree(plain))
+
+    graph, _, _ = graph_with_alloc(GiB + 1)  # more than the device has, with the pool's reserve
+    report["too_much"] = error(cu.cuGraphLaunch(ok(cu.cuGraphInstantiate(graph, 0)), stream))
+    ok(cu.cuDeviceGraphMemTrim(dev))
+    report["trimmed"] = usage() | graph_attrs(dev)
+    report["set_high_nonzero"] = error(
+        cu.cuDeviceSetGraphMemAttribute(dev, graph_attr("RESERVED_MEM_HIGH"), cu.cuuint64_t(1))
+    )
+    for name in ("RESERVED_MEM_HIGH", "USED_MEM_HIGH"):
+        ok(cu.cuDeviceSetGraphMemAttribute(dev, graph_attr(name), cu.cuuint64_t(0)))
+    report["high_reset"] = graph_attrs(dev)
+
+
 def hold(usage, until):
     """One 64 MiB allocation of every family, kept until `until` exists."""
     fmt = cu.CUarray_format
@@ -368,6 +436,8 @@ def main():
         vmm(usage, report)
     elif family == "arrays":
         arrays(usage, report, dev)
+    elif family == "graph":
+        graph_memory(usage, report, dev)
     else:
         raise SystemExit(f"cuda_memory_families: unknown family {family!r}")
     print(json.dumps(report))

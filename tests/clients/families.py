@@ -4,10 +4,12 @@ at each step as JSON.
 
     python families.py FAMILY BLOCK_BYTES COUNT
 
-FAMILY: managed, async, pool, vmm, array, mipmap.  Memory is reported as
-cuMemGetInfo's free bytes ("free") after: "filled" (all allocations made),
+FAMILY: managed, async, pool, vmm, array, mipmap, graph.  Memory is reported
+as cuMemGetInfo's free bytes ("free") after: "filled" (all allocations made),
 "freed" (freed or released, still held by a pool or a mapping), "returned"
-(trimmed, destroyed or unmapped)."""
+(trimmed, destroyed or unmapped).  For graph, each allocation is a launch of
+its own graph with one alloc node; first ("repeated", "reused") a graph that
+allocates and frees a block is launched three times."""
 
 import json
 import sys
@@ -54,6 +56,27 @@ def driver_size(desc, levels):
     return int(size)
 
 
+def graph_alloc(graph, block, deps=()):
+    """Adds an alloc node of `block` bytes on device 0; returns it and its address."""
+    params = cu.CUDA_MEM_ALLOC_NODE_PARAMS()
+    params.poolProps.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    params.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    params.poolProps.location.id = 0
+    params.bytesize = block
+    node = ok(cu.cuGraphAddMemAllocNode(graph, list(deps), len(deps), params))
+    return node, params.dptr
+
+
+def graph_exec(block, free=False):
+    """A graph allocating `block` bytes (and freeing them, if `free`),
+    instantiated: the executable and the address."""
+    graph = ok(cu.cuGraphCreate(0))
+    node, address = graph_alloc(graph, block)
+    if free:
+        ok(cu.cuGraphAddMemFreeNode(graph, [node], 1, address))
+    return ok(cu.cuGraphInstantiate(graph, 0)), address
+
+
 def array_desc(block, like=None):
     desc = cu.CUDA_ARRAY3D_DESCRIPTOR()
     desc.Width = 4096
@@ -82,6 +105,11 @@ def main():
         props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         props.location.id = 0
         pool = ok(cu.cuMemPoolCreate(props))
+    elif family == "graph":
+        executable, _ = graph_exec(block, free=True)
+        report["repeated"] = [name(cu.cuGraphLaunch(executable, stream)[0]) for _ in range(3)]
+        ok(cu.cuStreamSynchronize(stream))
+        report["reused"] = free_bytes()  # the pool keeps the block for the next launch
 
     for _ in range(count):
         if family == "managed":
@@ -92,6 +120,9 @@ def main():
             err, handle = cu.cuMemAllocFromPoolAsync(block, pool, stream)
         elif family == "vmm":
             err, handle = cu.cuMemCreate(block, device_prop(), 0)
+        elif family == "graph":
+            executable, handle = graph_exec(block)
+            (err,) = cu.cuGraphLaunch(executable, stream)
         elif family in ("array", "mipmap"):
             levels = 3 if family == "mipmap" else 0
             desc = array_desc(block)
@@ -114,7 +145,7 @@ def main():
     for handle in held:
         if family == "managed":
             ok(cu.cuMemFree(handle))
-        elif family in ("async", "pool"):
+        elif family in ("async", "pool", "graph"):
             ok(cu.cuMemFreeAsync(handle, stream))
         elif family == "vmm":
             if mapping is None:  # keep one mapped past its release
@@ -133,6 +164,8 @@ def main():
         ok(cu.cuMemPoolTrimTo(pool, 0))
     if family == "pool":
         ok(cu.cuMemPoolDestroy(pool))
+    if family == "graph":
+        ok(cu.cuDeviceGraphMemTrim(device))
     if mapping is not None:
         ok(cu.cuMemUnmap(mapping, block))
         ok(cu.cuMemAddressFree(mapping, block))

@@ -103,6 +103,11 @@
     X(CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, 1)           \
     X(CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, 2)                 \
     X(CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 3)         \
+    X(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, 0)                        \
+    X(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, 1)                           \
+    X(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, 2)                    \
+    X(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, 3)                       \
+    X(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, 1)           \
     X(CU_MEM_LOCATION_TYPE_HOST, 2)                                 \
     X(CU_MEM_LOCATION_TYPE_HOST_NUMA, 3)                            \
     X(CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT, 4)                    \
@@ -192,6 +197,7 @@ typedef int CUlibraryOption;
 typedef int CUstreamCaptureMode;
 typedef int CUstreamCaptureStatus;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* read by neither */
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS; /* passed through */
 typedef struct CUlaunchConfig_st {
     unsigned int gridDimX;
     unsigned int gridDimY;
@@ -212,6 +218,7 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef unsigned long long CUmemGenericAllocationHandle_v1;
 typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
 typedef int CUmemPool_attribute;
+typedef int CUgraphMem_attribute;
 typedef int CUmemLocationType;
 typedef int CUmemAllocationType;
 typedef int CUmemAllocationHandleType;
@@ -255,6 +262,15 @@ typedef struct CUmemPoolProps_st {
     unsigned char reserved[54];
 } CUmemPoolProps_v1;
 typedef CUmemPoolProps_v1 CUmemPoolProps;
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS_v1;
+typedef CUDA_MEM_ALLOC_NODE_PARAMS_v1 CUDA_MEM_ALLOC_NODE_PARAMS;
 
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {
     size_t Width;
