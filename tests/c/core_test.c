@@ -13,21 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "internal.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (cond) {                                                   \
-            passed++;                                                 \
-        } else {                                                      \
-            failed++;                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fputc('\n', stderr);                                      \
-        }                                                             \
-    } while (0)
 
 /* fork() for a test child that must not outlive the test, whatever happens
  * to the test (a timeout kills only the parent). */
@@ -355,6 +342,5 @@ int main(int argc, char **argv)
     } else {
         CHECK(0, "cannot make %s", path);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }

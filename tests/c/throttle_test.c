@@ -4,21 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "internal.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                            \
-    do {                                                                            \
-        if (cond) {                                                                 \
-            passed++;                                                               \
-        } else {                                                                    \
-            failed++;                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);         \
-            fprintf(stderr, __VA_ARGS__);                                           \
-            fputc('\n', stderr);                                                    \
-        }                                                                           \
-    } while (0)
 
 #define MS 1000000LL
 #define S 1000000000LL
@@ -180,6 +167,5 @@ int main(void)
     test_idle_time_is_not_hoarded();
     test_a_live_change();
     test_racing_drawers();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }
