@@ -60,6 +60,10 @@ json.dump({
     "env": {k: v for k, v in os.environ.items()
             if k.startswith(("VGPULIMIT_", "LD_"))},
     "region_exists": os.path.exists(os.environ["VGPULIMIT_REGION"]),
+    "memory": [d.limit and [d.limit.bytes, d.limit.ppm] for d in __import__("vgpulimit.region")
+               .region.Region.open(os.environ["VGPULIMIT_REGION"]).snapshot(all_devices=True).devices],
+    "cores": [d.cores_pct for d in __import__("vgpulimit.region").region.Region.open(
+              os.environ["VGPULIMIT_REGION"]).snapshot(all_devices=True).devices],
     "region_dir_mode": oct(os.stat(os.path.dirname(os.environ["VGPULIMIT_REGION"])).st_mode
                            & 0o777),
     "parent_maps": open(f"/proc/{parent}/maps").read(),
@@ -174,13 +178,16 @@ def test_no_traceback_for_a_missing_value():
 # -- run: the child's world ----------------------------------------------------------------------
 
 
-def test_child_environment_carries_the_limits_as_given():
-    report = run_report("--memory", "1GiB", "--memory-device", "1=50%")
+def test_the_child_gets_the_region_alone_which_carries_the_limits():
+    report = run_report("--memory", "1GiB", "--memory-device", "1=50%",
+                        env=clean_env(CUDA_DEVICE_MEMORY_LIMIT="2048m", VGPULIMIT_CORES="30"))
     env = report["env"]
-    assert env["VGPULIMIT_MEMORY"] == "1GiB"
-    assert env["VGPULIMIT_MEMORY_1"] == "50%"
+    # One carrier: no limit variable reaches the child to be read another way.
+    assert set(env) == {"VGPULIMIT_REGION", "LD_PRELOAD"}
     assert env["LD_PRELOAD"] == libpath()
-    assert "LD_LIBRARY_PATH" not in env
+    assert report["memory"][0] == [GiB, 0] and report["memory"][2] == [GiB, 0]
+    assert report["memory"][1] == [0, 500_000]
+    assert report["cores"][:2] == [30, 30]
     assert report["region_exists"]
     assert report["region_dir_mode"] == "0o700"
 
@@ -198,13 +205,38 @@ def test_simulate_puts_the_simulated_driver_first():
 
 def test_limits_come_from_the_environment_when_no_flag_is_given():
     report = run_report(env=clean_env(VGPULIMIT_MEMORY="512MiB", VGPULIMIT_MEMORY_3="2GiB"))
-    assert report["env"]["VGPULIMIT_MEMORY"] == "512MiB"
-    assert report["env"]["VGPULIMIT_MEMORY_3"] == "2GiB"
+    assert report["memory"][0] == [512 * MiB, 0]
+    assert report["memory"][3] == [2 * GiB, 0]
 
 
-def test_flag_wins_over_the_environment():
-    report = run_report("--memory", "1GiB", env=clean_env(VGPULIMIT_MEMORY="512MiB"))
-    assert report["env"]["VGPULIMIT_MEMORY"] == "1GiB"
+@pytest.mark.parametrize("variable", ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0"])
+def test_hami_variables_cap_a_run_as_they_cap_the_shim(variable):
+    report = run_report(env=clean_env(**{variable: "1024m", "CUDA_DEVICE_SM_LIMIT": "20"}))
+    assert report["memory"][0] == [GiB, 0]
+    assert report["cores"][0] == 20
+
+
+def test_flag_wins_over_the_environment_and_says_so():
+    result = vgpulimit("run", "--memory", "1GiB", "--cores", "40", "--", PY, "-c", CHILD_REPORT,
+                       env=clean_env(VGPULIMIT_MEMORY_0="8GiB", VGPULIMIT_CORES_0="90"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["memory"][0] == [GiB, 0] and report["cores"][0] == 40
+    assert "--memory 1GiB overrides VGPULIMIT_MEMORY_0=8GiB" in result.stderr
+    assert "--cores 40 overrides VGPULIMIT_CORES_0=90" in result.stderr
+
+
+def test_ours_and_hamis_variables_disagreeing_is_said():
+    result = vgpulimit("run", "--", PY, "-c", CHILD_REPORT,
+                       env=clean_env(VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_LIMIT="2048m"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["memory"][0] == [GiB, 0]
+    assert 'VGPULIMIT_MEMORY="1GiB" and CUDA_DEVICE_MEMORY_LIMIT="2048m" disagree' in result.stderr
+
+
+def test_a_device_variable_with_no_ascii_index_is_one_line():
+    line = one_error_line(vgpulimit("run", "--", "true", env=clean_env(**{"VGPULIMIT_MEMORY_\u00b2": "1GiB"})), 2)
+    assert "VGPULIMIT_MEMORY_\u00b2" in line and "ASCII digits" in line
 
 
 def test_supervisor_is_not_hooked():
@@ -448,7 +480,7 @@ def test_status_of_a_file_that_is_no_region(tmp_path):
 
 def test_run_takes_a_cap_in_gpushare_units(tmp_path):
     report = run_report("--memory-units", "8", "--unit", "128Mi")
-    assert report["env"]["VGPULIMIT_MEMORY"] == str(GiB)
+    assert report["memory"][0] == [GiB, 0]
     both = vgpulimit("run", "--memory", "1GiB", "--memory-units", "2", "--", "true")
     assert "not both" in one_error_line(both, 2)
     bad = vgpulimit("run", "--memory-units", "2", "--unit", "half", "--", "true")

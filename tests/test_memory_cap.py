@@ -82,7 +82,7 @@ def test_an_unparsable_limit_fails_closed_with_one_line(sim_env, cbin, shim_path
            ["alloc 0 2", "alloc 1 2", "alloc 2 2"]
     errors = result.stderr.splitlines()
     assert len(errors) == 1, result.stderr
-    assert 'VGPULIMIT_MEMORY="lots"' in errors[0]
+    assert "VGPULIMIT_MEMORY: 'lots' is not a valid value" in errors[0]
     assert "4Gi" in errors[0] and "50%" in errors[0]  # the accepted forms
 
 

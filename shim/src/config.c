@@ -1,13 +1,22 @@
-/* The environment, read once when the shim is loaded: no getenv afterwards.
+/* The shim's configuration, decided once when it is loaded: no getenv
+ * afterwards.  The environment is read by the one reader (environment.c);
+ * here it meets the region a runtime may have set up for the container.
  *
- * A variable we cannot use makes the configuration "broken": one line names
- * it and the accepted forms, and device allocations are refused from then on
- * (fail closed) rather than run without the limit the user asked for. */
-#include <errno.h>
+ * Which region, strongest first:
+ *  1. /.vgpulimit/region, mounted by `vgpulimit oci-hook`: set up by the
+ *     runtime, not by the process, so it is authoritative: the process's own
+ *     variables cannot name another region or change a limit (they are
+ *     ignored, with one line).
+ *  2. VGPULIMIT_REGION, else HAMi's CUDA_DEVICE_MEMORY_SHARED_CACHE: the
+ *     region of an enclosing `vgpulimit run`, or a path a device plugin
+ *     chose.
+ *  3. Limits in the environment alone: a region of the shim's own, named
+ *     after those limits, so that it never meets a process that asks for
+ *     others.
+ * A variable that cannot be used makes the configuration "broken": device
+ * allocations are refused (fail closed), never run without the limit. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,208 +26,87 @@ struct vgl_config vgl_config;
 
 extern char **environ;
 
-static const char PREFIX[] = "VGPULIMIT_";
-
-static void set_log_level(const char *value)
-{
-    static const char *const NAMES[] = {"error", "warn", "info", "debug"};
-    for (int i = 0; i < 4; i++) {
-        if (strcmp(value, NAMES[i]) == 0) {
-            vgl_log_level = i;
-            return;
-        }
-    }
-    vgl_log(VGL_LOG_WARN, "VGPULIMIT_LOG=\"%s\" is not a level; accepted: error, warn, info, debug "
-                          "(keeping warn)", value);
-}
-
-static void refuse(const char *name, const char *value, int err, const char *forms)
-{
-    vgl_config.broken = true;
-    vgl_log(VGL_LOG_ERROR, "%s=\"%s\" is %s; accepted: %s. Device memory allocations are refused "
-                           "until it is fixed",
-            name, value, err == -ERANGE ? "out of range" : "not understood", forms);
-}
-
-/* "VGPULIMIT_MEMORY_3" → 3; "VGPULIMIT_MEMORY" → -1 (every device); -2: not this variable. */
-static int device_suffix(const char *name, size_t name_len, const char *stem)
-{
-    size_t stem_len = strlen(stem);
-    if (name_len < stem_len || strncmp(name, stem, stem_len) != 0)
-        return -2;
-    if (name_len == stem_len)
-        return -1;
-    if (name[stem_len] != '_' || name_len == stem_len + 1 || name_len > stem_len + 3)
-        return -2;
-    int index = 0;
-    for (size_t i = stem_len + 1; i < name_len; i++) {
-        if (name[i] < '0' || name[i] > '9')
-            return -2;
-        index = index * 10 + (name[i] - '0');
-    }
-    return index < VGL_MAX_DEVICES ? index : -2;
-}
-
-static void read_memory(const char *name, int device, const char *value)
-{
-    struct vgl_mem_limit limit;
-    int err = vgl_parse_memory(value, &limit);
-    if (err) {
-        refuse(name, value, err, vgl_memory_forms());
-        return;
-    }
-    for (int i = 0; i < VGL_MAX_DEVICES; i++)
-        if (i == device || (device < 0 && !vgl_config.memory_set[i]))
-            vgl_config.memory[i] = limit;
-    if (device >= 0)
-        vgl_config.memory_set[device] = true; /* a device's own value beats the global one */
-    vgl_config.mem_limited = true;
-}
-
-static void read_cores(const char *name, int device, const char *value)
-{
-    uint32_t pct;
-    int err = vgl_parse_cores(value, &pct);
-    if (err) {
-        refuse(name, value, err, vgl_cores_forms());
-        return;
-    }
-    for (int i = 0; i < VGL_MAX_DEVICES; i++)
-        if (i == device || (device < 0 && !vgl_config.cores_set[i]))
-            vgl_config.cores_pct[i] = pct;
-    if (device >= 0)
-        vgl_config.cores_set[device] = true;
-}
-
 /* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py
- * CONTAINER_REGION).  A hook cannot change a container's environment, so the
- * region there turns the shim on by itself: it carries the limits, those
- * given as annotations included.  An empty file is only a mount point left
- * behind (in an image committed from a running container), not a region. */
-#define CONTAINER_REGION "/.vgpulimit/region"
+ * CONTAINER_REGION).  An empty file is only a mount point left behind (in an
+ * image committed from a running container), not a region. */
+static const char CONTAINER_REGION[] = "/.vgpulimit/region";
 
-static void default_region_path(void)
+static bool runtime_set_up(void)
 {
     struct stat st;
-    if (stat(CONTAINER_REGION, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-        strcpy(vgl_config.region_path, CONTAINER_REGION);
-        vgl_config.enabled = true;
-        return;
-    }
-    if (!vgl_config.enabled)
-        return;
-    const char *runtime = getenv("XDG_RUNTIME_DIR");
+    return stat(CONTAINER_REGION, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+/* FNV-1a over the limits: the name of the region that environment makes. */
+static uint64_t limits_hash(const struct vgl_env *env)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const unsigned char *parts[] = {(const void *)env->memory, (const void *)env->cores_pct};
+    size_t sizes[] = {sizeof env->memory, sizeof env->cores_pct};
+    for (int p = 0; p < 2; p++)
+        for (size_t i = 0; i < sizes[p]; i++)
+            h = (h ^ parts[p][i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The directory for regions the shim makes itself, as `vgpulimit run` picks
+ * its own (supervisor.runtime_base): $XDG_RUNTIME_DIR/vgpulimit, else
+ * /run/vgpulimit where writable, else /tmp/vgpulimit-<uid>. */
+static void own_region_path(const struct vgl_env *env)
+{
+    const char *runtime = NULL;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, "XDG_RUNTIME_DIR=/", 17) == 0)
+            runtime = *e + 16;
     char *out = vgl_config.region_path;
     size_t len = sizeof vgl_config.region_path;
-    if (runtime && runtime[0] == '/')
-        snprintf(out, len, "%s/vgpulimit/region", runtime);
+    int n;
+    if (runtime)
+        n = snprintf(out, len, "%s/vgpulimit/", runtime);
     else if (access("/run", W_OK) == 0)
-        snprintf(out, len, "/run/vgpulimit/region");
+        n = snprintf(out, len, "/run/vgpulimit/");
     else
-        snprintf(out, len, "/tmp/vgpulimit-%u/region", (unsigned)getuid());
+        n = snprintf(out, len, "/tmp/vgpulimit-%u/", (unsigned)getuid());
+    vgl_config.own_dir_len = (size_t)n < len ? (size_t)n - 1 : 0;
+    snprintf(out + vgl_config.own_dir_len + 1, len - vgl_config.own_dir_len - 1, "env-%016llx.region",
+             (unsigned long long)limits_hash(env));
 }
 
-static void read_region(const char *name, const char *value)
+static void report(const struct vgl_env *env)
 {
-    if (value[0] != '/' || strlen(value) >= sizeof vgl_config.region_path) {
-        vgl_config.broken = true;
-        vgl_log(VGL_LOG_ERROR, "%s=\"%s\" must be an absolute path to a region file; device "
-                               "memory allocations are refused", name, value);
-        return;
-    }
-    strcpy(vgl_config.region_path, value);
-}
-
-/* HAMi-core's variables, as HAMi's device plugin sets them, so that vgpulimit
- * drops in where libvgpu.so was: each is honoured where our own variable for
- * the same setting is absent.  Where HAMi-core reads a value differently
- * (a 0 meaning "no limit", its log levels), we read it as HAMi-core does. */
-static const char HAMI_MEMORY[] = "CUDA_DEVICE_MEMORY_LIMIT";
-static const char HAMI_CORES[] = "CUDA_DEVICE_SM_LIMIT";
-static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
-static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
-
-static void set_hami_log_level(const char *value)
-{
-    /* HAMi-core: 0 errors only, 1 warnings, 2 info, 3 and up debug. */
-    if (value[0] >= '0' && value[0] <= '9')
-        vgl_log_level = value[0] - '0' < VGL_LOG_DEBUG ? value[0] - '0' : VGL_LOG_DEBUG;
-}
-
-static void load_hami(bool have_memory, bool have_cores, bool have_region)
-{
-    const char *policy = getenv(HAMI_POLICY);
-    /* HAMi-core's DISABLE turns its compute limit off; FORCE and DEFAULT both
-     * mean a hard cap here (HAMi-core's DEFAULT skips limiting a container
-     * that is alone on the GPU, which we never do). */
-    bool cores_disabled = policy && strcasecmp(policy, "DISABLE") == 0;
-    for (char **env = environ; env && *env; env++) {
-        const char *entry = *env, *eq = strchr(entry, '=');
-        if (!eq || strncmp(entry, "CUDA_DEVICE_", 12) != 0)
-            continue;
-        size_t name_len = (size_t)(eq - entry);
-        const char *value = eq + 1;
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)name_len, entry);
-        bool zero = strcmp(value, "0") == 0; /* HAMi-core: no limit */
-        int device;
-        if ((device = device_suffix(name, name_len, HAMI_MEMORY)) != -2) {
-            if (!have_memory && !zero && value[0])
-                read_memory(name, device, value);
-        } else if ((device = device_suffix(name, name_len, HAMI_CORES)) != -2) {
-            if (!have_cores && !cores_disabled && !zero && value[0])
-                read_cores(name, device, value);
-        } else if (strcmp(name, HAMI_REGION) == 0) {
-            if (!have_region && value[0])
-                read_region(name, value);
-        } else {
-            continue;
-        }
-        vgl_config.enabled = true;
-    }
+    for (uint32_t i = 0; i < env->lines; i++)
+        vgl_log(env->line_is_error[i] ? VGL_LOG_ERROR : VGL_LOG_WARN, "%s%s", env->line[i],
+                env->line_is_error[i] ? "; device memory allocations are refused until it is fixed" : "");
 }
 
 void vgl_config_load(void)
 {
-    /* The log level first, so that what follows is logged at the asked level. */
-    const char *log = getenv("VGPULIMIT_LOG");
-    const char *hami_log = getenv("LIBCUDA_LOG_LEVEL");
-    if (log)
-        set_log_level(log);
-    else if (hami_log)
-        set_hami_log_level(hami_log);
+    struct vgl_env *env = &vgl_config.env;
+    vgl_env_read(environ, env);
+    if (env->log_level >= 0)
+        vgl_log_level = env->log_level;
 
-    bool have_memory = false, have_cores = false, have_region = false;
-    for (char **env = environ; env && *env; env++) {
-        const char *entry = *env;
-        if (strncmp(entry, PREFIX, sizeof PREFIX - 1) != 0)
-            continue;
-        const char *eq = strchr(entry, '=');
-        if (!eq)
-            continue;
-        size_t name_len = (size_t)(eq - entry);
-        const char *value = eq + 1;
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)name_len, entry);
-        int device;
-        if ((device = device_suffix(name, name_len, "VGPULIMIT_MEMORY")) != -2) {
-            read_memory(name, device, value);
-            have_memory = true;
-        } else if ((device = device_suffix(name, name_len, "VGPULIMIT_CORES")) != -2) {
-            read_cores(name, device, value);
-            have_cores = true;
-        } else if (strcmp(name, "VGPULIMIT_REGION") == 0) {
-            read_region(name, value);
-            have_region = true;
-        } else if (strcmp(name, "VGPULIMIT_LOG") != 0) {
-            vgl_log(VGL_LOG_WARN, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], "
-                                  "VGPULIMIT_CORES[_<i>], VGPULIMIT_REGION, VGPULIMIT_LOG); ignored",
-                    name);
-            continue;
-        }
+    if (runtime_set_up()) {
         vgl_config.enabled = true;
+        vgl_config.authoritative = true;
+        strcpy(vgl_config.region_path, CONTAINER_REGION);
+        /* Its limits are compared with the environment's once it is mapped
+         * (init.c); what cannot even be read is said here. */
+        if (env->region_path[0] && strcmp(env->region_path, CONTAINER_REGION) != 0)
+            vgl_log(VGL_LOG_WARN, "%s=\"%s\" is ignored: this container's region is set up by its "
+                                  "runtime (%s)", env->region_from, env->region_path, CONTAINER_REGION);
+        else if (env->errors)
+            vgl_log(VGL_LOG_WARN, "the limit variables in the environment are ignored: this container's "
+                                  "limits are set up by its runtime (%s)", CONTAINER_REGION);
+        return;
     }
-    load_hami(have_memory, have_cores, have_region);
-    if (!vgl_config.region_path[0])
-        default_region_path();
+    report(env);
+    if (!env->asks)
+        return;
+    vgl_config.enabled = true;
+    vgl_config.broken = env->errors != 0;
+    if (env->region_path[0])
+        strcpy(vgl_config.region_path, env->region_path);
+    else
+        own_region_path(env);
 }

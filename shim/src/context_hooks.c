@@ -12,7 +12,11 @@ static bool fits(CUdevice_v1 device)
         return true; /* nothing to count it against: allocations say no if need be */
     vgl_overhead_check_now(device);
     uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
-    return __atomic_load_n(&vgl_self.region->devices[device].used_bytes, __ATOMIC_RELAXED) <= cap;
+    const uint64_t *used = &vgl_self.region->devices[device].used_bytes;
+    /* What dead processes held (their contexts too) is taken back before a
+     * context is refused. */
+    return __atomic_load_n(used, __ATOMIC_RELAXED) <= cap ||
+           (vgl_region_reclaim(vgl_self.region) > 0 && __atomic_load_n(used, __ATOMIC_RELAXED) <= cap);
 }
 
 static void refuse(const char *call, CUdevice_v1 device)

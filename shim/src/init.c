@@ -34,11 +34,14 @@ __attribute__((constructor)) static void vgl_init(void)
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
-/* mkdir -p of the region's directory, private to the user. */
-static void make_parent_dirs(const char *path)
+/* The directory of the shim's own regions (config.c), private to the user.
+ * A path someone named is never created: a typo must not make directories
+ * (as root, anywhere). */
+static void make_own_dir(void)
 {
     char dir[sizeof vgl_config.region_path];
-    strcpy(dir, path);
+    memcpy(dir, vgl_config.region_path, vgl_config.own_dir_len);
+    dir[vgl_config.own_dir_len] = '\0';
     for (char *p = dir + 1; *p; p++) {
         if (*p != '/')
             continue;
@@ -46,42 +49,90 @@ static void make_parent_dirs(const char *path)
         mkdir(dir, 0700);
         *p = '/';
     }
+    mkdir(dir, 0700);
 }
 
+static bool same_limit(const struct vgl_mem_limit *a, const struct vgl_mem_limit *b)
+{
+    return a->bytes == b->bytes && a->ppm == b->ppm;
+}
+
+/* The first device whose limits the environment states otherwise than the
+ * region, or -1. */
+static int differing_device(const struct vgl_region *region)
+{
+    const struct vgl_env *env = &vgl_config.env;
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        bool memory = env->memory_from[i].source && !same_limit(&env->memory[i], &region->devices[i].limit);
+        bool cores = env->cores_from[i].source && env->cores_pct[i] != region->devices[i].cores_pct;
+        if (memory || cores)
+            return i;
+    }
+    return -1;
+}
+
+static void describe_limits(const struct vgl_device_state *dev, char *buf, size_t len)
+{
+    char size[32];
+    const char *memory = dev->limit.bytes ? vgl_format_bytes(dev->limit.bytes, size, sizeof size)
+                         : dev->limit.ppm ? "a share of the device" : "no cap";
+    if (dev->cores_pct)
+        snprintf(buf, len, "%s and %u%% of its time", memory, dev->cores_pct);
+    else
+        snprintf(buf, len, "%s", memory);
+}
+
+/* Says once which of the environment's limits do not apply, and why. */
 static void warn_if_env_differs(const struct vgl_region *region)
 {
-    char want[32], have[32];
-    for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++) {
-        const struct vgl_mem_limit *env = &vgl_config.memory[i];
-        const struct vgl_mem_limit *live = &region->devices[i].limit;
-        if (!vgl_config.mem_limited || (env->bytes == live->bytes && env->ppm == live->ppm))
-            continue;
-        vgl_log(VGL_LOG_WARN, "the region %s caps device %u at %s, the environment at %s; the "
-                              "region's cap applies (change it with `vgpulimit set`)",
-                vgl_config.region_path, i,
-                live->bytes ? vgl_format_bytes(live->bytes, have, sizeof have) : "no cap",
-                env->bytes ? vgl_format_bytes(env->bytes, want, sizeof want) : "a share of the device");
+    int i = differing_device(region);
+    if (i < 0)
         return;
-    }
+    const struct vgl_env *env = &vgl_config.env;
+    const char *name = env->memory_from[i].source ? env->memory_from[i].name : env->cores_from[i].name;
+    char live[96];
+    describe_limits(&region->devices[i], live, sizeof live);
+    if (vgl_config.authoritative)
+        vgl_log(VGL_LOG_WARN, "%s and the other limit variables are ignored: this container's limits "
+                              "are set up by its runtime (%s: device %d, %s)", name,
+                vgl_config.region_path, i, live);
+    else
+        vgl_log(VGL_LOG_WARN, "%s is not what the region %s holds (device %d, %s), which a live "
+                              "process of the container uses; the region's limits apply (change them "
+                              "with `vgpulimit set`)", name, vgl_config.region_path, i, live);
 }
 
 static struct vgl_region *open_region(void)
 {
     const char *path = vgl_config.region_path;
+    const struct vgl_env *env = &vgl_config.env;
     struct vgl_region *region = NULL;
     int err = vgl_region_open(path, &region);
-    if (err == -ENOENT) {
+    if (err == -ENOENT && !vgl_config.authoritative) {
         /* No supervisor made one: the first process of the container does. */
-        make_parent_dirs(path);
-        err = vgl_region_create(path, vgl_config.memory, vgl_config.cores_pct, 0);
+        if (vgl_config.own_dir_len)
+            make_own_dir();
+        err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT);
         if (!err || err == -EEXIST)
             err = vgl_region_open(path, &region);
+        else if (err == -ENOENT)
+            err = -ENOTDIR;
     }
     if (err) {
-        vgl_log(VGL_LOG_ERROR, "region file %s: %s; device memory allocations are refused",
-                path, vgl_region_strerror(err));
+        static int said; /* every later call fails the same way: once is enough */
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            vgl_log(VGL_LOG_ERROR, "region file %s (%s): %s; device memory allocations are refused", path,
+                vgl_config.authoritative ? "set up by the container's runtime"
+                : env->region_from[0]     ? env->region_from : "made from the limit variables",
+                err == -ENOTDIR ? "its directory does not exist (vgpulimit creates no directory it is named)"
+                                : vgl_region_strerror(err));
         return NULL;
     }
+    /* A region made from an environment's limits holds only while a process
+     * does: one left by processes that are gone takes this process's. */
+    if ((region->flags & VGL_REGION_FROM_ENVIRONMENT) && !vgl_config.authoritative &&
+        differing_device(region) >= 0)
+        vgl_region_renew(region, env->memory, env->cores_pct);
     warn_if_env_differs(region);
     return region;
 }
@@ -156,6 +207,10 @@ bool vgl_attach(void)
                             "allocations are refused", vgl_config.region_path, vgl_region_strerror(err));
         else
             __atomic_store_n(&vgl_self.slot, slot, __ATOMIC_RELEASE);
+        /* With no supervisor, a process starting is the moment to take back
+         * what the dead left: a run of programs one after another must find
+         * the cap as the first one did. */
+        vgl_region_reclaim(vgl_self.region);
     }
     pthread_mutex_unlock(&attach_lock);
     return vgl_self.slot != NULL;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "vgpulimit/cuda_abi.h"
+#include "vgpulimit/environment.h"
 #include "vgpulimit/limits.h"
 #include "vgpulimit/nvml_abi.h"
 #include "vgpulimit/region.h"
@@ -47,15 +48,13 @@ void vgl_lock_release(struct vgl_lock *lock);
 /* Recomputes a device's total from the live slots (after a holder died). */
 void vgl_ledger_repair(struct vgl_region *region, uint32_t device);
 
-/* config.c — the environment, read once at load. */
+/* config.c — the configuration, decided once at load. */
 struct vgl_config {
-    bool enabled;        /* any vgpulimit (or region) variable present */
+    bool enabled;        /* a region or a limit applies to this process */
     bool broken;         /* a variable could not be used: fail closed */
-    bool mem_limited;    /* some device has a memory cap */
-    struct vgl_mem_limit memory[VGL_MAX_DEVICES];
-    uint32_t cores_pct[VGL_MAX_DEVICES];
-    bool memory_set[VGL_MAX_DEVICES]; /* by VGPULIMIT_MEMORY_<i> itself */
-    bool cores_set[VGL_MAX_DEVICES];
+    bool authoritative;  /* the region was set up by the runtime, not the process */
+    size_t own_dir_len;  /* > 0: region_path is the shim's own, in a directory this long */
+    struct vgl_env env;  /* the environment as the one reader read it */
     char region_path[4096];
 };
 extern struct vgl_config vgl_config;

@@ -205,6 +205,7 @@ static int container_processes(nvmlDevice_t device, const struct driver_list *li
     int d = vgl_container_device(device);
     if (d < 0 || !vgl_map_region())
         return -1;
+    vgl_region_reclaim(vgl_self.region); /* a process that is gone is not listed */
     const struct vgl_region *region = vgl_self.region;
     struct listed *found = NULL;
     int n = 0;

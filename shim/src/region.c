@@ -70,13 +70,14 @@ static void region_lock(struct vgl_region *region)
 }
 
 static int init_region(struct vgl_region *region, const struct vgl_mem_limit *limits,
-                       const uint32_t *cores_pct)
+                       const uint32_t *cores_pct, uint32_t flags)
 {
     memcpy(region->magic, MAGIC, sizeof MAGIC);
     region->version = VGL_REGION_VERSION;
     region->header_size = sizeof *region;
     region->file_size = sizeof *region;
     region->generation = 1;
+    region->flags = flags;
     int err = lock_init(&region->lock);
     for (uint32_t i = 0; i < VGL_MAX_DEVICES && !err; i++) {
         struct vgl_device_state *dev = &region->devices[i];
@@ -90,7 +91,7 @@ static int init_region(struct vgl_region *region, const struct vgl_mem_limit *li
 }
 
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
-                      const uint32_t *cores_pct, int group_shared)
+                      const uint32_t *cores_pct, uint32_t flags)
 {
     /* Build the whole file under a temporary name and link() it into place:
      * nobody ever maps a half-initialised region, and of two creators
@@ -98,7 +99,7 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
         return -ENAMETOOLONG;
-    mode_t mode = group_shared ? 0660 : 0600;
+    mode_t mode = flags & VGL_REGION_GROUP_SHARED ? 0660 : 0600;
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd < 0)
         return -errno;
@@ -112,7 +113,7 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
             err = -errno;
     }
     if (!err)
-        err = init_region(map, limits, cores_pct);
+        err = init_region(map, limits, cores_pct, flags);
     if (map != MAP_FAILED)
         munmap(map, sizeof(struct vgl_region));
     if (!err && link(tmp, path) < 0)
@@ -323,6 +324,27 @@ int vgl_region_reclaim(struct vgl_region *region)
     }
     vgl_lock_release(&region->lock);
     return reclaimed;
+}
+
+int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
+                     const uint32_t *cores_pct)
+{
+    vgl_region_reclaim(region);
+    region_lock(region);
+    bool held = false;
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS && !held; i++)
+        held = __atomic_load_n(&region->slots[i].state, __ATOMIC_ACQUIRE) == VGL_SLOT_LIVE;
+    if (!held) {
+        for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++) {
+            struct vgl_device_state *dev = &region->devices[i];
+            __atomic_store_n(&dev->limit.bytes, limits[i].bytes, __ATOMIC_RELAXED);
+            __atomic_store_n(&dev->limit.ppm, limits[i].ppm, __ATOMIC_RELAXED);
+            __atomic_store_n(&dev->cores_pct, cores_pct[i], __ATOMIC_RELAXED);
+        }
+        __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
+    }
+    vgl_lock_release(&region->lock);
+    return !held;
 }
 
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,

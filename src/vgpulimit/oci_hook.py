@@ -63,11 +63,6 @@ MANIFEST = "installed.json"
 MEMORY_ANNOTATION = "vgpulimit.io/memory"
 CORES_ANNOTATION = "vgpulimit.io/cores"
 
-_MEMORY_VARS = ("VGPULIMIT_MEMORY", "CUDA_DEVICE_MEMORY_LIMIT")   # ours first, then HAMi's
-_CORES_VARS = ("VGPULIMIT_CORES", "CUDA_DEVICE_SM_LIMIT")
-# Variables that name a region of someone else's making.
-_REGION_VARS = ("VGPULIMIT_REGION", "CUDA_DEVICE_MEMORY_SHARED_CACHE")
-
 # A container id as runc accepts it; it names a directory of ours.
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,1023}")
 # ld.so splits /etc/ld.so.preload at these.
@@ -175,85 +170,41 @@ def rootfs_of(config: Mapping[str, Any], bundle: Path) -> Path:
 # -- what the container asks for -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Request:
-    """The limits a container asked for: per device (None: every device), the
-    text and where it came from (for messages)."""
+def requested(config: Mapping[str, Any]):
+    """The limits the container asks for (a supervisor.Limits), or None when
+    it asks for none.  Its variables are read by the shim's own reader, in
+    the shim's precedence; an annotation beats every variable of its kind
+    (the variables may come with the image, the annotation from whoever runs
+    it)."""
+    from vgpulimit import environment
+    from vgpulimit.limits import LimitError, parse_cores, parse_memory
+    from vgpulimit.supervisor import Limits, Setting, layer
 
-    memory: dict[int | None, tuple[str, str]] = field(default_factory=dict)
-    cores: dict[int | None, tuple[str, str]] = field(default_factory=dict)
-
-
-def _device_variables(env: Mapping[str, str], stem: str) -> dict[int | None, tuple[str, str]]:
-    """{None: the value of STEM, i: the value of STEM_i} as the shim reads them
-    (an index past the last device is not a limit variable)."""
-    found: dict[int | None, tuple[str, str]] = {}
-    for name, value in env.items():
-        if name == stem:
-            found[None] = (value, f"process.env {name}")
-        elif name.startswith(stem + "_"):
-            from vgpulimit.region import MAX_DEVICES
-
-            suffix = name[len(stem) + 1:]
-            if suffix.isdigit() and len(suffix) <= 2 and int(suffix) < MAX_DEVICES:
-                found[int(suffix)] = (value, f"process.env {name}")
-    return found
-
-
-def _from_variables(env: Mapping[str, str], stems: tuple[str, str],
-                    hami_off: bool) -> dict[int | None, tuple[str, str]]:
-    ours, hami = (_device_variables(env, stem) for stem in stems)
-    if ours:
-        return ours
-    if hami_off:
-        return {}
-    # HAMi-core reads an empty value or 0 as "no limit".
-    return {device: value for device, value in hami.items() if value[0] not in ("", "0")}
-
-
-def _asks(env: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
-    if MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations:
-        return True
-    return any(_device_variables(env, stem) for stem in (*_MEMORY_VARS, *_CORES_VARS))
-
-
-def requested(config: Mapping[str, Any]) -> Request | None:
-    """What the container asks for; None when it asks for nothing."""
     env, annotations = _environment(config), _annotations(config)
-    if not _asks(env, annotations):
+    found = environment.read(env)
+    asks_by_annotation = MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
+    if not (found.memory or found.cores or asks_by_annotation or found.errors):
         return None
-    if any(name in env for name in _REGION_VARS):
+    if found.region_path:
         # A device plugin that mounts the shim itself named the region (HAMi's
         # sets CUDA_DEVICE_MEMORY_SHARED_CACHE): the container is its to set up.
         return None
-    hami_cores_off = env.get("GPU_CORE_UTILIZATION_POLICY", "").upper() == "DISABLE"
-    memory = _from_variables(env, _MEMORY_VARS, False)
-    cores = _from_variables(env, _CORES_VARS, hami_cores_off)
-    if MEMORY_ANNOTATION in annotations:
-        memory = {None: (annotations[MEMORY_ANNOTATION], f"annotation {MEMORY_ANNOTATION}")}
-    if CORES_ANNOTATION in annotations:
-        cores = {None: (annotations[CORES_ANNOTATION], f"annotation {CORES_ANNOTATION}")}
-    return Request(memory=memory, cores=cores)
+    if found.errors:
+        raise HookError(f"process.env {found.errors[0]}")
 
+    def annotation(name: str, parse) -> Setting | None:
+        if name not in annotations:
+            return None
+        try:
+            return Setting(annotations[name], f"annotation {name}", parse(annotations[name],
+                                                                           f"annotation {name}"))
+        except LimitError as exc:
+            raise HookError(str(exc)) from None
 
-def _limits(request: Request):
-    """The request parsed by the one limit parser: a supervisor.Limits."""
-    from vgpulimit.limits import LimitError, parse_cores, parse_memory
-    from vgpulimit.supervisor import Limits, Setting
-
-    def settings(values: dict[int | None, tuple[str, str]], parse) -> dict[int | None, Setting]:
-        parsed = {}
-        for device, (text, source) in values.items():
-            try:
-                parsed[device] = Setting(text=text, source=source, value=parse(text, source))
-            except LimitError as exc:
-                raise HookError(str(exc)) from None
-        return parsed
-
-    memory = settings(request.memory, parse_memory)
-    cores = settings(request.cores, parse_cores)
-    return Limits(memory=memory.pop(None, None), memory_device=memory,
-                  cores=cores.pop(None, None), cores_device=cores)
+    warnings = list(found.warnings)
+    memory = layer(found.memory, annotation(MEMORY_ANNOTATION, parse_memory), {}, warnings)
+    cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
+    return Limits(memory=memory, cores=cores, warnings=tuple(warnings))
 
 
 # -- who owns the region ---------------------------------------------------------------------
@@ -717,10 +668,9 @@ def _mount_region(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> No
 
 def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
     """Installs the shim if the container asks for limits."""
-    request = requested(config)
-    if request is None:
+    limits = requested(config)
+    if limits is None:
         return
-    limits = _limits(request)
     if state.pid is None:
         raise HookError(f"the container state has no pid (status {state.status!r}): run the "
                         "hook at createRuntime or prestart")

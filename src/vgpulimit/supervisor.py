@@ -1,7 +1,8 @@
 """`vgpulimit run`: the container entrypoint.
 
 Creates a fresh region with the limits, starts the command with the shim
-preloaded and the limits in its environment, forwards signals to it, reaps
+preloaded and the region's path in its environment (the region carries the
+limits: one carrier), forwards signals to it, reaps
 every child (it may be PID 1), reclaims the slots of dead processes, and
 exits with the command's status.
 """
@@ -14,12 +15,15 @@ import re
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vgpulimit import environment
 from vgpulimit._paths import libpath, simgpu_dir
+from vgpulimit.environment import Setting
 from vgpulimit.limits import MemoryLimit, parse_cores, parse_memory
 from vgpulimit.region import MAX_DEVICES, Region, RegionError
 
@@ -58,44 +62,20 @@ class CommandError(OSError):
 
 
 @dataclass(frozen=True)
-class Setting:
-    """A value as the user wrote it, where it came from, and what it means."""
-
-    text: str
-    source: str   # the flag or variable, for messages
-    value: object
-
-
-@dataclass(frozen=True)
 class Limits:
-    memory: Setting | None = None                       # every device
-    memory_device: Mapping[int, Setting] = field(default_factory=dict)
-    cores: Setting | None = None
-    cores_device: Mapping[int, Setting] = field(default_factory=dict)
+    memory: Mapping[int, Setting] = field(default_factory=dict)   # device -> its cap
+    cores: Mapping[int, Setting] = field(default_factory=dict)    # device -> its share
+    warnings: tuple[str, ...] = ()   # what the user should know: overridden values
 
     def memory_per_device(self) -> list[MemoryLimit | None]:
-        return [_pick(self.memory_device.get(i), self.memory) for i in range(MAX_DEVICES)]
+        return [_value(self.memory.get(i)) for i in range(MAX_DEVICES)]
 
     def cores_per_device(self) -> list[int]:
-        return [_pick(self.cores_device.get(i), self.cores) or 0 for i in range(MAX_DEVICES)]
-
-    def environment(self) -> dict[str, str]:
-        """The variables that tell the shim these limits, as the user wrote them."""
-        env = {}
-        for name, everywhere, per_device in ((MEMORY_VAR, self.memory, self.memory_device),
-                                             (CORES_VAR, self.cores, self.cores_device)):
-            if everywhere is not None:
-                env[name] = everywhere.text
-            for index, setting in per_device.items():
-                env[f"{name}_{index}"] = setting.text
-        return env
+        return [_value(self.cores.get(i)) or 0 for i in range(MAX_DEVICES)]
 
 
-def _pick(*settings: Setting | None):
-    for setting in settings:
-        if setting is not None:
-            return setting.value
-    return None
+def _value(setting: Setting | None):
+    return None if setting is None else setting.value
 
 
 def _device_index(text: str, source: str) -> int:
@@ -119,6 +99,31 @@ def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> d
     return values
 
 
+def layer(below: Mapping[int, Setting], every: Setting | None, per_device: Mapping[int, Setting],
+          warnings: list[str]) -> dict[int, Setting]:
+    """Settings of a stronger source (a value for every device, and per
+    device, which beats it) laid over ``below``; each value of ``below`` that
+    they change is said in ``warnings``, never dropped silently."""
+    result = dict(below)
+    for index in range(MAX_DEVICES):
+        upper = per_device.get(index, every)
+        if upper is None:
+            continue
+        lower = result.get(index)
+        if lower is not None and lower.value != upper.value:
+            warnings.append(f"{upper.source} {upper.text} overrides {lower.source}={lower.text}")
+        result[index] = upper
+    return result
+
+
+def environment_limits(environ: Mapping[str, str]) -> environment.Environment:
+    """The limit variables as the shim reads them; their errors raise UsageError."""
+    env = environment.read(environ)
+    if env.errors:
+        raise UsageError(env.errors[0])
+    return env
+
+
 def resolve_limits(
     memory: str | None,
     memory_device: Sequence[str],
@@ -126,41 +131,25 @@ def resolve_limits(
     cores: str | None = None,
     cores_device: Sequence[str] = (),
 ) -> Limits:
-    """The limits of a run: the flags, and where a flag is not given, the
-    environment the supervisor was started with (VGPULIMIT_MEMORY[_<i>],
-    VGPULIMIT_CORES[_<i>]), so that `docker run -e VGPULIMIT_MEMORY=4GiB`
-    works with a plain `vgpulimit run -- CMD` entrypoint."""
-    per_var = re.compile(rf"({MEMORY_VAR}|{CORES_VAR})_(.+)")
-    env_device: dict[str, dict[int, Setting]] = {MEMORY_VAR: {}, CORES_VAR: {}}
-    for name in sorted(environ):
-        match = per_var.fullmatch(name)
-        if match:
-            var, index_text = match.groups()
-            index = _device_index(index_text, name)
-            env_device[var][index] = _setting(var, environ[name], name)
+    """The limits of a run: the flags, over what the environment the
+    supervisor was started with says (read by the shim's own reader: ours
+    and HAMi's variables, in its precedence), so that `docker run -e
+    VGPULIMIT_MEMORY=4GiB` works with a plain `vgpulimit run -- CMD`
+    entrypoint.  Where a flag overrides a variable, a warning says so."""
+    env = environment_limits(environ)
+    warnings = list(env.warnings)
 
-    if memory is not None:
-        memory_all = _setting(MEMORY_VAR, memory, "--memory")
-    elif MEMORY_VAR in environ:
-        memory_all = _setting(MEMORY_VAR, environ[MEMORY_VAR], MEMORY_VAR)
-    else:
-        memory_all = None
-    if cores is not None:
-        cores_all = _setting(CORES_VAR, cores, "--cores")
-    elif CORES_VAR in environ:
-        cores_all = _setting(CORES_VAR, environ[CORES_VAR], CORES_VAR)
-    else:
-        cores_all = None
+    def flag(var: str, text: str | None, source: str) -> Setting | None:
+        return None if text is None else _setting(var, text, source)
 
-    memory_dev = dict(env_device[MEMORY_VAR])
-    for index, size in parse_device_items(memory_device, "--memory-device").items():
-        memory_dev[index] = _setting(MEMORY_VAR, size, f"--memory-device {index}")
-    cores_dev = dict(env_device[CORES_VAR])
-    for index, pct in parse_device_items(cores_device, "--cores-device", "PERCENT").items():
-        cores_dev[index] = _setting(CORES_VAR, pct, f"--cores-device {index}")
-
-    return Limits(memory=memory_all, memory_device=memory_dev,
-                  cores=cores_all, cores_device=cores_dev)
+    memory_flags = {i: _setting(MEMORY_VAR, text, f"--memory-device {i}")
+                    for i, text in parse_device_items(memory_device, "--memory-device").items()}
+    cores_flags = {i: _setting(CORES_VAR, text, f"--cores-device {i}")
+                   for i, text in parse_device_items(cores_device, "--cores-device",
+                                                     "PERCENT").items()}
+    memory_all = layer(env.memory, flag(MEMORY_VAR, memory, "--memory"), memory_flags, warnings)
+    cores_all = layer(env.cores, flag(CORES_VAR, cores, "--cores"), cores_flags, warnings)
+    return Limits(memory=memory_all, cores=cores_all, warnings=tuple(dict.fromkeys(warnings)))
 
 
 def _setting(var: str, text: str, source: str) -> Setting:
@@ -217,15 +206,22 @@ def _prepend_path(value: str | None, entry: str, separators: str = ":") -> str:
     return ":".join([entry, *rest])
 
 
-def child_environment(environ: Mapping[str, str], limits: Limits, region_path: str,
+# The limit and region variables of the environment contract: a child gets the
+# region's path alone (the region carries the limits), so none of these may
+# reach it with another meaning.
+_CONTRACT_VARS = re.compile(
+    r"(VGPULIMIT_(MEMORY|CORES)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
+    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE")
+
+
+def child_environment(environ: Mapping[str, str], region_path: str,
                       simulate: bool) -> dict[str, str]:
-    """The command's environment: ours, with the limits as resolved (stale
-    per-device variables dropped), the region, the shim first in LD_PRELOAD
-    (after it, the user's entries), and with ``simulate`` the simulated
-    driver first on LD_LIBRARY_PATH."""
-    limit_var = re.compile(rf"({MEMORY_VAR}|{CORES_VAR})(_.*)?")
-    env = {k: v for k, v in environ.items() if not limit_var.fullmatch(k)}
-    env.update(limits.environment())
+    """The command's environment: ours, with the region's path as the one
+    carrier of its limits (the limit variables are dropped: the region holds
+    what they said), the shim first in LD_PRELOAD (after it, the user's
+    entries), and with ``simulate`` the simulated driver first on
+    LD_LIBRARY_PATH."""
+    env = {k: v for k, v in environ.items() if not _CONTRACT_VARS.fullmatch(k)}
     env[REGION_VAR] = region_path
     # The dynamic linker splits LD_PRELOAD on spaces and colons.
     env["LD_PRELOAD"] = _prepend_path(environ.get("LD_PRELOAD"), str(libpath()), " :")
@@ -357,9 +353,50 @@ class RunOptions:
     region_path: str | None = None   # None: a fresh private one, removed afterwards
 
 
+def _warn(line: str) -> None:
+    print(f"vgpulimit: warning: {line}", file=sys.stderr)
+
+
+# Where `vgpulimit oci-hook` mounts a container's region (shim/src/config.c).
+CONTAINER_REGION = "/.vgpulimit/region"
+
+
+def enclosing_region(environ: Mapping[str, str]) -> str | None:
+    """The region this process already runs under: the one its runtime set up
+    (the hook's), else the one an enclosing `vgpulimit run` named; None when
+    there is none (or the named file is no region)."""
+    env = environment.read(environ)
+    for path in (CONTAINER_REGION, env.region_path):
+        if path and os.path.isfile(path) and os.path.getsize(path) > 0:
+            try:
+                Region.open(path).close()
+            except RegionError:
+                continue
+            return path
+    return None
+
+
+def _inside(path: str, limits: Limits) -> None:
+    """Says which asked limits the enclosing region does not take."""
+    with Region.open(path) as region:
+        devices = region.snapshot(all_devices=True).devices
+    for asked, what in ((limits.memory, "memory"), (limits.cores, "cores")):
+        for index, setting in sorted(asked.items()):
+            dev = devices[index]
+            held = dev.limit if what == "memory" else (dev.cores_pct or None)
+            if setting.value != held:
+                _warn(f"{setting.source} {setting.text} is not applied: this runs inside the "
+                      f"region {path}, whose limits hold (a nested run cannot loosen them)")
+                return
+
+
 def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     """Runs the command under the limits; returns the exit code for it
-    (its status, or 128+N when a signal N killed it)."""
+    (its status, or 128+N when a signal N killed it).
+
+    Inside a region already (a container set up by the hook, or an enclosing
+    `vgpulimit run`), the command runs in that region: what it uses counts
+    against the limits already there, which it cannot loosen."""
     if not options.command:
         raise UsageError("run: no command given (vgpulimit run [OPTIONS] -- CMD [ARG...])")
     environ = os.environ if environ is None else environ
@@ -368,7 +405,18 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     libpath()
     if options.simulate:
         simgpu_dir()
+    for line in options.limits.warnings:
+        _warn(line)
 
+    outer = enclosing_region(environ)
+    if outer is not None and options.region_path is not None:
+        raise UsageError(f"run: --region cannot be given inside the region {outer}: a nested run "
+                         "runs in the enclosing region")
+    if outer is not None:
+        _inside(outer, options.limits)
+        with Region.open(outer) as region:
+            return _run_child(options.command, child_environment(environ, outer, options.simulate),
+                              region)
     workdir = None
     if options.region_path is not None:
         region_path = os.path.abspath(options.region_path)
@@ -378,7 +426,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     try:
         with Region.create(region_path, options.limits.memory_per_device(),
                            options.limits.cores_per_device()) as region:
-            env = child_environment(environ, options.limits, region_path, options.simulate)
+            env = child_environment(environ, region_path, options.simulate)
             return _run_child(options.command, env, region)
     finally:
         if workdir is not None:

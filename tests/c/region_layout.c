@@ -1,7 +1,7 @@
 /* Prints the region ABI (sizes and offsets) and fails if it moved: the
  * region file is shared by processes that may run different builds, so any
  * change here must bump VGL_REGION_VERSION and update these numbers.
- * tests/test_region.py compares the printout with the cffi binding's view. */
+ * tests/test_core.py compares the printout with the cffi binding's view. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -20,7 +20,7 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 1);
+    PIN(VGL_REGION_VERSION, 2);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
     PIN(sizeof(struct vgl_device_state), 176);
@@ -44,9 +44,10 @@ int main(void)
     PIN(offsetof(struct vgl_region, header_size), 12);
     PIN(offsetof(struct vgl_region, file_size), 16);
     PIN(offsetof(struct vgl_region, generation), 24);
-    PIN(offsetof(struct vgl_region, lock), 32);
-    PIN(offsetof(struct vgl_region, devices), 96);
-    PIN(offsetof(struct vgl_region, slots), 96 + 16 * 176);
-    PIN(sizeof(struct vgl_region), 96 + 16 * 176 + 1024 * 168);
+    PIN(offsetof(struct vgl_region, flags), 32);
+    PIN(offsetof(struct vgl_region, lock), 40);
+    PIN(offsetof(struct vgl_region, devices), 104);
+    PIN(offsetof(struct vgl_region, slots), 104 + 16 * 176);
+    PIN(sizeof(struct vgl_region), 104 + 16 * 176 + 1024 * 168);
     return failed;
 }

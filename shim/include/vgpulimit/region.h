@@ -2,7 +2,7 @@
  * shim) and the supervisor and views (through the Python binding).
  *
  * One file per container, mapped MAP_SHARED.  Fixed-width fields only; the
- * layout is pinned by tests/c/region_layout.c and tests/test_region.py.  Any
+ * layout is pinned by tests/c/region_layout.c and tests/test_core.py.  Any
  * change to it bumps VGL_REGION_VERSION.
  *
  * This header is also the cffi declaration of the binding: src/vgpulimit/
@@ -16,10 +16,20 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 1,
+    VGL_REGION_VERSION = 2,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
+};
+
+/* Who made a region (vgl_region.flags). */
+enum vgl_region_flags {
+    VGL_REGION_GROUP_SHARED = 1,     /* mode 0660 rather than 0600 */
+    /* Made by the shim from limits in the environment alone: no setter
+     * stands behind it, so it holds only while a process does.  One that no
+     * live process holds is re-made with the limits of the next process's
+     * environment, rather than keep the limits of the last. */
+    VGL_REGION_FROM_ENVIRONMENT = 2,
 };
 
 enum vgl_slot_state {
@@ -69,6 +79,7 @@ struct vgl_region {
     uint32_t header_size;        /* sizeof(struct vgl_region) */
     uint64_t file_size;
     uint64_t generation;         /* bumped on every change of limits */
+    uint64_t flags;              /* enum vgl_region_flags */
     struct vgl_lock lock;        /* guards slot claims and limit changes */
     struct vgl_device_state devices[16];  /* VGL_MAX_DEVICES */
     struct vgl_slot slots[1024];          /* VGL_MAX_SLOTS */
@@ -76,10 +87,11 @@ struct vgl_region {
 
 /* region.c — every function returns 0 or a negative errno unless it says otherwise. */
 
-/* Creates the file at `path` (mode 0600, or 0660 with `group_shared`),
- * fully initialised before it becomes visible: -EEXIST if one is there. */
+/* Creates the file at `path` (mode 0600, or 0660 with VGL_REGION_GROUP_SHARED
+ * in `flags`), fully initialised before it becomes visible: -EEXIST if one
+ * is there. */
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
-                      const uint32_t *cores_pct, int group_shared);
+                      const uint32_t *cores_pct, uint32_t flags);
 /* Maps and validates an existing file.  -EPROTO: not a region (magic);
  * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size. */
 int vgl_region_open(const char *path, struct vgl_region **out);
@@ -94,6 +106,11 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid,
 void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot);
 /* Frees the slots of processes that no longer exist; returns how many. */
 int vgl_region_reclaim(struct vgl_region *region);
+/* When no live process holds the region, sets every device's limits to
+ * these (a region made from an environment, re-made for the next one):
+ * 1; 0 when a live process holds it, and nothing changed. */
+int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
+                     const uint32_t *cores_pct);
 /* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
  * (a reused pid has another).  0 when it cannot be read. */
 uint64_t vgl_proc_start_time(int32_t pid);

@@ -1,0 +1,63 @@
+/* The environment contract, read by one reader (shim/src/environment.c): the
+ * shim calls it on its own environment, the Python package (the supervisor,
+ * the OCI hook) on the environment it is about to hand a process, so every
+ * variable means the same everywhere.
+ *
+ * Precedence, the same for memory and cores, strongest first:
+ *   VGPULIMIT_<X>_<i>  >  VGPULIMIT_<X>  >  HAMi's <Y>_<i>  >  HAMi's <Y>
+ * (within one source, a device's own value beats the one for every device;
+ * our variable beats HAMi's for the same device).  Two sources that disagree
+ * on a device are reported by a warning line naming both; the stronger
+ * applies.  Flags (`vgpulimit run`) and annotations (the OCI hook) rank above
+ * every variable; the Python side layers them on this result.
+ *
+ * This header is also fed to cffi (src/vgpulimit/_cffi_build.py): its body
+ * holds no macros, and array sizes are literals. */
+#ifndef VGPULIMIT_ENVIRONMENT_H
+#define VGPULIMIT_ENVIRONMENT_H
+
+#include <stdint.h>
+
+#include "vgpulimit/limits.h"
+
+/* Where a device's value came from, weakest first: a stronger one replaces it. */
+enum vgl_env_source {
+    VGL_ENV_UNSET = 0,
+    VGL_ENV_HAMI = 1,          /* CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT */
+    VGL_ENV_HAMI_DEVICE = 2,   /* CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i> */
+    VGL_ENV_OURS = 3,          /* VGPULIMIT_MEMORY, VGPULIMIT_CORES */
+    VGL_ENV_OURS_DEVICE = 4,   /* VGPULIMIT_MEMORY_<i>, VGPULIMIT_CORES_<i> */
+};
+
+enum {
+    VGL_ENV_MAX_LINES = 8,
+    VGL_ENV_LINE_LEN = 320,
+    VGL_ENV_NAME_LEN = 64,
+};
+
+struct vgl_env_origin {
+    uint32_t source;           /* enum vgl_env_source */
+    char name[64];             /* the variable, e.g. "VGPULIMIT_MEMORY_1"; VGL_ENV_NAME_LEN */
+    char text[64];             /* its value as written (cut at 63 bytes) */
+};
+
+struct vgl_env {
+    struct vgl_mem_limit memory[16];       /* VGL_MAX_DEVICES; both fields 0: none */
+    uint32_t cores_pct[16];                /* 0: none */
+    struct vgl_env_origin memory_from[16];
+    struct vgl_env_origin cores_from[16];
+    char region_path[4096];                /* "": none named */
+    char region_from[64];                  /* VGPULIMIT_REGION or CUDA_DEVICE_MEMORY_SHARED_CACHE */
+    int32_t log_level;                     /* 0 error .. 3 debug; -1: not set */
+    uint32_t asks;                         /* a limit or region variable is present */
+    uint32_t errors;                       /* variables that cannot be used: fail closed */
+    uint32_t lines;                        /* lines below, at most VGL_ENV_MAX_LINES */
+    uint32_t line_is_error[8];
+    char line[8][320];                     /* one message each, without a newline */
+};
+
+/* Reads `envp` (NULL-terminated "NAME=value" strings, as environ).  Never
+ * fails: what cannot be used is counted in `errors` and said in `line`. */
+void vgl_env_read(char **envp, struct vgl_env *out);
+
+#endif

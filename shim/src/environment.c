@@ -1,0 +1,242 @@
+/* The one reader of the environment contract (vgpulimit/environment.h has the
+ * precedence).  No getenv, no globals: it reads the array it is given, so the
+ * Python side can ask what a process would make of an environment before it
+ * starts one. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "vgpulimit/environment.h"
+#include "vgpulimit/region.h"
+
+enum kind { MEMORY, CORES };
+enum tier { HAMI, OURS, TIERS };
+
+/* The limit variables: ours first, then HAMi-core's, as HAMi's device plugin
+ * sets them, so that vgpulimit drops in where libvgpu.so was. */
+static const struct family {
+    const char *stem;
+    enum kind kind;
+    enum tier tier;
+} FAMILIES[] = {
+    {"VGPULIMIT_MEMORY", MEMORY, OURS},
+    {"VGPULIMIT_CORES", CORES, OURS},
+    {"CUDA_DEVICE_MEMORY_LIMIT", MEMORY, HAMI},
+    {"CUDA_DEVICE_SM_LIMIT", CORES, HAMI},
+};
+
+static const char OUR_REGION[] = "VGPULIMIT_REGION";
+static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
+
+/* One value for one device, before the tiers are merged. */
+struct candidate {
+    bool set;
+    struct vgl_mem_limit memory;
+    uint32_t cores_pct;
+    struct vgl_env_origin origin;
+};
+
+struct reading {
+    struct vgl_env *out;
+    struct candidate found[2][TIERS][VGL_MAX_DEVICES]; /* [kind][tier][device] */
+    const char *region[TIERS];
+    const char *region_name[TIERS];
+};
+
+static void say(struct vgl_env *out, bool error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void say(struct vgl_env *out, bool error, const char *fmt, ...)
+{
+    if (error)
+        out->errors++;
+    if (out->lines == VGL_ENV_MAX_LINES)
+        return;
+    char line[VGL_ENV_LINE_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    for (uint32_t i = 0; i < out->lines; i++)
+        if (strcmp(out->line[i], line) == 0)
+            return; /* the same disagreement on every device is said once */
+    memcpy(out->line[out->lines], line, sizeof line);
+    out->line_is_error[out->lines++] = error;
+}
+
+/* "STEM" → -1 (every device); "STEM_3" → 3; -2: another name; -3: STEM_ with
+ * a suffix that is no device index (said as an error: a limit the user meant
+ * must not be dropped). */
+static int device_of(const char *name, size_t len, const char *stem)
+{
+    size_t stem_len = strlen(stem);
+    if (len < stem_len || strncmp(name, stem, stem_len) != 0)
+        return -2;
+    if (len == stem_len)
+        return -1;
+    if (name[stem_len] != '_')
+        return -2;
+    const char *digits = name + stem_len + 1;
+    size_t n = len - stem_len - 1;
+    int index = 0;
+    if (n == 0 || n > 2)
+        return -3;
+    for (size_t i = 0; i < n; i++) {
+        if (digits[i] < '0' || digits[i] > '9')
+            return -3;
+        index = index * 10 + (digits[i] - '0');
+    }
+    return index < VGL_MAX_DEVICES ? index : -3;
+}
+
+static void read_limit(struct reading *r, const struct family *f, const char *name, int device,
+                       const char *value)
+{
+    struct candidate c = {.set = true};
+    int err = f->kind == MEMORY ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
+    if (err) {
+        /* Worded as the Python side words a bad flag (limits.py LimitError). */
+        say(r->out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
+            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
+            f->kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+        return;
+    }
+    c.origin.source = f->tier == OURS ? (device < 0 ? VGL_ENV_OURS : VGL_ENV_OURS_DEVICE)
+                                      : (device < 0 ? VGL_ENV_HAMI : VGL_ENV_HAMI_DEVICE);
+    snprintf(c.origin.name, sizeof c.origin.name, "%s", name);
+    snprintf(c.origin.text, sizeof c.origin.text, "%s", value);
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        struct candidate *slot = &r->found[f->kind][f->tier][i];
+        /* Within a tier a device's own variable beats the one for all. */
+        if ((i == device || device < 0) && (!slot->set || slot->origin.source <= c.origin.source))
+            *slot = c;
+    }
+}
+
+static bool same(const struct candidate *a, const struct candidate *b, enum kind kind)
+{
+    if (kind == CORES)
+        return a->cores_pct == b->cores_pct;
+    return a->memory.bytes == b->memory.bytes && a->memory.ppm == b->memory.ppm;
+}
+
+static void merge(struct reading *r)
+{
+    struct vgl_env *out = r->out;
+    for (int kind = MEMORY; kind <= CORES; kind++) {
+        for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+            const struct candidate *ours = &r->found[kind][OURS][i], *hami = &r->found[kind][HAMI][i];
+            const struct candidate *use = ours->set ? ours : hami;
+            if (!use->set)
+                continue;
+            if (ours->set && hami->set && !same(ours, hami, kind))
+                say(out, false, "%s=\"%s\" and %s=\"%s\" disagree; %s applies", ours->origin.name,
+                    ours->origin.text, hami->origin.name, hami->origin.text, ours->origin.name);
+            if (kind == MEMORY) {
+                out->memory[i] = use->memory;
+                out->memory_from[i] = use->origin;
+            } else {
+                out->cores_pct[i] = use->cores_pct;
+                out->cores_from[i] = use->origin;
+            }
+        }
+    }
+    const char *path = r->region[OURS] ? r->region[OURS] : r->region[HAMI];
+    const char *from = r->region[OURS] ? OUR_REGION : HAMI_REGION;
+    if (r->region[OURS] && r->region[HAMI] && strcmp(r->region[OURS], r->region[HAMI]) != 0)
+        say(out, false, "%s=\"%s\" and %s=\"%s\" disagree; %s applies", OUR_REGION, r->region[OURS],
+            HAMI_REGION, r->region[HAMI], OUR_REGION);
+    if (!path)
+        return;
+    if (path[0] != '/' || strlen(path) >= sizeof out->region_path) {
+        say(out, true, "%s=\"%s\" must be an absolute path to a region file", from, path);
+        return;
+    }
+    strcpy(out->region_path, path);
+    snprintf(out->region_from, sizeof out->region_from, "%s", from);
+}
+
+static int log_level_of(const char *value)
+{
+    static const char *const NAMES[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(value, NAMES[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* The value of `name` in envp, as getenv would find it (the first). */
+static const char *lookup(char **envp, const char *name)
+{
+    size_t len = strlen(name);
+    for (char **e = envp; e && *e; e++)
+        if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+            return *e + len + 1;
+    return NULL;
+}
+
+void vgl_env_read(char **envp, struct vgl_env *out)
+{
+    static struct reading zero;
+    struct reading r = zero;
+    memset(out, 0, sizeof *out);
+    r.out = out;
+    out->log_level = -1;
+
+    const char *log = lookup(envp, "VGPULIMIT_LOG");
+    const char *hami_log = lookup(envp, "LIBCUDA_LOG_LEVEL");
+    if (log) {
+        out->log_level = log_level_of(log);
+        if (out->log_level < 0)
+            say(out, false, "VGPULIMIT_LOG=\"%s\" is not a level; accepted: error, warn, info, debug "
+                            "(keeping warn)", log);
+    } else if (hami_log && hami_log[0] >= '0' && hami_log[0] <= '9') {
+        /* HAMi-core: 0 errors only, 1 warnings, 2 info, 3 and up debug. */
+        out->log_level = hami_log[0] - '0' < 3 ? hami_log[0] - '0' : 3;
+    }
+    /* HAMi-core's DISABLE turns its compute limit off; FORCE and DEFAULT are
+     * a hard cap here (its DEFAULT lets a container alone on the GPU run
+     * past its share, which we never do). */
+    const char *policy = lookup(envp, HAMI_POLICY);
+    bool hami_cores_off = policy && strcasecmp(policy, "DISABLE") == 0;
+
+    for (char **e = envp; e && *e; e++) {
+        const char *entry = *e, *eq = strchr(entry, '=');
+        if (!eq || (strncmp(entry, "VGPULIMIT_", 10) != 0 && strncmp(entry, "CUDA_DEVICE_", 12) != 0))
+            continue;
+        size_t len = (size_t)(eq - entry);
+        const char *value = eq + 1;
+        char name[VGL_ENV_NAME_LEN];
+        snprintf(name, sizeof name, "%.*s", (int)len, entry);
+        if (lookup(envp, name) != value)
+            continue; /* a second entry of one name: getenv sees the first */
+        const struct family *f = NULL;
+        int device = -2;
+        for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
+            if ((device = device_of(entry, len, FAMILIES[i].stem)) != -2)
+                f = &FAMILIES[i];
+        if (f && device == -3) {
+            out->asks = 1;
+            say(out, true, "%s: \"%s\" is not a device index; accepted: %s_0 to %s_%d (ASCII digits)",
+                name, name + strlen(f->stem) + 1, f->stem, f->stem, VGL_MAX_DEVICES - 1);
+        } else if (f) {
+            /* HAMi-core reads an empty value or 0 as "no limit". */
+            bool hami_none = f->tier == HAMI && (!value[0] || strcmp(value, "0") == 0);
+            out->asks = 1;
+            if (!hami_none && !(f->tier == HAMI && f->kind == CORES && hami_cores_off))
+                read_limit(&r, f, name, device, value);
+        } else if (strcmp(name, OUR_REGION) == 0 || strcmp(name, HAMI_REGION) == 0) {
+            enum tier tier = name[0] == 'V' ? OURS : HAMI;
+            out->asks = 1;
+            r.region[tier] = value;
+        } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
+            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], "
+                            "VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+        }
+    }
+    merge(&r);
+}

@@ -1,0 +1,72 @@
+"""The environment contract, read by the shim's own reader
+(shim/src/environment.c, through cffi), so that the supervisor and the OCI
+hook make of a process's variables exactly what the shim in it would.
+
+Precedence (strongest first): a flag or an annotation (layered on by the
+caller), VGPULIMIT_<X>_<i>, VGPULIMIT_<X>, HAMi's <Y>_<i>, HAMi's <Y>.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from vgpulimit._paths import core
+from vgpulimit.limits import MemoryLimit
+
+ffi, lib = core()
+
+MAX_DEVICES: int = lib.VGL_MAX_DEVICES
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value as the user wrote it, where it came from, and what it means."""
+
+    text: str
+    source: str   # the flag, annotation or variable, for messages
+    value: object
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the limit variables of one environment say, per device."""
+
+    memory: Mapping[int, Setting] = field(default_factory=dict)   # value: MemoryLimit
+    cores: Mapping[int, Setting] = field(default_factory=dict)    # value: percent
+    region_path: str | None = None
+    region_source: str | None = None   # VGPULIMIT_REGION or CUDA_DEVICE_MEMORY_SHARED_CACHE
+    asks: bool = False                 # a limit or region variable is present
+    errors: tuple[str, ...] = ()       # variables that cannot be used, one line each
+    warnings: tuple[str, ...] = ()
+
+
+def _text(chars) -> str:
+    return ffi.string(chars).decode("utf-8", errors="replace")
+
+
+def read(environ: Mapping[str, str]) -> Environment:
+    """Reads ``environ`` as the shim reads its environment."""
+    entries = [ffi.new("char[]", f"{name}={value}".encode("utf-8", errors="surrogateescape"))
+               for name, value in environ.items() if "\0" not in name + value and "=" not in name]
+    envp = ffi.new("char *[]", [*entries, ffi.NULL])
+    out = ffi.new("struct vgl_env *")
+    lib.vgl_env_read(envp, out)
+
+    memory, cores = {}, {}
+    for i in range(MAX_DEVICES):
+        if out.memory_from[i].source:
+            origin = out.memory_from[i]
+            limit = MemoryLimit._from_cdata(out.memory[i])
+            memory[i] = Setting(_text(origin.text), _text(origin.name), limit)
+        if out.cores_from[i].source:
+            origin = out.cores_from[i]
+            cores[i] = Setting(_text(origin.text), _text(origin.name), int(out.cores_pct[i]))
+    lines = [(_text(out.line[i]), bool(out.line_is_error[i])) for i in range(out.lines)]
+    region = _text(out.region_path) or None
+    return Environment(
+        memory=memory, cores=cores, region_path=region,
+        region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
+        errors=tuple(line for line, error in lines if error),
+        warnings=tuple(line for line, error in lines if not error),
+    )
