@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import C_DIR, MiB, compile_c, run, vgpulimit_cmd
+from conftest import C_DIR, GiB, MiB, compile_c, run, vgpulimit_cmd
 from containers import CLIENTS, OWN_PID_NAMESPACE, can_unshare_pid, fill_cmd
 
+OK, OOM = "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"
 PID_MAX_LIMIT = 4194304  # the kernel's ceiling on pid_max: no pid is above it
 
 
@@ -151,3 +152,38 @@ def test_utilisation_samples_name_the_host_pid(sim_env, launch_client):
         proc.kill()
         proc.wait(timeout=30)
         proc.stdout.close()
+
+
+def fill(env, region: Path, cap: str, count: int, *, own_pid_namespace) -> dict:
+    """cuda_fill.py allocating `count` blocks of 256 MiB in a container capped at `cap`."""
+    prefix = OWN_PID_NAMESPACE if own_pid_namespace else []
+    cmd = [*prefix, *vgpulimit_cmd("run", "--simulate", "--memory", cap, "--region", region, "--",
+                                   sys.executable, CLIENTS / "cuda_fill.py", 256 * MiB, count)]
+    return json.loads(run(cmd, env, timeout=60).stdout)
+
+
+@pytest.mark.parametrize("own_proc", [True, False], ids=["own /proc", "host namespace"])
+def test_a_container_is_never_charged_another_namespaces_context(sim_env, tmp_path, tenants,
+                                                                   own_proc):
+    """Container A (pid namespace and /proc of its own) holds 1 GiB and a
+    256 MiB context. Container B's process has the same pid in its own
+    namespace as A's: B is charged none of A's memory. In a namespace with its
+    own /proc, B cannot find itself in the driver's list (host pids): its own
+    context is not charged either, and its allocations reach its whole cap; in
+    the host's namespace its context is charged, and the rest is its."""
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="256MiB")
+    regions = tmp_path / "regions"
+    regions.mkdir()
+    a = tenants(env, 1 * GiB, own_pid_namespace=True,
+                limits=["--memory", "4GiB", "--region", regions / "a"])
+    assert a.report["allocs"] == [OK]
+    assert processes(env, own_pid_namespace=False)[a.host_pid] == 1 * GiB + 256 * MiB
+
+    b = fill(env, regions / "b", "2GiB", 9, own_pid_namespace=own_proc)
+    context = 0 if own_proc else 1
+    if own_proc:
+        assert b["pid"] == a.report["pid"]  # the pid the driver's list does not name
+    assert b["allocs"] == [OK] * (8 - context) + [OOM] * (1 + context)
+    # A context of its own fits a cap below what A holds.
+    small = fill(env, regions / "small", "768MiB", 4, own_pid_namespace=own_proc)
+    assert small["allocs"] == [OK] * (3 - context) + [OOM] * (1 + context)
