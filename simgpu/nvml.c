@@ -2,6 +2,11 @@
  * the driver, so that a monitor in one process sees the memory and processes of
  * every process that uses the simulated GPU.
  *
+ * Processes are named as the NVIDIA driver names them, by their pid in the
+ * host's pid namespace, wherever the caller runs; a process in a container
+ * whose host pid nobody here can know gets a stand-in above PID_MAX_LIMIT,
+ * never a pid of the container's own (state.c, "pids").
+ *
  * Functions answer NVML_ERROR_UNINITIALIZED until nvmlInit (nvmlInit is
  * counted: each needs its nvmlShutdown). */
 #include <pthread.h>

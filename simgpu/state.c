@@ -7,6 +7,7 @@
  * done and marks the mutex consistent.  A dead process's entry is dropped and
  * its bytes returned whenever the table is read or memory runs short, as a real
  * driver frees the memory of a process that exits. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -41,22 +42,156 @@ static struct {
     /* Below: guarded by the file's mutex. */
     int self;                       /* our entry, or -1 */
     pid_t self_pid;
-    uint64_t self_pidns;
+    struct sim_pid who;             /* this process, once found */
+    pid_t who_pid;                  /* the process that found it: a forked child looks again */
 } sim_st = {
     .open_mutex = PTHREAD_MUTEX_INITIALIZER,
     .fd = -1,
     .self = -1,
 };
 
-/* ---- /proc ---------------------------------------------------------------- */
+/* ---- pids ------------------------------------------------------------------
+ *
+ * The NVIDIA driver is not pid-namespace aware: NVML names every process by
+ * its pid in the initial pid namespace (the host's), wherever the caller runs,
+ * so a container that compares those pids with its own may take another
+ * tenant's process for one of its own.  simgpu must name processes the same
+ * way, but it runs inside them, so each records itself (struct sim_pid): its
+ * pid namespace, its pid there, and its host pid when it can know it: when it
+ * is in the initial namespace, or when its /proc is the host's (NSpid's first
+ * entry).  A process in a namespace with a /proc of its own cannot know its
+ * host pid; a lister then reports what the driver would, as far as it can:
+ *   - a lister in the initial namespace, whose /proc is the host's, finds the
+ *     process there: the one whose /proc/<pid>/ns/pid is that namespace and
+ *     whose NSpid ends with that pid;
+ *   - any other lister reports a stand-in that is never a real pid: above
+ *     the kernel's ceiling on pid_max (PID_MAX_LIMIT), the same for the same
+ *     process in every lister, so that no one takes it for a pid of theirs. */
 
+/* The initial pid namespace's inode (PROC_PID_INIT_INO, fixed since Linux 3.8). */
+#define SIM_INIT_PID_NS 0xEFFFFFFCu
 
-static uint64_t sim_self_pidns(void)
+static uint64_t sim_pidns_of(const char *ns_link)
 {
     struct stat st;
-    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    return stat(ns_link, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
+/* The NSpid line of a /proc/<pid>/status: the pid in the namespace of that
+ * /proc first, then in each namespace down to the process's own.  Returns how
+ * many there are (0: unreadable). */
+static int sim_nspid(const char *status_path, int32_t *first, int32_t *last)
+{
+    char buf[8192];
+    int fd = open(status_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *s = strstr(buf, "\nNSpid:");
+    if (!s)
+        return 0;
+    s += strlen("\nNSpid:");
+    int count = 0;
+    for (;;) {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        char *end;
+        long pid = strtol(s, &end, 10);
+        if (end == s || pid <= 0 || pid > INT32_MAX)
+            return count;
+        if (count++ == 0)
+            *first = (int32_t)pid;
+        *last = (int32_t)pid;
+        s = end;
+    }
+}
+
+struct sim_pid sim_state_self(void)
+{
+    pid_t me = getpid();
+    if (sim_st.who_pid == me)
+        return sim_st.who;
+    struct sim_pid who = {.ns = sim_pidns_of("/proc/self/ns/pid"), .pid = me};
+    int32_t first, last;
+    if (who.ns == SIM_INIT_PID_NS)
+        who.host_pid = me;
+    else if (sim_nspid("/proc/self/status", &first, &last) > 1 &&
+             sim_pidns_of("/proc/1/ns/pid") == SIM_INIT_PID_NS)
+        who.host_pid = first; /* our /proc is the host's: its pid 1 is the host's */
+    sim_st.who = who;
+    sim_st.who_pid = me;
+    return who;
+}
+
+/* Every process of another pid namespace, as the host's /proc shows it. */
+static void sim_scan_host(struct sim_host_pids *host)
+{
+    DIR *dir = opendir("/proc");
+    if (!dir)
+        return;
+    uint32_t room = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end || pid <= 0 || pid > INT32_MAX)
+            continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/status", pid);
+        int32_t first, last;
+        if (sim_nspid(path, &first, &last) < 2)
+            continue; /* in the initial namespace: it knew its own pid */
+        snprintf(path, sizeof path, "/proc/%ld/ns/pid", pid);
+        struct sim_pid found = {.ns = sim_pidns_of(path), .pid = last, .host_pid = (int32_t)pid};
+        if (!found.ns)
+            continue; /* gone, or not ours to inspect */
+        if (host->count == room) {
+            room = room ? 2 * room : 64;
+            struct sim_pid *more = realloc(host->procs, room * sizeof *more);
+            if (!more)
+                break;
+            host->procs = more;
+        }
+        host->procs[host->count++] = found;
+    }
+    closedir(dir);
+}
+
+/* Above PID_MAX_LIMIT and within int32_t; one (namespace, pid) pair each
+ * (splitmix64's finaliser spreads them). */
+static uint32_t sim_stand_in(const struct sim_pid *who)
+{
+    uint64_t x = who->ns * 0x9E3779B97F4A7C15ULL ^ (uint32_t)who->pid;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return SIM_PID_MAX_LIMIT + 1 + (uint32_t)(x % ((uint64_t)INT32_MAX - SIM_PID_MAX_LIMIT));
+}
+
+uint32_t sim_driver_pid(const struct sim_pid *who, struct sim_host_pids *host)
+{
+    if (who->host_pid > 0)
+        return (uint32_t)who->host_pid;
+    if (!host->scanned) {
+        host->scanned = true;
+        if (sim_pidns_of("/proc/self/ns/pid") == SIM_INIT_PID_NS)
+            sim_scan_host(host); /* our /proc is the host's */
+    }
+    for (uint32_t i = 0; i < host->count; i++)
+        if (host->procs[i].ns == who->ns && host->procs[i].pid == who->pid)
+            return (uint32_t)host->procs[i].host_pid;
+    return sim_stand_in(who);
+}
+
+void sim_host_pids_free(struct sim_host_pids *host)
+{
+    free(host->procs);
+    *host = (struct sim_host_pids){0};
+}
 
 /* ---- opening ---------------------------------------------------------------- */
 
@@ -218,7 +353,6 @@ int sim_state_open(const struct sim_config *cfg)
     sim_st.open_flags = O_RDWR | O_CLOEXEC | nofollow;
     sim_st.fd = fd;
     sim_st.fd_pid = getpid();
-    sim_st.self_pidns = sim_self_pidns();
     static bool atfork_done;
     if (!atfork_done) {
         pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
@@ -314,12 +448,12 @@ static bool sim_entry_lock(int i, short type)
 
 static bool sim_entry_dead(const struct sim_file_proc *p, int i)
 {
-    if (p->pid <= 0)
+    if (p->who.pid <= 0)
         return true; /* half-claimed by a process killed in the act: kill(0, 0) would succeed */
-    if (p->pidns == sim_st.self_pidns) {
+    if (p->who.ns == sim_state_self().ns) {
         /* Exited (a zombie too: a real driver frees a process's memory at
          * its exit, not when its parent reaps it), or the pid is reused. */
-        return !vgl_proc_running(p->pid, p->start_time);
+        return !vgl_proc_running(p->who.pid, p->start_time);
     }
     /* Another pid namespace: its pids mean nothing here, but its owner holds a
      * lock on the entry for as long as it lives. */
@@ -365,9 +499,8 @@ static int sim_claim_self(struct sim_file *f)
             if (p->state != SIM_PROC_FREE)
                 continue;
             memset(p, 0, sizeof *p);
-            p->pid = me;
+            p->who = sim_state_self();
             p->start_time = vgl_proc_start_time(me);
-            p->pidns = sim_st.self_pidns;
             p->flags = sim_entry_lock(i, F_WRLCK) ? SIM_PROC_LOCKED : 0;
             vgl_proc_comm_self(p->comm);
             p->state = SIM_PROC_LIVE;
@@ -534,13 +667,15 @@ int sim_state_processes(uint32_t device, struct sim_proc_info *out, uint32_t max
         const struct sim_file_proc *p = &f->procs[i];
         if (p->state != SIM_PROC_LIVE || !((p->context_mask >> device) & 1u || p->used_bytes[device]))
             continue;
-        if (n < max) {
-            out[n].pid = p->pid;
-            out[n].used_bytes = p->used_bytes[device];
-        }
+        if (n < max)
+            out[n] = (struct sim_proc_info){.who = p->who, .used_bytes = p->used_bytes[device]};
         n++;
     }
     sim_unlock(f);
+    struct sim_host_pids host = {0};
+    for (uint32_t i = 0; i < n && i < max; i++)
+        out[i].pid = sim_driver_pid(&out[i].who, &host);
+    sim_host_pids_free(&host);
     return (int)n;
 }
 

@@ -33,7 +33,7 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 2,
+    SIM_STATE_VERSION = 3,
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* kernels queued on one device by all processes together */
@@ -58,6 +58,15 @@ enum sim_proc_flags {
     SIM_PROC_LOCKED = 1u << 0,
 };
 
+/* A process as the kernel knows it.  The driver names processes by their pid
+ * in the initial pid namespace (the host's) wherever the caller runs; simgpu
+ * runs inside the process, which may not know that pid (state.c, "pids"). */
+struct sim_pid {
+    uint64_t ns;                    /* inode of /proc/<pid>/ns/pid; 0: unknown */
+    int32_t pid;                    /* in that namespace: as the process sees itself */
+    int32_t host_pid;               /* in the initial namespace; 0: the process cannot know it */
+};
+
 /* A process-shared, robust pthread mutex; the padding fixes its size on every
  * architecture. */
 struct sim_file_lock {
@@ -75,22 +84,21 @@ struct sim_file_device {
 
 struct sim_file_proc {
     uint32_t state;                 /* enum sim_proc_state */
-    int32_t pid;                    /* as the process sees itself */
-    uint64_t start_time;            /* /proc/<pid>/stat field 22: a reused pid is not this process */
-    uint64_t pidns;                 /* inode of /proc/self/ns/pid; 0: unknown */
-    uint32_t context_mask;          /* bit d: the process holds a context on device d */
     uint32_t flags;                 /* enum sim_proc_flags */
+    struct sim_pid who;
+    uint64_t start_time;            /* /proc/<pid>/stat field 22: a reused pid is not this process */
+    uint32_t context_mask;          /* bit d: the process holds a context on device d */
+    uint32_t pad;
     uint64_t used_bytes[SIM_MAX_DEVICES];
     char comm[SIM_COMM_LEN];        /* /proc/<pid>/comm, NUL-terminated */
-    uint64_t reserved[8];           /* zero: the process's kernel time goes here */
+    uint64_t reserved[7];           /* zero: the process's kernel time goes here */
 };
 
 /* A stretch of a device's time given to one launch (CLOCK_MONOTONIC ns). */
 struct sim_segment {
     uint64_t start_ns;
     uint64_t end_ns;
-    int32_t pid;                    /* as the launching process sees itself */
-    uint32_t pad;
+    struct sim_pid who;             /* the launching process */
 };
 
 /* One sample period of a device: how long it ran kernels, and whose. */
@@ -100,8 +108,7 @@ struct sim_sample {
     uint32_t nprocs;
     uint32_t pad;
     struct {
-        int32_t pid;
-        uint32_t pad;
+        struct sim_pid who;
         uint64_t busy_ns;
     } procs[SIM_SAMPLE_PROCS];
 };
@@ -170,7 +177,8 @@ void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* One process's use of the simulated machine, as NVML reports it. */
 struct sim_proc_info {
-    int32_t pid;
+    struct sim_pid who;
+    uint32_t pid;                   /* as the driver reports it: sim_driver_pid(who) */
     uint64_t used_bytes;
 };
 
@@ -197,6 +205,22 @@ int sim_state_processes(uint32_t device, struct sim_proc_info *out, uint32_t max
 /* Forgets this process's place in the file without touching it: for a child
  * after fork, whose memory and contexts are not its parent's. */
 void sim_state_forget_self(void);
+/* This process (pre-condition: the file's mutex is held). */
+struct sim_pid sim_state_self(void);
+
+#define SIM_PID_MAX_LIMIT 4194304   /* the kernel's PID_MAX_LIMIT: no pid is above it */
+/* The pid the driver reports for `who` (see "pids" in state.c): its host pid;
+ * found in /proc when the process could not know it and our /proc is the
+ * host's; else a stand-in above SIM_PID_MAX_LIMIT.  `host` keeps one scan of
+ * /proc for a whole listing: zeroed before, given to sim_host_pids_free after.
+ * Never under the file's mutex: the scan reads every process's status. */
+struct sim_host_pids {
+    bool scanned;
+    uint32_t count;
+    struct sim_pid *procs;          /* malloc'd: the processes of other pid namespaces */
+};
+uint32_t sim_driver_pid(const struct sim_pid *who, struct sim_host_pids *host);
+void sim_host_pids_free(struct sim_host_pids *host);
 /* For timeline.c: the mapped file, for what may be read without the mutex
  * (atomics); NULL when it is not open. */
 struct sim_file *sim_state_file(void);
@@ -222,7 +246,8 @@ int sim_timeline_utilization(uint32_t device, unsigned int *percent);
 
 /* A process's use of a device during one sample period. */
 struct sim_proc_sample {
-    int32_t pid;
+    struct sim_pid who;
+    uint32_t pid;                   /* as the driver reports it: sim_driver_pid(who) */
     unsigned int sm_percent;
     uint64_t timestamp_us;          /* CLOCK_REALTIME at the end of the period */
 };

@@ -9,12 +9,11 @@
  * clock passes it, by whichever process next looks at the timeline. */
 #include <errno.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "state.h"
 
-_Static_assert(sizeof(struct sim_segment) == 24, "segment layout");
-_Static_assert(sizeof(struct sim_sample) == 24 + 16 * SIM_SAMPLE_PROCS, "sample layout");
+_Static_assert(sizeof(struct sim_segment) == 32, "segment layout");
+_Static_assert(sizeof(struct sim_sample) == 24 + 24 * SIM_SAMPLE_PROCS, "sample layout");
 
 uint64_t sim_now_ns(void)
 {
@@ -59,8 +58,13 @@ static void sim_close_periods(struct sim_timeline *tl, uint64_t until)
     }
 }
 
-/* Credits [from, to) of the device's time to `pid`, period by period. */
-static void sim_credit(struct sim_timeline *tl, uint64_t from, uint64_t to, int32_t pid)
+static bool sim_same(const struct sim_pid *a, const struct sim_pid *b)
+{
+    return a->ns == b->ns && a->pid == b->pid;
+}
+
+/* Credits [from, to) of the device's time to `who`, period by period. */
+static void sim_credit(struct sim_timeline *tl, uint64_t from, uint64_t to, const struct sim_pid *who)
 {
     while (from < to) {
         sim_close_periods(tl, from);
@@ -70,10 +74,10 @@ static void sim_credit(struct sim_timeline *tl, uint64_t from, uint64_t to, int3
         cur->busy_ns += ns;
         tl->busy_ns += ns;
         uint32_t i = 0;
-        while (i < cur->nprocs && cur->procs[i].pid != pid)
+        while (i < cur->nprocs && !sim_same(&cur->procs[i].who, who))
             i++;
         if (i == cur->nprocs && i < SIM_SAMPLE_PROCS) {
-            cur->procs[i].pid = pid;
+            cur->procs[i].who = *who;
             cur->procs[i].busy_ns = 0;
             cur->nprocs++;
         }
@@ -91,7 +95,7 @@ static void sim_advance(struct sim_timeline *tl, uint64_t now)
         uint64_t from = sim_max(s->start_ns, tl->accounted_ns);
         uint64_t to = sim_min(s->end_ns, now);
         if (from < to)
-            sim_credit(tl, from, to, s->pid);
+            sim_credit(tl, from, to, &s->who);
         if (s->end_ns > now)
             break;
         tl->head = (tl->head + 1) % SIM_TIMELINE_SLOTS;
@@ -129,7 +133,7 @@ int sim_timeline_enqueue(uint32_t device, uint64_t duration_ns, uint64_t *end_ns
     }
     uint64_t start = sim_max(now, tl->tail_ns);
     struct sim_segment *s = &tl->queue[(tl->head + tl->count) % SIM_TIMELINE_SLOTS];
-    *s = (struct sim_segment){.start_ns = start, .end_ns = start + duration_ns, .pid = (int32_t)getpid()};
+    *s = (struct sim_segment){.start_ns = start, .end_ns = start + duration_ns, .who = sim_state_self()};
     tl->count++;
     __atomic_store_n(&tl->tail_ns, s->end_ns, __ATOMIC_RELEASE);
     *end_ns = s->end_ns;
@@ -186,7 +190,7 @@ int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sam
         for (uint32_t p = 0; p < s->nprocs; p++) {
             if (n < max)
                 out[n] = (struct sim_proc_sample){
-                    .pid = s->procs[p].pid,
+                    .who = s->procs[p].who,
                     .sm_percent = (unsigned int)((s->procs[p].busy_ns * 100 + SIM_SAMPLE_NS / 2) / SIM_SAMPLE_NS),
                     .timestamp_us = stamp,
                 };
@@ -194,6 +198,10 @@ int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sam
         }
     }
     sim_state_unlock_file(f);
+    struct sim_host_pids host = {0};
+    for (uint32_t i = 0; i < n && i < max; i++)
+        out[i].pid = sim_driver_pid(&out[i].who, &host);
+    sim_host_pids_free(&host);
     return (int)n;
 }
 

@@ -13,6 +13,17 @@ from pathlib import Path
 from conftest import TESTS, vgpulimit_cmd
 
 CLIENTS = TESTS / "clients"
+# A command's prefix that runs it as PID 1 of a pid namespace with a /proc of
+# its own, as a container runtime does; killing unshare kills the namespace.
+OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+def can_unshare_pid() -> bool:
+    try:
+        return subprocess.run([*OWN_PID_NAMESPACE, "true"], capture_output=True, timeout=30,
+                              check=False).returncode == 0
+    except FileNotFoundError:
+        return False
 
 
 def fill_cmd(block: int, count: int, release: Path) -> list[str]:

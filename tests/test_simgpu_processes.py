@@ -13,6 +13,7 @@ import time
 
 import pytest
 from conftest import TESTS, GiB, MiB, run
+from containers import OWN_PID_NAMESPACE, can_unshare_pid
 
 CLIENTS = TESTS / "clients"
 OOM, OK = "CUDA_ERROR_OUT_OF_MEMORY", "CUDA_SUCCESS"
@@ -111,21 +112,13 @@ def test_a_process_killed_inside_the_driver_blocks_no_one(sim_env):
     assert fill(sim_env, 1 * GiB, 1)["allocs"] == [OK]  # would hang if the lock were not robust
 
 
-def can_unshare_pid() -> bool:
-    try:
-        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
-                              capture_output=True, timeout=30, check=False).returncode == 0
-    except FileNotFoundError:
-        return False
-
-
 def test_a_killed_process_of_another_pid_namespace_is_reaped(sim_env, holders, tmp_path):
     """Its pid means nothing here: it is kept while it lives, and its memory
     comes back after SIGKILL (through the lock it holds on its entry)."""
     if not can_unshare_pid():
         pytest.skip("unshare --pid is not permitted here")
     holder = holders(sim_env, 16 * GiB, 1, "--hold", tmp_path / "never",
-                     prefix=["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"])
+                     prefix=OWN_PID_NAMESPACE)
     assert line_of(holder)["allocs"] == [OK]
     assert fill(sim_env, 1, 0)["before"]["free"] == 0
     holder.kill()  # unshare dies; --kill-child sends its child SIGKILL

@@ -4,10 +4,12 @@
  * container's processes, not only what they asked for.
  *
  * Nothing tells us that cost directly, so we read it off NVML: the process's
- * memory there, minus what we charged it for its allocations.  We look when
- * the process first allocates on a device, and again at most every 200 ms
- * while it keeps allocating.  The difference is already held by the driver:
- * it is charged even past the cap (the allocations after it are refused). */
+ * memory there, under its host pid (as the driver names processes), minus
+ * what we charged it for its allocations.  A process that cannot know its
+ * host pid is not charged that cost.  We look when the process first
+ * allocates on a device, and again at most every 200 ms while it keeps
+ * allocating.  The difference is already held by the driver: it is charged
+ * even past the cap (the allocations after it are refused). */
 #include <pthread.h>
 #include <time.h>
 
@@ -28,10 +30,15 @@ static void start_nvml(void)
 }
 
 /* This process's memory on `device` as NVML reports it; false when NVML
- * cannot say (no NVML, device not found, our pid not listed — another pid
- * namespace whose host pid we do not know). */
+ * cannot say (no NVML, device not found, our pid not listed).  The driver
+ * lists host pids only: a process that does not know its own (a container
+ * with its own /proc) cannot be found, and its container-local pid may be
+ * another namespace's process on the host, whose memory is not ours. */
 static bool nvml_usage(int device, uint64_t *bytes)
 {
+    int32_t self = vgl_self.slot->host_pid;
+    if (self <= 0)
+        return false;
     pthread_once(&nvml_once, start_nvml);
     struct vgl_visible visible;
     if (!nvml_up || !vgl_visible_devices(&visible) || (unsigned)device >= visible.count)
@@ -40,9 +47,8 @@ static bool nvml_usage(int device, uint64_t *bytes)
     unsigned int count = sizeof procs / sizeof procs[0];
     if (vgl_real.nvmlDeviceGetComputeRunningProcesses_v3(visible.handle[device], &count, procs) != NVML_SUCCESS)
         return false;
-    int32_t self = vgl_self.slot->host_pid ? vgl_self.slot->host_pid : vgl_self.pid;
     for (unsigned int i = 0; i < count; i++) {
-        if ((int32_t)procs[i].pid == self && procs[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE_ULL) {
+        if (procs[i].pid == (unsigned int)self && procs[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE_ULL) {
             *bytes = procs[i].usedGpuMemory;
             return true;
         }

@@ -1,0 +1,189 @@
+"""Tenants in pid namespaces of their own, each with its own /proc, on one GPU,
+as the OCI hook starts containers: their processes have the same pids inside
+(1, 2, ...). The NVIDIA driver is not pid-namespace aware and names every
+process by its host pid; simgpu does the same, and the shim never takes
+another namespace's process (its memory, its context) for one of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import C_DIR, GiB, MiB, compile_c, run, vgpulimit_cmd
+from containers import CLIENTS, OWN_PID_NAMESPACE, can_unshare_pid, fill_cmd
+
+OK, OOM = "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"
+PID_MAX_LIMIT = 4194304  # the kernel's ceiling on pid_max: no pid is above it
+
+
+def nspid(pid: int) -> list[int]:
+    """The process's pid in each namespace from the host's down to its own."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return [int(p) for p in line.split()[1:]]
+    raise AssertionError(f"no NSpid in /proc/{pid}/status")
+
+
+def host_pid(ancestor: int, own_pid: int) -> int:
+    """The host pid of the process under `ancestor` (itself included) whose pid
+    in its own namespace is `own_pid`."""
+    todo = [ancestor]
+    while todo:
+        pid = todo.pop()
+        if nspid(pid)[-1] == own_pid:
+            return pid
+        todo += map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    raise AssertionError(f"no process under {ancestor} is {own_pid} in its namespace")
+
+
+@dataclass
+class Tenant:
+    report: dict        # what cuda_fill.py printed: its own pid, its allocations
+    host_pid: int
+
+
+@pytest.fixture
+def tenants(tmp_path):
+    """Starts cuda_fill.py clients that hold one block until the test ends: in
+    a pid namespace of their own (`own_pid_namespace`) or not, in a container
+    of `vgpulimit run --simulate LIMITS` (`limits`) or not."""
+    if not can_unshare_pid():
+        pytest.skip("cannot make a pid namespace here (needs unshare(1) and root)")
+    release = tmp_path / "release"
+    started: list[subprocess.Popen] = []
+
+    def start(env, block, *, own_pid_namespace, limits=None) -> Tenant:
+        cmd = fill_cmd(block, 1, release)
+        if limits is not None:
+            cmd = vgpulimit_cmd("run", "--simulate", *map(str, limits), "--", *cmd)
+        if own_pid_namespace:
+            cmd = [*OWN_PID_NAMESPACE, *cmd]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        line = proc.stdout.readline()
+        assert line, f"{cmd} exited {proc.wait(timeout=30)} before reporting"
+        report = json.loads(line)
+        return Tenant(report, host_pid(proc.pid, report["pid"]))
+
+    yield start
+    release.touch()
+    for proc in started:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def processes(env, *, own_pid_namespace) -> dict[int, int]:
+    """Device 0's compute processes as NVML lists them: pid -> bytes."""
+    prefix = OWN_PID_NAMESPACE if own_pid_namespace else []
+    seen = json.loads(run([*prefix, sys.executable, CLIENTS / "nvml_processes.py"], env).stdout)
+    assert seen["compute"] == seen["compute_v2"]
+    return {int(pid): used for pid, used in seen["compute"].items()}
+
+
+def test_nvml_names_every_process_by_its_host_pid(sim_env, tenants):
+    """Listed from the host, each tenant's process is there under its host pid,
+    as the driver lists it; listed from a namespace with a /proc of its own,
+    which cannot know those host pids, they are stand-ins above every pid,
+    never a pid of a namespace (both tenants are pid 1 in their own)."""
+    a = tenants(sim_env, 256 * MiB, own_pid_namespace=True)
+    b = tenants(sim_env, 512 * MiB, own_pid_namespace=True)
+    host = tenants(sim_env, 128 * MiB, own_pid_namespace=False)
+    assert a.report["pid"] == b.report["pid"] == 1
+    assert host.host_pid == host.report["pid"]
+
+    assert processes(sim_env, own_pid_namespace=False) == {
+        a.host_pid: 256 * MiB, b.host_pid: 512 * MiB, host.host_pid: 128 * MiB}
+
+    inside = processes(sim_env, own_pid_namespace=True)
+    # A process in the host's namespace knew its host pid: listed under it.
+    assert inside.pop(host.host_pid) == 128 * MiB
+    assert sorted(inside.values()) == [256 * MiB, 512 * MiB]
+    assert all(pid > PID_MAX_LIMIT for pid in inside), inside
+    # The same stand-in for the same process, whoever lists it.
+    assert processes(sim_env, own_pid_namespace=True) == inside | {host.host_pid: 128 * MiB}
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory):
+    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client",
+                     [C_DIR / "launch_client.c"], "-ldl")
+
+
+def sample_pids(env, *, own_pid_namespace, until) -> set[int]:
+    """The pids of device 0's utilisation samples, once `until` holds of them."""
+    prefix = OWN_PID_NAMESPACE if own_pid_namespace else []
+    deadline = time.monotonic() + 60
+    while True:
+        seen = json.loads(run([*prefix, sys.executable, CLIENTS / "nvml_utilization.py", 0],
+                              env).stdout)
+        pids = {s["pid"] for s in seen["samples"]}
+        if until(pids):
+            return pids
+        assert time.monotonic() < deadline, f"samples of {pids} only after 60 s"
+        time.sleep(0.05)
+
+
+def test_utilisation_samples_name_the_host_pid(sim_env, launch_client):
+    """A process in a pid namespace of its own runs kernels: the driver's
+    samples name it by its host pid; from another such namespace, by a
+    stand-in above every pid (not 1, its pid in its own)."""
+    if not can_unshare_pid():
+        pytest.skip("cannot make a pid namespace here (needs unshare(1) and root)")
+    proc = subprocess.Popen([*OWN_PID_NAMESPACE, launch_client, "kernel", "1000", "60"],
+                            env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().split()
+        assert line[:2] == ["progress", "1"], line
+        launcher = host_pid(proc.pid, 1)
+        assert sample_pids(sim_env, own_pid_namespace=False,
+                           until=lambda pids: launcher in pids) == {launcher}
+        [stand_in] = sample_pids(sim_env, own_pid_namespace=True, until=bool)
+        assert stand_in > PID_MAX_LIMIT
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def fill(env, region: Path, cap: str, count: int, *, own_pid_namespace) -> dict:
+    """cuda_fill.py allocating `count` blocks of 256 MiB in a container capped at `cap`."""
+    prefix = OWN_PID_NAMESPACE if own_pid_namespace else []
+    cmd = [*prefix, *vgpulimit_cmd("run", "--simulate", "--memory", cap, "--region", region, "--",
+                                   sys.executable, CLIENTS / "cuda_fill.py", 256 * MiB, count)]
+    return json.loads(run(cmd, env, timeout=60).stdout)
+
+
+@pytest.mark.parametrize("own_proc", [True, False], ids=["own /proc", "host namespace"])
+def test_a_container_is_never_charged_another_namespaces_context(sim_env, tmp_path, tenants,
+                                                                   own_proc):
+    """Container A (pid namespace and /proc of its own) holds 1 GiB and a
+    256 MiB context. Container B's process has the same pid in its own
+    namespace as A's: B is charged none of A's memory. In a namespace with its
+    own /proc, B cannot find itself in the driver's list (host pids): its own
+    context is not charged either, and its allocations reach its whole cap; in
+    the host's namespace its context is charged, and the rest is its."""
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="256MiB")
+    regions = tmp_path / "regions"
+    regions.mkdir()
+    a = tenants(env, 1 * GiB, own_pid_namespace=True,
+                limits=["--memory", "4GiB", "--region", regions / "a"])
+    assert a.report["allocs"] == [OK]
+    assert processes(env, own_pid_namespace=False)[a.host_pid] == 1 * GiB + 256 * MiB
+
+    b = fill(env, regions / "b", "2GiB", 9, own_pid_namespace=own_proc)
+    context = 0 if own_proc else 1
+    if own_proc:
+        assert b["pid"] == a.report["pid"]  # the pid the driver's list does not name
+    assert b["allocs"] == [OK] * (8 - context) + [OOM] * (1 + context)
+    # A context of its own fits a cap below what A holds.
+    small = fill(env, regions / "small", "768MiB", 4, own_pid_namespace=own_proc)
+    assert small["allocs"] == [OK] * (3 - context) + [OOM] * (1 + context)
