@@ -1,0 +1,112 @@
+"""The cap holds in ordinary use: programs run one after another, limits
+from HAMi's variables or from the environment alone, a nested run, a path
+that does not exist.  Each test is a case of issue 9 that failed before."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import GiB, MiB, run, vgpulimit_cmd
+
+from vgpulimit.region import Region
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+HOLD = [sys.executable, str(CLIENTS / "hold.py")]
+
+
+@pytest.fixture
+def costly_env(sim_env):
+    """A simulated GPU whose contexts cost 300 MiB each, as real ones cost."""
+    return dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="300MiB")
+
+
+def test_a_run_of_programs_under_a_supervisor_all_fit(costly_env):
+    # Each program alone takes 400 MiB of a 1 GiB cap; the dead must give theirs back.
+    loop = " && ".join(f"{' '.join(HOLD)} 100 && echo ok{i}" for i in range(6))
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--", "sh", "-c", loop),
+                 costly_env)
+    assert result.stdout.split() == [f"ok{i}" for i in range(6)], result.stderr
+
+
+def test_a_run_of_programs_without_a_supervisor_all_fit(costly_env, shim_path, tmp_path):
+    region = tmp_path / "region"
+    env = dict(costly_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region),
+               VGPULIMIT_MEMORY="1GiB")
+    for _ in range(6):
+        run([*HOLD, "100"], env)
+    with Region.open(region) as opened:
+        snapshot = opened.snapshot()
+    # The last program's 400 MiB may still be listed until the next one starts; no more.
+    assert snapshot.devices[0].used_bytes <= 400 * MiB
+    assert len(snapshot.processes) <= 1
+
+
+def test_a_new_limit_in_the_environment_alone_is_the_one_that_holds(sim_env, shim_path):
+    env = dict(sim_env, LD_PRELOAD=str(shim_path))
+    run([*HOLD, "3000"], dict(env, VGPULIMIT_MEMORY="8GiB"))
+    # The earlier program's region, made for 8 GiB, is not this one's.
+    refused = run([*HOLD, "3000"], dict(env, VGPULIMIT_MEMORY="1GiB"), check=False)
+    assert refused.returncode == 1
+    assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in refused.stderr
+    assert "region" not in refused.stderr.split("refused")[0]  # no stale-region warning
+    run([*HOLD, "900"], dict(env, VGPULIMIT_MEMORY="1GiB"))
+
+
+def test_a_region_of_the_environment_left_behind_takes_the_next_limits(sim_env, shim_path,
+                                                                        tmp_path):
+    # A device plugin names the path (HAMi's cache file) and the limit; the pod
+    # comes back with another limit, the file is still there.
+    path = tmp_path / "vgpu.cache"
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(path))
+    run([*HOLD, "100"], dict(env, CUDA_DEVICE_MEMORY_LIMIT="8192m"))
+    refused = run([*HOLD, "3000"], dict(env, CUDA_DEVICE_MEMORY_LIMIT="1024m"), check=False)
+    assert refused.returncode == 1, refused.stderr
+    with Region.open(path) as region:
+        assert region.snapshot().devices[0].cap_bytes == GiB
+
+
+def test_a_region_set_up_by_a_supervisor_is_not_re_made_by_the_environment(sim_env, shim_path,
+                                                                            tmp_path):
+    # `vgpulimit run` made it: no process's variables may loosen it, held or not.
+    path = tmp_path / "region"
+    inner = f"VGPULIMIT_MEMORY=8GiB {' '.join(HOLD)} 3000"
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--region", str(path),
+                               "--", "sh", "-c", inner), sim_env, check=False)
+    assert result.returncode == 1
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in result.stderr
+    assert "VGPULIMIT_MEMORY is not what the region" in result.stderr
+
+
+def test_a_nested_run_cannot_loosen_the_outer_cap(sim_env):
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
+                               *vgpulimit_cmd("run", "--simulate", "--memory", "100%", "--"),
+                               *HOLD, "2000"), sim_env, check=False)
+    assert result.returncode == 1
+    assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in result.stderr
+    assert "--memory 100% is not applied" in result.stderr
+    # What the inner run uses counts in the outer cap: 900 MiB fit, as in the outer.
+    fits = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
+                             *vgpulimit_cmd("run", "--simulate", "--"), *HOLD, "900"), sim_env)
+    assert fits.returncode == 0
+
+
+def test_a_nested_run_may_not_name_a_region_of_its_own(sim_env, tmp_path):
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
+                               *vgpulimit_cmd("run", "--region", str(tmp_path / "mine"), "--"),
+                               "true"), sim_env, check=False)
+    assert result.returncode == 2
+    assert "--region cannot be given inside the region" in result.stderr
+    assert not (tmp_path / "mine").exists()
+
+
+def test_the_shim_creates_no_directory_it_is_named(sim_env, shim_path, tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(missing / "region"),
+               VGPULIMIT_MEMORY="1GiB")
+    result = run([*HOLD, "10"], env, check=False)
+    assert result.returncode == 1  # fail closed
+    assert "its directory does not exist" in result.stderr
+    assert result.stderr.count("its directory does not exist") == 1
+    assert not (tmp_path / "no").exists()
