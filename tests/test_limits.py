@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from vgpulimit.limits import (
     LimitError,
     MemoryLimit,
+    ascii_number,
     cores_forms,
     format_bytes,
     memory_forms,
@@ -91,6 +92,22 @@ def test_cores_rejects(text):
         parse_cores(text, source="VGPULIMIT_CORES")
     assert str(info.value).startswith(f"VGPULIMIT_CORES: {text!r} is ")
     assert str(info.value).endswith(cores_forms())
+
+
+@pytest.mark.parametrize("parse, text", [(parse_cores, "３０"), (parse_cores, "3０%"),
+                                         (parse_memory, "１GiB"), (parse_memory, "0.５")])
+def test_only_ascii_digits_are_digits(parse, text):
+    with pytest.raises(LimitError, match="not a valid value"):
+        parse(text)
+
+
+@pytest.mark.parametrize("text, below, number", [
+    ("7", 16, 7), ("0015", 16, 15), ("0" * 5000 + "3", 16, 3), ("16", 16, None),
+    ("9" * 5000, 16, None), ("²", 16, None), ("１", 16, None), ("٣", 16, None), ("", 16, None),
+    ("-1", 16, None), (" 1", 16, None),
+])
+def test_ascii_number(text, below, number):
+    assert ascii_number(text, below) == number
 
 
 def test_cap_bytes_resolves_against_the_device():

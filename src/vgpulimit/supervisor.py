@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpulimit._paths import libpath, simgpu_dir
-from vgpulimit.limits import MemoryLimit, parse_cores, parse_memory
+from vgpulimit.limits import MemoryLimit, ascii_number, parse_cores, parse_memory
 from vgpulimit.region import MAX_DEVICES, Region, RegionError
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
@@ -99,9 +99,11 @@ def _pick(*settings: Setting | None):
 
 
 def _device_index(text: str, source: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) < MAX_DEVICES:
-        raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1}")
-    return int(text)
+    index = ascii_number(text, MAX_DEVICES)
+    if index is None:
+        raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1} "
+                         "(ASCII digits)")
+    return index
 
 
 def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> dict[int, str]:

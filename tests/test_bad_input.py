@@ -1,0 +1,41 @@
+"""Bad input that once got a traceback, a wrong answer or a misleading line:
+each now gets one line naming the flag, variable or file and what is
+accepted, and a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from conftest import base_env, vgpulimit_cmd
+
+
+def vgpulimit(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(vgpulimit_cmd(*args), capture_output=True, text=True, cwd=cwd,
+                          env=base_env(), timeout=60, check=False)
+
+
+def error_line(result: subprocess.CompletedProcess, code: int) -> str:
+    assert result.returncode == code, result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vgpulimit: error: "), result.stderr
+    return lines[0]
+
+
+# -- device indices and counts: ASCII digits only -------------------------------------------------
+
+# '²' passes str.isdigit() and makes int() raise; int() reads '１' (fullwidth) as 1.
+@pytest.mark.parametrize("args, says", [
+    (["run", "--memory-device", "²=1GiB"], "--memory-device: device index '²' is not in 0-15"),
+    (["run", "--memory-device", "１=1GiB"], "--memory-device: device index '１' is not in 0-15"),
+    (["run", "--cores-device", "٣=30"], "--cores-device: device index '٣' is not in 0-15"),
+    (["set", "--memory-device", "³=1GiB"], "--memory-device: device index '³' is not in 0-15"),
+    (["set", "--cores-device", "³=30"], "--cores-device: device index '³' is not in 0-15"),
+    (["run", "--memory-units", "２"], "--memory-units: '２' is not a whole number of units"),
+    (["run", "--memory-units", "²"], "--memory-units: '²' is not a whole number of units"),
+])
+def test_a_digit_that_is_not_ascii_is_refused(tmp_path, args, says):
+    flags = ["--region", str(tmp_path / "region")] + (["--", "true"] if args[0] == "run" else [])
+    line = error_line(vgpulimit(*args, *flags), 2)
+    assert says in line
+    assert not (tmp_path / "region").exists()
