@@ -4,10 +4,12 @@ accepted, and a non-zero exit."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
 from conftest import base_env, vgpulimit_cmd
+from test_oci_hook import hook, plain_bundle, state_of
 
 
 def vgpulimit(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -39,3 +41,12 @@ def test_a_digit_that_is_not_ascii_is_refused(tmp_path, args, says):
     line = error_line(vgpulimit(*args, *flags), 2)
     assert says in line
     assert not (tmp_path / "region").exists()
+
+
+def test_a_limit_variable_whose_index_is_not_ascii_is_not_one(tmp_path):
+    """As the shim reads the environment: VGPULIMIT_MEMORY_² names no device."""
+    bundle = plain_bundle(tmp_path, env={"VGPULIMIT_MEMORY_²": "1GiB",
+                                         "CUDA_DEVICE_MEMORY_LIMIT_１": "1g"})
+    result = hook(state_of(bundle, pid=os.getpid()), tmp_path / "node")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert not (tmp_path / "node").exists()

@@ -192,11 +192,13 @@ def _device_variables(env: Mapping[str, str], stem: str) -> dict[int | None, tup
         if name == stem:
             found[None] = (value, f"process.env {name}")
         elif name.startswith(stem + "_"):
+            from vgpulimit.limits import ascii_number
             from vgpulimit.region import MAX_DEVICES
 
             suffix = name[len(stem) + 1:]
-            if suffix.isdigit() and len(suffix) <= 2 and int(suffix) < MAX_DEVICES:
-                found[int(suffix)] = (value, f"process.env {name}")
+            index = ascii_number(suffix, MAX_DEVICES) if len(suffix) <= 2 else None
+            if index is not None:
+                found[index] = (value, f"process.env {name}")
     return found
 
 
