@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from conftest import base_env, vgpulimit_cmd
-from test_oci_hook import hook, plain_bundle, state_of
+from test_oci_hook import hook, one_line, plain_bundle, state_of
 
 
 def vgpulimit(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -50,3 +50,27 @@ def test_a_limit_variable_whose_index_is_not_ascii_is_not_one(tmp_path):
     result = hook(state_of(bundle, pid=os.getpid()), tmp_path / "node")
     assert (result.returncode, result.stderr) == (0, "")
     assert not (tmp_path / "node").exists()
+
+
+# -- the OCI hook: JSON nested deeper than Python recurses ----------------------------------------
+
+DEEP = "[" * 100_000
+
+
+def test_a_deeply_nested_state_is_one_line(tmp_path):
+    line = one_line(hook(DEEP, tmp_path / "node"))
+    assert "container state on stdin is JSON nested too deeply" in line
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path):
+    bundle = plain_bundle(tmp_path)
+    (bundle / "config.json").write_text(DEEP)
+    line = one_line(hook(state_of(bundle, pid=os.getpid()), tmp_path / "node"))
+    assert f"{bundle / 'config.json'} is JSON nested too deeply" in line
+
+
+def test_a_closed_stdin_is_one_line(tmp_path):
+    result = subprocess.run(vgpulimit_cmd("oci-hook", "--node-dir", str(tmp_path / "node")),
+                            capture_output=True, text=True, env=base_env(), timeout=60,
+                            check=False, preexec_fn=lambda: os.close(0))
+    assert "on stdin, as a runtime gives it; stdin is closed" in error_line(result, 1)
