@@ -5,6 +5,7 @@ accepted, and a non-zero exit."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 
 import pytest
@@ -74,3 +75,34 @@ def test_a_closed_stdin_is_one_line(tmp_path):
                             capture_output=True, text=True, env=base_env(), timeout=60,
                             check=False, preexec_fn=lambda: os.close(0))
     assert "on stdin, as a runtime gives it; stdin is closed" in error_line(result, 1)
+
+
+# -- files given by name --------------------------------------------------------------------------
+
+
+def test_cdi_output_empty(tmp_path):
+    line = error_line(vgpulimit("cdi", "generate", "--output", "", cwd=tmp_path), 2)
+    assert "--output is empty" in line and "no --output for stdout" in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_cdi_output_a_directory_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "specs"
+    target.mkdir()
+    line = error_line(vgpulimit("cdi", "generate", "--output", str(target)), 1)
+    assert line == f"vgpulimit: error: --output {target}: a directory; give a file name"
+    assert os.listdir(tmp_path) == ["specs"] and os.listdir(target) == []
+
+
+def test_cdi_output_a_fifo_is_not_replaced(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    line = error_line(vgpulimit("cdi", "generate", "--output", str(fifo)), 1)
+    assert "not a regular file" in line
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and os.listdir(tmp_path) == ["fifo"]
+
+
+def test_install_hook_dir_empty_writes_nowhere(tmp_path):
+    line = error_line(vgpulimit("install-hook", "--dir", "", cwd=tmp_path), 2)
+    assert "install-hook: --dir is empty" in line
+    assert os.listdir(tmp_path) == []

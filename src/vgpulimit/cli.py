@@ -7,7 +7,9 @@ only here (see ``_EXIT_CODES``); tracebacks are for bugs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -296,6 +298,9 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
 
     from vgpulimit import oci_hook
 
+    if not args.dir:
+        raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
+                         f"(default {oci_hook.HOOKS_D_DIR})")
     try:
         print(oci_hook.install_hooks_d(Path(args.dir)))
     except OSError as exc:
@@ -306,7 +311,6 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
 
 def _cmd_cdi(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from vgpulimit import cdi
 
@@ -315,14 +319,35 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    output = Path(args.output)
-    temp = output.with_name(f".{output.name}.tmp")
+    if not args.output:
+        raise UsageError("cdi generate: --output is empty; give the spec's file name "
+                         "(e.g. /etc/cdi/vgpulimit.json), or no --output for stdout")
+    _replace_file(args.output, text, "--output")
+    return 0
+
+
+def _replace_file(name: str, text: str, flag: str) -> None:
+    """Writes ``text`` to a temporary file beside ``name`` and renames it over
+    ``name``: a reader sees the old file or the new one.  Refuses a directory
+    or a device in its place, and leaves no temporary file behind."""
+    from pathlib import Path
+
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise _CannotWrite(f"{flag} {path}: {what}; give a file name")
+    temp = path.with_name(f".{path.name}.tmp")
     try:
         temp.write_text(text, encoding="utf-8")
-        temp.replace(output)
+        temp.replace(path)
     except OSError as exc:
-        raise _CannotWrite(f"--output {args.output}: {exc.strerror}") from None
-    return 0
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise _CannotWrite(f"{flag} {path}: {exc.strerror}") from None
 
 
 class _NoRegion(LookupError):
