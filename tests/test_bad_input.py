@@ -106,3 +106,24 @@ def test_install_hook_dir_empty_writes_nowhere(tmp_path):
     line = error_line(vgpulimit("install-hook", "--dir", "", cwd=tmp_path), 2)
     assert "install-hook: --dir is empty" in line
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda path: path.symlink_to(path.parent / "nowhere"), "a dangling symbolic link is there"),
+    (lambda path: path.mkdir(), "a directory (not a regular file) is there"),
+    (lambda path: os.mkfifo(path), "a FIFO (not a regular file) is there"),
+])
+def test_run_region_that_is_no_file(tmp_path, make, says):
+    path = tmp_path / "region"
+    make(path)
+    before = sorted(os.listdir(tmp_path))
+    line = error_line(vgpulimit("run", "--region", str(path), "--", "true"), 1)
+    assert line == f"vgpulimit: error: cannot create {path}: {says}; give a path where no " \
+                   "file exists"
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_run_region_dev_null():
+    line = error_line(vgpulimit("run", "--region", "/dev/null", "--", "true"), 1)
+    assert "cannot create /dev/null: a character device (not a regular file)" in line
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
