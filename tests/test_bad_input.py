@@ -7,10 +7,14 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 
+import pexpect
 import pytest
 from conftest import base_env, vgpulimit_cmd
 from test_oci_hook import hook, one_line, plain_bundle, state_of
+
+from vgpulimit.region import Region
 
 
 def vgpulimit(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -127,3 +131,32 @@ def test_run_region_dev_null():
     line = error_line(vgpulimit("run", "--region", "/dev/null", "--", "true"), 1)
     assert "cannot create /dev/null: a character device (not a regular file)" in line
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+# -- view intervals -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, says", [
+    (["top", "--interval", "0"], "'0' is not a number of seconds from 0.1 to 3600"),
+    (["top", "--interval", "0.01"], "'0.01' is not a number of seconds from 0.1 to 3600"),
+    (["status", "--interval", "0.01"], "'0.01' is not a number of seconds from 0.1 to 3600, or 0"),
+])
+def test_an_interval_too_short_is_refused(tmp_path, args, says):
+    line = error_line(vgpulimit(*args, "--region", str(tmp_path / "region")), 2)
+    assert "argument --interval: " in line and says in line
+
+
+def test_top_at_the_shortest_interval_quits_on_q(tmp_path):
+    region = tmp_path / "region"
+    Region.create(region).close()
+    top = pexpect.spawn(sys.executable, ["-m", "vgpulimit", "top", "--interval", "0.1",
+                                         "--region", str(region)],
+                        env=dict(base_env(), TERM="xterm"), dimensions=(30, 80),
+                        encoding="utf-8", timeout=30)
+    try:
+        top.expect_exact("every 0.1 s")
+        top.send("q")
+        top.expect(pexpect.EOF)
+    finally:
+        top.close(force=True)
+    assert top.exitstatus == 0

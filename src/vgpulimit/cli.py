@@ -29,14 +29,29 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _seconds(text: str) -> float:
+# The shortest interval of a view: below it, top redraws without a pause and
+# never gets to read its keys (q), and status measures noise.
+MIN_INTERVAL_S = 0.1
+
+
+def _seconds(text: str, zero: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
+    if not (MIN_INTERVAL_S <= value <= 3600 or (zero and value == 0)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from "
+                                         f"{MIN_INTERVAL_S:g} to 3600{', or 0' if zero else ''}")
     return value
+
+
+def _redraw_interval(text: str) -> float:
+    return _seconds(text, zero=False)
+
+
+def _measure_interval(text: str) -> float:
+    """0: measure nothing."""
+    return _seconds(text, zero=True)
 
 
 def _add_view_sources(parser: argparse.ArgumentParser) -> None:
@@ -85,16 +100,17 @@ def _build_parser() -> argparse.ArgumentParser:
                     "share, throttled time and OOM refusals, and each process's use.")
     status.add_argument("--json", action="store_true", help="machine-readable, bytes as integers")
     _add_view_sources(status)
-    status.add_argument("--interval", metavar="SECONDS", type=_seconds, default=0.5,
-                        help="measure the compute share over this long (default 0.5; 0: n/a)")
+    status.add_argument("--interval", metavar="SECONDS", type=_measure_interval, default=0.5,
+                        help=f"measure the compute share over this long, {MIN_INTERVAL_S:g} to "
+                             "3600 (default 0.5; 0: n/a)")
 
     top = commands.add_parser(
         "top", help="live view of containers' memory, compute share and processes",
         description="Redraw each container's memory, compute share and processes every "
                     "interval; q or Ctrl-C quits.")
     _add_view_sources(top)
-    top.add_argument("--interval", metavar="SECONDS", type=_seconds, default=1.0,
-                     help="redraw every SECONDS (default 1)")
+    top.add_argument("--interval", metavar="SECONDS", type=_redraw_interval, default=1.0,
+                     help=f"redraw every SECONDS, {MIN_INTERVAL_S:g} to 3600 (default 1)")
 
     metrics = commands.add_parser(
         "metrics", help="serve Prometheus metrics of containers",
