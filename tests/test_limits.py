@@ -94,6 +94,32 @@ def test_cores_rejects(text):
     assert str(info.value).endswith(cores_forms())
 
 
+@pytest.mark.parametrize("text, pct", [("0030", 30), ("0030%", 30), ("0100", 100),
+                                       (" 001 ", 1), ("0" * 100 + "7", 7)])
+def test_cores_with_leading_zeros_are_the_number(text, pct):
+    assert parse_cores(text) == pct
+
+
+@pytest.mark.parametrize("text", ["000", "0000%", "01000", "0" * 100])
+def test_cores_with_leading_zeros_are_still_checked(text):
+    with pytest.raises(LimitError, match="out of range"):
+        parse_cores(text)
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("0001GiB", MemoryLimit(bytes=GiB, ppm=0)), ("0" * 100 + "1GiB", MemoryLimit(bytes=GiB, ppm=0)),
+    ("050%", MemoryLimit(bytes=0, ppm=500_000)), ("00.5", MemoryLimit(bytes=0, ppm=500_000)),
+])
+def test_memory_with_leading_zeros_is_the_number(text, limit):
+    assert parse_memory(text) == limit
+
+
+@pytest.mark.parametrize("text", ["000", "00GiB", "000%", "00.0"])
+def test_memory_of_zeros_is_still_zero(text):
+    with pytest.raises(LimitError, match="out of range"):
+        parse_memory(text)
+
+
 @pytest.mark.parametrize("parse, text", [(parse_cores, "３０"), (parse_cores, "3０%"),
                                          (parse_memory, "１GiB"), (parse_memory, "0.５")])
 def test_only_ascii_digits_are_digits(parse, text):
