@@ -13,6 +13,8 @@ from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
 from runc_bundle import make_bundle, runc_unavailable, tree
 from schemas import validate
 
+from vgpulimit.cdi import KIND, minimum_version
+
 FILL = [sys.executable, str(TESTS / "clients" / "cuda_fill.py")]
 
 
@@ -54,6 +56,31 @@ def test_the_spec_gives_the_limits_the_shim_and_the_hook(shim_path):
 def test_the_device_is_named_after_its_limits(args, name):
     [device] = spec_of(*args)["devices"]
     assert device["name"] == name
+
+
+# Engines refuse a cdiVersion newer than they know: podman 4.3.1 reads up to 0.5.0.
+@pytest.mark.parametrize("args, version", [
+    (["--memory", "1GiB"], "0.5.0"),                    # the name "1GiB" starts with a digit
+    (["--name", "7b", "--cores", "30"], "0.5.0"),
+    (["--name", "small", "--memory", "1GiB"], "0.4.0"),   # the shim's mount has a type
+    ([], "0.4.0"),                                      # "shim"
+])
+def test_the_spec_claims_the_lowest_version_its_content_needs(args, version):
+    assert spec_of(*args)["cdiVersion"] == version
+
+
+@pytest.mark.parametrize("name, mount, version", [
+    ("gpu", {"hostPath": "/a", "containerPath": "/a"}, "0.3.0"),
+    ("gpu", {"hostPath": "/a", "containerPath": "/a", "type": "bind"}, "0.4.0"),
+    ("0gpu", {"hostPath": "/a", "containerPath": "/a"}, "0.5.0"),
+    ("9gpu", {"hostPath": "/a", "containerPath": "/a", "type": "bind"}, "0.5.0"),
+])
+def test_minimum_version_as_the_cdi_library_reckons_it(name, mount, version):
+    """container-device-interface, specs-go/version.go: requiresV040 (a mount's
+    type), requiresV050 (a device name that does not start with a letter)."""
+    spec = {"kind": KIND, "devices": [{"name": name, "containerEdits": {"mounts": [mount]}}]}
+    assert minimum_version(spec) == version
+    validate("cdi/schema.json", {"cdiVersion": version, **spec})
 
 
 def test_without_limits_the_device_leaves_them_to_the_container():

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from vgpulimit.limits import (
     LimitError,
     MemoryLimit,
+    ascii_number,
     cores_forms,
     format_bytes,
     memory_forms,
@@ -91,6 +92,48 @@ def test_cores_rejects(text):
         parse_cores(text, source="VGPULIMIT_CORES")
     assert str(info.value).startswith(f"VGPULIMIT_CORES: {text!r} is ")
     assert str(info.value).endswith(cores_forms())
+
+
+@pytest.mark.parametrize("text, pct", [("0030", 30), ("0030%", 30), ("0100", 100),
+                                       (" 001 ", 1), ("0" * 100 + "7", 7)])
+def test_cores_with_leading_zeros_are_the_number(text, pct):
+    assert parse_cores(text) == pct
+
+
+@pytest.mark.parametrize("text", ["000", "0000%", "01000", "0" * 100])
+def test_cores_with_leading_zeros_are_still_checked(text):
+    with pytest.raises(LimitError, match="out of range"):
+        parse_cores(text)
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("0001GiB", MemoryLimit(bytes=GiB, ppm=0)), ("0" * 100 + "1GiB", MemoryLimit(bytes=GiB, ppm=0)),
+    ("050%", MemoryLimit(bytes=0, ppm=500_000)), ("00.5", MemoryLimit(bytes=0, ppm=500_000)),
+])
+def test_memory_with_leading_zeros_is_the_number(text, limit):
+    assert parse_memory(text) == limit
+
+
+@pytest.mark.parametrize("text", ["000", "00GiB", "000%", "00.0"])
+def test_memory_of_zeros_is_still_zero(text):
+    with pytest.raises(LimitError, match="out of range"):
+        parse_memory(text)
+
+
+@pytest.mark.parametrize("parse, text", [(parse_cores, "３０"), (parse_cores, "3０%"),
+                                         (parse_memory, "１GiB"), (parse_memory, "0.５")])
+def test_only_ascii_digits_are_digits(parse, text):
+    with pytest.raises(LimitError, match="not a valid value"):
+        parse(text)
+
+
+@pytest.mark.parametrize("text, below, number", [
+    ("7", 16, 7), ("0015", 16, 15), ("0" * 5000 + "3", 16, 3), ("16", 16, None),
+    ("9" * 5000, 16, None), ("²", 16, None), ("１", 16, None), ("٣", 16, None), ("", 16, None),
+    ("-1", 16, None), (" 1", 16, None),
+])
+def test_ascii_number(text, below, number):
+    assert ascii_number(text, below) == number
 
 
 def test_cap_bytes_resolves_against_the_device():

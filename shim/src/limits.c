@@ -39,6 +39,8 @@ static const struct unit UNITS[] = {
     {"T", 1000000000000ULL}, {"TB", 1000000000000ULL},
 };
 
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
 /* A decimal number "123" or "12.5": whole part and up to 9 fraction digits,
  * as whole * 10^9 + nano.  Returns the end, or NULL when there is no number. */
 struct decimal {
@@ -51,7 +53,7 @@ static const char *parse_decimal(const char *s, struct decimal *out, int *err)
 {
     *out = (struct decimal){0};
     const char *p = s;
-    while (*p >= '0' && *p <= '9') {
+    while (is_digit(*p)) {
         uint64_t digit = (uint64_t)(*p - '0');
         if (out->whole > (UINT64_MAX - digit) / 10) {
             *err = -ERANGE;
@@ -66,7 +68,7 @@ static const char *parse_decimal(const char *s, struct decimal *out, int *err)
         p++;
         uint64_t scale = 100000000; /* first fraction digit, in 10^-9 */
         const char *frac = p;
-        while (*p >= '0' && *p <= '9') {
+        while (is_digit(*p)) {
             out->nano += (uint64_t)(*p - '0') * scale; /* digits past the 9th are dropped */
             scale /= 10;
             p++;
@@ -93,12 +95,15 @@ static int scale_decimal(const struct decimal *d, uint64_t multiplier, uint64_t 
     return 0;
 }
 
-/* Copies `text` without leading and trailing blanks into buf. */
+/* Copies `text` without leading and trailing blanks into buf, and without
+ * leading zeros before another digit: "0030" is 30, "000" still 0, "0.5" 0.5. */
 static int trimmed(const char *text, char *buf, size_t len)
 {
     if (!text)
         return -EINVAL;
     while (*text == ' ' || *text == '\t')
+        text++;
+    while (text[0] == '0' && is_digit(text[1]))
         text++;
     size_t n = strlen(text);
     while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t' || text[n - 1] == '\n'))

@@ -17,11 +17,28 @@ from typing import Any
 
 from vgpulimit.oci_hook import HOOK_STAGES, SHIM_PATH, hook_command
 
-CDI_VERSION = "0.6.0"
 KIND = "vgpulimit.io/gpu"
 # CDI device names: a letter or digit, then letters, digits, '_', '.', ':', '-'.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 NAME_FORMS = "a letter or digit, then letters, digits, '_', '.', ':' or '-'"
+
+
+def minimum_version(spec: dict[str, Any]) -> str:
+    """The lowest cdiVersion that can hold ``spec``, reckoned as the CDI
+    library does (container-device-interface, specs-go/version.go,
+    MinimumRequiredVersion): an engine refuses a version newer than it knows
+    (podman 4.3.1 reads up to 0.5.0), so the spec claims no more than it needs.
+    Only the rules that apply to what we write are here: our specs have no
+    device nodes, annotations, IntelRdt or additional GIDs, and a kind whose
+    class has no dot."""
+    edits = [spec.get("containerEdits", {})] + [d["containerEdits"] for d in spec["devices"]]
+    # 0.5.0: a device name may start with something other than a letter.
+    if any(re.match("[^A-Za-z]", d["name"]) for d in spec["devices"]):
+        return "0.5.0"
+    # 0.4.0: a mount may have a type.
+    if any(mount.get("type") for e in edits for mount in e.get("mounts", [])):
+        return "0.4.0"
+    return "0.3.0"   # the earliest the library accepts
 
 
 class CdiError(ValueError):
@@ -66,5 +83,5 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
                     "type": "bind", "options": ["ro", "nosuid", "nodev", "bind"]}],
         "hooks": [{"hookName": stage, "path": args[0], "args": args} for stage in HOOK_STAGES],
     }
-    return {"cdiVersion": CDI_VERSION, "kind": KIND,
-            "devices": [{"name": name, "containerEdits": edits}]}
+    spec = {"kind": KIND, "devices": [{"name": name, "containerEdits": edits}]}
+    return {"cdiVersion": minimum_version(spec), **spec}

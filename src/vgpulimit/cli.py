@@ -7,7 +7,9 @@ only here (see ``_EXIT_CODES``); tracebacks are for bugs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -27,14 +29,29 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _seconds(text: str) -> float:
+# The shortest interval of a view: below it, top redraws without a pause and
+# never gets to read its keys (q), and status measures noise.
+MIN_INTERVAL_S = 0.1
+
+
+def _seconds(text: str, zero: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
+    if not (MIN_INTERVAL_S <= value <= 3600 or (zero and value == 0)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from "
+                                         f"{MIN_INTERVAL_S:g} to 3600{', or 0' if zero else ''}")
     return value
+
+
+def _redraw_interval(text: str) -> float:
+    return _seconds(text, zero=False)
+
+
+def _measure_interval(text: str) -> float:
+    """0: measure nothing."""
+    return _seconds(text, zero=True)
 
 
 def _add_view_sources(parser: argparse.ArgumentParser) -> None:
@@ -83,16 +100,17 @@ def _build_parser() -> argparse.ArgumentParser:
                     "share, throttled time and OOM refusals, and each process's use.")
     status.add_argument("--json", action="store_true", help="machine-readable, bytes as integers")
     _add_view_sources(status)
-    status.add_argument("--interval", metavar="SECONDS", type=_seconds, default=0.5,
-                        help="measure the compute share over this long (default 0.5; 0: n/a)")
+    status.add_argument("--interval", metavar="SECONDS", type=_measure_interval, default=0.5,
+                        help=f"measure the compute share over this long, {MIN_INTERVAL_S:g} to "
+                             "3600 (default 0.5; 0: n/a)")
 
     top = commands.add_parser(
         "top", help="live view of containers' memory, compute share and processes",
         description="Redraw each container's memory, compute share and processes every "
                     "interval; q or Ctrl-C quits.")
     _add_view_sources(top)
-    top.add_argument("--interval", metavar="SECONDS", type=_seconds, default=1.0,
-                     help="redraw every SECONDS (default 1)")
+    top.add_argument("--interval", metavar="SECONDS", type=_redraw_interval, default=1.0,
+                     help=f"redraw every SECONDS, {MIN_INTERVAL_S:g} to 3600 (default 1)")
 
     metrics = commands.add_parser(
         "metrics", help="serve Prometheus metrics of containers",
@@ -296,6 +314,9 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
 
     from vgpulimit import oci_hook
 
+    if not args.dir:
+        raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
+                         f"(default {oci_hook.HOOKS_D_DIR})")
     try:
         print(oci_hook.install_hooks_d(Path(args.dir)))
     except OSError as exc:
@@ -306,7 +327,6 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
 
 def _cmd_cdi(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from vgpulimit import cdi
 
@@ -315,14 +335,35 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    output = Path(args.output)
-    temp = output.with_name(f".{output.name}.tmp")
+    if not args.output:
+        raise UsageError("cdi generate: --output is empty; give the spec's file name "
+                         "(e.g. /etc/cdi/vgpulimit.json), or no --output for stdout")
+    _replace_file(args.output, text, "--output")
+    return 0
+
+
+def _replace_file(name: str, text: str, flag: str) -> None:
+    """Writes ``text`` to a temporary file beside ``name`` and renames it over
+    ``name``: a reader sees the old file or the new one.  Refuses a directory
+    or a device in its place, and leaves no temporary file behind."""
+    from pathlib import Path
+
+    path = Path(name)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise _CannotWrite(f"{flag} {path}: {what}; give a file name")
+    temp = path.with_name(f".{path.name}.tmp")
     try:
         temp.write_text(text, encoding="utf-8")
-        temp.replace(output)
+        temp.replace(path)
     except OSError as exc:
-        raise _CannotWrite(f"--output {args.output}: {exc.strerror}") from None
-    return 0
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise _CannotWrite(f"{flag} {path}: {exc.strerror}") from None
 
 
 class _NoRegion(LookupError):

@@ -104,6 +104,20 @@ def _encode(text: str, source: str, forms) -> bytes:
     return data
 
 
+def ascii_number(text: str, below: int) -> int | None:
+    """The number ``text`` writes in ASCII digits 0-9 (leading zeros allowed),
+    if it is below ``below``; None for anything else.  Not str.isdigit() and
+    int(): they also take '²' (which int() then refuses) and '１' (which it
+    reads as 1)."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(below)):   # int() refuses past 4300 digits
+        return None
+    value = int(digits)
+    return value if value < below else None
+
+
 def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
     """Parses a memory limit ("4GiB", "3000m", "50%", "0.2", ...)."""
     out = ffi.new("struct vgl_mem_limit *")
@@ -124,15 +138,13 @@ def memory_in_units(count_text: str, unit_text: str, count_source: str = "--memo
     if unit.ppm:
         raise LimitError(unit_source, unit_text, "a share of the device, not a size",
                          "a size such as 1GiB or 128Mi")
-    count = count_text.strip()
-    if not count.isdigit() or int(count) == 0:
-        raise LimitError(count_source, count_text, "not a whole number of units",
+    most = (_UINT64_MAX >> 1) // unit.bytes
+    count = ascii_number(count_text.strip(), most + 1)
+    if not count:
+        raise LimitError(count_source, count_text,
+                         f"not a whole number of units from 1 to {most}",
                          "a whole number from 1, such as 16")
-    total = int(count) * unit.bytes
-    if total > _UINT64_MAX >> 1:
-        raise LimitError(count_source, count_text, "out of range (more than can be)",
-                         "a whole number from 1, such as 16")
-    return MemoryLimit(bytes=total, ppm=0)
+    return MemoryLimit(bytes=count * unit.bytes, ppm=0)
 
 
 def parse_cores(text: str, source: str = "--cores") -> int:

@@ -100,16 +100,21 @@ class State:
     pid: int | None
 
 
-def read_state(stream: IO[str]) -> State:
-    if stream.isatty():
+def read_state(stream: IO[str] | None) -> State:
+    if stream is None or stream.isatty():
+        what = "closed" if stream is None else "a terminal"
         raise HookError("the hook reads the container's state (OCI state JSON) on stdin, as a "
-                        "runtime gives it; stdin is a terminal")
-    text = stream.read()
+                        f"runtime gives it; stdin is {what}")
     try:
-        state = json.loads(text)
+        state = json.loads(stream.read())
+    except OSError as exc:
+        raise HookError(f"cannot read the container state on stdin: {exc.strerror}") from None
     except ValueError as exc:
         raise HookError(f"the container state on stdin is not JSON ({exc}); a runtime passes "
                         "the OCI state object there") from None
+    except RecursionError:
+        raise HookError("the container state on stdin is JSON nested too deeply to read; a "
+                        "runtime passes the OCI state object there") from None
     if not isinstance(state, dict):
         raise HookError("the container state on stdin is not a JSON object (OCI state)")
     for key in ("id", "status", "bundle"):
@@ -140,6 +145,9 @@ def load_config(bundle: Path) -> dict[str, Any]:
         raise HookError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise HookError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise HookError(f"{path} is JSON nested too deeply to read, not an OCI runtime "
+                        "config") from None
     if not isinstance(config, dict):
         raise HookError(f"{path} is not a JSON object (OCI runtime config)")
     return config
@@ -795,7 +803,7 @@ _INSTALL_STATUSES = frozenset({"creating", "created"})
 _REMOVE_STATUSES = frozenset({"stopped"})
 
 
-def run(stream: IO[str], node_dir: Path) -> int:
+def run(stream: IO[str] | None, node_dir: Path) -> int:
     state = read_state(stream)
     if state.status in _REMOVE_STATUSES:
         remove(state, node_dir)

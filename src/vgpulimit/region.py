@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ class RegionError(OSError):
     """A region call failed; the message is the C side's line for the error
     and the path it was about."""
 
-    def __init__(self, path: str, err: int, action: str = "") -> None:
+    def __init__(self, path: str, err: int, action: str = "", line: str | None = None) -> None:
         self.path = path
-        line = ffi.string(lib.vgl_region_strerror(err)).decode(errors="replace")
+        if line is None:
+            line = ffi.string(lib.vgl_region_strerror(err)).decode(errors="replace")
         where = f"{action} {path}" if action else path
         super().__init__(-err, f"{where}: {line}", path)
 
@@ -136,6 +138,10 @@ class Region:
         """Creates a region file (0600, or 0660 with ``group_shared``) with
         these limits per device, and opens it.  Fails if the file exists."""
         fspath = os.fspath(path)
+        occupant = _not_a_file(fspath)
+        if occupant:
+            raise RegionError(fspath, -errno.EEXIST, "cannot create",
+                              f"{occupant} is there; give a path where no file exists")
         limits = ffi.new("struct vgl_mem_limit[]", MAX_DEVICES)
         for index, limit in enumerate(_device_list(memory, None, "memory")):
             if limit is not None:
@@ -265,6 +271,28 @@ class Region:
             processes=tuple(processes),
             taken_ns=taken_ns,
         )
+
+
+def _not_a_file(path: str) -> str | None:
+    """What stands at ``path`` if it is something other than a regular file
+    ("a dangling symbolic link", "a directory", ...), which the C side would
+    only call an existing region; None for nothing or a regular file."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            try:
+                mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                return "a dangling symbolic link"
+    except OSError:
+        return None   # nothing there, or out of reach: creating it says why
+    if stat.S_ISREG(mode):
+        return None
+    return f"{_KINDS.get(stat.S_IFMT(mode), 'a special file')} (not a regular file)"
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
 def _uuid_text(raw: bytes) -> str | None:

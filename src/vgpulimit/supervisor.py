@@ -24,7 +24,7 @@ from pathlib import Path
 from vgpulimit import environment
 from vgpulimit._paths import libpath, simgpu_dir
 from vgpulimit.environment import Setting
-from vgpulimit.limits import MemoryLimit, parse_cores, parse_memory
+from vgpulimit.limits import MemoryLimit, ascii_number, parse_cores, parse_memory
 from vgpulimit.region import MAX_DEVICES, Region, RegionError
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
@@ -79,9 +79,11 @@ def _value(setting: Setting | None):
 
 
 def _device_index(text: str, source: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) < MAX_DEVICES:
-        raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1}")
-    return int(text)
+    index = ascii_number(text, MAX_DEVICES)
+    if index is None:
+        raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1} "
+                         "(ASCII digits)")
+    return index
 
 
 def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> dict[int, str]:

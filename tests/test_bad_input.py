@@ -1,0 +1,162 @@
+"""Bad input that once got a traceback, a wrong answer or a misleading line:
+each now gets one line naming the flag, variable or file and what is
+accepted, and a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pexpect
+import pytest
+from conftest import base_env, vgpulimit_cmd
+from test_oci_hook import hook, one_line, plain_bundle, state_of
+
+from vgpulimit.region import Region
+
+
+def vgpulimit(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(vgpulimit_cmd(*args), capture_output=True, text=True, cwd=cwd,
+                          env=base_env(), timeout=60, check=False)
+
+
+def error_line(result: subprocess.CompletedProcess, code: int) -> str:
+    assert result.returncode == code, result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vgpulimit: error: "), result.stderr
+    return lines[0]
+
+
+# -- device indices and counts: ASCII digits only -------------------------------------------------
+
+# '²' passes str.isdigit() and makes int() raise; int() reads '１' (fullwidth) as 1.
+@pytest.mark.parametrize("args, says", [
+    (["run", "--memory-device", "²=1GiB"], "--memory-device: device index '²' is not in 0-15"),
+    (["run", "--memory-device", "１=1GiB"], "--memory-device: device index '１' is not in 0-15"),
+    (["run", "--cores-device", "٣=30"], "--cores-device: device index '٣' is not in 0-15"),
+    (["set", "--memory-device", "³=1GiB"], "--memory-device: device index '³' is not in 0-15"),
+    (["set", "--cores-device", "³=30"], "--cores-device: device index '³' is not in 0-15"),
+    (["run", "--memory-units", "２"], "--memory-units: '２' is not a whole number of units"),
+    (["run", "--memory-units", "²"], "--memory-units: '²' is not a whole number of units"),
+])
+def test_a_digit_that_is_not_ascii_is_refused(tmp_path, args, says):
+    flags = ["--region", str(tmp_path / "region")] + (["--", "true"] if args[0] == "run" else [])
+    line = error_line(vgpulimit(*args, *flags), 2)
+    assert says in line
+    assert not (tmp_path / "region").exists()
+
+
+def test_a_limit_variable_whose_index_is_not_ascii_is_not_one(tmp_path):
+    """As the shim reads the environment: VGPULIMIT_MEMORY_² names no device."""
+    bundle = plain_bundle(tmp_path, env={"VGPULIMIT_MEMORY_²": "1GiB",
+                                         "CUDA_DEVICE_MEMORY_LIMIT_１": "1g"})
+    result = hook(state_of(bundle, pid=os.getpid()), tmp_path / "node")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert not (tmp_path / "node").exists()
+
+
+# -- the OCI hook: JSON nested deeper than Python recurses ----------------------------------------
+
+DEEP = "[" * 100_000
+
+
+def test_a_deeply_nested_state_is_one_line(tmp_path):
+    line = one_line(hook(DEEP, tmp_path / "node"))
+    assert "container state on stdin is JSON nested too deeply" in line
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path):
+    bundle = plain_bundle(tmp_path)
+    (bundle / "config.json").write_text(DEEP)
+    line = one_line(hook(state_of(bundle, pid=os.getpid()), tmp_path / "node"))
+    assert f"{bundle / 'config.json'} is JSON nested too deeply" in line
+
+
+def test_a_closed_stdin_is_one_line(tmp_path):
+    result = subprocess.run(vgpulimit_cmd("oci-hook", "--node-dir", str(tmp_path / "node")),
+                            capture_output=True, text=True, env=base_env(), timeout=60,
+                            check=False, preexec_fn=lambda: os.close(0))
+    assert "on stdin, as a runtime gives it; stdin is closed" in error_line(result, 1)
+
+
+# -- files given by name --------------------------------------------------------------------------
+
+
+def test_cdi_output_empty(tmp_path):
+    line = error_line(vgpulimit("cdi", "generate", "--output", "", cwd=tmp_path), 2)
+    assert "--output is empty" in line and "no --output for stdout" in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_cdi_output_a_directory_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "specs"
+    target.mkdir()
+    line = error_line(vgpulimit("cdi", "generate", "--output", str(target)), 1)
+    assert line == f"vgpulimit: error: --output {target}: a directory; give a file name"
+    assert os.listdir(tmp_path) == ["specs"] and os.listdir(target) == []
+
+
+def test_cdi_output_a_fifo_is_not_replaced(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    line = error_line(vgpulimit("cdi", "generate", "--output", str(fifo)), 1)
+    assert "not a regular file" in line
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and os.listdir(tmp_path) == ["fifo"]
+
+
+def test_install_hook_dir_empty_writes_nowhere(tmp_path):
+    line = error_line(vgpulimit("install-hook", "--dir", "", cwd=tmp_path), 2)
+    assert "install-hook: --dir is empty" in line
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda path: path.symlink_to(path.parent / "nowhere"), "a dangling symbolic link is there"),
+    (lambda path: path.mkdir(), "a directory (not a regular file) is there"),
+    (lambda path: os.mkfifo(path), "a FIFO (not a regular file) is there"),
+])
+def test_run_region_that_is_no_file(tmp_path, make, says):
+    path = tmp_path / "region"
+    make(path)
+    before = sorted(os.listdir(tmp_path))
+    line = error_line(vgpulimit("run", "--region", str(path), "--", "true"), 1)
+    assert line == f"vgpulimit: error: cannot create {path}: {says}; give a path where no " \
+                   "file exists"
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_run_region_dev_null():
+    line = error_line(vgpulimit("run", "--region", "/dev/null", "--", "true"), 1)
+    assert "cannot create /dev/null: a character device (not a regular file)" in line
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+# -- view intervals -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, says", [
+    (["top", "--interval", "0"], "'0' is not a number of seconds from 0.1 to 3600"),
+    (["top", "--interval", "0.01"], "'0.01' is not a number of seconds from 0.1 to 3600"),
+    (["status", "--interval", "0.01"], "'0.01' is not a number of seconds from 0.1 to 3600, or 0"),
+])
+def test_an_interval_too_short_is_refused(tmp_path, args, says):
+    line = error_line(vgpulimit(*args, "--region", str(tmp_path / "region")), 2)
+    assert "argument --interval: " in line and says in line
+
+
+def test_top_at_the_shortest_interval_quits_on_q(tmp_path):
+    region = tmp_path / "region"
+    Region.create(region).close()
+    top = pexpect.spawn(sys.executable, ["-m", "vgpulimit", "top", "--interval", "0.1",
+                                         "--region", str(region)],
+                        env=dict(base_env(), TERM="xterm"), dimensions=(30, 80),
+                        encoding="utf-8", timeout=30)
+    try:
+        top.expect_exact("every 0.1 s")
+        top.send("q")
+        top.expect(pexpect.EOF)
+    finally:
+        top.close(force=True)
+    assert top.exitstatus == 0
