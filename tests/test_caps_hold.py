@@ -4,12 +4,15 @@ that does not exist.  Each test is a case of issue 9 that failed before."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import GiB, MiB, run, vgpulimit_cmd
 
+from vgpulimit.limits import parse_memory
 from vgpulimit.region import Region
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
@@ -110,3 +113,39 @@ def test_the_shim_creates_no_directory_it_is_named(sim_env, shim_path, tmp_path)
     assert "its directory does not exist" in result.stderr
     assert result.stderr.count("its directory does not exist") == 1
     assert not (tmp_path / "no").exists()
+
+
+@pytest.fixture
+def runtime_region(tmp_path):
+    """A region at /.vgpulimit/region as the hook mounts it, seen only inside a
+    private mount namespace (`unshare --mount`): the host's / stays as it was
+    but for an empty /.vgpulimit mount point, removed afterwards."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and util-linux unshare to mount over /.vgpulimit")
+    made = not os.path.exists("/.vgpulimit")
+    if made:
+        os.mkdir("/.vgpulimit", 0o755)
+    (tmp_path / "ctr").mkdir()
+    Region.create(tmp_path / "ctr" / "region", [parse_memory("1GiB")] * 16).close()
+    yield tmp_path / "ctr"
+    if made:
+        os.rmdir("/.vgpulimit")
+
+
+@pytest.mark.parametrize("variables", [
+    {"VGPULIMIT_REGION": "/tmp/mine", "VGPULIMIT_MEMORY": "8GiB"},
+    {"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/tmp/x"},
+    {"CUDA_DEVICE_MEMORY_LIMIT": "8g"},
+    {"VGPULIMIT_MEMORY": "lots"},
+])
+def test_a_process_cannot_loosen_the_region_its_runtime_set_up(runtime_region, sim_env, shim_path,
+                                                               variables):
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), **variables)
+    inside = f"mount --bind {runtime_region} /.vgpulimit && exec \"$@\""
+    cmd = ["unshare", "--mount", "sh", "-c", inside, "sh"]
+    refused = run([*cmd, *HOLD, "2000"], env, check=False)
+    assert refused.returncode == 1
+    assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in refused.stderr
+    assert "ignored" in refused.stderr and "set up by its runtime" in refused.stderr
+    assert not Path("/tmp/x").exists() and not Path("/tmp/mine").exists()
+    run([*cmd, *HOLD, "900"], env)  # the runtime's cap, 1 GiB, holds
