@@ -81,8 +81,14 @@ struct vgl_region {
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
                       const uint32_t *cores_pct, int group_shared);
 /* Maps and validates an existing file.  -EPROTO: not a region (magic);
- * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size. */
+ * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size;
+ * -EBADMSG: garbled (see vgl_region_check). */
 int vgl_region_open(const char *path, struct vgl_region **out);
+/* Validates `size` bytes of a region file (read into memory, or mapped; as
+ * aligned as the struct), reading no byte past them: 0, or the errors of
+ * vgl_region_open.  Garbled means a header whose own sizes are wrong, or a
+ * value that vgpulimit never writes. */
+int vgl_region_check(const void *image, uint64_t size);
 void vgl_region_close(struct vgl_region *region);
 /* One line saying what a negative result of create/open means for `path`. */
 const char *vgl_region_strerror(int err);
