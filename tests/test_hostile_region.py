@@ -9,6 +9,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from conftest import GiB, MiB, run, vgpulimit_cmd
+from conftest import GiB, MiB, base_env, run, vgpulimit_cmd
 from test_views import scrape
 
 from vgpulimit.limits import parse_memory
@@ -52,6 +53,81 @@ def regions(tmp_path) -> tuple[Path, Path]:
     bad = make_region(tmp_path / "run" / "bad" / "region")
     os.truncate(bad, 4096)
     return good, bad
+
+
+# -- inside a container: the application and the supervisor ---------------------------------------
+
+CLIENT = f"""
+import json, os, sys
+from cuda.bindings import driver as cu
+cu.cuInit(0)
+ctx = cu.cuDevicePrimaryCtxRetain(cu.cuDeviceGet(0)[1])[1]
+cu.cuCtxSetCurrent(ctx)
+err, held = cu.cuMemAlloc({256 * MiB})
+print(json.dumps({{"held": int(err)}}), flush=True)
+sys.stdin.readline()                     # the test truncates the region meanwhile
+err, _ = cu.cuMemAlloc({64 * MiB})
+print(json.dumps({{"after": int(err), "free": int(cu.cuMemFree(held)[0])}}), flush=True)
+sys.exit(3)
+"""
+
+
+def test_truncated_under_a_running_client(sim_env, tmp_path):
+    """The client's next allocation is refused (OUT_OF_MEMORY, one line), it
+    does not die of SIGBUS, and the supervisor, which reclaims in the region
+    until the end, exits with the client's status."""
+    region = tmp_path / "region"
+    proc = subprocess.Popen(
+        list(map(str, vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--region", region,
+                                    "--", sys.executable, "-c", CLIENT))),
+        env=sim_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        assert json.loads(proc.stdout.readline()) == {"held": 0}
+        os.truncate(region, 4096)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        report = json.loads(proc.stdout.readline())
+    finally:
+        _, stderr = proc.communicate(timeout=60)
+    assert report == {"after": 2, "free": 0}   # CUDA_ERROR_OUT_OF_MEMORY; the free still works
+    assert proc.returncode == 3, stderr
+    lines = stderr.splitlines()
+    shim = [line for line in lines if "was truncated while in use" in line]
+    assert len(shim) == 1 and "device memory allocations are refused" in shim[0], stderr
+    supervisor = [line for line in lines if line.startswith("vgpulimit run:")]
+    said = (f"vgpulimit run: cannot reclaim in {region}: truncated or resized region file; "
+            "the slots of dead processes are no longer reclaimed")
+    assert supervisor == [said]
+    assert len(lines) == 2, stderr
+
+
+def test_a_garbled_region_fails_the_client_closed(sim_env, tmp_path, cbin, shim_path):
+    region = make_region(tmp_path / "region")
+    rewrite(region, lambda r: setattr(r.devices[0], "used_bytes", 2**63))
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region))
+    result = run([cbin / "alloc_client", "dlsym", str(MiB), "2"], env)
+    assert [line for line in result.stdout.splitlines() if line.startswith("alloc")] == \
+           ["alloc 0 2", "alloc 1 2"]
+    [line] = set(result.stderr.splitlines())   # said at each attempt to open it
+    assert str(region) in line and GARBLED in line
+
+
+def test_other_sigbus_still_kills(tmp_path):
+    """The guard takes only faults on a region's pages; a truncated file of
+    the program's own still kills it, as without vgpulimit."""
+    program = f"""
+import mmap, os
+from vgpulimit.region import Region
+region = Region.create({str(tmp_path / "region")!r})
+with open({str(tmp_path / "other")!r}, "w+b") as f:
+    f.truncate(8192)
+    view = mmap.mmap(f.fileno(), 8192)
+    f.truncate(0)
+    view[4096]
+"""
+    result = run([sys.executable, "-c", program], base_env(), check=False)
+    assert result.returncode == -signal.SIGBUS, result.stderr
 
 
 # -- the views -------------------------------------------------------------------------------------

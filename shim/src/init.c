@@ -82,6 +82,7 @@ static struct vgl_region *open_region(void)
                 path, vgl_region_strerror(err));
         return NULL;
     }
+    vgl_region_guard(region); /* the one region of the process: there is room */
     warn_if_env_differs(region);
     return region;
 }

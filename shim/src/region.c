@@ -197,6 +197,8 @@ int vgl_region_open(const char *path, struct vgl_region **out)
         if (map == MAP_FAILED)
             err = -errno;
         else
+            /* A truncation between the fstat and this read kills us with
+             * SIGBUS: the caller's guard (region_guard.c) starts after. */
             err = vgl_region_check(map, (uint64_t)st.st_size);
     }
     if (!err && (st.st_mode & S_IWOTH))

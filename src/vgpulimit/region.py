@@ -5,7 +5,8 @@ reads a ``struct vgl_region`` field by field through cffi and gives the values
 names and types.  It never re-declares the layout.
 
 Two ways in.  ``Region`` maps the file read-write, as the container's
-processes do (the supervisor, ``vgpulimit set``).  ``read_snapshot``, for
+processes do (the supervisor, ``vgpulimit set``), under the C side's guard
+against the file being truncated beneath the mapping.  ``read_snapshot``, for
 the views, reads a copy with ordinary reads (read access is all it needs)
 and validates the copy before it believes a byte of it: any process of a
 container may write its region, and a view reads every container's.
@@ -159,15 +160,22 @@ class Region:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Region:
+        """Maps the file read-write; a truncation under the mapping then
+        breaks the region (RegionError from its calls), not the process."""
         fspath = os.fspath(path)
         out = ffi.new("struct vgl_region **")
         err = lib.vgl_region_open(os.fsencode(fspath), out)
+        if err == 0:
+            err = lib.vgl_region_guard(out[0])
+            if err < 0:
+                lib.vgl_region_close(out[0])
         if err < 0:
             raise RegionError(fspath, err, "cannot open")
         return cls(fspath, out[0])
 
     def close(self) -> None:
         if self._cdata is not None:
+            lib.vgl_region_unguard(self._cdata)
             lib.vgl_region_close(self._cdata)
             self._cdata = None
 
@@ -181,16 +189,31 @@ class Region:
         self.close()
 
     @property
+    def closed(self) -> bool:
+        return self._cdata is None
+
+    @property
+    def intact(self) -> bool:
+        """False once the file lost pages under the mapping (it was
+        truncated): what is read or written here is no longer shared."""
+        return self._cdata is not None and not lib.vgl_region_broken(self._cdata)
+
+    @property
     def _mapped(self):
         if self._cdata is None:
             raise RegionError(self.path, -errno.EBADF, "closed region")
         return self._cdata
 
+    def _outcome(self, err: int) -> int:
+        """A C call's result, or -EBADF when the file lost pages by its end:
+        what it did went to private zeros, not to the container."""
+        return err if self.intact else -errno.EBADF
+
     # -- writers -------------------------------------------------------------
 
     def attach(self, pid: int, host_pid: int = 0) -> Slot:
         out = ffi.new("struct vgl_slot **")
-        err = lib.vgl_region_attach(self._mapped, pid, host_pid, out)
+        err = self._outcome(lib.vgl_region_attach(self._mapped, pid, host_pid, out))
         if err < 0:
             raise RegionError(self.path, err, f"cannot attach pid {pid} to")
         return Slot(self, out[0])
@@ -200,13 +223,14 @@ class Region:
 
     def reclaim(self) -> int:
         """Frees the slots of processes that no longer exist; returns how many."""
-        count = lib.vgl_region_reclaim(self._mapped)
+        count = self._outcome(lib.vgl_region_reclaim(self._mapped))
         if count < 0:
             raise RegionError(self.path, count, "cannot reclaim in")
         return int(count)
 
     def set_limits(self, device: int, limit: MemoryLimit | None, cores_pct: int = 0) -> None:
-        err = lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit), cores_pct)
+        err = self._outcome(lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit),
+                                                      cores_pct))
         if err < 0:
             raise RegionError(self.path, err, f"cannot set the limits of device {device} in")
 
@@ -214,7 +238,7 @@ class Region:
         """Reserves bytes in the ledger as the shim does for an allocation;
         False (and a refusal counted) when they do not fit under the cap."""
         cap = 2**64 - 1 if cap_bytes is None else cap_bytes
-        err = lib.vgl_ledger_reserve(self._mapped, slot._cdata, device, nbytes, cap)
+        err = self._outcome(lib.vgl_ledger_reserve(self._mapped, slot._cdata, device, nbytes, cap))
         if err == -errno.ENOMEM:
             return False
         if err < 0:
@@ -230,6 +254,9 @@ class Region:
         """The region as it is now, from a copy of the mapping validated as
         read_snapshot validates the file."""
         image = bytearray(ffi.buffer(self._mapped, REGION_BYTES))
+        err = self._outcome(0)
+        if err < 0:
+            raise RegionError(self.path, err, "cannot read")
         return _snapshot(self.path, image, REGION_BYTES, all_devices)
 
 

@@ -114,6 +114,19 @@ int vgl_proc_running(int32_t pid, uint64_t start_time);
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);
 
+/* region_guard.c — a region file truncated under its mapping.  The shim and
+ * the supervisor map the file that every process of a container may write. */
+
+/* Guards a mapping from vgl_region_open in this process: touching a page
+ * that the file no longer holds gets a private page of zeros instead of a
+ * fatal SIGBUS, and marks the region broken.  0, or -EMFILE: too many guarded. */
+int vgl_region_guard(struct vgl_region *region);
+/* Before vgl_region_close. */
+void vgl_region_unguard(struct vgl_region *region);
+/* 1 once a page of the guarded `region` was lost (its numbers are no longer
+ * shared with anyone), else 0.  Touches its last page: guarded regions only. */
+int vgl_region_broken(const struct vgl_region *region);
+
 /* ledger.c — the per-device byte count, exact under races. */
 
 /* Reserves `bytes` on `device` for `slot` if they fit under `cap`: 0, or
