@@ -96,6 +96,7 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
                                  str(region)).stdout)["devices"][0]["uuid"]
     assert holder["allocs"].count("CUDA_SUCCESS") == 4
     dev = (("container", str(region)), ("device", "0"), ("uuid", uuid))
+    assert samples[("vgpulimit_region_readable", (("container", str(region)),))] == 1
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_oom_refusals_total", dev)] == 1

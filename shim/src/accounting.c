@@ -32,9 +32,23 @@ uint64_t vgl_device_total(int device)
     return total;
 }
 
+/* Whether the region file lost pages under our mapping (region_guard.c):
+ * what we read and write there is no longer shared with the container, so
+ * nothing can be accounted.  Said once. */
+static bool region_lost(void)
+{
+    static int said;
+    if (VGL_LIKELY(!vgl_region_broken(vgl_self.region)))
+        return false;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        vgl_log(VGL_LOG_ERROR, "region file %s was truncated while in use; device memory "
+                "allocations are refused", vgl_config.region_path);
+    return true;
+}
+
 /* The cap of a device of `total` bytes, read live from the region
  * (`vgpulimit set` changes it); UINT64_MAX: none.  0 while the
- * configuration is broken. */
+ * configuration or the region is broken. */
 uint64_t vgl_device_cap(int device, uint64_t total)
 {
     if (VGL_UNLIKELY(vgl_config.broken))
@@ -44,19 +58,22 @@ uint64_t vgl_device_cap(int device, uint64_t total)
         .bytes = __atomic_load_n(&live->bytes, __ATOMIC_RELAXED),
         .ppm = __atomic_load_n(&live->ppm, __ATOMIC_RELAXED),
     };
+    /* After the read: a page lost to it reads as zeros, which mean no cap. */
+    if (VGL_UNLIKELY(region_lost()))
+        return 0;
     return vgl_cap_bytes(&limit, total);
 }
 
 bool vgl_ready(void)
 {
-    return VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach();
+    return !region_lost() && (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
 }
 
 static void log_refusal(const char *call, int device, uint64_t bytes, uint64_t cap)
 {
     static unsigned refusals;
     char asked[32], capped[32], used[32];
-    if (vgl_config.broken || device < 0) {
+    if (vgl_config.broken || device < 0 || vgl_region_broken(vgl_self.region)) {
         /* The reason was logged once, when it arose. */
         vgl_log_bounded(VGL_LOG_INFO, &refusals, "%s of %s refused: vgpulimit cannot enforce its "
                         "limits (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
@@ -89,7 +106,10 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
     }
     vgl_overhead_check(device);
     uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
-    if (vgl_ledger_reserve(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes, cap) < 0) {
+    int err = vgl_ledger_reserve(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes, cap);
+    /* The region may have been lost during the reservation itself: then it
+     * counted into zeros that only we see (no need to return it there). */
+    if (err < 0 || VGL_UNLIKELY(region_lost())) {
         log_refusal(call, device, bytes, cap);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -128,6 +128,7 @@ static struct vgl_region *open_region(void)
                                 : vgl_region_strerror(err));
         return NULL;
     }
+    vgl_region_guard(region); /* the one region of the process: there is room */
     /* A region made from an environment's limits holds only while a process
      * does: one left by processes that are gone takes this process's. */
     if ((region->flags & VGL_REGION_FROM_ENVIRONMENT) && !vgl_config.authoritative &&

@@ -123,6 +123,58 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
     return err;
 }
 
+/* No device, nor a process's share of one, comes near a pebibyte: a larger
+ * byte count was not written by vgpulimit. */
+#define PLAUSIBLE_BYTES (1ULL << 50)
+
+/* Values that vgpulimit never writes.  A region holding one was written by
+ * something else, so none of its numbers can be trusted: it is refused
+ * whole as garbled, not clamped into numbers that only look right.  Each
+ * test holds of every field at every moment (no sums across fields), so a
+ * region being updated while it is read still passes. */
+static bool plausible(const struct vgl_region *region)
+{
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
+        const struct vgl_device_state *dev = &region->devices[d];
+        if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
+            dev->limit.ppm > 1000000 || dev->cores_pct > 100 ||
+            dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES)
+            return false;
+    }
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
+        const struct vgl_slot *slot = &region->slots[i];
+        if (slot->state != VGL_SLOT_FREE && slot->state != VGL_SLOT_LIVE)
+            return false;
+        if (slot->state != VGL_SLOT_LIVE)
+            continue;
+        if (slot->pid <= 0 || slot->host_pid < 0)
+            return false;
+        for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+            if (slot->used_bytes[d] > PLAUSIBLE_BYTES)
+                return false;
+    }
+    return true;
+}
+
+int vgl_region_check(const void *image, uint64_t size)
+{
+    const char *bytes = image;
+    if (size < sizeof MAGIC || memcmp(bytes, MAGIC, sizeof MAGIC) != 0)
+        return -EPROTO;
+    uint32_t version;
+    if (size < offsetof(struct vgl_region, version) + sizeof version)
+        return -EBADF;
+    memcpy(&version, bytes + offsetof(struct vgl_region, version), sizeof version);
+    if (version != VGL_REGION_VERSION)
+        return -EPROTONOSUPPORT;
+    if (size != sizeof(struct vgl_region))
+        return -EBADF;
+    const struct vgl_region *region = image;
+    if (region->header_size != sizeof *region || region->file_size != sizeof *region)
+        return -EBADMSG;
+    return plausible(region) ? 0 : -EBADMSG;
+}
+
 int vgl_region_open(const char *path, struct vgl_region **out)
 {
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -134,35 +186,30 @@ int vgl_region_open(const char *path, struct vgl_region **out)
         err = -errno;
     else if (!S_ISREG(st.st_mode))
         err = -EPROTO;
-    char head[offsetof(struct vgl_region, file_size)];
-    if (!err) {
+    if (!err && (uint64_t)st.st_size != sizeof(struct vgl_region)) {
+        /* Not to be mapped: its header only says why (foreign, another version, truncated). */
+        char head[offsetof(struct vgl_region, header_size)];
         ssize_t n = pread(fd, head, sizeof head, 0);
-        if (n < 0)
-            err = -errno;
-        else if ((size_t)n < sizeof head)
-            err = (size_t)n >= sizeof MAGIC && memcmp(head, MAGIC, sizeof MAGIC) == 0 ? -EBADF : -EPROTO;
-    }
-    if (!err) {
-        uint32_t version;
-        memcpy(&version, head + offsetof(struct vgl_region, version), sizeof version);
-        if (memcmp(head, MAGIC, sizeof MAGIC) != 0)
-            err = -EPROTO;
-        else if (version != VGL_REGION_VERSION)
-            err = -EPROTONOSUPPORT;
-        else if ((uint64_t)st.st_size != sizeof(struct vgl_region))
-            err = -EBADF;
-        else if (st.st_mode & S_IWOTH)
-            err = -EPERM; /* anyone could rewrite its limits */
+        err = n < 0 ? -errno : vgl_region_check(head, (uint64_t)n);
     }
     void *map = MAP_FAILED;
     if (!err) {
         map = mmap(NULL, sizeof(struct vgl_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (map == MAP_FAILED)
             err = -errno;
+        else
+            /* A truncation between the fstat and this read kills us with
+             * SIGBUS: the caller's guard (region_guard.c) starts after. */
+            err = vgl_region_check(map, (uint64_t)st.st_size);
     }
+    if (!err && (st.st_mode & S_IWOTH))
+        err = -EPERM; /* anyone could rewrite its limits */
     close(fd);
-    if (err)
+    if (err) {
+        if (map != MAP_FAILED)
+            munmap(map, sizeof(struct vgl_region));
         return err;
+    }
     *out = map;
     return 0;
 }
@@ -183,6 +230,8 @@ const char *vgl_region_strerror(int err)
                "restart the container with one version";
     case -EBADF:
         return "truncated or resized region file";
+    case -EBADMSG:
+        return "garbled region file (it holds values that vgpulimit never writes)";
     case -ENOENT:
         return "no such file";
     case -EACCES:

@@ -7,7 +7,9 @@ of the container has seen the device).  Devices a container has not used yet
 are left out.  The compute utilisation is the share of the whole GPU that the
 container's kernels took since the previous scrape (since the server started,
 for the first).  Per-process memory is its own family, so that a sum over
-vgpulimit_memory_used_bytes counts each byte once."""
+vgpulimit_memory_used_bytes counts each byte once.  A region file that cannot
+be read (truncated, garbled, gone) has vgpulimit_region_readable 0 and no other
+series, its reason is logged once, and the scrape serves the others."""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from vgpulimit.region import RegionError
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -54,13 +55,16 @@ class RegionCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            try:
-                sample = self._sampler.sample()
-            except RegionError as exc:
-                self._complain(str(exc))
-                return
+            sample = self._sampler.sample(strict=False)
+        readable = GaugeMetricFamily("vgpulimit_region_readable",
+                                     "Whether the container's region file could be read at this "
+                                     "scrape (0: truncated, garbled or unreadable; no other series)",
+                                     labels=["container"])
+        for view in sample.views:
+            readable.add_metric([view.path], 1)
         for path, why in sample.errors:
-            self._complain(f"{path}: {why}")
+            readable.add_metric([path], 0)
+            self._complain(f"region {path}: {why}")
         device_labels = ["container", "device", "uuid"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
@@ -99,7 +103,7 @@ class RegionCollector(Collector):
                         process_used.add_metric(
                             [*labels, str(proc.pid), str(proc.host_pid or ""), proc.comm],
                             proc.used_bytes[dev.index])
-        yield from (limit, used, process_used, refusals, cores, share, throttled)
+        yield from (readable, limit, used, process_used, refusals, cores, share, throttled)
 
     def _complain(self, line: str) -> None:
         """Once per distinct problem: a scrape loop must not flood the log."""
@@ -129,4 +133,3 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) 
         thread.join()
     finally:
         server.shutdown()
-        sampler.close()

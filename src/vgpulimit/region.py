@@ -1,8 +1,15 @@
 """The region file, read and written through the shim's own C code (cffi).
 
 The layout is declared once, in shim/include/vgpulimit/region.h; this module
-reads the mapped ``struct vgl_region`` field by field through cffi and gives
-the values names and types.  It never re-declares the layout.
+reads a ``struct vgl_region`` field by field through cffi and gives the values
+names and types.  It never re-declares the layout.
+
+Two ways in.  ``Region`` maps the file read-write, as the container's
+processes do (the supervisor, ``vgpulimit set``), under the C side's guard
+against the file being truncated beneath the mapping.  ``read_snapshot``, for
+the views, reads a copy with ordinary reads (read access is all it needs)
+and validates the copy before it believes a byte of it: any process of a
+container may write its region, and a view reads every container's.
 """
 
 from __future__ import annotations
@@ -21,18 +28,22 @@ ffi, lib = core()
 
 MAX_DEVICES: int = lib.VGL_MAX_DEVICES
 MAX_SLOTS: int = lib.VGL_MAX_SLOTS
+REGION_BYTES: int = ffi.sizeof("struct vgl_region")
 
 
 class RegionError(OSError):
     """A region call failed; the message is the C side's line for the error
-    and the path it was about."""
+    (``reason``, with ``detail`` after it) and the path it was about."""
 
-    def __init__(self, path: str, err: int, action: str = "", line: str | None = None) -> None:
+    def __init__(self, path: str, err: int, action: str = "", detail: str = "",
+                 line: str | None = None) -> None:
         self.path = path
-        if line is None:
-            line = ffi.string(lib.vgl_region_strerror(err)).decode(errors="replace")
+        self.reason = line if line is not None else \
+            ffi.string(lib.vgl_region_strerror(err)).decode(errors="replace")
+        if detail:
+            self.reason += f" ({detail})"
         where = f"{action} {path}" if action else path
-        super().__init__(-err, f"{where}: {line}", path)
+        super().__init__(-err, f"{where}: {self.reason}", path)
 
     def __str__(self) -> str:
         return self.strerror
@@ -155,15 +166,22 @@ class Region:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Region:
+        """Maps the file read-write; a truncation under the mapping then
+        breaks the region (RegionError from its calls), not the process."""
         fspath = os.fspath(path)
         out = ffi.new("struct vgl_region **")
         err = lib.vgl_region_open(os.fsencode(fspath), out)
+        if err == 0:
+            err = lib.vgl_region_guard(out[0])
+            if err < 0:
+                lib.vgl_region_close(out[0])
         if err < 0:
             raise RegionError(fspath, err, "cannot open")
         return cls(fspath, out[0])
 
     def close(self) -> None:
         if self._cdata is not None:
+            lib.vgl_region_unguard(self._cdata)
             lib.vgl_region_close(self._cdata)
             self._cdata = None
 
@@ -177,16 +195,31 @@ class Region:
         self.close()
 
     @property
+    def closed(self) -> bool:
+        return self._cdata is None
+
+    @property
+    def intact(self) -> bool:
+        """False once the file lost pages under the mapping (it was
+        truncated): what is read or written here is no longer shared."""
+        return self._cdata is not None and not lib.vgl_region_broken(self._cdata)
+
+    @property
     def _mapped(self):
         if self._cdata is None:
             raise RegionError(self.path, -errno.EBADF, "closed region")
         return self._cdata
 
+    def _outcome(self, err: int) -> int:
+        """A C call's result, or -EBADF when the file lost pages by its end:
+        what it did went to private zeros, not to the container."""
+        return err if self.intact else -errno.EBADF
+
     # -- writers -------------------------------------------------------------
 
     def attach(self, pid: int, host_pid: int = 0) -> Slot:
         out = ffi.new("struct vgl_slot **")
-        err = lib.vgl_region_attach(self._mapped, pid, host_pid, out)
+        err = self._outcome(lib.vgl_region_attach(self._mapped, pid, host_pid, out))
         if err < 0:
             raise RegionError(self.path, err, f"cannot attach pid {pid} to")
         return Slot(self, out[0])
@@ -196,13 +229,14 @@ class Region:
 
     def reclaim(self) -> int:
         """Frees the slots of processes that no longer exist; returns how many."""
-        count = lib.vgl_region_reclaim(self._mapped)
+        count = self._outcome(lib.vgl_region_reclaim(self._mapped))
         if count < 0:
             raise RegionError(self.path, count, "cannot reclaim in")
         return int(count)
 
     def set_limits(self, device: int, limit: MemoryLimit | None, cores_pct: int = 0) -> None:
-        err = lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit), cores_pct)
+        err = self._outcome(lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit),
+                                                      cores_pct))
         if err < 0:
             raise RegionError(self.path, err, f"cannot set the limits of device {device} in")
 
@@ -210,7 +244,7 @@ class Region:
         """Reserves bytes in the ledger as the shim does for an allocation;
         False (and a refusal counted) when they do not fit under the cap."""
         cap = 2**64 - 1 if cap_bytes is None else cap_bytes
-        err = lib.vgl_ledger_reserve(self._mapped, slot._cdata, device, nbytes, cap)
+        err = self._outcome(lib.vgl_ledger_reserve(self._mapped, slot._cdata, device, nbytes, cap))
         if err == -errno.ENOMEM:
             return False
         if err < 0:
@@ -223,54 +257,101 @@ class Region:
     # -- reader --------------------------------------------------------------
 
     def snapshot(self, all_devices: bool = False) -> RegionSnapshot:
-        """The region as it is now.  Read without the region's locks: each
-        number is current, the set of them may be a moment apart.  Devices
-        with no limit that no process has seen are left out unless
-        ``all_devices``."""
-        region = self._mapped
-        taken_ns = time.monotonic_ns()
-        devices = []
-        for index in range(MAX_DEVICES):
-            dev = region.devices[index]
-            limit = MemoryLimit._from_cdata(dev.limit)
-            total_bytes = int(dev.total_bytes)
-            if total_bytes == 0 and limit is None and not all_devices:
-                continue
-            devices.append(
-                DeviceSnapshot(
-                    index=index,
-                    limit=limit,
-                    cap_bytes=_cap_bytes(limit, total_bytes),
-                    cores_pct=int(dev.cores_pct),
-                    total_bytes=total_bytes,
-                    used_bytes=int(dev.used_bytes),
-                    oom_refusals=int(dev.oom_refusals),
-                    throttled_ns=int(dev.throttled_ns),
-                    busy_ns=int(dev.busy_ns),
-                    uuid=_uuid_text(bytes(dev.uuid)),
-                )
+        """The region as it is now, from a copy of the mapping validated as
+        read_snapshot validates the file."""
+        image = bytearray(ffi.buffer(self._mapped, REGION_BYTES))
+        err = self._outcome(0)
+        if err < 0:
+            raise RegionError(self.path, err, "cannot read")
+        return _snapshot(self.path, image, REGION_BYTES, all_devices)
+
+
+def read_snapshot(path: str | os.PathLike, all_devices: bool = False) -> RegionSnapshot:
+    """The region file at ``path`` as it is now, for the views: read with
+    ordinary reads, never mapped (a file truncated under a mapping kills its
+    reader), so read access is enough; validated before any of it is
+    believed.  Read without the region's locks: each number is current, the
+    set of them may be a moment apart.  RegionError: the file cannot be read,
+    or is no whole region of this version, or holds values vgpulimit never
+    writes (garbled)."""
+    fspath = os.fspath(path)
+    try:
+        image, got, size = _read_copy(fspath)
+    except OSError as exc:
+        raise RegionError(fspath, -(exc.errno or errno.EIO), "cannot open") from None
+    return _snapshot(fspath, image, got, all_devices, action="region",
+                     detail=f"{size} bytes, expected {REGION_BYTES}")
+
+
+def _read_copy(path: str) -> tuple[bytearray, int, int]:
+    """Up to one byte more than a region from the file (so that a grown one
+    shows), the count read, and the file's size."""
+    # O_NONBLOCK: a FIFO planted in its place must not hang the view.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EPROTO, "not a regular file")
+        image = bytearray(REGION_BYTES + 1)
+        got = 0
+        with memoryview(image) as view:
+            while got < len(image) and (n := f.readinto(view[got:])):
+                got += n
+    return image, got, st.st_size
+
+
+def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
+              action: str = "cannot read", detail: str = "") -> RegionSnapshot:
+    """A snapshot of ``size`` bytes of a region in ``image``, once the C side
+    has validated them.  Devices with no limit that no process has seen are
+    left out unless ``all_devices``."""
+    taken_ns = time.monotonic_ns()
+    err = lib.vgl_region_check(ffi.from_buffer(image), size)
+    if err < 0:
+        raise RegionError(path, err, action, detail if err == -errno.EBADF else "")
+    region = ffi.cast("struct vgl_region *", ffi.from_buffer(image))
+    devices = []
+    for index in range(MAX_DEVICES):
+        dev = region.devices[index]
+        limit = MemoryLimit._from_cdata(dev.limit)
+        total_bytes = int(dev.total_bytes)
+        if total_bytes == 0 and limit is None and not all_devices:
+            continue
+        devices.append(
+            DeviceSnapshot(
+                index=index,
+                limit=limit,
+                cap_bytes=_cap_bytes(limit, total_bytes),
+                cores_pct=int(dev.cores_pct),
+                total_bytes=total_bytes,
+                used_bytes=int(dev.used_bytes),
+                oom_refusals=int(dev.oom_refusals),
+                throttled_ns=int(dev.throttled_ns),
+                busy_ns=int(dev.busy_ns),
+                uuid=_uuid_text(bytes(dev.uuid)),
             )
-        processes = []
-        for index in range(MAX_SLOTS):
-            slot = region.slots[index]
-            if slot.state != lib.VGL_SLOT_LIVE:
-                continue
-            used = {d: int(n) for d, n in enumerate(slot.used_bytes) if n}
-            processes.append(
-                ProcessSnapshot(
-                    pid=int(slot.pid),
-                    host_pid=int(slot.host_pid) or None,
-                    comm=ffi.string(slot.comm).decode(errors="replace"),
-                    used_bytes=used,
-                )
-            )
-        return RegionSnapshot(
-            path=self.path,
-            generation=int(region.generation),
-            devices=tuple(devices),
-            processes=tuple(processes),
-            taken_ns=taken_ns,
         )
+    processes = []
+    for index in range(MAX_SLOTS):
+        slot = region.slots[index]
+        if slot.state != lib.VGL_SLOT_LIVE:
+            continue
+        used = {d: int(n) for d, n in enumerate(slot.used_bytes) if n}
+        processes.append(
+            ProcessSnapshot(
+                pid=int(slot.pid),
+                host_pid=int(slot.host_pid) or None,
+                comm=ffi.string(slot.comm).decode(errors="replace"),
+                used_bytes=used,
+            )
+        )
+    return RegionSnapshot(
+        path=path,
+        generation=int(region.generation),
+        devices=tuple(devices),
+        processes=tuple(processes),
+        taken_ns=taken_ns,
+    )
 
 
 def _not_a_file(path: str) -> str | None:

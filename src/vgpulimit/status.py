@@ -2,20 +2,30 @@
 compute share measured between two of them, and `vgpulimit status` for people
 (80 columns) and for programs (JSON, bytes as integers).
 
-Reads only: regions are mapped and read, never written.  No terminal UI
-here (top.py builds on this module, never the other way round)."""
+Reads only: each sample reads a validated copy of every region file
+(region.read_snapshot), never maps one and never takes its locks, so a view
+needs read access alone, and a file that one tenant truncated, grew or filled
+with garbage is one line among the others, not a crash.  No terminal UI here
+(top.py builds on this module, never the other way round)."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpulimit.limits import format_bytes
-from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, Region, RegionError, RegionSnapshot
+from vgpulimit.region import (
+    DeviceSnapshot,
+    ProcessSnapshot,
+    RegionError,
+    RegionSnapshot,
+    read_snapshot,
+)
 
 _MAGIC = b"VGPULIM\0"
 
@@ -52,13 +62,26 @@ def find_regions(directory: str | os.PathLike) -> list[str]:
             if name.endswith(".tmp"):   # a region being created: not there yet
                 continue
             path = os.path.join(root, name)
-            try:
-                with open(path, "rb") as f:
-                    if f.read(len(_MAGIC)) == _MAGIC:
-                        found.append(path)
-            except OSError:
-                continue
+            if _starts_like_a_region(path):
+                found.append(path)
     return sorted(found)
+
+
+def _starts_like_a_region(path: str) -> bool:
+    """Regular files only, links not followed: a FIFO, a device or a link
+    that a tenant left in its directory is neither waited on nor opened."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(_MAGIC)) == _MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def measured_share(before: DeviceSnapshot | None, after: DeviceSnapshot, elapsed_ns: int) -> float | None:
@@ -70,45 +93,31 @@ def measured_share(before: DeviceSnapshot | None, after: DeviceSnapshot, elapsed
 
 
 class Sampler:
-    """Reads regions again and again, keeping them mapped: the named files,
-    and every region under ``directory`` as containers come and go.  Each
-    sample measures the compute share since the one before."""
+    """Reads regions again and again: the named files, and every region under
+    ``directory`` as containers come and go.  Each sample measures the
+    compute share since the one before."""
 
     def __init__(self, paths: Sequence[str] = (), directory: str | None = None) -> None:
         self._paths = [os.fspath(p) for p in paths]
         self._directory = directory
-        self._open: dict[str, Region] = {}
         self._previous: dict[str, RegionSnapshot] = {}
 
-    def close(self) -> None:
-        for region in self._open.values():
-            region.close()
-        self._open.clear()
-
-    def _region(self, path: str) -> Region:
-        region = self._open.get(path)
-        if region is None:
-            region = self._open[path] = Region.open(path)
-        return region
-
-    def sample(self) -> Sample:
-        """Named regions that cannot be read raise RegionError; regions found
-        under the directory are reported in ``errors`` instead."""
-        views, errors = [], []
-        for path in self._paths:
-            views.append(self._view(path, self._region(path).snapshot()))
-        if self._directory is not None:
-            found = find_regions(self._directory)
-            for path in set(self._open) - set(found) - set(self._paths):
-                self._open.pop(path).close()
+    def sample(self, strict: bool = True) -> Sample:
+        """Regions that cannot be read are reported in ``errors``; with
+        ``strict``, a named one raises RegionError instead."""
+        views: list[ContainerView] = []
+        errors: list[tuple[str, str]] = []
+        found = [] if self._directory is None else find_regions(self._directory)
+        for path in set(self._previous) - set(found) - set(self._paths):
+            del self._previous[path]
+        for path in self._paths + [p for p in found if p not in self._paths]:
+            try:
+                views.append(self._view(path, read_snapshot(path)))
+            except RegionError as exc:
+                if strict and path in self._paths:
+                    raise
                 self._previous.pop(path, None)
-            for path in found:
-                if path in self._paths:
-                    continue
-                try:
-                    views.append(self._view(path, self._region(path).snapshot()))
-                except RegionError as exc:
-                    errors.append((path, str(exc)))
+                errors.append((path, exc.reason))
         return Sample(tuple(views), tuple(errors))
 
     def _view(self, path: str, snap: RegionSnapshot) -> ContainerView:
@@ -297,11 +306,8 @@ def take(paths: Iterable[str] = (), directory: str | None = None, interval_s: fl
     """One reading for `status`: two samples ``interval_s`` apart, so that
     the compute share is measured (none with 0)."""
     sampler = Sampler(list(paths), directory)
-    try:
+    sample = sampler.sample()
+    if interval_s > 0:
+        time.sleep(interval_s)
         sample = sampler.sample()
-        if interval_s > 0:
-            time.sleep(interval_s)
-            sample = sampler.sample()
-    finally:
-        sampler.close()
     return sample

@@ -300,11 +300,22 @@ def _reap(child: int) -> int | None:
 
 
 def _reclaim(region: Region) -> None:
-    # The supervisor must keep supervising; a failed reclaim is retried next time.
+    """Frees the slots of dead processes.  The supervisor must keep
+    supervising: a failed reclaim is retried next time, except in a region
+    that a process of the container truncated.  The C side's guard keeps that
+    from killing us (SIGBUS), even when it happens within a reclaim; the
+    mapping then holds private zeros where the file lost pages, so it is
+    closed and reclaiming stops, said once."""
+    if region.closed:
+        return
     try:
         region.reclaim()
-    except RegionError:
-        pass
+    except RegionError as exc:
+        if region.intact:
+            return
+        region.close()
+        print(f"vgpulimit run: {exc}; the slots of dead processes are no longer reclaimed",
+              file=sys.stderr, flush=True)
 
 
 def _supervise(child: int, region: Region) -> int:

@@ -122,12 +122,11 @@ def run(paths: Sequence[str] = (), directory: str | None = None, interval_s: flo
     sampler = Sampler(paths, directory)
     console = Console()
     try:
-        with _keys() as fd, Live(render(sampler.sample(), interval_s), console=console,
+        # Not strict: a region that breaks while watched is a line, not the end of top.
+        with _keys() as fd, Live(render(sampler.sample(strict=False), interval_s), console=console,
                                  screen=True, auto_refresh=False) as live:
             while not _wait_for_quit(fd, interval_s):
-                live.update(render(sampler.sample(), interval_s), refresh=True)
+                live.update(render(sampler.sample(strict=False), interval_s), refresh=True)
     except KeyboardInterrupt:
         pass
-    finally:
-        sampler.close()
     return 0

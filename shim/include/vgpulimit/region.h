@@ -93,8 +93,14 @@ struct vgl_region {
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
                       const uint32_t *cores_pct, uint32_t flags);
 /* Maps and validates an existing file.  -EPROTO: not a region (magic);
- * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size. */
+ * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size;
+ * -EBADMSG: garbled (see vgl_region_check). */
 int vgl_region_open(const char *path, struct vgl_region **out);
+/* Validates `size` bytes of a region file (read into memory, or mapped; as
+ * aligned as the struct), reading no byte past them: 0, or the errors of
+ * vgl_region_open.  Garbled means a header whose own sizes are wrong, or a
+ * value that vgpulimit never writes. */
+int vgl_region_check(const void *image, uint64_t size);
 void vgl_region_close(struct vgl_region *region);
 /* One line saying what a negative result of create/open means for `path`. */
 const char *vgl_region_strerror(int err);
@@ -124,6 +130,19 @@ int vgl_proc_running(int32_t pid, uint64_t start_time);
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);
+
+/* region_guard.c — a region file truncated under its mapping.  The shim and
+ * the supervisor map the file that every process of a container may write. */
+
+/* Guards a mapping from vgl_region_open in this process: touching a page
+ * that the file no longer holds gets a private page of zeros instead of a
+ * fatal SIGBUS, and marks the region broken.  0, or -EMFILE: too many guarded. */
+int vgl_region_guard(struct vgl_region *region);
+/* Before vgl_region_close. */
+void vgl_region_unguard(struct vgl_region *region);
+/* 1 once a page of the guarded `region` was lost (its numbers are no longer
+ * shared with anyone), else 0.  Touches its last page: guarded regions only. */
+int vgl_region_broken(const struct vgl_region *region);
 
 /* ledger.c — the per-device byte count, exact under races. */
 
