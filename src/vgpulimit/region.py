@@ -152,7 +152,7 @@ class Region:
         occupant = _not_a_file(fspath)
         if occupant:
             raise RegionError(fspath, -errno.EEXIST, "cannot create",
-                              f"{occupant} is there; give a path where no file exists")
+                              line=f"{occupant} is there; give a path where no file exists")
         limits = ffi.new("struct vgl_mem_limit[]", MAX_DEVICES)
         for index, limit in enumerate(_device_list(memory, None, "memory")):
             if limit is not None:
