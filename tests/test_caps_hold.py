@@ -88,20 +88,47 @@ def test_a_nested_run_cannot_loosen_the_outer_cap(sim_env):
                                *HOLD, "2000"), sim_env, check=False)
     assert result.returncode == 1
     assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in result.stderr
-    assert "--memory 100% is not applied" in result.stderr
-    # What the inner run uses counts in the outer cap: 900 MiB fit, as in the outer.
+    assert "--memory 100% is looser than the 1 GiB of the region" in result.stderr
     fits = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
                              *vgpulimit_cmd("run", "--simulate", "--"), *HOLD, "900"), sim_env)
     assert fits.returncode == 0
 
 
-def test_a_nested_run_may_not_name_a_region_of_its_own(sim_env, tmp_path):
+def test_a_nested_run_tightens_the_outer_cap(sim_env):
+    def nested(mib):
+        return run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
+                                 *vgpulimit_cmd("run", "--simulate", "--memory", "512MiB", "--"),
+                                 *HOLD, str(mib)), sim_env, check=False)
+    assert nested(400).returncode == 0
+    refused = nested(600)
+    assert refused.returncode == 1
+    assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in refused.stderr
+    assert "cap 512.00 MiB" in refused.stderr and "looser" not in refused.stderr
+
+
+def test_what_a_nested_run_uses_counts_in_the_outer_cap(sim_env, tmp_path):
+    """The outer run's own program holds 600 MiB; a nested run capped at 800 MiB
+    gets 424 MiB, what is left of the outer 1 GiB, not 800."""
+    report, release = tmp_path / "held", tmp_path / "release"
+    fill = " ".join([sys.executable, str(CLIENTS / "cuda_fill.py"), str(600 * MiB), "1",
+                     "--hold", str(release)])
+    inner = " ".join([*vgpulimit_cmd("run", "--simulate", "--memory", "800MiB", "--"), *HOLD])
+    script = (f"{fill} > {report} & "
+              f"while ! [ -s {report} ]; do sleep 0.05; done; "
+              f"{inner} 500; echo refused=$?; {inner} 400; echo fits=$?; touch {release}; wait")
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--", "sh", "-c", script),
+                 sim_env)
+    assert "refused=1" in result.stdout and "fits=0" in result.stdout, result.stderr
+    assert "in use by the run this one is nested in" in result.stderr
+
+
+def test_a_nested_run_names_its_region_and_still_counts_in_the_outer(sim_env, tmp_path):
+    mine = tmp_path / "mine"
     result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
-                               *vgpulimit_cmd("run", "--region", str(tmp_path / "mine"), "--"),
-                               "true"), sim_env, check=False)
-    assert result.returncode == 2
-    assert "--region cannot be given inside the region" in result.stderr
-    assert not (tmp_path / "mine").exists()
+                               *vgpulimit_cmd("run", "--simulate", "--region", str(mine), "--"),
+                               *HOLD, "2000"), sim_env, check=False)
+    assert result.returncode == 1
+    assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in result.stderr
 
 
 def test_the_shim_creates_no_directory_it_is_named(sim_env, shim_path, tmp_path):
@@ -149,3 +176,30 @@ def test_a_process_cannot_loosen_the_region_its_runtime_set_up(runtime_region, s
     assert "ignored" in refused.stderr and "set up by its runtime" in refused.stderr
     assert not Path("/tmp/x").exists() and not Path("/tmp/mine").exists()
     run([*cmd, *HOLD, "900"], env)  # the runtime's cap, 1 GiB, holds
+
+
+def test_a_region_that_is_not_nested_in_the_runtimes_is_ignored(runtime_region, sim_env, shim_path,
+                                                               tmp_path):
+    mine = tmp_path / "mine"
+    Region.create(mine).close()  # no cap, and nested in nothing
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(mine))
+    inside = f"mount --bind {runtime_region} /.vgpulimit && exec \"$@\""
+    refused = run(["unshare", "--mount", "sh", "-c", inside, "sh", *HOLD, "2000"], env, check=False)
+    assert refused.returncode == 1
+    assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in refused.stderr
+    assert f"VGPULIMIT_REGION=\"{mine}\" is ignored" in refused.stderr
+
+
+def test_a_nested_run_in_a_container_of_the_hook_tightens_its_cap(runtime_region, sim_env):
+    def nested(memory, mib):
+        inside = f"mount --bind {runtime_region} /.vgpulimit && exec \"$@\""
+        return run(["unshare", "--mount", "sh", "-c", inside, "sh",
+                    *vgpulimit_cmd("run", "--simulate", "--memory", memory, "--"), *HOLD, str(mib)],
+                   sim_env, check=False)
+    refused = nested("512MiB", 600)
+    assert refused.returncode == 1
+    assert "cap 512.00 MiB" in refused.stderr and "ignored" not in refused.stderr
+    loosened = nested("8GiB", 2000)
+    assert loosened.returncode == 1
+    assert "--memory 8GiB is looser than the 1 GiB of the region /.vgpulimit/region" in loosened.stderr
+    assert "in use by the run this one is nested in" in loosened.stderr

@@ -100,6 +100,15 @@ def test_four_processes_draw_from_one_budget(sim_env, launch_client):
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+def test_a_nested_run_draws_from_the_outer_share(sim_env, launch_client):
+    """The nested run asks for 80 %; its launches draw from the outer 25 % too."""
+    started = time.monotonic()
+    nested = [*vgpulimit_cmd("run", "--simulate", "--cores", "80", "--"), *loops(launch_client, 2)]
+    output = Container(sim_env, 25, nested).finish()
+    assert len(progress(output)) == 2
+    assert 15 <= share(output, started + 1, started + 4) <= 35
+
+
 def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
     """Each path on a simulated GPU of its own, all at once; uncapped, each
     loop would keep its GPU busy all the time."""

@@ -3,6 +3,8 @@
  * failure or free; and the capped view that the queries report.  The hooks
  * of every allocation family (memory_hooks.c, pool_hooks.c, vmm_hooks.c,
  * array_hooks.c) go through here. */
+#include <errno.h>
+
 #include "internal.h"
 
 static uint64_t device_total[VGL_MAX_DEVICES]; /* as the driver reports it; 0: not asked yet */
@@ -32,36 +34,81 @@ uint64_t vgl_device_total(int device)
     return total;
 }
 
-/* Whether the region file lost pages under our mapping (region_guard.c):
- * what we read and write there is no longer shared with the container, so
- * nothing can be accounted.  Said once. */
+/* The process's region (link 0) and those it is nested in. */
+static inline uint32_t links(void) { return 1 + vgl_self.nouter; }
+
+static inline struct vgl_link link_at(uint32_t i)
+{
+    return i ? vgl_self.outer[i - 1] : (struct vgl_link){vgl_self.region, vgl_self.slot};
+}
+
+/* Whether a region file lost pages under our mapping (region_guard.c): what
+ * we read and write there is no longer shared with the container, so nothing
+ * can be accounted.  Said once. */
 static bool region_lost(void)
 {
     static int said;
-    if (VGL_LIKELY(!vgl_region_broken(vgl_self.region)))
+    bool lost = false;
+    for (uint32_t i = 0; i < links() && !lost; i++)
+        lost = vgl_region_broken(link_at(i).region);
+    if (VGL_LIKELY(!lost))
         return false;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        vgl_log(VGL_LOG_ERROR, "region file %s was truncated while in use; device memory "
-                "allocations are refused", vgl_config.region_path);
+        vgl_log(VGL_LOG_ERROR, "region file %s%s was truncated while in use; device memory "
+                "allocations are refused", vgl_config.region_path,
+                vgl_self.nouter ? " (or one it is nested in)" : "");
     return true;
 }
 
-/* The cap of a device of `total` bytes, read live from the region
- * (`vgpulimit set` changes it); UINT64_MAX: none.  0 while the
- * configuration or the region is broken. */
-uint64_t vgl_device_cap(int device, uint64_t total)
+/* Read live: `vgpulimit set` changes it. */
+uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t total)
 {
-    if (VGL_UNLIKELY(vgl_config.broken))
-        return 0;
-    const struct vgl_mem_limit *live = &vgl_self.region->devices[device].limit;
+    const struct vgl_mem_limit *live = &region->devices[device].limit;
     struct vgl_mem_limit limit = {
         .bytes = __atomic_load_n(&live->bytes, __ATOMIC_RELAXED),
         .ppm = __atomic_load_n(&live->ppm, __ATOMIC_RELAXED),
     };
-    /* After the read: a page lost to it reads as zeros, which mean no cap. */
+    return vgl_cap_bytes(&limit, total);
+}
+
+uint64_t vgl_device_cap(int device, uint64_t total)
+{
+    if (VGL_UNLIKELY(vgl_config.broken))
+        return 0;
+    uint64_t cap = UINT64_MAX;
+    for (uint32_t i = 0; i < links(); i++) {
+        uint64_t own = vgl_region_cap(link_at(i).region, device, total);
+        cap = own < cap ? own : cap;
+    }
+    /* After the reads: a page lost to them reads as zeros, which mean no cap. */
     if (VGL_UNLIKELY(region_lost()))
         return 0;
-    return vgl_cap_bytes(&limit, total);
+    return cap;
+}
+
+int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
+{
+    uint64_t total = forced ? 0 : vgl_device_total((int)device);
+    for (uint32_t i = 0; i < links(); i++) {
+        struct vgl_link link = link_at(i);
+        uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);
+        if (VGL_UNLIKELY(vgl_config.broken))
+            cap = 0;
+        if (vgl_ledger_reserve(link.region, link.slot, device, bytes, cap) < 0) {
+            if (refused)
+                *refused = i;
+            while (i--)
+                vgl_ledger_release(link_at(i).region, link_at(i).slot, device, bytes);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+void vgl_release(uint32_t device, uint64_t bytes)
+{
+    for (uint32_t i = 0; i < links(); i++)
+        vgl_ledger_release(link_at(i).region, link_at(i).slot, device, bytes);
 }
 
 bool vgl_ready(void)
@@ -69,20 +116,24 @@ bool vgl_ready(void)
     return !region_lost() && (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
 }
 
-static void log_refusal(const char *call, int device, uint64_t bytes, uint64_t cap)
+/* `link`: the region whose cap refused (0 the process's own, then those it is
+ * nested in); < 0: no limit could be enforced at all. */
+static void log_refusal(const char *call, int device, uint64_t bytes, int link)
 {
     static unsigned refusals;
     char asked[32], capped[32], used[32];
-    if (vgl_config.broken || device < 0 || vgl_region_broken(vgl_self.region)) {
+    if (link < 0 || device < 0 || region_lost()) {
         /* The reason was logged once, when it arose. */
         vgl_log_bounded(VGL_LOG_INFO, &refusals, "%s of %s refused: vgpulimit cannot enforce its "
                         "limits (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
         return;
     }
+    const struct vgl_region *region = link_at((uint32_t)link).region;
     vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s of %s refused on device %d: cap %s, %s in use by "
-                    "the container", call, vgl_format_bytes(bytes, asked, sizeof asked), device,
-                    vgl_format_bytes(cap, capped, sizeof capped),
-                    vgl_format_bytes(vgl_self.region->devices[device].used_bytes, used, sizeof used));
+                    "%s", call, vgl_format_bytes(bytes, asked, sizeof asked), device,
+                    vgl_format_bytes(vgl_region_cap(region, device, vgl_device_total(device)), capped, sizeof capped),
+                    vgl_format_bytes(region->devices[device].used_bytes, used, sizeof used),
+                    link ? "the run this one is nested in" : "the container");
 }
 
 CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
@@ -91,7 +142,7 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
     c->bytes = bytes;
     c->call = call;
     if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
-        log_refusal(call, -1, bytes, 0);
+        log_refusal(call, -1, bytes, -1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (device < 0)
@@ -105,12 +156,12 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     vgl_overhead_check(device);
-    uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
-    int err = vgl_ledger_reserve(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes, cap);
-    /* The region may have been lost during the reservation itself: then it
+    uint32_t refused;
+    int err = vgl_reserve((uint32_t)device, bytes, false, &refused);
+    /* A region may have been lost during the reservation itself: then it
      * counted into zeros that only we see (no need to return it there). */
     if (err < 0 || VGL_UNLIKELY(region_lost())) {
-        log_refusal(call, device, bytes, cap);
+        log_refusal(call, device, bytes, err < 0 ? (int)refused : -1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     c->device = device;
@@ -123,11 +174,11 @@ bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force)
         return true;
     uint32_t device = (uint32_t)c->device;
     if (actual < c->bytes) {
-        vgl_ledger_release(vgl_self.region, vgl_self.slot, device, c->bytes - actual);
+        vgl_release(device, c->bytes - actual);
     } else {
-        uint64_t cap = force ? UINT64_MAX : vgl_device_cap(c->device, vgl_device_total(c->device));
-        if (vgl_ledger_reserve(vgl_self.region, vgl_self.slot, device, actual - c->bytes, cap) < 0) {
-            log_refusal(c->call, c->device, actual, cap);
+        uint32_t refused;
+        if (vgl_reserve(device, actual - c->bytes, force, &refused) < 0) {
+            log_refusal(c->call, c->device, actual, (int)refused);
             return false;
         }
     }
@@ -144,13 +195,13 @@ void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind 
     /* The driver refused (or we could not record it, so a free could never
      * return it: then the memory stays used but uncounted, which is the
      * lesser harm than counting it forever). */
-    vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)c->device, c->bytes);
+    vgl_release((uint32_t)c->device, c->bytes);
 }
 
 void vgl_charge_cancel(struct vgl_charge *c)
 {
     if (c->device >= 0)
-        vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)c->device, c->bytes);
+        vgl_release((uint32_t)c->device, c->bytes);
     c->device = -1;
 }
 
@@ -159,7 +210,7 @@ void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key)
     int32_t device;
     uint64_t bytes;
     if (vgl_self.slot && vgl_allocations_take(kind, key, &device, &bytes))
-        vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes);
+        vgl_release((uint32_t)device, bytes);
 }
 
 /* The capped view of a device whose driver reports (free, total): total
@@ -172,12 +223,22 @@ bool vgl_capped_view(int device, struct vgl_view *v)
         v->free_bytes = 0; /* fail closed: nothing is allocatable */
         return true;
     }
-    uint64_t cap = vgl_device_cap(device, v->total_bytes);
+    uint64_t total = v->total_bytes;
+    uint64_t cap = vgl_device_cap(device, total);
     if (cap == UINT64_MAX)
         return false;
     uint64_t used = __atomic_load_n(&vgl_self.region->devices[device].used_bytes, __ATOMIC_RELAXED);
     v->total_bytes = cap;
     v->used_bytes = used < cap ? used : cap;
+    /* Free is what fits under every cap the process counts in. */
+    for (uint32_t i = 0; i < links() && cap; i++) {
+        const struct vgl_region *region = link_at(i).region;
+        uint64_t own = vgl_region_cap(region, device, total);
+        uint64_t in_use = __atomic_load_n(&region->devices[device].used_bytes, __ATOMIC_RELAXED);
+        uint64_t left = in_use < own ? own - in_use : 0;
+        if (left < v->free_bytes)
+            v->free_bytes = left;
+    }
     if (cap - v->used_bytes < v->free_bytes)
         v->free_bytes = cap - v->used_bytes;
     return true;

@@ -6,7 +6,8 @@
  *  1. /.vgpulimit/region, mounted by `vgpulimit oci-hook`: set up by the
  *     runtime, not by the process, so it is authoritative: the process's own
  *     variables cannot name another region or change a limit (they are
- *     ignored, with one line).
+ *     ignored, with one line).  A region nested in it (that of a `vgpulimit
+ *     run` inside the container) may be named: it can only tighten.
  *  2. VGPULIMIT_REGION, else HAMi's CUDA_DEVICE_MEMORY_SHARED_CACHE: the
  *     region of an enclosing `vgpulimit run`, or a path a device plugin
  *     chose.
@@ -26,15 +27,28 @@ struct vgl_config vgl_config;
 
 extern char **environ;
 
-/* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py
- * CONTAINER_REGION).  An empty file is only a mount point left behind (in an
- * image committed from a running container), not a region. */
-static const char CONTAINER_REGION[] = "/.vgpulimit/region";
-
+/* An empty file at VGL_CONTAINER_REGION is only a mount point left behind
+ * (in an image committed from a running container), not a region. */
 static bool runtime_set_up(void)
 {
     struct stat st;
-    return stat(CONTAINER_REGION, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    return stat(VGL_CONTAINER_REGION, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+/* Whether the region at `path` is nested, through at most VGL_MAX_CHAIN
+ * regions, in the runtime's.  (Checked again when the chain is mapped:
+ * init.c open_outer.) */
+static bool nested_in_runtime(const char *path)
+{
+    char parent[VGL_PARENT_LEN];
+    for (int depth = 1; depth < VGL_MAX_CHAIN; depth++) {
+        if (vgl_region_read_parent(path, parent) < 0 || !parent[0])
+            return false;
+        if (strcmp(parent, VGL_CONTAINER_REGION) == 0)
+            return true;
+        path = parent;
+    }
+    return false;
 }
 
 /* FNV-1a over the limits: the name of the region that environment makes. */
@@ -89,15 +103,17 @@ void vgl_config_load(void)
     if (runtime_set_up()) {
         vgl_config.enabled = true;
         vgl_config.authoritative = true;
-        strcpy(vgl_config.region_path, CONTAINER_REGION);
+        strcpy(vgl_config.region_path, VGL_CONTAINER_REGION);
         /* Its limits are compared with the environment's once it is mapped
          * (init.c); what cannot even be read is said here. */
-        if (env->region_path[0] && strcmp(env->region_path, CONTAINER_REGION) != 0)
+        if (env->region_path[0] && nested_in_runtime(env->region_path))
+            strcpy(vgl_config.region_path, env->region_path);
+        else if (env->region_path[0] && strcmp(env->region_path, VGL_CONTAINER_REGION) != 0)
             vgl_log(VGL_LOG_WARN, "%s=\"%s\" is ignored: this container's region is set up by its "
-                                  "runtime (%s)", env->region_from, env->region_path, CONTAINER_REGION);
+                                  "runtime (%s)", env->region_from, env->region_path, VGL_CONTAINER_REGION);
         else if (env->errors)
             vgl_log(VGL_LOG_WARN, "the limit variables in the environment are ignored: this container's "
-                                  "limits are set up by its runtime (%s)", CONTAINER_REGION);
+                                  "limits are set up by its runtime (%s)", VGL_CONTAINER_REGION);
         return;
     }
     report(env);

@@ -4,19 +4,26 @@
  * and the caller gets CUDA_ERROR_OUT_OF_MEMORY, as on a GPU that is full. */
 #include "internal.h"
 
-/* After the driver made a context on `device`: whether the container still
- * fits under its cap, with the context's cost counted. */
+/* After the driver made a context on `device`: whether the container (and
+ * each run it is nested in) still fits under its cap, with the context's
+ * cost counted. */
 static bool fits(CUdevice_v1 device)
 {
     if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_ready())
         return true; /* nothing to count it against: allocations say no if need be */
     vgl_overhead_check_now(device);
-    uint64_t cap = vgl_device_cap(device, vgl_device_total(device));
-    const uint64_t *used = &vgl_self.region->devices[device].used_bytes;
-    /* What dead processes held (their contexts too) is taken back before a
-     * context is refused. */
-    return __atomic_load_n(used, __ATOMIC_RELAXED) <= cap ||
-           (vgl_region_reclaim(vgl_self.region) > 0 && __atomic_load_n(used, __ATOMIC_RELAXED) <= cap);
+    uint64_t total = vgl_device_total(device);
+    for (uint32_t i = 0; i <= vgl_self.nouter; i++) {
+        struct vgl_region *region = i ? vgl_self.outer[i - 1].region : vgl_self.region;
+        uint64_t cap = vgl_config.broken ? 0 : vgl_region_cap(region, device, total);
+        const uint64_t *used = &region->devices[device].used_bytes;
+        /* What dead processes held (their contexts too) is taken back before a
+         * context is refused. */
+        if (__atomic_load_n(used, __ATOMIC_RELAXED) > cap &&
+            (vgl_region_reclaim(region) == 0 || __atomic_load_n(used, __ATOMIC_RELAXED) > cap))
+            return false;
+    }
+    return true;
 }
 
 static void refuse(const char *call, CUdevice_v1 device)

@@ -94,9 +94,9 @@ static void settle(int device)
     if (!pool_attribute(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved == charged)
         return;
     if (reserved < charged)
-        vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)device, charged - reserved);
+        vgl_release((uint32_t)device, charged - reserved);
     else
-        vgl_ledger_reserve(vgl_self.region, vgl_self.slot, (uint32_t)device, reserved - charged, UINT64_MAX);
+        vgl_reserve((uint32_t)device, reserved - charged, true, NULL);
     gm.charged[device] = reserved;
 }
 

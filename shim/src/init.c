@@ -20,6 +20,8 @@ static void after_fork_in_child(void)
 {
     pthread_mutex_init(&attach_lock, NULL);
     vgl_self.slot = NULL;
+    for (uint32_t i = 0; i < vgl_self.nouter; i++)
+        vgl_self.outer[i].slot = NULL;
     vgl_self.pid = (int32_t)getpid();
     vgl_allocations_forget();
     vgl_overhead_forget();
@@ -102,6 +104,60 @@ static void warn_if_env_differs(const struct vgl_region *region)
                               "with `vgpulimit set`)", name, vgl_config.region_path, i, live);
 }
 
+static void close_outer(void)
+{
+    while (vgl_self.nouter) {
+        struct vgl_region *outer = vgl_self.outer[--vgl_self.nouter].region;
+        vgl_region_unguard(outer);
+        vgl_region_close(outer);
+    }
+}
+
+/* Maps the regions `region` is nested in, nearest first.  False (said once)
+ * when one cannot be, or the chain is deeper than VGL_MAX_CHAIN: what the
+ * process uses could not be counted there, so it fails closed. */
+static bool open_outer(const struct vgl_region *region)
+{
+    static int said;
+    const char *inner = vgl_config.region_path;
+    char last[VGL_PARENT_LEN], path[VGL_PARENT_LEN];
+    bool in_runtime = strcmp(inner, VGL_CONTAINER_REGION) == 0;
+    /* A copy first: the header is in a mapping every process of the container may write. */
+    memcpy(path, region->parent, sizeof path);
+    path[sizeof path - 1] = '\0';
+    while (path[0]) {
+        int err = vgl_self.nouter == VGL_MAX_CHAIN - 1 ? -ELOOP : 0;
+        struct vgl_region *outer = NULL;
+        if (!err)
+            err = vgl_region_open(path, &outer);
+        if (err) {
+            if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+                vgl_log(VGL_LOG_ERROR, "region file %s is nested in %s: %s; device memory allocations "
+                        "are refused", inner, path, err == -ELOOP ? "regions are nested deeper than "
+                        "vgpulimit follows (a nested run inside a nested run inside a nested run)"
+                        : vgl_region_strerror(err));
+            close_outer();
+            return false;
+        }
+        vgl_region_guard(outer);
+        vgl_self.outer[vgl_self.nouter++].region = outer;
+        in_runtime = in_runtime || strcmp(path, VGL_CONTAINER_REGION) == 0;
+        memcpy(last, path, sizeof last);
+        inner = last;
+        memcpy(path, outer->parent, sizeof path);
+        path[sizeof path - 1] = '\0';
+    }
+    /* The file named may have been replaced since the configuration was read. */
+    if (vgl_config.authoritative && !in_runtime) {
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            vgl_log(VGL_LOG_ERROR, "region file %s is not nested in this container's region (%s); "
+                    "device memory allocations are refused", vgl_config.region_path, VGL_CONTAINER_REGION);
+        close_outer();
+        return false;
+    }
+    return true;
+}
+
 static struct vgl_region *open_region(void)
 {
     const char *path = vgl_config.region_path;
@@ -112,7 +168,7 @@ static struct vgl_region *open_region(void)
         /* No supervisor made one: the first process of the container does. */
         if (vgl_config.own_dir_len)
             make_own_dir();
-        err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT);
+        err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT, NULL);
         if (!err || err == -EEXIST)
             err = vgl_region_open(path, &region);
         else if (err == -ENOENT)
@@ -128,7 +184,12 @@ static struct vgl_region *open_region(void)
                                 : vgl_region_strerror(err));
         return NULL;
     }
-    vgl_region_guard(region); /* the one region of the process: there is room */
+    vgl_region_guard(region); /* the first region of the process: there is room */
+    if (!open_outer(region)) {
+        vgl_region_unguard(region);
+        vgl_region_close(region);
+        return NULL;
+    }
     /* A region made from an environment's limits holds only while a process
      * does: one left by processes that are gone takes this process's. */
     if ((region->flags & VGL_REGION_FROM_ENVIRONMENT) && !vgl_config.authoritative &&
@@ -201,17 +262,24 @@ bool vgl_attach(void)
     static unsigned failures;
     pthread_mutex_lock(&attach_lock);
     if (map_region_locked() && !vgl_self.slot) {
+        int32_t host_pid = host_pid_of_self();
         struct vgl_slot *slot;
-        int err = vgl_region_attach(vgl_self.region, vgl_self.pid, host_pid_of_self(), &slot);
+        int err = vgl_region_attach(vgl_self.region, vgl_self.pid, host_pid, &slot);
+        bool outer = false;
+        for (uint32_t i = 0; i < vgl_self.nouter && !err; i++, outer = true)
+            err = vgl_region_attach(vgl_self.outer[i].region, vgl_self.pid, host_pid, &vgl_self.outer[i].slot);
         if (err)
-            vgl_log_bounded(VGL_LOG_ERROR, &failures, "region file %s: %s; device memory "
-                            "allocations are refused", vgl_config.region_path, vgl_region_strerror(err));
+            vgl_log_bounded(VGL_LOG_ERROR, &failures, "%s%s%s: %s; device memory allocations are "
+                            "refused", outer ? "the region file that " : "region file ", vgl_config.region_path,
+                            outer ? " is nested in" : "", vgl_region_strerror(err));
         else
             __atomic_store_n(&vgl_self.slot, slot, __ATOMIC_RELEASE);
         /* With no supervisor, a process starting is the moment to take back
          * what the dead left: a run of programs one after another must find
          * the cap as the first one did. */
         vgl_region_reclaim(vgl_self.region);
+        for (uint32_t i = 0; i < vgl_self.nouter; i++)
+            vgl_region_reclaim(vgl_self.outer[i].region);
     }
     pthread_mutex_unlock(&attach_lock);
     return vgl_self.slot != NULL;

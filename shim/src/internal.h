@@ -49,10 +49,14 @@ void vgl_lock_release(struct vgl_lock *lock);
 void vgl_ledger_repair(struct vgl_region *region, uint32_t device);
 
 /* config.c — the configuration, decided once at load. */
+/* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py
+ * CONTAINER_REGION). */
+#define VGL_CONTAINER_REGION "/.vgpulimit/region"
 struct vgl_config {
     bool enabled;        /* a region or a limit applies to this process */
     bool broken;         /* a variable could not be used: fail closed */
-    bool authoritative;  /* the region was set up by the runtime, not the process */
+    bool authoritative;  /* the region was set up by the runtime, not the process, or
+                            is nested in the runtime's: its chain must end there */
     size_t own_dir_len;  /* > 0: region_path is the shim's own, in a directory this long */
     struct vgl_env env;  /* the environment as the one reader read it */
     char region_path[4096];
@@ -61,9 +65,18 @@ extern struct vgl_config vgl_config;
 void vgl_config_load(void);
 
 /* init.c — per-process state of the shim. */
+struct vgl_link {
+    struct vgl_region *region;
+    struct vgl_slot *slot;
+};
 struct vgl_self {
     struct vgl_region *region; /* NULL until the first call that needs it */
-    struct vgl_slot *slot;
+    struct vgl_slot *slot;     /* set last, once every link has its slot */
+    /* The regions the process's own is nested in (a nested `vgpulimit run`),
+     * nearest first: each counts what the process uses, under its own limits.
+     * Mapped with the region, fixed from then on. */
+    uint32_t nouter;
+    struct vgl_link outer[VGL_MAX_CHAIN - 1];
     int32_t pid;
 };
 extern struct vgl_self vgl_self;
@@ -147,9 +160,19 @@ void vgl_allocations_forget(void);
 int vgl_current_device(void);
 /* The device's memory as the driver reports it (asked once); 0: unknown. */
 uint64_t vgl_device_total(int device);
-/* The cap of a device of `total` bytes, read live from the region;
- * UINT64_MAX: none; 0 while the configuration is broken. */
+/* The cap of a device of `total` bytes, read live from the region and those
+ * it is nested in (the tightest); UINT64_MAX: none; 0 while the
+ * configuration or a region is broken. */
 uint64_t vgl_device_cap(int device, uint64_t total);
+/* The cap of `region`'s device alone, read live. */
+uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t total);
+/* Reserves `bytes` on `device` in the process's region and each it is nested
+ * in, under each one's cap (`forced`: under none, for memory the driver
+ * already holds): 0, or -ENOMEM with nothing reserved, and which region
+ * refused in *refused (0: its own; i: vgl_self.outer[i - 1]; may be NULL). */
+int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused);
+/* Returns `bytes` on `device` to the process's region and each it is nested in. */
+void vgl_release(uint32_t device, uint64_t bytes);
 /* Maps the region and claims this process's slot if not done yet. */
 bool vgl_ready(void);
 /* A reservation; `device` < 0 when nothing was charged. */

@@ -50,6 +50,55 @@ static inline bool unlimited(void)
            __atomic_load_n(&unlimited_generation, __ATOMIC_RELAXED);
 }
 
+/* ---- the budgets a launch draws from ---------------------------------------------------- */
+
+/* The device's state in the process's region and in each region that one is
+ * nested in (a nested `vgpulimit run`): what the process's kernels take
+ * counts in all of them. */
+static uint32_t states(int device, struct vgl_device_state **out)
+{
+    out[0] = &vgl_self.region->devices[device];
+    for (uint32_t i = 0; i < vgl_self.nouter; i++)
+        out[i + 1] = &vgl_self.outer[i].region->devices[device];
+    return 1 + vgl_self.nouter;
+}
+
+/* Those of them that hold a share: a launch goes when every one admits it. */
+static uint32_t budgets(int device, struct vgl_device_state **out)
+{
+    struct vgl_device_state *all[VGL_MAX_CHAIN];
+    uint32_t n = 0, count = states(device, all);
+    for (uint32_t i = 0; i < count; i++)
+        if (vgl_throttle_share(all[i]))
+            out[n++] = all[i];
+    return n;
+}
+
+/* 0: admitted by every budget and charged `cost_ns` in each; else how long
+ * to wait, nothing charged. */
+static int64_t admit(int device, uint64_t now_ns, int64_t cost_ns)
+{
+    struct vgl_device_state *devs[VGL_MAX_CHAIN];
+    uint32_t n = budgets(device, devs);
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t wait = vgl_throttle_admit(devs[i], now_ns, cost_ns);
+        if (wait > 0) {
+            while (i--)
+                vgl_throttle_settle(devs[i], cost_ns, 0);
+            return wait;
+        }
+    }
+    return 0;
+}
+
+static void settle(int device, int64_t charged_ns, int64_t measured_ns)
+{
+    struct vgl_device_state *devs[VGL_MAX_CHAIN];
+    uint32_t n = budgets(device, devs);
+    for (uint32_t i = 0; i < n; i++)
+        vgl_throttle_settle(devs[i], charged_ns, measured_ns);
+}
+
 /* ---- per-process measurement state ------------------------------------------------------ */
 
 struct flight {
@@ -103,7 +152,9 @@ static void refresh(void)
     }
     struct vgl_region *region = vgl_self.region;
     uint64_t generation = __atomic_load_n(&region->generation, __ATOMIC_ACQUIRE);
-    bool limited = false;
+    /* A nested run looks at every launch: its outer regions' limits change
+     * with generations of their own. */
+    bool limited = vgl_self.nouter > 0;
     for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++)
         limited = limited || vgl_throttle_share(&region->devices[i]);
     seen_generation = generation;
@@ -208,11 +259,13 @@ static bool take_events(struct tracker *t, CUevent *start, CUevent *end)
 
 /* Under the lock: settles the oldest launch, at `measured_ns`; its events are
  * kept for another launch if `reuse`. */
-static void settle_oldest(struct tracker *t, struct vgl_device_state *dev, int64_t measured_ns, bool reuse)
+static void settle_oldest(struct tracker *t, int64_t measured_ns, bool reuse)
 {
     struct flight *f = &t->ring[t->head];
-    vgl_throttle_settle(dev, f->charged_ns, measured_ns);
-    __atomic_add_fetch(&dev->busy_ns, (uint64_t)measured_ns, __ATOMIC_RELAXED);
+    settle((int)t->device, f->charged_ns, measured_ns);
+    struct vgl_device_state *devs[VGL_MAX_CHAIN];
+    for (uint32_t i = 0, n = states((int)t->device, devs); i < n; i++)
+        __atomic_add_fetch(&devs[i]->busy_ns, (uint64_t)measured_ns, __ATOMIC_RELAXED);
     if (reuse)
         spare(t, f->start, f->end);
     else
@@ -224,7 +277,7 @@ static void settle_oldest(struct tracker *t, struct vgl_device_state *dev, int64
 /* Under the lock: reads back the launches that have finished, oldest first,
  * without waiting for any.  One whose events the driver no longer knows (its
  * context was destroyed) counts as charged. */
-static void harvest(struct tracker *t, struct vgl_device_state *dev)
+static void harvest(struct tracker *t)
 {
     while (t->count) {
         struct flight *f = &t->ring[t->head];
@@ -233,19 +286,19 @@ static void harvest(struct tracker *t, struct vgl_device_state *dev)
             return;
         float ms;
         if (rc != CUDA_SUCCESS || vgl_real.cuEventElapsedTime(&ms, f->start, f->end) != CUDA_SUCCESS) {
-            settle_oldest(t, dev, f->charged_ns, false);
+            settle_oldest(t, f->charged_ns, false);
             continue;
         }
         int64_t measured = ms > 0 ? (int64_t)((double)ms * 1e6) : 0;
         learn_cost(f->key, measured);
-        settle_oldest(t, dev, measured, true);
+        settle_oldest(t, measured, true);
     }
 }
 
 /* ---- the gate around a launch ------------------------------------------------------- */
 
 struct gate {
-    struct vgl_device_state *dev;   /* NULL: the launch does not draw from the budget */
+    int device;                     /* -1: the launch does not draw from the budget */
     struct tracker *tracker;        /* NULL: it drew, and is not measured */
     int64_t charged_ns;
     const void *key;
@@ -265,7 +318,7 @@ static void sleep_ns(int64_t ns)
  * graph is launched) pass. */
 static void gate_enter(struct gate *g, const void *key, CUstream stream)
 {
-    g->dev = NULL;
+    g->device = -1;
     g->tracker = NULL;
     pthread_mutex_lock(&launches.lock);
     const uint64_t *generation = __atomic_load_n(&limits_generation, __ATOMIC_RELAXED);
@@ -273,14 +326,14 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
         refresh();
     CUcontext ctx = NULL;
     int device = unlimited() ? -1 : launch_device(&ctx);
-    struct vgl_device_state *dev = device >= 0 ? &vgl_self.region->devices[device] : NULL;
-    if (!dev || !vgl_throttle_share(dev)) {
+    struct vgl_device_state *limited[VGL_MAX_CHAIN];
+    if (device < 0 || !budgets(device, limited)) {
         pthread_mutex_unlock(&launches.lock);
         return;
     }
     struct tracker *t = tracker_for(ctx, device);
     if (t)
-        harvest(t, dev);
+        harvest(t);
     int64_t cost = expected_cost(key);
     pthread_mutex_unlock(&launches.lock);
 
@@ -289,17 +342,19 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
         return;
     uint64_t now = clock_ns();
     int64_t wait;
-    while ((wait = vgl_throttle_admit(dev, now, cost)) > 0) {
+    while ((wait = admit(device, now, cost)) > 0) {
         sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
         uint64_t woke = clock_ns();
-        __atomic_add_fetch(&dev->throttled_ns, woke - now, __ATOMIC_RELAXED);
+        struct vgl_device_state *devs[VGL_MAX_CHAIN];
+        for (uint32_t i = 0, n = states(device, devs); i < n; i++)
+            __atomic_add_fetch(&devs[i]->throttled_ns, woke - now, __ATOMIC_RELAXED);
         now = woke;
         pthread_mutex_lock(&launches.lock);
         if (t)
-            harvest(t, dev);
+            harvest(t);
         pthread_mutex_unlock(&launches.lock);
     }
-    g->dev = dev;
+    g->device = device;
     g->charged_ns = cost;
     if (!t)
         return;
@@ -323,8 +378,8 @@ static CUresult gate_leave(struct gate *g, CUresult rc)
 {
     struct tracker *t = g->tracker;
     if (rc != CUDA_SUCCESS) {
-        if (g->dev)
-            vgl_throttle_settle(g->dev, g->charged_ns, 0);
+        if (g->device >= 0)
+            settle(g->device, g->charged_ns, 0);
         if (t) {
             pthread_mutex_lock(&launches.lock);
             spare(t, g->start, g->end);
@@ -340,7 +395,7 @@ static CUresult gate_leave(struct gate *g, CUresult rc)
     }
     pthread_mutex_lock(&launches.lock);
     if (t->count == INFLIGHT)
-        settle_oldest(t, g->dev, t->ring[t->head].charged_ns, true); /* never read back: as charged */
+        settle_oldest(t, t->ring[t->head].charged_ns, true); /* never read back: as charged */
     t->ring[(t->head + t->count) % INFLIGHT] =
         (struct flight){.start = g->start, .end = g->end, .charged_ns = g->charged_ns, .key = g->key};
     t->count++;

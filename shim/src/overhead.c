@@ -82,9 +82,9 @@ void vgl_overhead_check_now(int device)
         uint64_t overhead = reported > ours ? reported - ours : 0;
         uint32_t dev = (uint32_t)device;
         if (overhead > charged[device])
-            vgl_ledger_reserve(vgl_self.region, vgl_self.slot, dev, overhead - charged[device], UINT64_MAX);
+            vgl_reserve(dev, overhead - charged[device], true, NULL);
         else if (overhead < charged[device])
-            vgl_ledger_release(vgl_self.region, vgl_self.slot, dev, charged[device] - overhead);
+            vgl_release(dev, charged[device] - overhead);
         charged[device] = overhead;
     }
     pthread_mutex_unlock(&lock);

@@ -56,9 +56,9 @@ static void settle(CUmemoryPool pool, int device)
         return;
     uint32_t dev = (uint32_t)device;
     if (reserved < charged)
-        vgl_ledger_release(vgl_self.region, vgl_self.slot, dev, charged - reserved);
+        vgl_release(dev, charged - reserved);
     else
-        vgl_ledger_reserve(vgl_self.region, vgl_self.slot, dev, reserved - charged, UINT64_MAX);
+        vgl_reserve(dev, reserved - charged, true, NULL);
     vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, reserved, 0);
 }
 

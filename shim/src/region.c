@@ -70,8 +70,10 @@ static void region_lock(struct vgl_region *region)
 }
 
 static int init_region(struct vgl_region *region, const struct vgl_mem_limit *limits,
-                       const uint32_t *cores_pct, uint32_t flags)
+                       const uint32_t *cores_pct, uint32_t flags, const char *parent)
 {
+    if (parent)
+        strcpy(region->parent, parent);
     memcpy(region->magic, MAGIC, sizeof MAGIC);
     region->version = VGL_REGION_VERSION;
     region->header_size = sizeof *region;
@@ -91,8 +93,10 @@ static int init_region(struct vgl_region *region, const struct vgl_mem_limit *li
 }
 
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
-                      const uint32_t *cores_pct, uint32_t flags)
+                      const uint32_t *cores_pct, uint32_t flags, const char *parent)
 {
+    if (parent && strlen(parent) >= VGL_PARENT_LEN)
+        return -ENAMETOOLONG;
     /* Build the whole file under a temporary name and link() it into place:
      * nobody ever maps a half-initialised region, and of two creators
      * exactly one wins. */
@@ -113,7 +117,7 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
             err = -errno;
     }
     if (!err)
-        err = init_region(map, limits, cores_pct, flags);
+        err = init_region(map, limits, cores_pct, flags, parent);
     if (map != MAP_FAILED)
         munmap(map, sizeof(struct vgl_region));
     if (!err && link(tmp, path) < 0)
@@ -134,6 +138,9 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
  * region being updated while it is read still passes. */
 static bool plausible(const struct vgl_region *region)
 {
+    const char *parent = region->parent;
+    if (memchr(parent, '\0', VGL_PARENT_LEN) == NULL || (parent[0] && parent[0] != '/'))
+        return false;
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
         const struct vgl_device_state *dev = &region->devices[d];
         if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
@@ -212,6 +219,25 @@ int vgl_region_open(const char *path, struct vgl_region **out)
     }
     *out = map;
     return 0;
+}
+
+int vgl_region_read_parent(const char *path, char *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct vgl_region *copy = malloc(sizeof *copy);
+    ssize_t n = copy ? pread(fd, copy, sizeof *copy, 0) : -1;
+    int err = !copy ? -ENOMEM : n < 0 ? -errno : vgl_region_check(copy, (uint64_t)n);
+    /* A file of the right size that grew while read: the size check is the one that counts. */
+    struct stat st;
+    if (!err && (fstat(fd, &st) < 0 || (uint64_t)st.st_size != sizeof *copy))
+        err = -EBADF;
+    if (!err)
+        strcpy(out, copy->parent);
+    free(copy);
+    close(fd);
+    return err;
 }
 
 void vgl_region_close(struct vgl_region *region)

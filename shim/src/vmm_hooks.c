@@ -11,7 +11,7 @@ static void drop_holder(uint64_t handle)
     int32_t device;
     uint64_t bytes;
     if (vgl_allocations_hold(VGL_ALLOC_VMM, handle, -1, &device, &bytes) == 0 && vgl_self.slot)
-        vgl_ledger_release(vgl_self.region, vgl_self.slot, (uint32_t)device, bytes);
+        vgl_release((uint32_t)device, bytes);
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle_v1 *handle, size_t size, const CUmemAllocationProp_v1 *prop,

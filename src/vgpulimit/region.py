@@ -27,6 +27,7 @@ from vgpulimit.limits import MemoryLimit
 ffi, lib = core()
 
 MAX_DEVICES: int = lib.VGL_MAX_DEVICES
+PARENT_LEN: int = lib.VGL_PARENT_LEN
 MAX_SLOTS: int = lib.VGL_MAX_SLOTS
 REGION_BYTES: int = ffi.sizeof("struct vgl_region")
 
@@ -145,9 +146,12 @@ class Region:
         memory: Sequence[MemoryLimit | None] | Mapping[int, MemoryLimit | None] | None = None,
         cores_pct: Sequence[int] | Mapping[int, int] | None = None,
         group_shared: bool = False,
+        parent: str | None = None,
     ) -> Region:
         """Creates a region file (0600, or 0660 with ``group_shared``) with
-        these limits per device, and opens it.  Fails if the file exists."""
+        these limits per device, nested in the region at ``parent`` (what its
+        processes use counts there too), and opens it.  Fails if the file
+        exists."""
         fspath = os.fspath(path)
         occupant = _not_a_file(fspath)
         if occupant:
@@ -159,7 +163,8 @@ class Region:
                 limits[index].bytes = limit.bytes
                 limits[index].ppm = limit.ppm
         cores = ffi.new("uint32_t[]", _device_list(cores_pct, 0, "cores_pct"))
-        err = lib.vgl_region_create(os.fsencode(fspath), limits, cores, int(group_shared))
+        err = lib.vgl_region_create(os.fsencode(fspath), limits, cores, int(group_shared),
+                                    os.fsencode(parent) if parent else ffi.NULL)
         if err < 0:
             raise RegionError(fspath, err, "cannot create")
         return cls.open(fspath)

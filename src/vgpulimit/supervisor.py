@@ -25,7 +25,7 @@ from vgpulimit import environment
 from vgpulimit._paths import libpath, simgpu_dir
 from vgpulimit.environment import Setting
 from vgpulimit.limits import MemoryLimit, ascii_number, parse_cores, parse_memory
-from vgpulimit.region import MAX_DEVICES, Region, RegionError
+from vgpulimit.region import MAX_DEVICES, PARENT_LEN, Region, RegionError
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
 CORES_VAR = "VGPULIMIT_CORES"
@@ -389,18 +389,35 @@ def enclosing_region(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _inside(path: str, limits: Limits) -> None:
-    """Says which asked limits the enclosing region does not take."""
+def _looser(path: str, limits: Limits) -> None:
+    """Says which asked limits are looser than those of the enclosing region,
+    which hold as well (a nested run can only tighten)."""
     with Region.open(path) as region:
         devices = region.snapshot(all_devices=True).devices
-    for asked, what in ((limits.memory, "memory"), (limits.cores, "cores")):
-        for index, setting in sorted(asked.items()):
-            dev = devices[index]
-            held = dev.limit if what == "memory" else (dev.cores_pct or None)
-            if setting.value != held:
-                _warn(f"{setting.source} {setting.text} is not applied: this runs inside the "
-                      f"region {path}, whose limits hold (a nested run cannot loosen them)")
-                return
+    for index, setting in sorted(limits.memory.items()):
+        held, asked, total = devices[index].limit, setting.value, devices[index].total_bytes
+        if held is None:
+            continue
+        if held.bytes and asked.bytes:
+            looser = asked.bytes > held.bytes
+        elif held.ppm and asked.ppm:
+            looser = asked.ppm > held.ppm
+        elif total:   # one a size, one a share: comparable once the device's size is seen
+            looser = _bytes_of(asked, total) > _bytes_of(held, total)
+        else:         # the whole device is looser than any size
+            looser = asked.ppm == 1_000_000
+        if looser:
+            _warn(f"{setting.source} {setting.text} is looser than the {held.describe()} of the "
+                  f"region {path} this runs in, which holds too (a nested run can only tighten)")
+    for index, setting in sorted(limits.cores.items()):
+        held = devices[index].cores_pct
+        if held and setting.value > held:
+            _warn(f"{setting.source} {setting.text} is looser than the {held}% of the region "
+                  f"{path} this runs in, which holds too (a nested run can only tighten)")
+
+
+def _bytes_of(limit: MemoryLimit, total: int) -> int:
+    return limit.bytes or total * limit.ppm // 1_000_000
 
 
 def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
@@ -408,8 +425,9 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     (its status, or 128+N when a signal N killed it).
 
     Inside a region already (a container set up by the hook, or an enclosing
-    `vgpulimit run`), the command runs in that region: what it uses counts
-    against the limits already there, which it cannot loosen."""
+    `vgpulimit run`), the command's region is nested in that one: what it
+    uses counts there too, under the limits already there, which a nested
+    run can tighten but not loosen."""
     if not options.command:
         raise UsageError("run: no command given (vgpulimit run [OPTIONS] -- CMD [ARG...])")
     environ = os.environ if environ is None else environ
@@ -422,14 +440,11 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         _warn(line)
 
     outer = enclosing_region(environ)
-    if outer is not None and options.region_path is not None:
-        raise UsageError(f"run: --region cannot be given inside the region {outer}: a nested run "
-                         "runs in the enclosing region")
     if outer is not None:
-        _inside(outer, options.limits)
-        with Region.open(outer) as region:
-            return _run_child(options.command, child_environment(environ, outer, options.simulate),
-                              region)
+        if len(os.fsencode(outer)) >= PARENT_LEN:
+            raise UsageError(f"run: the path of the region this runs in, {outer}, is longer than "
+                             f"{PARENT_LEN - 1} bytes: a nested run cannot count in it")
+        _looser(outer, options.limits)
     workdir = None
     if options.region_path is not None:
         region_path = os.path.abspath(options.region_path)
@@ -438,7 +453,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         region_path = os.path.join(workdir, "region")
     try:
         with Region.create(region_path, options.limits.memory_per_device(),
-                           options.limits.cores_per_device()) as region:
+                           options.limits.cores_per_device(), parent=outer) as region:
             env = child_environment(environ, region_path, options.simulate)
             return _run_child(options.command, env, region)
     finally:

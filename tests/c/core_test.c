@@ -84,8 +84,8 @@ static void test_region_files(const char *dir)
     char path[512];
     struct vgl_mem_limit limits[VGL_MAX_DEVICES] = {{.bytes = GIB}};
     snprintf(path, sizeof path, "%s/region", dir);
-    CHECK(vgl_region_create(path, limits, NULL, 0) == 0, "create");
-    CHECK(vgl_region_create(path, limits, NULL, 0) == -EEXIST, "second create");
+    CHECK(vgl_region_create(path, limits, NULL, 0, NULL) == 0, "create");
+    CHECK(vgl_region_create(path, limits, NULL, 0, NULL) == -EEXIST, "second create");
     struct stat st;
     CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o", st.st_mode & 0777);
     struct vgl_region *region = NULL;
@@ -95,7 +95,7 @@ static void test_region_files(const char *dir)
     vgl_region_close(region);
 
     snprintf(path, sizeof path, "%s/shared", dir);
-    CHECK(vgl_region_create(path, NULL, NULL, 1) == 0, "create group-shared");
+    CHECK(vgl_region_create(path, NULL, NULL, 1, NULL) == 0, "create group-shared");
     CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0660, "mode %o", st.st_mode & 0777);
 
     snprintf(path, sizeof path, "%s/foreign", dir);
@@ -116,7 +116,7 @@ static void test_region_files(const char *dir)
     free(model);
 
     snprintf(path, sizeof path, "%s/open-to-all", dir);
-    CHECK(vgl_region_create(path, NULL, NULL, 0) == 0 && chmod(path, 0666) == 0, "chmod");
+    CHECK(vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && chmod(path, 0666) == 0, "chmod");
     CHECK(vgl_region_open(path, &region) == -EPERM, "a world-writable region is refused");
 
     snprintf(path, sizeof path, "%s/absent", dir);
@@ -334,7 +334,7 @@ int main(int argc, char **argv)
     char path[512];
     snprintf(path, sizeof path, "%s/race", argv[1]);
     struct vgl_region *region = NULL;
-    if (vgl_region_create(path, NULL, NULL, 0) == 0 && vgl_region_open(path, &region) == 0) {
+    if (vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && vgl_region_open(path, &region) == 0) {
         test_racing_processes(region);
         test_dead_holders(region);
         test_kill_storm(region);

@@ -20,7 +20,7 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 2);
+    PIN(VGL_REGION_VERSION, 3);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
     PIN(sizeof(struct vgl_device_state), 176);
@@ -45,9 +45,10 @@ int main(void)
     PIN(offsetof(struct vgl_region, file_size), 16);
     PIN(offsetof(struct vgl_region, generation), 24);
     PIN(offsetof(struct vgl_region, flags), 32);
-    PIN(offsetof(struct vgl_region, lock), 40);
-    PIN(offsetof(struct vgl_region, devices), 104);
-    PIN(offsetof(struct vgl_region, slots), 104 + 16 * 176);
-    PIN(sizeof(struct vgl_region), 104 + 16 * 176 + 1024 * 168);
+    PIN(offsetof(struct vgl_region, parent), 40);
+    PIN(offsetof(struct vgl_region, lock), 296);
+    PIN(offsetof(struct vgl_region, devices), 360);
+    PIN(offsetof(struct vgl_region, slots), 360 + 16 * 176);
+    PIN(sizeof(struct vgl_region), 360 + 16 * 176 + 1024 * 168);
     return failed;
 }

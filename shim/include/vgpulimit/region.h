@@ -16,10 +16,14 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 2,
+    VGL_REGION_VERSION = 3,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
+    VGL_PARENT_LEN = 256,
+    /* A region and the regions it is nested in, at most: deeper chains are
+     * refused (a chain a tenant wrote to loop ends here too). */
+    VGL_MAX_CHAIN = 4,
 };
 
 /* Who made a region (vgl_region.flags). */
@@ -80,6 +84,11 @@ struct vgl_region {
     uint64_t file_size;
     uint64_t generation;         /* bumped on every change of limits */
     uint64_t flags;              /* enum vgl_region_flags */
+    /* The region of the enclosing `vgpulimit run` (a nested run's region) as
+     * its processes see its path; empty: none.  A process of this region
+     * reserves its bytes and compute time in that one too, so a nested run
+     * may only tighten the limits it runs under. */
+    char parent[256];            /* VGL_PARENT_LEN, NUL-terminated */
     struct vgl_lock lock;        /* guards slot claims and limit changes */
     struct vgl_device_state devices[16];  /* VGL_MAX_DEVICES */
     struct vgl_slot slots[1024];          /* VGL_MAX_SLOTS */
@@ -88,10 +97,15 @@ struct vgl_region {
 /* region.c — every function returns 0 or a negative errno unless it says otherwise. */
 
 /* Creates the file at `path` (mode 0600, or 0660 with VGL_REGION_GROUP_SHARED
- * in `flags`), fully initialised before it becomes visible: -EEXIST if one
- * is there. */
+ * in `flags`), nested in the region at `parent` (NULL: none), fully
+ * initialised before it becomes visible: -EEXIST if one is there,
+ * -ENAMETOOLONG if `parent` does not fit. */
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
-                      const uint32_t *cores_pct, uint32_t flags);
+                      const uint32_t *cores_pct, uint32_t flags, const char *parent);
+/* The parent path written in the header of the region file at `path` (read,
+ * not mapped), into `out` (VGL_PARENT_LEN bytes; "" for none): 0, or the
+ * errors of vgl_region_open. */
+int vgl_region_read_parent(const char *path, char *out);
 /* Maps and validates an existing file.  -EPROTO: not a region (magic);
  * -EPROTONOSUPPORT: another layout version; -EBADF: truncated or wrong size;
  * -EBADMSG: garbled (see vgl_region_check). */
