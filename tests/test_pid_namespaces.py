@@ -17,6 +17,9 @@ import pytest
 from conftest import C_DIR, GiB, MiB, compile_c, run, vgpulimit_cmd
 from containers import CLIENTS, OWN_PID_NAMESPACE, can_unshare_pid, fill_cmd
 
+from vgpulimit.limits import parse_memory
+from vgpulimit.region import Region
+
 OK, OOM = "CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"
 PID_MAX_LIMIT = 4194304  # the kernel's ceiling on pid_max: no pid is above it
 
@@ -187,3 +190,20 @@ def test_a_container_is_never_charged_another_namespaces_context(sim_env, tmp_pa
     # A context of its own fits a cap below what A holds.
     small = fill(env, regions / "small", "768MiB", 4, own_pid_namespace=own_proc)
     assert small["allocs"] == [OK] * (3 - context) + [OOM] * (1 + context)
+
+
+def test_status_from_the_node_shows_no_process_gone_from_a_container(sim_env, shim_path, tmp_path):
+    """A program in a pid namespace of its own allocates and exits; no process
+    of its container runs after it to take its slot back.  The node's view
+    names neither it nor its bytes (a view never writes: it leaves them out)."""
+    if not can_unshare_pid():
+        pytest.skip("cannot make a pid namespace here (needs unshare(1) and root)")
+    region = tmp_path / "region"
+    Region.create(region, [parse_memory("1GiB")]).close()
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region))
+    run([*OWN_PID_NAMESPACE, sys.executable, CLIENTS / "hold.py", "100"], env)
+    with Region.open(region) as opened:   # the premise: its slot is still claimed
+        assert sum(slot.state == 1 for slot in opened._cdata.slots) == 1
+    data = json.loads(run(vgpulimit_cmd("status", "--json", "--region", str(region)), env).stdout)
+    assert data["processes"] == []
+    assert data["devices"][0]["used_bytes"] == 0

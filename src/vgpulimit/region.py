@@ -315,6 +315,21 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
     if err < 0:
         raise RegionError(path, err, action, detail if err == -errno.EBADF else "")
     region = ffi.cast("struct vgl_region *", ffi.from_buffer(image))
+    # A view never writes, so it cannot reclaim the slots of processes that
+    # are gone; it leaves them (and their bytes) out instead.
+    running = _running_processes()
+    live = [slot for slot in (region.slots[i] for i in range(MAX_SLOTS))
+            if slot.state == lib.VGL_SLOT_LIVE
+            and (running is None or not slot.start_time
+                 or (int(slot.pid), int(slot.start_time)) in running)]
+    gone = [0] * MAX_DEVICES
+    if running is not None:
+        for index in range(MAX_SLOTS):
+            slot = region.slots[index]
+            if slot.state == lib.VGL_SLOT_LIVE and slot.start_time and \
+                    (int(slot.pid), int(slot.start_time)) not in running:
+                for d in range(MAX_DEVICES):
+                    gone[d] += int(slot.used_bytes[d])
     devices = []
     for index in range(MAX_DEVICES):
         dev = region.devices[index]
@@ -329,7 +344,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 cap_bytes=_cap_bytes(limit, total_bytes),
                 cores_pct=int(dev.cores_pct),
                 total_bytes=total_bytes,
-                used_bytes=int(dev.used_bytes),
+                used_bytes=max(0, int(dev.used_bytes) - gone[index]),
                 oom_refusals=int(dev.oom_refusals),
                 throttled_ns=int(dev.throttled_ns),
                 busy_ns=int(dev.busy_ns),
@@ -337,10 +352,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
             )
         )
     processes = []
-    for index in range(MAX_SLOTS):
-        slot = region.slots[index]
-        if slot.state != lib.VGL_SLOT_LIVE:
-            continue
+    for slot in live:
         used = {d: int(n) for d, n in enumerate(slot.used_bytes) if n}
         processes.append(
             ProcessSnapshot(
@@ -357,6 +369,46 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
         processes=tuple(processes),
         taken_ns=taken_ns,
     )
+
+
+# The kernel's inode number of the initial pid namespace (PROC_PID_INIT_INO).
+_INITIAL_PID_NS = 0xEFFFFFFC
+
+
+def _running_processes() -> set[tuple[int, int]] | None:
+    """(pid, start time) of every process on the machine under each pid it
+    has (NSpid: the host's, then each namespace's down to its own), as a slot
+    names its process (the pid its container sees, /proc/<pid>/stat's
+    starttime, the same in every namespace).  None where this process cannot
+    see every process (not in the initial pid namespace, or /proc mounted
+    with hidepid): then no slot is called gone."""
+    try:
+        if os.stat("/proc/self/ns/pid").st_ino != _INITIAL_PID_NS:
+            return None
+        # Readable only where /proc hides no process from us (hidepid).
+        open("/proc/1/status", "rb").close()
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    running = set()
+    for name in names:
+        if not name.isdecimal():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat_line = f.read()
+            with open(f"/proc/{name}/status", "rb") as f:
+                status_text = f.read()
+        except OSError:
+            continue   # exited meanwhile
+        fields = stat_line[stat_line.rfind(b")") + 2:].split()
+        if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+            continue
+        start = int(fields[19])   # field 22, counted from the state (field 3)
+        for line in status_text.splitlines():
+            if line.startswith(b"NSpid:"):
+                running.update((int(pid), start) for pid in line.split()[1:])
+    return running
 
 
 def _not_a_file(path: str) -> str | None:
