@@ -111,6 +111,14 @@ def test_install_hook_dir_empty_writes_nowhere(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("command", [["oci-hook"], ["cdi", "generate"]])
+@pytest.mark.parametrize("node_dir", ["", "containers"])
+def test_a_node_dir_that_is_not_absolute_writes_nowhere(tmp_path, command, node_dir):
+    line = error_line(vgpulimit(*command, "--node-dir", node_dir, cwd=tmp_path), 2)
+    assert f"{command[0]}" in line and f"--node-dir {node_dir!r} is not an absolute path" in line
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("make, says", [
     (lambda path: path.symlink_to(path.parent / "nowhere"), "a dangling symbolic link is there"),
     (lambda path: path.mkdir(), "a directory (not a regular file) is there"),

@@ -306,7 +306,16 @@ def _cmd_oci_hook(args: argparse.Namespace) -> int:
 
     from vgpulimit import oci_hook
 
+    _absolute_node_dir("oci-hook", args.node_dir)
     return oci_hook.run(sys.stdin, Path(args.node_dir))
+
+
+def _absolute_node_dir(command: str, node_dir: str | None) -> None:
+    """The node directory is where `status --all` looks on the node: a path
+    relative to whatever directory the runtime runs its hooks in is none."""
+    if node_dir is not None and not node_dir.startswith("/"):
+        raise UsageError(f"{command}: --node-dir {node_dir!r} is not an absolute path; give "
+                         "one such as /run/vgpulimit/containers, or leave it out for the default")
 
 
 def _cmd_install_hook(args: argparse.Namespace) -> int:
@@ -330,6 +339,7 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
 
     from vgpulimit import cdi
 
+    _absolute_node_dir("cdi generate", args.node_dir)
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
