@@ -40,7 +40,7 @@ def clean_env(**extra):
 
 
 def vgpulimit(*args, env=None, cwd=None, timeout=60, **kwargs):
-    return subprocess.run([*VGPULIMIT, *args], capture_output=True, text=True,
+    return subprocess.run([*VGPULIMIT, *args], capture_output=True, text=True, check=False,
                           env=clean_env() if env is None else env, cwd=cwd,
                           timeout=timeout, **kwargs)
 
@@ -338,14 +338,14 @@ def test_terminal_signals_are_not_delivered_twice():
 def test_orphans_are_reaped_when_pid_1():
     unshare = shutil.which("unshare")
     if unshare is None or subprocess.run([unshare, "-p", "-f", "--mount-proc", "true"],
-                                         capture_output=True).returncode != 0:
+                                         capture_output=True, check=False).returncode != 0:
         pytest.skip("cannot make a PID namespace here (needs unshare and root)")
     # The inner sh leaves a sleep behind that is reparented to PID 1, the supervisor.
     script = ('sh -c "sleep 0.2 &"; sleep 1; '
               'for f in /proc/[0-9]*/stat; do cat "$f"; echo; done 2>/dev/null')
     result = subprocess.run([unshare, "-p", "-f", "--mount-proc", *VGPULIMIT, "run", "--",
                              "sh", "-c", script], capture_output=True, text=True,
-                            env=clean_env(), timeout=60)
+                            env=clean_env(), timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     states = [line.rsplit(")", 1)[1].split()[0]
               for line in result.stdout.splitlines() if ")" in line]
