@@ -363,7 +363,9 @@ gone.wait()
 ghost = region.attach(gone.pid)                   # a process that died holding memory
 assert region.reserve(ghost, 0, 512 << 20)
 grown = mmap.mmap(-1, 64 << 20)                   # a live process changes, and stays live
-time.sleep(2.5)                                   # the supervisor reclaims at least once a second
+deadline = time.monotonic() + 30                  # the supervisor reclaims once a second
+while region.snapshot().devices[0].used_bytes != 256 << 20 and time.monotonic() < deadline:
+    time.sleep(0.05)
 snap = region.snapshot()
 print(json.dumps({"me": os.getpid(), "pids": [p.pid for p in snap.processes],
                   "used_bytes": snap.devices[0].used_bytes}))

@@ -136,9 +136,15 @@ def test_utilisation_counts_only_the_containers_kernels(sim_env, tmp_path, shim_
     both, the container sees its own only, and its utilisation is its part."""
     env = joined(sim_env, tmp_path / "region", shim_path, VGPULIMIT_MEMORY="2GiB")
     with launching(launch_client, env) as mine, launching(launch_client, sim_env) as other:
-        time.sleep(0.3)  # a few sample periods with both running
+        # Until the driver's samples name both (a sample period or two):
+        deadline = time.monotonic() + 30
+        while True:
+            [outside] = view(sim_env)["devices"]
+            both = {s["pid"] for s in outside["process_utilization"]} == {mine, other}
+            if both or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         [inside] = view(env)["devices"]
-        [outside] = view(sim_env)["devices"]
     assert {s["pid"] for s in outside["process_utilization"]} == {mine, other}
     assert {s["pid"] for s in inside["process_utilization"]} == {mine}
     assert 0 < inside["utilization"]["gpu"] <= 100

@@ -67,18 +67,31 @@ def test_nvml_measures_utilisation_from_the_timeline(sim_env, launch_client):
     since_us = int(time.time() * 1e6)
     loop = subprocess.Popen([launch_client, "kernel", "1000", "2.5"], env=sim_env,
                             stdout=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    busy = json.loads(run([sys.executable, CLIENTS / "nvml_utilization.py", since_us], sim_env).stdout)
+    busy = poll(lambda: utilization(sim_env, since_us), lambda seen: seen["gpu"] >= 80)
     loop.communicate(timeout=60)
     assert busy["gpu"] >= 80
     [pid] = {s["pid"] for s in busy["samples"]}
     assert pid == loop.pid
     assert all(s["timestamp_us"] > since_us for s in busy["samples"])
     assert max(s["sm"] for s in busy["samples"]) >= 90
-    time.sleep(1.2)  # more than a second with nothing running
-    idle = json.loads(run([sys.executable, CLIENTS / "nvml_utilization.py",
-                           int(time.time() * 1e6) - 1_000_000], sim_env).stdout)
+    # Once a whole second has passed with nothing running:
+    idle = poll(lambda: utilization(sim_env, int(time.time() * 1e6) - 1_000_000),
+                lambda seen: seen["gpu"] == 0 and seen["samples"] == [])
     assert idle["gpu"] == 0 and idle["samples"] == []
+
+
+def utilization(env, since_us: int) -> dict:
+    return json.loads(run([sys.executable, CLIENTS / "nvml_utilization.py", since_us], env).stdout)
+
+
+def poll(sample, done, timeout_s: float = 30):
+    """Samples until `done` holds of one (that one), or the last at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    seen = sample()
+    while not done(seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        seen = sample()
+    return seen
 
 
 def test_a_bad_kernel_length_is_refused_naming_the_variable(sim_env):
