@@ -218,3 +218,54 @@ def test_root_without_cap_sys_admin_cannot_take_the_shim_out(hooked, options):
     assert [line for line in lines if line.startswith("done: ")] == []
     assert lines[0] == PRELOAD_LINE.strip()
     assert json.loads(lines[-1])["allocs"] == FOUR_THEN_OOM
+
+
+# What root with podman's default capabilities can still do, as the README's
+# threat model says: each way takes the shim out of the programs it starts.
+# A test here that fails means a way was closed: the README is to say so.
+def _mapped(name: str) -> str | None:
+    with open("/proc/self/maps") as maps:
+        return next((line.split()[-1] for line in maps if line.rstrip().endswith(name)), None)
+
+
+LIBC = _mapped("/libc.so.6")
+LOADER = {"x86_64": "/lib64/ld-linux-x86-64.so.2", "aarch64": "/lib/ld-linux-aarch64.so.1"}.get(
+    os.uname().machine)
+WAYS_OUT = {
+    # A user namespace of its own (unprivileged, in podman's default seccomp
+    # profile), in which it may mount over the preload.
+    "unshare -Urm": "touch /tmp/empty && exec unshare -Urm sh -c "
+                    "'mount --bind /tmp/empty /etc/ld.so.preload && exec \"$@\"' sh",
+    # A program of another user cannot read the preload (ld.so skips it silently).
+    "chmod /etc, another user": "chmod 700 /etc && exec setpriv --reuid 65534 --regid 65534 "
+                                "--clear-groups",
+    # A tree of its own with no preload in it (CAP_SYS_CHROOT).
+    "chroot": f"mkdir -p /tmp/jail/bin /tmp/jail{os.path.dirname(LIBC or '/')} "
+              f"/tmp/jail{os.path.dirname(LOADER or '/')} && cp {LIBC} /tmp/jail{LIBC} && "
+              f"cp {LOADER} /tmp/jail{LOADER} && cp /bin/true /tmp/jail/bin/ && "
+              "exec /usr/sbin/chroot /tmp/jail",
+}
+
+
+def shim_loaded(prefix: str) -> str:
+    """A shell line that says which libraries ld.so loads for /bin/true when run by ``prefix``."""
+    return f"{prefix} {LOADER} --list /bin/true"
+
+
+@pytest.mark.parametrize("way", WAYS_OUT.keys())
+def test_what_root_without_cap_sys_admin_can_still_do(hooked, way):
+    if LIBC is None or LOADER is None:
+        pytest.skip("the C library or the loader of this machine is not known to the test")
+    script = f"{shim_loaded('')}; echo ---; {shim_loaded(WAYS_OUT[way])}"
+    result = hooked.run(["sh", "-c", script], env={"VGPULIMIT_MEMORY": "1GiB"})
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.split("---\n")
+    assert PRELOAD_LINE.strip() in before
+    assert PRELOAD_LINE.strip() not in after and "libc.so.6" in after
+
+
+def test_a_read_only_rootfs_closes_the_chmod_way(hooked):
+    result = hooked.run(["sh", "-c", shim_loaded(WAYS_OUT["chmod /etc, another user"])],
+                        "--read-only", env={"VGPULIMIT_MEMORY": "1GiB"})
+    assert result.returncode != 0
+    assert "chmod: changing permissions of '/etc': Read-only file system" in result.stderr
