@@ -81,8 +81,8 @@ def capped_while_running(engine: Podman, node, *options: str, env=None) -> None:
     """Runs a client that allocates 256 MiB five times and holds what it got;
     checks the cap inside and from the node, and that the container's end
     takes back all the hook made."""
-    proc, name, rootfs = engine.start(fill(256 * MiB, 5, "--hold", "/tmp/release"), *options,
-                                      env=env)
+    proc, _, rootfs = engine.start(fill(256 * MiB, 5, "--hold", "/tmp/release"), *options,
+                                   env=env)
     try:
         line = proc.stdout.readline()
         assert line, proc.stderr.read()
