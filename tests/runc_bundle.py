@@ -60,7 +60,7 @@ def hook_entry(node_dir: Path, *extra: str) -> dict[str, Any]:
     return {"path": sys.executable, "args": args}
 
 
-def _host_paths(base: Path) -> list[Path]:
+def host_dirs(base: Path) -> list[Path]:
     """Host directories the container needs, outermost only: never one that
     holds the bundle, and no top-level one but the system's."""
     import cuda.bindings
@@ -137,22 +137,40 @@ class Bundle:
                            check=False)
 
 
+def make_rootfs(rootfs: Path) -> Path:
+    """A writable rootfs of its own /etc, /tmp and /run, and links where the
+    host's system directories are links (merged /usr); the host's directories
+    are to be bind-mounted onto it."""
+    for name in ("etc", "tmp", "run"):
+        (rootfs / name).mkdir(parents=True)
+    (rootfs / "tmp").chmod(0o1777)
+    for name in _SYSTEM_DIRS:
+        host = Path("/", name)
+        if host.is_symlink():
+            (rootfs / name).symlink_to(os.readlink(host))
+    return rootfs
+
+
+def container_env() -> dict[str, str]:
+    """The environment of a container's process: this interpreter first on PATH,
+    and a simulated GPU of the container's own, whose contexts cost nothing."""
+    from vgpulimit._paths import simgpu_dir
+
+    bindir = os.path.dirname(sys.executable)
+    return {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
+            "LD_LIBRARY_PATH": str(simgpu_dir()), "SIMGPU_STATE": "/tmp/simgpu.state",
+            "SIMGPU_CONTEXT_OVERHEAD": "0"}
+
+
 def make_bundle(base: Path, args: list[str], env: dict[str, str] | None = None,
                 host_paths: list[Path] | None = None) -> Bundle:
     """A bundle under ``base`` running ``args`` with ``env`` (plus PATH, HOME,
     and the simulated GPU), its rootfs a writable directory with the host's
     directories bind-mounted read-only."""
     path = base / "bundle"
-    rootfs = path / "rootfs"
-    for name in ("etc", "tmp", "run"):
-        (rootfs / name).mkdir(parents=True)
-    (rootfs / "tmp").chmod(0o1777)
+    rootfs = make_rootfs(path / "rootfs")
     mounts = []
-    for name in _SYSTEM_DIRS:
-        host = Path("/", name)
-        if host.is_symlink():
-            (rootfs / name).symlink_to(os.readlink(host))
-    for host in host_paths if host_paths is not None else _host_paths(base):
+    for host in host_paths if host_paths is not None else host_dirs(base):
         mounts.append({"destination": str(host), "type": "bind", "source": str(host),
                        "options": ["rbind", "ro", "nosuid", "nodev"]})
     spec = subprocess.run([RUNC, "spec", "--bundle", str(path)], capture_output=True, text=True,
@@ -161,13 +179,7 @@ def make_bundle(base: Path, args: list[str], env: dict[str, str] | None = None,
         pytest.skip(f"runc spec failed: {spec.stderr.strip()}")
     config = json.loads((path / "config.json").read_text())
     config["root"] = {"path": "rootfs", "readonly": False}
-    bindir = os.path.dirname(sys.executable)
-    from vgpulimit._paths import simgpu_dir
-
-    process_env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
-                   "LD_LIBRARY_PATH": str(simgpu_dir()), "SIMGPU_STATE": "/tmp/simgpu.state",
-                   "SIMGPU_CONTEXT_OVERHEAD": "0",
-                   **(env or {})}
+    process_env = {**container_env(), **(env or {})}
     config["process"].update(terminal=False, args=args, cwd="/",
                              env=[f"{k}={v}" for k, v in process_env.items()])
     config["mounts"] += mounts

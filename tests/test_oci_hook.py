@@ -432,12 +432,15 @@ def test_a_read_only_rootfs_is_refused(tmp_path, bundles):
 
 def test_a_link_planted_while_the_container_ran_is_not_followed_at_poststop(tmp_path, bundles):
     # The container swaps its /etc for a link to a directory of the host's,
-    # holding a preload file with our line: poststop must not rewrite it.
+    # holding a preload file with our line: poststop must not rewrite it.  It
+    # takes CAP_SYS_ADMIN to undo the hook's mount that pins /etc first.
     outside = tmp_path / "host-etc"
     outside.mkdir()
     (outside / "ld.so.preload").write_text(f"{SHIM_IN_CONTAINER}\n/keep/me.so\n")
-    bundle = bundles(["sh", "-c", f"mv /etc /etc.moved && ln -s {outside} /etc"],
+    bundle = bundles(["sh", "-c", f"umount -l /etc && mv /etc /etc.moved && ln -s {outside} /etc"],
                      {"VGPULIMIT_MEMORY": "1GiB"})
+    for kind in ("bounding", "effective", "permitted"):
+        bundle.config["process"]["capabilities"][kind].append("CAP_SYS_ADMIN")
     result = bundle.run()
     assert (outside / "ld.so.preload").read_text() == f"{SHIM_IN_CONTAINER}\n/keep/me.so\n"
     assert f"{bundle.rootfs}/etc in the container's rootfs is a symbolic link" in result.stderr

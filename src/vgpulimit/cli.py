@@ -165,6 +165,8 @@ def _add_container_commands(commands) -> None:
                     "'vgpulimit oci-hook' for every container.")
     install.add_argument("--dir", metavar="DIR", default=oci_hook.HOOKS_D_DIR,
                          help="the hooks.d directory (default: %(default)s)")
+    install.add_argument("--node-dir", metavar="DIR",
+                         help="the hook's node directory (default: its own)")
 
     cdi = commands.add_parser("cdi", help="write a CDI spec (Container Device Interface)")
     cdi_commands = cdi.add_subparsers(dest="cdi_action", metavar="COMMAND", parser_class=_Parser)
@@ -327,7 +329,7 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
         raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
                          f"(default {oci_hook.HOOKS_D_DIR})")
     try:
-        print(oci_hook.install_hooks_d(Path(args.dir)))
+        print(oci_hook.install_hooks_d(Path(args.dir), args.node_dir))
     except OSError as exc:
         raise _CannotWrite(f"install-hook: cannot write {exc.filename or args.dir}: "
                            f"{exc.strerror}") from None

@@ -83,6 +83,15 @@ _OPEN_TREE_CLONE = 1
 _MOVE_MOUNT_F_EMPTY_PATH = 0x04
 _MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _AT_FDCWD = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
+_AT_RECURSIVE = 0x8000
+_MS_RDONLY = 0x1
+_MS_REMOUNT = 0x20
+_MS_BIND = 0x1000
+_MNT_DETACH = 2
+# Per-mount flags a bind remount would clear unless given again (statvfs's
+# ST_* have the same values as these MS_*).
+_MS_KEPT = {os.ST_NOSUID: 0x2, os.ST_NODEV: 0x4, os.ST_NOEXEC: 0x8}
 
 
 class HookError(RuntimeError):
@@ -255,11 +264,11 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def _clone_mount(path: str) -> int:
-    """A detached bind mount of ``path`` (open_tree), to attach in another mount namespace."""
-    flags = ctypes.c_uint(_OPEN_TREE_CLONE | os.O_CLOEXEC)
+def _clone_mount(path: str, dir_fd: int = _AT_FDCWD, flags: int = 0) -> int:
+    """A detached bind mount of ``path`` (open_tree), to attach elsewhere."""
+    flags = ctypes.c_uint(_OPEN_TREE_CLONE | os.O_CLOEXEC | flags)
     try:
-        return _check(_libc().syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), flags),
+        return _check(_libc().syscall(_SYS_OPEN_TREE, dir_fd, os.fsencode(path), flags),
                       "open_tree")
     except OSError as exc:
         if exc.errno == errno.ENOSYS:
@@ -271,6 +280,21 @@ def _clone_mount(path: str) -> int:
 def _attach_mount(tree: int, target_fd: int) -> None:
     flags = ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH)
     _check(_libc().syscall(_SYS_MOVE_MOUNT, tree, b"", target_fd, b"", flags), "move_mount")
+
+
+def _remount_read_only(fd: int) -> None:
+    """Makes the mount whose root ``fd`` is read-only, keeping its other flags.
+    mount(2) rather than mount_setattr(2), which needs Linux 5.12: this works
+    wherever open_tree does."""
+    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+    held = os.fstatvfs(fd).f_flag
+    flags |= sum(ms for st, ms in _MS_KEPT.items() if held & st)
+    _check(_libc().mount(None, f"/proc/self/fd/{fd}".encode(), None, ctypes.c_ulong(flags), None),
+           "mount")
+
+
+def _detach(fd: int) -> None:
+    _check(_libc().umount2(f"/proc/self/fd/{fd}".encode(), _MNT_DETACH), "umount2")
 
 
 def _enter_mount_namespace(pid: int) -> None:
@@ -474,6 +498,16 @@ class Rootfs:
                 return None
         return None
 
+    def lookup_afresh(self, parts: tuple[str, ...]) -> int:
+        """``parts`` opened (O_PATH) from the root down, not through the cached
+        directories: it reaches what has been mounted since they were opened."""
+        parent = self._open_plain(list(parts[:-1]))
+        try:
+            return os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        finally:
+            if parent != self.fd:
+                os.close(parent)
+
     def _open_plain(self, parts: list[str]) -> int:
         fd = self.fd
         for name in parts:
@@ -497,6 +531,7 @@ class Manifest:
     made: list[str] = field(default_factory=list)     # paths in the rootfs, in order of making
     preload_added: bool = False                       # our line in /etc/ld.so.preload
     preload_created: bool = False                     # ... in a file we created
+    locked: bool = False                              # bound read-only: the install is done
 
     @classmethod
     def load(cls, entry: Path) -> Manifest | None:
@@ -504,7 +539,8 @@ class Manifest:
             data = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
             return cls(rootfs=data["rootfs"], pid=data["pid"], made=list(data["made"]),
                        preload_added=bool(data["preload_added"]),
-                       preload_created=bool(data["preload_created"]))
+                       preload_created=bool(data["preload_created"]),
+                       locked=bool(data.get("locked")))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -674,6 +710,57 @@ def _mount_region(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> No
         os.close(target)
 
 
+def _bind_onto_itself(rootfs: Rootfs, parts: tuple[str, ...], read_only: bool,
+                      recursive: bool) -> int:
+    """Binds a file or directory of the rootfs onto itself; returns the new
+    mount's root, open (O_PATH)."""
+    flags = _AT_SYMLINK_NOFOLLOW | (_AT_RECURSIVE if recursive else 0)
+    tree = _clone_mount(parts[-1], rootfs.dir(parts[:-1]), flags)
+    try:
+        target = rootfs.open_file(parts, os.O_PATH)
+        try:
+            _attach_mount(tree, target)
+        finally:
+            os.close(target)
+    finally:
+        os.close(tree)
+    mounted = rootfs.lookup_afresh(parts)
+    if read_only:
+        try:
+            _remount_read_only(mounted)
+        except OSError:
+            _detach(mounted)
+            os.close(mounted)
+            raise
+    return mounted
+
+
+def _lock(rootfs: Rootfs, read_only_root: bool) -> None:
+    """Makes the preload line and the shim's directory unremovable for root in
+    the container without CAP_SYS_ADMIN: each becomes a read-only mount
+    point (writes fail with EROFS; rename, unlink and rmdir with EBUSY; only
+    umount or a remount, both CAP_SYS_ADMIN, would undo it).  The region
+    keeps its own mount, writable, under /.vgpulimit.  /etc is bound onto
+    itself too, writable, so that it cannot be renamed away with the preload
+    in it -- unless the whole rootfs is read-only (root.readonly), which the
+    runtime makes it after the hook: a mount of ours would stay writable."""
+    steps = [(PRELOAD, True, False), (_parts(CONTAINER_DIR), True, True)]
+    if not read_only_root:
+        steps.append((PRELOAD[:-1], False, True))
+    mounted: list[int] = []
+    try:
+        for parts, read_only, recursive in steps:
+            mounted.append(_bind_onto_itself(rootfs, parts, read_only, recursive))
+    except OSError:
+        # The container will not start; what is undone next must see the rootfs itself.
+        for fd in reversed(mounted):
+            _detach(fd)
+        raise
+    finally:
+        for fd in mounted:
+            os.close(fd)
+
+
 def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
     """Installs the shim if the container asks for limits."""
     limits = requested(config)
@@ -691,6 +778,8 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
         manifest = None
     if manifest is None:
         manifest = Manifest(rootfs=str(rootfs_path), pid=state.pid)
+    elif manifest.locked:
+        return   # installed by an earlier run of the hook (prestart, then createRuntime)
     try:
         prepared = _prepare_node(node_dir, state.id, limits, owner)
         manifest.save(prepared.entry_fd)
@@ -717,6 +806,10 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
         for step in (_make_dir, _install_shim, _install_preload, _mount_region):
             step(rootfs, prepared, manifest)
             manifest.save(prepared.entry_fd)
+        root = config.get("root")
+        _lock(rootfs, isinstance(root, dict) and root.get("readonly") is True)
+        manifest.locked = True
+        manifest.save(prepared.entry_fd)
     except (HookError, OSError) as exc:
         # The runtime will not start the container: take it all back.
         if rootfs is not None:
