@@ -86,6 +86,15 @@ static void own_region_path(const struct vgl_env *env)
              (unsigned long long)limits_hash(env));
 }
 
+/* The name of a limit variable in the environment, or NULL. */
+static const char *limit_variable(const struct vgl_env *env)
+{
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        if (env->memory_from[i].source || env->cores_from[i].source)
+            return env->memory_from[i].source ? env->memory_from[i].name : env->cores_from[i].name;
+    return NULL;
+}
+
 static void report(const struct vgl_env *env)
 {
     for (uint32_t i = 0; i < env->lines; i++)
@@ -108,12 +117,17 @@ void vgl_config_load(void)
          * (init.c); what cannot even be read is said here. */
         if (env->region_path[0] && nested_in_runtime(env->region_path))
             strcpy(vgl_config.region_path, env->region_path);
-        else if (env->region_path[0] && strcmp(env->region_path, VGL_CONTAINER_REGION) != 0)
-            vgl_log(VGL_LOG_WARN, "%s=\"%s\" is ignored: this container's region is set up by its "
-                                  "runtime (%s)", env->region_from, env->region_path, VGL_CONTAINER_REGION);
-        else if (env->errors)
-            vgl_log(VGL_LOG_WARN, "the limit variables in the environment are ignored: this container's "
-                                  "limits are set up by its runtime (%s)", VGL_CONTAINER_REGION);
+        else if (env->region_path[0] && strcmp(env->region_path, VGL_CONTAINER_REGION) != 0) {
+            const char *limit = limit_variable(env);
+            vgl_log(VGL_LOG_WARN, "%s=\"%s\"%s%s%s ignored: this container's region is set up by its "
+                    "runtime (%s)", env->region_from, env->region_path, limit ? " and " : "",
+                    limit ? limit : "", limit ? " (every limit variable) are" : " is", VGL_CONTAINER_REGION);
+            vgl_config.said_ignored = true;
+        } else if (env->errors) {
+            vgl_log(VGL_LOG_WARN, "the limit variables in the environment are ignored: this "
+                    "container's limits are set up by its runtime (%s)", VGL_CONTAINER_REGION);
+            vgl_config.said_ignored = true;
+        }
         return;
     }
     report(env);

@@ -88,7 +88,7 @@ static void describe_limits(const struct vgl_device_state *dev, char *buf, size_
 static void warn_if_env_differs(const struct vgl_region *region)
 {
     int i = differing_device(region);
-    if (i < 0)
+    if (i < 0 || vgl_config.said_ignored)
         return;
     const struct vgl_env *env = &vgl_config.env;
     const char *name = env->memory_from[i].source ? env->memory_from[i].name : env->cores_from[i].name;

@@ -57,6 +57,7 @@ struct vgl_config {
     bool broken;         /* a variable could not be used: fail closed */
     bool authoritative;  /* the region was set up by the runtime, not the process, or
                             is nested in the runtime's: its chain must end there */
+    bool said_ignored;   /* the environment's limits were said to be ignored, once */
     size_t own_dir_len;  /* > 0: region_path is the shim's own, in a directory this long */
     struct vgl_env env;  /* the environment as the one reader read it */
     char region_path[4096];
