@@ -9,7 +9,7 @@
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
- *                          name says otherwise (default 10; see driver.c)
+ *                          name says otherwise (default 10; see modules.c)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
  *
  * An empty variable counts as unset.  A bad value is reported once, naming the

@@ -11,7 +11,7 @@
  * CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash).  The table also
  * holds the allocations of memory pools (pools.c) and the accessible mappings
  * of virtual memory (vmm.c), which those files own and charge; its mutex
- * guards their state too, so that the one lock order is driver.c's mutex, then
+ * guards their state too, so that the one lock order is contexts.c's mutex, then
  * this one, then the state file's. */
 #include <errno.h>
 #include <limits.h>
