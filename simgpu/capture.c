@@ -26,21 +26,25 @@ static CUresult sim_begin_capture(CUstream s, CUstreamCaptureMode mode, bool per
 
 CUresult cuStreamBeginCapture(CUstream hStream)
 {
+    SIM_CALLED();
     return sim_begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
 }
 
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
+    SIM_CALLED();
     return sim_begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
+    SIM_CALLED();
     return sim_begin_capture(hStream, mode, false);
 }
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
+    SIM_CALLED();
     return sim_begin_capture(hStream, mode, true);
 }
 
@@ -61,11 +65,13 @@ static CUresult sim_end_capture(CUstream s, CUgraph *phGraph, bool per_thread)
 
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
+    SIM_CALLED();
     return sim_end_capture(hStream, phGraph, false);
 }
 
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
+    SIM_CALLED();
     return sim_end_capture(hStream, phGraph, true);
 }
 
@@ -83,11 +89,13 @@ static CUresult sim_is_capturing(CUstream s, CUstreamCaptureStatus *status, bool
 
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
+    SIM_CALLED();
     return sim_is_capturing(hStream, captureStatus, false);
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
+    SIM_CALLED();
     return sim_is_capturing(hStream, captureStatus, true);
 }
 

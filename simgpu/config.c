@@ -11,6 +11,8 @@
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
  *                          name says otherwise (default 10; see modules.c)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
+ *   SIMGPU_CALLS           a file to which each process appends the count of
+ *                          driver calls it made, at exit (calls.c)
  *
  * An empty variable counts as unset.  A bad value is reported once, naming the
  * variable and the accepted forms, and makes cuInit / nvmlInit fail. */
@@ -182,6 +184,16 @@ static void sim_config_load(void)
 
     text = sim_env("SIMGPU_TRACE");
     c->trace = text && strcmp(text, "0") != 0;
+
+    text = sim_env("SIMGPU_CALLS");
+    if (text) {
+        if (strlen(text) < sizeof c->calls_path) {
+            strcpy(c->calls_path, text);
+        } else {
+            sim_log("SIMGPU_CALLS: expected a path shorter than %zu bytes", sizeof c->calls_path);
+            ok = false;
+        }
+    }
 
     text = sim_env("SIMGPU_STATE");
     if (text) {

@@ -146,6 +146,7 @@ static void sim_ctx_deactivate(CUcontext ctx)
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -169,6 +170,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -184,11 +186,13 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
+    SIM_CALLED();
     return cuDevicePrimaryCtxRelease_v2(dev);
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -204,6 +208,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
+    SIM_CALLED();
     return cuDevicePrimaryCtxReset_v2(dev);
 }
 
@@ -231,16 +236,19 @@ static CUresult sim_primary_set_flags(CUdevice dev, unsigned int flags, CUresult
 
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
+    SIM_CALLED();
     return sim_primary_set_flags(dev, flags, CUDA_SUCCESS);
 }
 
 CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
+    SIM_CALLED();
     return sim_primary_set_flags(dev, flags, CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE);
 }
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -265,6 +273,7 @@ static CUresult sim_stack_push(CUcontext ctx)
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -285,6 +294,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
+    SIM_CALLED();
     return cuCtxCreate_v2(pctx, flags, dev);
 }
 
@@ -293,6 +303,7 @@ CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                         CUdevice dev)
 {
+    SIM_CALLED();
     if (numParams < 0 || (numParams > 0 && !paramsArray))
         return CUDA_ERROR_INVALID_VALUE;
     return cuCtxCreate_v2(pctx, flags, dev);
@@ -307,6 +318,7 @@ struct sim_ctx_create_params {
 
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
+    SIM_CALLED();
     if (ctxCreateParams) {
         const struct sim_ctx_create_params *p = (const struct sim_ctx_create_params *)ctxCreateParams;
         if (p->cigParams)
@@ -319,6 +331,7 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&sim_drv.mutex);
@@ -342,6 +355,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 CUresult cuCtxDestroy(CUcontext ctx)
 {
+    SIM_CALLED();
     return cuCtxDestroy_v2(ctx);
 }
 
@@ -369,6 +383,7 @@ static CUresult sim_check_live_context(CUcontext ctx)
 
 CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult res = sim_check_context(ctx);
@@ -377,11 +392,13 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 
 CUresult cuCtxPushCurrent(CUcontext ctx)
 {
+    SIM_CALLED();
     return cuCtxPushCurrent_v2(ctx);
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     int depth = sim_stack_depth();
@@ -395,12 +412,14 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 
 CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
+    SIM_CALLED();
     return cuCtxPopCurrent_v2(pctx);
 }
 
 /* Replaces the top of the stack; NULL pops it (nothing when it is empty). */
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     int depth = sim_stack_depth();
@@ -420,6 +439,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 
 CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pctx)
@@ -443,6 +463,7 @@ static CUresult sim_named_or_current(CUcontext ctx, CUcontext *out)
 
 CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
+    SIM_CALLED();
     CUcontext c;
     CUresult res = sim_named_or_current(ctx, &c);
     if (res != CUDA_SUCCESS)
@@ -455,11 +476,13 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 
 CUresult cuCtxGetDevice(CUdevice *device)
 {
+    SIM_CALLED();
     return cuCtxGetDevice_v2(device, NULL);
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
+    SIM_CALLED();
     CUcontext c;
     CUresult res = sim_named_or_current(ctx, &c);
     return res == CUDA_SUCCESS ? sim_context_synchronize(c) : res;
@@ -467,5 +490,6 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
 
 CUresult cuCtxSynchronize(void)
 {
+    SIM_CALLED();
     return cuCtxSynchronize_v2(NULL);
 }

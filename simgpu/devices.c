@@ -17,6 +17,7 @@ CUresult sim_check_device(CUdevice dev)
 
 CUresult cuDeviceGetCount(int *count)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!count)
@@ -27,6 +28,7 @@ CUresult cuDeviceGetCount(int *count)
 
 CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!device)
@@ -39,6 +41,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -50,6 +53,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -64,11 +68,13 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 /* _v2 differs only for MIG instances, which simgpu does not have. */
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
+    SIM_CALLED();
     return cuDeviceGetUuid(uuid, dev);
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -81,6 +87,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 /* The 32-bit call of CUDA 2.0: sizes of 4 GiB and more read as UINT_MAX. */
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
+    SIM_CALLED();
     size_t total;
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
@@ -92,6 +99,7 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -152,6 +160,7 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
 
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;

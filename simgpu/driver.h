@@ -313,6 +313,18 @@ struct CUctx_st {
     struct sim_link legacy_link;    /* of its legacy default stream */
 };
 
+/* calls.c */
+/* Whether SIMGPU_CALLS asks for the count of calls (set once, at load). */
+extern bool sim_counting;
+/* Counts a call of the entry point `name` (its __func__) made from `return_address`. */
+void sim_count_call(const char *name, const void *return_address);
+/* The first statement of every entry point of driver_api.def. */
+#define SIM_CALLED()                                                                 \
+    do {                                                                             \
+        if (__atomic_load_n(&sim_counting, __ATOMIC_RELAXED))                        \
+            sim_count_call(__func__, __builtin_return_address(0));                  \
+    } while (0)
+
 /* init.c */
 /* Whether cuInit has succeeded (in this process generation). */
 bool sim_initialized(void);

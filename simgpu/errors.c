@@ -5,6 +5,7 @@
 
 CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
+    SIM_CALLED();
     if (!pStr)
         return CUDA_ERROR_INVALID_VALUE;
     switch (error) {
@@ -60,6 +61,7 @@ static const char *sim_error_text(CUresult error)
 
 CUresult cuGetErrorString(CUresult error, const char **pStr)
 {
+    SIM_CALLED();
     if (!pStr)
         return CUDA_ERROR_INVALID_VALUE;
     *pStr = sim_error_text(error);

@@ -50,6 +50,7 @@ void sim_event_follow(const struct sim_lane *lane, uint64_t now_ns, uint64_t sta
 
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS)
@@ -75,6 +76,7 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 
 CUresult cuEventDestroy_v2(CUevent hEvent)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&sim_events.mutex);
@@ -91,6 +93,7 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
 
 CUresult cuEventDestroy(CUevent hEvent)
 {
+    SIM_CALLED();
     return cuEventDestroy_v2(hEvent);
 }
 
@@ -124,21 +127,25 @@ static CUresult sim_event_record(CUevent e, CUstream s, unsigned int flags, bool
 
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
+    SIM_CALLED();
     return sim_event_record(hEvent, hStream, 0, false);
 }
 
 CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
+    SIM_CALLED();
     return sim_event_record(hEvent, hStream, 0, true);
 }
 
 CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
+    SIM_CALLED();
     return sim_event_record(hEvent, hStream, flags, false);
 }
 
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
+    SIM_CALLED();
     return sim_event_record(hEvent, hStream, flags, true);
 }
 
@@ -159,6 +166,7 @@ static CUresult sim_event_time(CUevent e, uint64_t *at_ns)
 
 CUresult cuEventQuery(CUevent hEvent)
 {
+    SIM_CALLED();
     uint64_t at;
     CUresult res = sim_event_time(hEvent, &at);
     if (res != CUDA_SUCCESS)
@@ -168,6 +176,7 @@ CUresult cuEventQuery(CUevent hEvent)
 
 CUresult cuEventSynchronize(CUevent hEvent)
 {
+    SIM_CALLED();
     uint64_t at;
     CUresult res = sim_event_time(hEvent, &at);
     if (res == CUDA_SUCCESS)
@@ -177,6 +186,7 @@ CUresult cuEventSynchronize(CUevent hEvent)
 
 CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
+    SIM_CALLED();
     uint64_t start, end;
     CUresult res = sim_event_time(hStart, &start);
     if (res == CUDA_SUCCESS)
@@ -196,5 +206,6 @@ CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEn
 
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
+    SIM_CALLED();
     return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
 }

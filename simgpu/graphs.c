@@ -82,6 +82,7 @@ struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node)
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!phGraph || flags)
@@ -96,6 +97,7 @@ CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 
 CUresult cuGraphDestroy(CUgraph hGraph)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!sim_graph_valid(hGraph))
@@ -136,6 +138,7 @@ static CUresult sim_add_kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, co
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                               size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
+    SIM_CALLED();
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     const CUDA_KERNEL_NODE_PARAMS_v1 *p = nodeParams;
@@ -148,6 +151,7 @@ CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CU
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                  size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)
 {
+    SIM_CALLED();
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     const CUDA_KERNEL_NODE_PARAMS_v2 *p = nodeParams;
@@ -197,6 +201,7 @@ static CUresult sim_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsign
 CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
                             size_t bufferSize)
 {
+    SIM_CALLED();
     if (logBuffer && bufferSize)
         logBuffer[0] = '\0';
     if (phErrorNode)
@@ -207,11 +212,13 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNod
 CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
                                char *logBuffer, size_t bufferSize)
 {
+    SIM_CALLED();
     return cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
+    SIM_CALLED();
     if (flags & ~(unsigned long long)SIM_GRAPH_INSTANTIATE_FLAGS)
         return CUDA_ERROR_INVALID_VALUE;
     return sim_instantiate(phGraphExec, hGraph, flags);
@@ -224,6 +231,7 @@ static bool sim_exec_valid(CUgraphExec e)
 
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!sim_exec_valid(hGraphExec))
@@ -253,11 +261,13 @@ static CUresult sim_graph_launch(CUgraphExec e, CUstream stream, bool per_thread
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
+    SIM_CALLED();
     return sim_graph_launch(hGraphExec, hStream, false);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
+    SIM_CALLED();
     return sim_graph_launch(hGraphExec, hStream, true);
 }
 

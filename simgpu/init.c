@@ -56,6 +56,7 @@ __attribute__((constructor)) static void sim_driver_load(void)
 
 CUresult cuInit(unsigned int Flags)
 {
+    SIM_CALLED();
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim_drv.mutex);
@@ -78,6 +79,7 @@ CUresult cuInit(unsigned int Flags)
 
 CUresult cuDriverGetVersion(int *driverVersion)
 {
+    SIM_CALLED();
     if (!driverVersion)
         return CUDA_ERROR_INVALID_VALUE;
     const struct sim_config *cfg = sim_config();

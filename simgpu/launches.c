@@ -62,6 +62,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
                         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                         unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
+    SIM_CALLED();
     struct sim_grid grid = SIM_GRID;
     return sim_launch(f, &grid, hStream, false, kernelParams, extra, false);
 }
@@ -70,6 +71,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
+    SIM_CALLED();
     struct sim_grid grid = SIM_GRID;
     return sim_launch(f, &grid, hStream, true, kernelParams, extra, false);
 }
@@ -79,6 +81,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
                                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                    void **kernelParams)
 {
+    SIM_CALLED();
     struct sim_grid grid = SIM_GRID;
     return sim_launch(f, &grid, hStream, false, kernelParams, NULL, true);
 }
@@ -88,6 +91,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams)
 {
+    SIM_CALLED();
     struct sim_grid grid = SIM_GRID;
     return sim_launch(f, &grid, hStream, true, kernelParams, NULL, true);
 }
@@ -108,11 +112,13 @@ static CUresult sim_launch_ex(const CUlaunchConfig *config, CUfunction f, void *
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
+    SIM_CALLED();
     return sim_launch_ex(config, f, kernelParams, extra, false);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
+    SIM_CALLED();
     return sim_launch_ex(config, f, kernelParams, extra, true);
 }
 

@@ -6,6 +6,7 @@
 
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS)
@@ -25,12 +26,14 @@ CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int 
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
+    SIM_CALLED();
     return cuStreamCreateWithPriority(phStream, Flags, 0);
 }
 
 /* Its queued work still runs, as on the driver. */
 CUresult cuStreamDestroy_v2(CUstream hStream)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (sim_default_stream(hStream) || hStream->magic != SIM_STREAM_MAGIC)
@@ -45,6 +48,7 @@ CUresult cuStreamDestroy_v2(CUstream hStream)
 
 CUresult cuStreamDestroy(CUstream hStream)
 {
+    SIM_CALLED();
     return cuStreamDestroy_v2(hStream);
 }
 
@@ -57,11 +61,13 @@ static CUresult sim_stream_synchronize(CUstream s, bool per_thread)
 
 CUresult cuStreamSynchronize(CUstream hStream)
 {
+    SIM_CALLED();
     return sim_stream_synchronize(hStream, false);
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
+    SIM_CALLED();
     return sim_stream_synchronize(hStream, true);
 }
 
@@ -78,11 +84,13 @@ static CUresult sim_stream_query(CUstream s, bool per_thread)
 
 CUresult cuStreamQuery(CUstream hStream)
 {
+    SIM_CALLED();
     return sim_stream_query(hStream, false);
 }
 
 CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
+    SIM_CALLED();
     return sim_stream_query(hStream, true);
 }
 
@@ -105,11 +113,13 @@ static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned int flags,
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
+    SIM_CALLED();
     return sim_stream_wait_event(hStream, hEvent, Flags, false);
 }
 
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
+    SIM_CALLED();
     return sim_stream_wait_event(hStream, hEvent, Flags, true);
 }
 
