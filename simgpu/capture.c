@@ -90,12 +90,16 @@ static CUresult sim_is_capturing(CUstream s, CUstreamCaptureStatus *status, bool
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     SIM_CALLED();
+    if (sim_failing(__func__))
+        return CUDA_ERROR_UNKNOWN;
     return sim_is_capturing(hStream, captureStatus, false);
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     SIM_CALLED();
+    if (sim_failing(__func__))
+        return CUDA_ERROR_UNKNOWN;
     return sim_is_capturing(hStream, captureStatus, true);
 }
 

@@ -313,7 +313,7 @@ struct CUctx_st {
     struct sim_link legacy_link;    /* of its legacy default stream */
 };
 
-/* calls.c */
+/* instruments.c */
 /* Whether SIMGPU_CALLS asks for the count of calls (set once, at load). */
 extern bool sim_counting;
 /* Counts a call of the entry point `name` (its __func__) made from `return_address`. */
@@ -324,6 +324,11 @@ void sim_count_call(const char *name, const void *return_address);
         if (__atomic_load_n(&sim_counting, __ATOMIC_RELAXED))                        \
             sim_count_call(__func__, __builtin_return_address(0));                  \
     } while (0)
+
+/* Whether SIMGPU_FAIL names the entry point `name` (its __func__): it then
+ * fails with CUDA_ERROR_UNKNOWN, to test how callers take a failing driver.
+ * Only the entry points that ask answer to it (cuStreamIsCapturing). */
+bool sim_failing(const char *name);
 
 /* init.c */
 /* Whether cuInit has succeeded (in this process generation). */

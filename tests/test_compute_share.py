@@ -149,6 +149,14 @@ def wait_for(condition, what: str, deadline_s: float = 20) -> None:
         time.sleep(0.05)
 
 
+def test_a_launch_whose_capture_state_cannot_be_read_is_charged(sim_env, launch_client):
+    """The driver fails every cuStreamIsCapturing (SIMGPU_FAIL): launches are
+    charged as ordinary ones, never waved through unmetered."""
+    started = time.monotonic()
+    output = Container(dict(sim_env, SIMGPU_FAIL="cuStreamIsCapturing"), 25, loops(launch_client, 1)).finish()
+    assert 15 <= share(output, started + 1, started + 4) <= 35
+
+
 def test_killing_one_of_four_processes_does_not_stall_the_others(sim_env, launch_client):
     started = time.monotonic()
     container = Container(sim_env, 50, loops(launch_client, 4, seconds=4.5))

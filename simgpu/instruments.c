@@ -1,4 +1,6 @@
-/* Counting the driver calls a process makes, for benchmarks that report what a
+/* What simgpu offers to measure and test the layers above it.
+ *
+ * Counting the driver calls a process makes, for benchmarks that report what a
  * layer above the driver adds per launch: with SIMGPU_CALLS=FILE, each process
  * appends one JSON line to FILE at exit,
  *
@@ -8,7 +10,10 @@
  * calls between its entry points (cuCtxCreate into cuCtxCreate_v2) are not the
  * caller's.  Entry points are never inlined into one another (SIM_EXPORT) and
  * never tail-called (-fno-optimize-sibling-calls, meson.build), so each
- * external call sees its caller's return address. */
+ * external call sees its caller's return address.
+ *
+ * Failing on request: SIMGPU_FAIL names entry points that fail, to test how a
+ * caller takes a driver that refuses a call. */
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -99,6 +104,18 @@ static void sim_calls_atfork_child(void)
 {
     sim_calls.total = 0;
     memset(sim_calls.names, 0, sizeof sim_calls.names);
+}
+
+bool sim_failing(const char *name)
+{
+    const struct sim_config *cfg = sim_config();
+    if (!cfg || !cfg->fail[0])
+        return false;
+    size_t n = strlen(name);
+    for (const char *p = cfg->fail; (p = strstr(p, name)); p += n)
+        if ((p == cfg->fail || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
 }
 
 __attribute__((constructor)) static void sim_calls_load(void)
