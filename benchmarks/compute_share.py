@@ -6,8 +6,9 @@ fresh simulated GPU: 1 or 4 processes per container, each a launch loop
 (tests/c/launch_client.c) of kernels of one length.  The achieved share is the
 simulated GPU time the container's kernels ran (completed launches times the
 kernel's length) over a window after a settle time; every process reports its
-completed launches every 100 ms.  Then two containers at 30 % and 60 % share
-one device.  Last, the cost a launch pays for the shim with no cap and with
+completed launches every 100 ms; calls/launch is the driver calls the shim
+added per launch, as simgpu counted them (SIMGPU_CALLS).  Then two containers
+at 30 % and 60 % share one device.  Last, the cost a launch pays for the shim with no cap and with
 cap 100, against the same loop without the shim, in one run (overhead.py's loop).
 
     python benchmarks/compute_share.py            # the full table (~8 minutes)
@@ -84,50 +85,70 @@ def share_of(output: str, kernel_us: int, start: float, end: float) -> float:
     return 100.0 * total
 
 
+def added_calls_per_launch(calls_file: Path) -> float:
+    """Driver calls per launch beyond the loop's own, over a container's
+    processes (simgpu's SIMGPU_CALLS count).  The loop makes one cuLaunchKernel
+    per launch and, per batch, one cuEventRecord and one cuEventSynchronize (none
+    for the first batch); its few setup calls are left in (negligible over
+    thousands of launches)."""
+    added = launches = 0
+    for line in calls_file.read_text().splitlines():
+        by_name = json.loads(line)["by_name"]
+        waits = by_name.get("cuEventSynchronize", 0)
+        own = by_name.get("cuLaunchKernel", 0) + 2 * waits + 1
+        added += sum(by_name.values()) - own
+        launches += by_name.get("cuLaunchKernel", 0)
+    return added / launches if launches else float("nan")
+
+
 def run_containers(containers: list[Container], client: Path, settle: float, window: float,
-                   workdir: Path) -> list[float]:
-    """Runs the containers at once on one fresh simulated GPU; their shares."""
+                   workdir: Path) -> list[tuple[float, float]]:
+    """Runs the containers at once on one fresh simulated GPU; the share each
+    achieved, and the driver calls it added per launch."""
     state = workdir / f"simgpu-{time.monotonic_ns()}.state"
     env = base_environment(state, workdir / "run")
     seconds = settle + window + 0.5
     # CLOCK_MONOTONIC, as the clients report it (time.monotonic is the same clock on Linux).
     start = time.monotonic() + settle + 0.3
-    procs = [subprocess.Popen(c.command(client, seconds), env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for c in containers]
-    shares = []
-    for c, proc in zip(containers, procs, strict=True):
+    calls = [workdir / f"calls-{time.monotonic_ns()}-{i}.jsonl" for i in range(len(containers))]
+    procs = [subprocess.Popen(c.command(client, seconds), env=dict(env, SIMGPU_CALLS=str(f)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c, f in zip(containers, calls, strict=True)]
+    results = []
+    for c, proc, f in zip(containers, procs, calls, strict=True):
         out, err = proc.communicate(timeout=seconds + 60)
         if proc.returncode != 0:
             raise RuntimeError(f"{c} exited {proc.returncode}: {err.strip()}")
-        shares.append(share_of(out, c.kernel_us, start, start + window))
+        results.append((share_of(out, c.kernel_us, start, start + window), added_calls_per_launch(f)))
+        f.unlink(missing_ok=True)
     state.unlink(missing_ok=True)
-    return shares
+    return results
 
 
 def accuracy(client: Path, targets, kernels, processes, settle: float, window: float,
              workdir: Path) -> None:
     print(f"Achieved compute share on simgpu, one container alone on the device "
           f"({window:g} s after a {settle:g} s settle)")
-    print(f"{'target':>7} {'kernel':>8} {'procs':>5} {'achieved':>9} {'error':>7}")
+    print(f"{'target':>7} {'kernel':>8} {'procs':>5} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
     worst = 0.0
     for target in targets:
         for kernel_us in kernels:
             for n in processes:
-                [share] = run_containers([Container(target, n, kernel_us)], client, settle, window,
-                                         workdir)
+                [(share, calls)] = run_containers([Container(target, n, kernel_us)], client, settle,
+                                                  window, workdir)
                 worst = max(worst, abs(share - target))
                 print(f"{target:>6}% {_kernel_text(kernel_us):>8} {n:>5} {share:>8.1f}% "
-                      f"{share - target:>+7.1f}", flush=True)
+                      f"{share - target:>+7.1f} {calls:>12.2f}", flush=True)
     print(f"largest error: {worst:.1f} points\n")
 
 
 def two_containers(client: Path, settle: float, window: float, workdir: Path) -> None:
     pair = [Container(30, 1, 1000), Container(60, 1, 1000)]
-    shares = run_containers(pair, client, settle, window, workdir)
+    results = run_containers(pair, client, settle, window, workdir)
     print("Two containers on one device (1 ms kernels, one process each)")
-    print(f"{'cap':>5} {'achieved':>9} {'error':>7}")
-    for c, share in zip(pair, shares, strict=True):
-        print(f"{c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f}")
+    print(f"{'cap':>5} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
+    for c, (share, calls) in zip(pair, results, strict=True):
+        print(f"{c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f} {calls:>12.2f}")
     print()
 
 

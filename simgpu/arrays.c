@@ -217,6 +217,7 @@ void sim_arrays_forget(void)
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS)
@@ -250,6 +251,7 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAl
 
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
+    SIM_CALLED();
     if (!pAllocateArray) {
         CUcontext ctx;
         CUresult res = sim_current_context(&ctx);
@@ -267,6 +269,7 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAlloca
 /* A level of a mipmapped array goes with its mipmapped array only. */
 CUresult cuArrayDestroy(CUarray hArray)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -289,6 +292,7 @@ CUresult cuArrayDestroy(CUarray hArray)
 /* A 3D array's Depth is not in the 2D descriptor. */
 CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
+    SIM_CALLED();
     CUDA_ARRAY3D_DESCRIPTOR d;
     if (!pArrayDescriptor)
         return CUDA_ERROR_INVALID_VALUE;
@@ -301,6 +305,7 @@ CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarra
 
 CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -330,6 +335,7 @@ static CUresult sim_requirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *out, CUdevice d
 CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array,
                                       CUdevice device)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -348,6 +354,7 @@ CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequ
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS)
@@ -392,6 +399,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -415,6 +423,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
  * and lives as long as the mipmapped array. */
 CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -434,6 +443,7 @@ CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmap
 CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
                                                CUmipmappedArray mipmap, CUdevice device)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;

@@ -9,8 +9,12 @@
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
- *                          name says otherwise (default 10; see driver.c)
+ *                          name says otherwise (default 10; see modules.c)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
+ *   SIMGPU_CALLS           a file to which each process appends the count of
+ *                          driver calls it made, at exit (instruments.c)
+ *   SIMGPU_FAIL            entry points that fail with CUDA_ERROR_UNKNOWN,
+ *                          comma-separated (tests; only cuStreamIsCapturing[_ptsz])
  *
  * An empty variable counts as unset.  A bad value is reported once, naming the
  * variable and the accepted forms, and makes cuInit / nvmlInit fail. */
@@ -182,6 +186,26 @@ static void sim_config_load(void)
 
     text = sim_env("SIMGPU_TRACE");
     c->trace = text && strcmp(text, "0") != 0;
+
+    text = sim_env("SIMGPU_FAIL");
+    if (text) {
+        if (strlen(text) < sizeof c->fail) {
+            strcpy(c->fail, text);
+        } else {
+            sim_log("SIMGPU_FAIL: expected a list of entry points shorter than %zu bytes", sizeof c->fail);
+            ok = false;
+        }
+    }
+
+    text = sim_env("SIMGPU_CALLS");
+    if (text) {
+        if (strlen(text) < sizeof c->calls_path) {
+            strcpy(c->calls_path, text);
+        } else {
+            sim_log("SIMGPU_CALLS: expected a path shorter than %zu bytes", sizeof c->calls_path);
+            ok = false;
+        }
+    }
 
     text = sim_env("SIMGPU_STATE");
     if (text) {

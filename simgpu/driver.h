@@ -42,12 +42,17 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
 #define SIM_STREAM_LEGACY ((CUstream)0x1)
 #define SIM_STREAM_PER_THREAD ((CUstream)0x2)
 
-/* ---- driver.c: the exported driver API --------------------------------------- */
+/* ---- init.c: initialisation ------------------------------------------------------ */
 
 SIM_EXPORT CUresult cuInit(unsigned int Flags);
 SIM_EXPORT CUresult cuDriverGetVersion(int *driverVersion);
+
+/* ---- errors.c: error names ----------------------------------------------------------- */
+
 SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr);
 SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr);
+
+/* ---- devices.c: devices -------------------------------------------------------------- */
 
 SIM_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal);
 SIM_EXPORT CUresult cuDeviceGetCount(int *count);
@@ -58,6 +63,8 @@ SIM_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+
+/* ---- contexts.c: contexts ------------------------------------------------------------ */
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
@@ -104,7 +111,7 @@ SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 SIM_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 
-/* ---- streams.c: launches, streams, events, graphs ------------------------------- */
+/* ---- launches.c, streams.c, events.c, capture.c, graphs.c: work on a device ------- */
 
 SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
@@ -286,7 +293,7 @@ SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
 /* ---- hidden internals ------------------------------------------------------------ */
 
 /* The event last recorded in a stream, until the stream's next kernel
- * (streams.c): `serial` tells whether the event has been recorded again since. */
+ * (events.c): `serial` tells whether the event has been recorded again since. */
 struct sim_link {
     struct CUevent_st *event;
     uint64_t serial;
@@ -306,21 +313,53 @@ struct CUctx_st {
     struct sim_link legacy_link;    /* of its legacy default stream */
 };
 
-/* driver.c */
+/* instruments.c */
+/* Whether SIMGPU_CALLS asks for the count of calls (set once, at load). */
+extern bool sim_counting;
+/* Counts a call of the entry point `name` (its __func__) made from `return_address`. */
+void sim_count_call(const char *name, const void *return_address);
+/* The first statement of every entry point of driver_api.def. */
+#define SIM_CALLED()                                                                 \
+    do {                                                                             \
+        if (__atomic_load_n(&sim_counting, __ATOMIC_RELAXED))                        \
+            sim_count_call(__func__, __builtin_return_address(0));                  \
+    } while (0)
+
+/* Whether SIMGPU_FAIL names the entry point `name` (its __func__): it then
+ * fails with CUDA_ERROR_UNKNOWN, to test how callers take a failing driver.
+ * Only the entry points that ask answer to it (cuStreamIsCapturing). */
+bool sim_failing(const char *name);
+
+/* init.c */
+/* Whether cuInit has succeeded (in this process generation). */
+bool sim_initialized(void);
+/* The configuration cuInit read; only once sim_initialized(). */
+const struct sim_config *sim_driver_config(void);
+
+/* devices.c */
+/* CUDA_SUCCESS for a device of the configuration, else NOT_INITIALIZED / INVALID_DEVICE. */
+CUresult sim_check_device(CUdevice dev);
+
+/* contexts.c */
 /* The current context for a call that needs one: CUDA_SUCCESS, or
  * NOT_INITIALIZED / INVALID_CONTEXT / CONTEXT_IS_DESTROYED. */
 CUresult sim_current_context(CUcontext *out);
-/* Whether cuInit has succeeded (in this process generation). */
-bool sim_initialized(void);
+/* Fork handlers, called by init.c's after its own mutex and before the
+ * memory mutex (the lock order).  The child has no context. */
+void sim_contexts_atfork_prepare(void);
+void sim_contexts_atfork_parent(void);
+void sim_contexts_atfork_child(void);
 
 /* modules.c */
 /* How long a launch of `f` (a CUfunction, or a CUkernel as one) runs;
  * CUDA_ERROR_INVALID_HANDLE when it is neither. */
 CUresult sim_kernel_duration(CUfunction f, uint64_t *duration_ns);
 
-/* streams.c */
+/* lanes.c */
 /* Waits until the device has run all of `ctx`'s work. */
 CUresult sim_context_synchronize(CUcontext ctx);
+
+/* graphs.c */
 /* Adds a memory node to `graph` after checking the graph and its dependencies:
  * an alloc node of `alloc` (`is_free` false) or a free node of it.  The node
  * takes a hold on `alloc` (sim_graph_alloc_hold), dropped with its graph. */
@@ -366,11 +405,11 @@ CUresult sim_mem_initialized(void);
  * CUDA_ERROR_NOT_SUPPORTED: simgpu simulates device memory only. */
 CUresult sim_mem_location(const CUmemLocation *location, uint32_t *device);
 /* Frees every allocation made in `ctx` (a destroyed or reset context), and its
- * arrays.  Takes the memory mutex: callers holding driver.c's mutex take it
+ * arrays.  Takes the memory mutex: callers holding contexts.c's mutex take it
  * first. */
 void sim_mem_release_context(CUcontext ctx);
 /* The memory mutex, which also guards the state of pools.c, vmm.c and arrays.c.
- * Never held while taking driver.c's mutex. */
+ * Never held while taking init.c's or contexts.c's mutex. */
 void sim_mem_lock(void);
 void sim_mem_unlock(void);
 /* Under the memory mutex: makes [base, base + size) device memory that copies
@@ -384,7 +423,7 @@ void sim_mem_untrack(uintptr_t base);
  * allocation by its base; CUDA_ERROR_INVALID_VALUE for anything else.  Takes
  * the memory mutex. */
 CUresult sim_mem_free(CUdeviceptr dptr);
-/* Fork handlers, called by driver.c's after its own mutex (the lock order). */
+/* Fork handlers, called by init.c's after its own and contexts.c's mutexes (the lock order). */
 void sim_mem_atfork_prepare(void);
 void sim_mem_atfork_parent(void);
 /* The child forgets every allocation without freeing it: they are its parent's.

@@ -187,6 +187,7 @@ CUresult sim_graph_memory_run(const struct sim_graph_mem_op *ops, size_t n, bool
 CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                 size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -228,6 +229,7 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
 
 CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -242,6 +244,7 @@ CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PAR
 CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                size_t numDependencies, CUdeviceptr dptr)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -264,6 +267,7 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const C
 /* Releases what the pool reserves beyond what is in use. */
 CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
+    SIM_CALLED();
     CUdevice checked;
     CUresult res = cuDeviceGet(&checked, device);
     if (res != CUDA_SUCCESS)
@@ -279,6 +283,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice device)
 
 CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
+    SIM_CALLED();
     CUdevice checked;
     CUresult res = cuDeviceGet(&checked, device);
     if (res != CUDA_SUCCESS)
@@ -305,6 +310,7 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
  * the current value (cuda.h). */
 CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
+    SIM_CALLED();
     CUdevice checked;
     CUresult res = cuDeviceGet(&checked, device);
     if (res != CUDA_SUCCESS)

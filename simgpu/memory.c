@@ -11,7 +11,7 @@
  * CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash).  The table also
  * holds the allocations of memory pools (pools.c) and the accessible mappings
  * of virtual memory (vmm.c), which those files own and charge; its mutex
- * guards their state too, so that the one lock order is driver.c's mutex, then
+ * guards their state too, so that the one lock order is contexts.c's mutex, then
  * this one, then the state file's. */
 #include <errno.h>
 #include <limits.h>
@@ -278,11 +278,13 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+    SIM_CALLED();
     return sim_alloc(dptr, bytesize, false);
 }
 
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
+    SIM_CALLED();
     CUdeviceptr p;
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
@@ -316,12 +318,14 @@ static CUresult sim_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, 
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes)
 {
+    SIM_CALLED();
     return sim_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes, false);
 }
 
 CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
                          unsigned int Height, unsigned int ElementSizeBytes)
 {
+    SIM_CALLED();
     CUdeviceptr p;
     size_t pitch;
     if (!dptr || !pPitch)
@@ -340,6 +344,7 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
  * host reaches it at the same address. */
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
+    SIM_CALLED();
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) {
         CUcontext ctx;
         CUresult res = sim_current_context(&ctx);
@@ -374,6 +379,7 @@ CUresult sim_mem_free(CUdeviceptr dptr)
 /* Only the base of a live allocation may be freed; 0 is a no-op. */
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res == CUDA_ERROR_NOT_INITIALIZED)
@@ -387,6 +393,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 CUresult cuMemFree(CUdeviceptr_v1 dptr)
 {
+    SIM_CALLED();
     return cuMemFree_v2(dptr);
 }
 
@@ -400,6 +407,7 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr)
  * a real driver). */
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS)
@@ -419,6 +427,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 /* The 32-bit call: values of 4 GiB and more read as UINT_MAX. */
 CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 {
+    SIM_CALLED();
     size_t f, t;
     CUresult res = cuMemGetInfo_v2(free ? &f : NULL, total ? &t : NULL);
     if (res != CUDA_SUCCESS)
@@ -461,62 +470,74 @@ static CUresult sim_copy(uintptr_t dst, enum sim_side dst_side, uintptr_t src, e
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+    SIM_CALLED();
     return sim_copy((uintptr_t)dstDevice, SIM_DEVICE, (uintptr_t)srcHost, SIM_HOST, ByteCount);
 }
 
 CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
 }
 
 CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    SIM_CALLED();
     return sim_copy((uintptr_t)dstHost, SIM_HOST, (uintptr_t)srcDevice, SIM_DEVICE, ByteCount);
 }
 
 CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
 }
 
 CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    SIM_CALLED();
     return sim_copy((uintptr_t)dstDevice, SIM_DEVICE, (uintptr_t)srcDevice, SIM_DEVICE, ByteCount);
 }
 
 CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
 }
 
 CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
 }
 
 /* Unified addressing: either side may be host or device memory. */
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
+    SIM_CALLED();
     return sim_copy((uintptr_t)dst, SIM_EITHER, (uintptr_t)src, SIM_EITHER, ByteCount);
 }
 
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
+    SIM_CALLED();
     return cuMemcpy(dst, src, ByteCount);
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS || N == 0)
@@ -529,17 +550,20 @@ CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+    SIM_CALLED();
     return cuMemsetD8_v2(dstDevice, uc, N);
 }
 
 CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
 {
+    SIM_CALLED();
     return cuMemsetD8_v2(dstDevice, uc, N);
 }
 
 /* N 32-bit words at a 4-byte aligned address. */
 CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS || N == 0)
@@ -558,10 +582,12 @@ CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 
 CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
+    SIM_CALLED();
     return cuMemsetD32_v2(dstDevice, ui, N);
 }
 
 CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
 {
+    SIM_CALLED();
     return cuMemsetD32_v2(dstDevice, ui, N);
 }

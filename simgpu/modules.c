@@ -87,6 +87,7 @@ static CUresult sim_module_in_context(CUmodule *module)
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!module || !image)
@@ -96,6 +97,7 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image)
 
 CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!module || !fname)
@@ -127,6 +129,7 @@ static void sim_module_free(CUmodule m)
 
 CUresult cuModuleUnload(CUmodule hmod)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!sim_module_valid(hmod) || hmod->library)
@@ -139,6 +142,7 @@ CUresult cuModuleUnload(CUmodule hmod)
  * the same kernel. */
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!hfunc || !name)
@@ -189,6 +193,7 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *j
                            void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
                            void **libraryOptionValues, unsigned int numLibraryOptions)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!library || !code || (numJitOptions && (!jitOptions || !jitOptionsValues)) ||
@@ -210,6 +215,7 @@ CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *j
 
 CUresult cuLibraryUnload(CUlibrary library)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!sim_library_valid(library))
@@ -222,6 +228,7 @@ CUresult cuLibraryUnload(CUlibrary library)
 
 CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pMod)
@@ -234,6 +241,7 @@ CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 
 CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pKernel || !name)
@@ -250,6 +258,7 @@ CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *na
 /* The kernel's function in the current context: the kernel itself. */
 CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
+    SIM_CALLED();
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
     if (res != CUDA_SUCCESS)
@@ -292,6 +301,7 @@ static CUresult sim_function_attribute(int *pi, CUfunction_attribute attrib, CUf
 
 CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     return sim_function_attribute(pi, attrib, hfunc);
@@ -299,6 +309,7 @@ CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfu
 
 CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
+    SIM_CALLED();
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || (uint32_t)dev >= sim_config()->device_count)

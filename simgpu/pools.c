@@ -315,6 +315,7 @@ static CUresult sim_stream_ready(CUstream stream)
 /* The stream is not examined: see the top of the file. */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
+    SIM_CALLED();
     (void)hStream;
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
@@ -331,11 +332,13 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
+    SIM_CALLED();
     return cuMemAllocAsync(dptr, bytesize, hStream);
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
+    SIM_CALLED();
     CUresult res = sim_stream_ready(hStream);
     if (res != CUDA_SUCCESS)
         return res;
@@ -349,6 +352,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
+    SIM_CALLED();
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
 
@@ -356,6 +360,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
  * cudaFreeAsync free cudaMalloc's memory.  0 is a no-op, as for cuMemFree. */
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
+    SIM_CALLED();
     CUresult res = sim_stream_ready(hStream);
     if (res != CUDA_SUCCESS || dptr == 0)
         return res;
@@ -364,6 +369,7 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
+    SIM_CALLED();
     return cuMemFreeAsync(dptr, hStream);
 }
 
@@ -373,6 +379,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
  * are accepted (exporting is a call simgpu lacks), the others refused. */
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
+    SIM_CALLED();
     if (!pool || !poolProps)
         return CUDA_ERROR_INVALID_VALUE;
     if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
@@ -397,6 +404,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
  * becomes its default again (cuda.h). */
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -419,6 +427,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -433,6 +442,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -464,6 +474,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
  * start again from the current value. */
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -520,17 +531,20 @@ static CUresult sim_device_pool(CUmemoryPool *out, CUdevice dev, bool current)
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
+    SIM_CALLED();
     return sim_device_pool(pool_out, dev, false);
 }
 
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
+    SIM_CALLED();
     return sim_device_pool(pool, dev, true);
 }
 
 /* The pool must be one of `dev`'s. */
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
+    SIM_CALLED();
     CUdevice checked;
     CUresult res = cuDeviceGet(&checked, dev);
     if (res != CUDA_SUCCESS)

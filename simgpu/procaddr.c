@@ -85,10 +85,12 @@ static CUresult sim_get_proc(const char *api, const char *symbol, void **pfn, in
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus)
 {
+    SIM_CALLED();
     return sim_get_proc("cuGetProcAddress_v2", symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
+    SIM_CALLED();
     return sim_get_proc("cuGetProcAddress", symbol, pfn, cudaVersion, flags, NULL);
 }

@@ -15,7 +15,9 @@
 #include <sys/types.h>
 
 /* The one way a driver or NVML symbol is exported. */
-#define SIM_EXPORT __attribute__((visibility("default")))
+/* noinline: an entry point called by another keeps its own frame, so that
+ * calls.c can tell the driver's own calls from its callers'. */
+#define SIM_EXPORT __attribute__((visibility("default"), noinline))
 
 enum {
     SIM_MAX_DEVICES = 16,
@@ -154,6 +156,8 @@ struct sim_config {
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
+    char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
+    char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */
     char state_path[4096];             /* SIMGPU_STATE, or the default path */
     bool state_path_default;           /* not named by the user: no symlink is followed */
 };

@@ -187,6 +187,7 @@ static CUresult sim_check_prop(const CUmemAllocationProp *prop, uint32_t *device
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        CUmemAllocationGranularity_flags option)
 {
+    SIM_CALLED();
     if (!granularity || !prop ||
         (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
@@ -200,6 +201,7 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                      unsigned long long flags)
 {
+    SIM_CALLED();
     if (!prop)
         return CUDA_ERROR_INVALID_VALUE;
     uint32_t device;
@@ -244,6 +246,7 @@ out:
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -262,6 +265,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -284,6 +288,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -328,6 +333,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
  * memory it may still count). */
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -356,6 +362,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -388,6 +395,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 /* Whole mappings only (cuda.h: no sub-range of one); the range stays reserved. */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -416,6 +424,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
  * makes a mapping readable and writable (see the top of the file). */
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
+    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;

@@ -315,7 +315,8 @@ static void sleep_ns(int64_t ns)
 /* Waits for budget for a launch of `key` on `stream`, then records the start
  * event.  A launch the driver will refuse anyway (no context), one on a
  * device with no share and one into a capturing stream (it runs when its
- * graph is launched) pass. */
+ * graph is launched) pass; one whose stream's capture state cannot be read
+ * does not. */
 static void gate_enter(struct gate *g, const void *key, CUstream stream)
 {
     g->device = -1;
@@ -337,9 +338,17 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
     int64_t cost = expected_cost(key);
     pthread_mutex_unlock(&launches.lock);
 
+    /* A launch whose capture state cannot be read is charged as an ordinary
+     * one: what the shim cannot determine is never waved through. */
     CUstreamCaptureStatus capture;
-    if (vgl_real.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    CUresult captured = vgl_real.cuStreamIsCapturing(stream, &capture);
+    if (captured == CUDA_SUCCESS && capture != CU_STREAM_CAPTURE_STATUS_NONE)
         return;
+    if (captured != CUDA_SUCCESS) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_WARN, &logged, "cuStreamIsCapturing failed (%d); the launch is charged as "
+                        "an ordinary one", (int)captured);
+    }
     uint64_t now = clock_ns();
     int64_t wait;
     while ((wait = admit(device, now, cost)) > 0) {

@@ -1,17 +1,9 @@
-/* simgpu's driver: initialisation, devices, contexts and error names.  Device
- * memory is in memory.c, modules in modules.c, launches, streams and events in
- * streams.c, entry points by name in procaddr.c.
- *
- * Contexts follow the driver's model: one primary context per device per
- * process (retained and released), any number of created ones, and a stack of
- * current contexts per thread. */
-#include <errno.h>
-#include <limits.h>
+/* simgpu's contexts, as the driver models them: one primary context per
+ * device per process (retained and released), any number of created ones,
+ * and a stack of current contexts per thread. */
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "driver.h"
 
@@ -28,11 +20,7 @@ struct sim_primary {
 
 static struct {
     pthread_mutex_t mutex;          /* guards everything here */
-    bool init_done;
-    CUresult init_result;
-    bool initialized;               /* read without the mutex: atomic */
     unsigned int generation;        /* bumped in the child of a fork */
-    const struct sim_config *cfg;
     struct sim_primary primary[SIM_MAX_DEVICES];
     uint32_t live_contexts[SIM_MAX_DEVICES];
     CUcontext *contexts;            /* every context made, to check handles */
@@ -46,305 +34,26 @@ static _Thread_local struct {
     unsigned int generation;
 } sim_tls;
 
-/* ---- initialisation and fork ---------------------------------------------------- */
-
-static bool sim_ready(void)
-{
-    return __atomic_load_n(&sim_drv.initialized, __ATOMIC_ACQUIRE);
-}
-
-bool sim_initialized(void)
-{
-    return sim_ready();
-}
-
-static void sim_atfork_prepare(void)
+void sim_contexts_atfork_prepare(void)
 {
     pthread_mutex_lock(&sim_drv.mutex);
-    sim_mem_atfork_prepare();
 }
 
-static void sim_atfork_parent(void)
+void sim_contexts_atfork_parent(void)
 {
-    sim_mem_atfork_parent();
     pthread_mutex_unlock(&sim_drv.mutex);
 }
 
-/* The child of a fork starts uninitialised, with no context and no device
- * memory: what it inherited belongs to its parent.  It may call cuInit again. */
-static void sim_atfork_child(void)
+/* The child has no context: they are its parent's. */
+void sim_contexts_atfork_child(void)
 {
-    sim_mem_atfork_child();
     for (size_t i = 0; i < sim_drv.n_contexts; i++)
         sim_drv.contexts[i]->alive = false;
     memset(sim_drv.primary, 0, sizeof sim_drv.primary);
     memset(sim_drv.live_contexts, 0, sizeof sim_drv.live_contexts);
     sim_drv.generation++;
-    sim_drv.init_done = false;
-    __atomic_store_n(&sim_drv.initialized, false, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&sim_drv.mutex);
 }
-
-__attribute__((constructor)) static void sim_driver_load(void)
-{
-    pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
-}
-
-CUresult cuInit(unsigned int Flags)
-{
-    if (Flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&sim_drv.mutex);
-    if (!sim_drv.init_done) {
-        const struct sim_config *cfg = sim_config();
-        int rc = cfg ? sim_state_open(cfg) : -EINVAL;
-        if (rc == 0) {
-            sim_drv.cfg = cfg;
-            sim_drv.init_result = CUDA_SUCCESS;
-        } else {
-            sim_drv.init_result = rc == -EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
-        }
-        sim_drv.init_done = true;
-        __atomic_store_n(&sim_drv.initialized, rc == 0, __ATOMIC_RELEASE);
-    }
-    CUresult res = sim_drv.init_result;
-    pthread_mutex_unlock(&sim_drv.mutex);
-    return res;
-}
-
-CUresult cuDriverGetVersion(int *driverVersion)
-{
-    if (!driverVersion)
-        return CUDA_ERROR_INVALID_VALUE;
-    const struct sim_config *cfg = sim_config();
-    if (!cfg)
-        return CUDA_ERROR_INVALID_VALUE;
-    *driverVersion = cfg->driver_version;
-    return CUDA_SUCCESS;
-}
-
-/* ---- errors ----------------------------------------------------------------------- */
-
-CUresult cuGetErrorName(CUresult error, const char **pStr)
-{
-    if (!pStr)
-        return CUDA_ERROR_INVALID_VALUE;
-    switch (error) {
-#define SIM_ERROR_NAME(name, value) \
-    case name:                      \
-        *pStr = #name;              \
-        return CUDA_SUCCESS;
-        VGL_CU_RESULTS(SIM_ERROR_NAME)
-#undef SIM_ERROR_NAME
-    }
-    *pStr = NULL;
-    return CUDA_ERROR_INVALID_VALUE;
-}
-
-static const char *sim_error_text(CUresult error)
-{
-    switch (error) {
-    case CUDA_SUCCESS: return "no error";
-    case CUDA_ERROR_INVALID_VALUE: return "invalid argument";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "out of memory";
-    case CUDA_ERROR_NOT_INITIALIZED: return "initialization error";
-    case CUDA_ERROR_DEINITIALIZED: return "driver shutting down";
-    case CUDA_ERROR_STUB_LIBRARY: return "CUDA driver is a stub library";
-    case CUDA_ERROR_NO_DEVICE: return "no CUDA-capable device is detected";
-    case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
-    case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
-    case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
-    case CUDA_ERROR_NO_BINARY_FOR_GPU: return "no kernel image is available for execution on the device";
-    case CUDA_ERROR_INVALID_PTX: return "a PTX JIT compilation failed";
-    case CUDA_ERROR_INVALID_SOURCE: return "device kernel image is invalid";
-    case CUDA_ERROR_FILE_NOT_FOUND: return "file not found";
-    case CUDA_ERROR_OPERATING_SYSTEM: return "OS call failed or operation not supported on this OS";
-    case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
-    case CUDA_ERROR_ILLEGAL_STATE: return "the operation cannot be performed in the present state";
-    case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
-    case CUDA_ERROR_NOT_READY: return "device not ready";
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "too many resources requested for launch";
-    case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: return "primary context active";
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "context is destroyed";
-    case CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
-    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return "too many blocks in cooperative launch";
-    case CUDA_ERROR_NOT_PERMITTED: return "operation not permitted";
-    case CUDA_ERROR_NOT_SUPPORTED: return "operation not supported";
-    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return "operation not permitted when stream is capturing";
-    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return "operation failed due to a previous error during capture";
-    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: return "capture was not initiated in this stream";
-    case CUDA_ERROR_CAPTURED_EVENT: return "operation not permitted on an event last recorded in a capturing stream";
-    case CUDA_ERROR_UNKNOWN: return "unknown error";
-    }
-    return NULL;
-}
-
-CUresult cuGetErrorString(CUresult error, const char **pStr)
-{
-    if (!pStr)
-        return CUDA_ERROR_INVALID_VALUE;
-    *pStr = sim_error_text(error);
-    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-/* ---- devices ------------------------------------------------------------------------ */
-
-static CUresult sim_check_device(CUdevice dev)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (dev < 0 || (uint32_t)dev >= sim_drv.cfg->device_count)
-        return CUDA_ERROR_INVALID_DEVICE;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuDeviceGetCount(int *count)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!count)
-        return CUDA_ERROR_INVALID_VALUE;
-    *count = (int)sim_drv.cfg->device_count;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuDeviceGet(CUdevice *device, int ordinal)
-{
-    if (!sim_ready())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult res = sim_check_device(ordinal);
-    if (res == CUDA_SUCCESS)
-        *device = ordinal;
-    return res;
-}
-
-CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
-{
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!name || len <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "%s", sim_device_name());
-    return CUDA_SUCCESS;
-}
-
-CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
-{
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!uuid)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint8_t bytes[SIM_UUID_LEN];
-    sim_device_uuid((uint32_t)dev, bytes);
-    memcpy(uuid->bytes, bytes, sizeof uuid->bytes);
-    return CUDA_SUCCESS;
-}
-
-/* _v2 differs only for MIG instances, which simgpu does not have. */
-CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
-{
-    return cuDeviceGetUuid(uuid, dev);
-}
-
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
-{
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    *bytes = (size_t)sim_drv.cfg->memory_bytes;
-    return CUDA_SUCCESS;
-}
-
-/* The 32-bit call of CUDA 2.0: sizes of 4 GiB and more read as UINT_MAX. */
-CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
-{
-    size_t total;
-    if (!bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult res = cuDeviceTotalMem_v2(&total, dev);
-    if (res == CUDA_SUCCESS)
-        *bytes = total > UINT_MAX ? UINT_MAX : (unsigned int)total;
-    return res;
-}
-
-CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
-{
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!pciBusId || len <= 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", sim_device_pci_bus((uint32_t)dev));
-    return CUDA_SUCCESS;
-}
-
-/* An H100 SXM's values, except that features whose entry points simgpu lacks
- * (managed memory, memory pools, mapped host memory) read 0, so that clients
- * which check before use take their other path. */
-static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
-{
-    switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *out = 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *out = 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *out = 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *out = 64; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *out = INT_MAX; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *out = 65535; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *out = 65535; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *out = 48 * 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *out = 64 * 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *out = 32; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *out = INT_MAX; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *out = 65536; return true;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *out = 1980000; return true; /* kHz */
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *out = 512; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = 132; return true;
-    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *out = 0; return true; /* default: shared */
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *out = (int)sim_device_pci_bus((uint32_t)dev); return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *out = 2619000; return true; /* kHz */
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *out = 5120; return true;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *out = 50 * 1024 * 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *out = 2048; return true;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *out = 32; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *out = 9; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *out = 228 * 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *out = 65536; return true;
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *out = 227 * 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *out = 0; return true;
-    }
-    return false;
-}
-
-CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
-{
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!pi)
-        return CUDA_ERROR_INVALID_VALUE;
-    return sim_attribute(attrib, dev, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-/* ---- contexts ----------------------------------------------------------------------- */
 
 /* This thread's stack, emptied if it predates a fork. */
 static int sim_stack_depth(void)
@@ -369,7 +78,7 @@ static bool sim_ctx_alive(CUcontext ctx)
 
 CUresult sim_current_context(CUcontext *out)
 {
-    if (!sim_ready())
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     CUcontext ctx = sim_stack_top();
     if (!ctx)
@@ -437,6 +146,7 @@ static void sim_ctx_deactivate(CUcontext ctx)
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -460,6 +170,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -475,11 +186,13 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
+    SIM_CALLED();
     return cuDevicePrimaryCtxRelease_v2(dev);
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -495,6 +208,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
+    SIM_CALLED();
     return cuDevicePrimaryCtxReset_v2(dev);
 }
 
@@ -522,16 +236,19 @@ static CUresult sim_primary_set_flags(CUdevice dev, unsigned int flags, CUresult
 
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
+    SIM_CALLED();
     return sim_primary_set_flags(dev, flags, CUDA_SUCCESS);
 }
 
 CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
+    SIM_CALLED();
     return sim_primary_set_flags(dev, flags, CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE);
 }
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -556,6 +273,7 @@ static CUresult sim_stack_push(CUcontext ctx)
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
+    SIM_CALLED();
     CUresult res = sim_check_device(dev);
     if (res != CUDA_SUCCESS)
         return res;
@@ -576,6 +294,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
+    SIM_CALLED();
     return cuCtxCreate_v2(pctx, flags, dev);
 }
 
@@ -584,6 +303,7 @@ CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                         CUdevice dev)
 {
+    SIM_CALLED();
     if (numParams < 0 || (numParams > 0 && !paramsArray))
         return CUDA_ERROR_INVALID_VALUE;
     return cuCtxCreate_v2(pctx, flags, dev);
@@ -598,6 +318,7 @@ struct sim_ctx_create_params {
 
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
+    SIM_CALLED();
     if (ctxCreateParams) {
         const struct sim_ctx_create_params *p = (const struct sim_ctx_create_params *)ctxCreateParams;
         if (p->cigParams)
@@ -610,7 +331,8 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    if (!sim_ready())
+    SIM_CALLED();
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&sim_drv.mutex);
     CUresult res = CUDA_SUCCESS;
@@ -633,6 +355,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 CUresult cuCtxDestroy(CUcontext ctx)
 {
+    SIM_CALLED();
     return cuCtxDestroy_v2(ctx);
 }
 
@@ -660,7 +383,8 @@ static CUresult sim_check_live_context(CUcontext ctx)
 
 CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    if (!sim_ready())
+    SIM_CALLED();
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult res = sim_check_context(ctx);
     return res == CUDA_SUCCESS ? sim_stack_push(ctx) : res;
@@ -668,12 +392,14 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 
 CUresult cuCtxPushCurrent(CUcontext ctx)
 {
+    SIM_CALLED();
     return cuCtxPushCurrent_v2(ctx);
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
-    if (!sim_ready())
+    SIM_CALLED();
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     int depth = sim_stack_depth();
     if (depth == 0)
@@ -686,13 +412,15 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 
 CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
+    SIM_CALLED();
     return cuCtxPopCurrent_v2(pctx);
 }
 
 /* Replaces the top of the stack; NULL pops it (nothing when it is empty). */
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    if (!sim_ready())
+    SIM_CALLED();
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     int depth = sim_stack_depth();
     if (!ctx) {
@@ -711,7 +439,8 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 
 CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-    if (!sim_ready())
+    SIM_CALLED();
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
@@ -724,7 +453,7 @@ static CUresult sim_named_or_current(CUcontext ctx, CUcontext *out)
 {
     if (!ctx)
         return sim_current_context(out);
-    if (!sim_ready())
+    if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult res = sim_check_live_context(ctx);
     if (res == CUDA_SUCCESS)
@@ -734,6 +463,7 @@ static CUresult sim_named_or_current(CUcontext ctx, CUcontext *out)
 
 CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
+    SIM_CALLED();
     CUcontext c;
     CUresult res = sim_named_or_current(ctx, &c);
     if (res != CUDA_SUCCESS)
@@ -746,11 +476,13 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 
 CUresult cuCtxGetDevice(CUdevice *device)
 {
+    SIM_CALLED();
     return cuCtxGetDevice_v2(device, NULL);
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
+    SIM_CALLED();
     CUcontext c;
     CUresult res = sim_named_or_current(ctx, &c);
     return res == CUDA_SUCCESS ? sim_context_synchronize(c) : res;
@@ -758,5 +490,6 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
 
 CUresult cuCtxSynchronize(void)
 {
+    SIM_CALLED();
     return cuCtxSynchronize_v2(NULL);
 }

@@ -1,0 +1,90 @@
+/* simgpu's driver: initialisation (cuInit, the driver's version) and fork.
+ *
+ * The child of a fork starts uninitialised, with no context and no device
+ * memory: what it inherited belongs to its parent.  It may call cuInit again. */
+#include <errno.h>
+#include <pthread.h>
+
+#include "driver.h"
+
+static struct {
+    pthread_mutex_t mutex;          /* guards everything here */
+    bool init_done;
+    CUresult init_result;
+    bool initialized;               /* read without the mutex: atomic */
+    const struct sim_config *cfg;
+} sim_drv = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+bool sim_initialized(void)
+{
+    return __atomic_load_n(&sim_drv.initialized, __ATOMIC_ACQUIRE);
+}
+
+const struct sim_config *sim_driver_config(void)
+{
+    return sim_drv.cfg;
+}
+
+/* The lock order: this mutex, then contexts.c's, then the memory mutex. */
+static void sim_atfork_prepare(void)
+{
+    pthread_mutex_lock(&sim_drv.mutex);
+    sim_contexts_atfork_prepare();
+    sim_mem_atfork_prepare();
+}
+
+static void sim_atfork_parent(void)
+{
+    sim_mem_atfork_parent();
+    sim_contexts_atfork_parent();
+    pthread_mutex_unlock(&sim_drv.mutex);
+}
+
+static void sim_atfork_child(void)
+{
+    sim_mem_atfork_child();
+    sim_contexts_atfork_child();
+    sim_drv.init_done = false;
+    __atomic_store_n(&sim_drv.initialized, false, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&sim_drv.mutex);
+}
+
+__attribute__((constructor)) static void sim_driver_load(void)
+{
+    pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
+}
+
+CUresult cuInit(unsigned int Flags)
+{
+    SIM_CALLED();
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_drv.mutex);
+    if (!sim_drv.init_done) {
+        const struct sim_config *cfg = sim_config();
+        int rc = cfg ? sim_state_open(cfg) : -EINVAL;
+        if (rc == 0) {
+            sim_drv.cfg = cfg;
+            sim_drv.init_result = CUDA_SUCCESS;
+        } else {
+            sim_drv.init_result = rc == -EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        sim_drv.init_done = true;
+        __atomic_store_n(&sim_drv.initialized, rc == 0, __ATOMIC_RELEASE);
+    }
+    CUresult res = sim_drv.init_result;
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
+}
+
+CUresult cuDriverGetVersion(int *driverVersion)
+{
+    SIM_CALLED();
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct sim_config *cfg = sim_config();
+    if (!cfg)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = cfg->driver_version;
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,115 @@
+/* What simgpu's files of device work share: launches.c, lanes.c,
+ * launch_queue.c, streams.c, events.c, capture.c and graphs.c. */
+#ifndef SIMGPU_WORK_H
+#define SIMGPU_WORK_H
+
+#include "driver.h"
+
+enum {
+    SIM_STREAM_MAGIC = 0x52545353,  /* "SSTR" */
+    SIM_EVENT_MAGIC = 0x54564553,   /* "SEVT" */
+    SIM_GRAPH_MAGIC = 0x50524753,   /* "SGRP" */
+    SIM_NODE_MAGIC = 0x444f4e53,    /* "SNOD" */
+    SIM_EXEC_MAGIC = 0x43584553,    /* "SEXC" */
+    SIM_EVENT_RECORD_EXTERNAL = 1,  /* CU_EVENT_RECORD_EXTERNAL, CU_EVENT_WAIT_EXTERNAL */
+};
+
+struct CUstream_st {
+    uint32_t magic;
+    CUcontext ctx;
+    unsigned int flags;
+    int priority;
+    uint64_t tail_ns;               /* the end of its last work (atomic) */
+    CUgraph capture;                /* the graph it is capturing into, or NULL (atomic) */
+    struct sim_link link;           /* guarded by sim_events.mutex */
+};
+
+enum sim_event_state {
+    SIM_EVENT_NEW,                  /* never recorded: complete */
+    SIM_EVENT_RECORDED,
+    SIM_EVENT_CAPTURED,             /* last recorded in a capturing stream */
+};
+
+/* Never returned to malloc: an event destroyed goes to a free list and keeps
+ * its serial, so a stream's link to it is safe to read and found stale. */
+struct CUevent_st {
+    uint32_t magic;
+    CUcontext ctx;
+    unsigned int flags;
+    uint32_t state;                 /* enum sim_event_state (atomic, stored after at_ns) */
+    uint64_t at_ns;                 /* when it completes (atomic) */
+    uint64_t serial;                /* bumped by every record; guarded by sim_events.mutex */
+    struct CUevent_st *next_free;
+};
+
+struct CUgraphNode_st {
+    uint32_t magic;
+    CUgraph graph;
+    uint64_t duration_ns;
+    struct sim_graph_mem_op mem;    /* of a memory node (graph_memory.c); alloc NULL for others */
+    struct CUgraphNode_st *next;
+};
+
+struct CUgraph_st {
+    uint32_t magic;
+    struct CUgraphNode_st *nodes;   /* guarded by sim_graphs_mutex */
+};
+
+struct CUgraphExec_st {
+    uint32_t magic;
+    uint64_t duration_ns;           /* of all its kernels */
+    bool auto_free;                 /* CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH */
+    struct sim_graph_mem_op *mem;   /* its memory nodes' steps, in node order */
+    size_t n_mem;
+};
+
+/* Where a stream's work is remembered: an explicit stream, or a default one. */
+struct sim_lane {
+    CUcontext ctx;
+    uint64_t *tail_ns;
+    struct sim_link *link;
+    CUstream stream;                /* an explicit stream, or NULL for a default one */
+};
+
+/* launches.c */
+/* A launch's grid, as cuLaunchKernel takes it. */
+struct sim_grid {
+    unsigned int gx, gy, gz, bx, by, bz, shared_bytes;
+};
+/* CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for a grid or parameters no launch takes. */
+CUresult sim_check_grid(const struct sim_grid *g, void **params, void **extra);
+
+/* lanes.c */
+/* Whether `s` names a default stream (NULL, legacy or per-thread). */
+bool sim_default_stream(CUstream s);
+/* The lane of `s`.  `per_thread`: the call came through a _ptsz entry point,
+ * where NULL is the per-thread stream.  The default streams need a current
+ * context. */
+CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane);
+/* The graph the lane's stream is capturing into, or NULL. */
+CUgraph sim_capturing(const struct sim_lane *lane);
+/* Queues `duration_ns` of work in the lane's stream. */
+CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns);
+/* Waits until the lane's work is done (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while capturing). */
+CUresult sim_wait_lane(const struct sim_lane *lane);
+/* Raises *p to `value` if it is lower (atomic). */
+void sim_atomic_max(uint64_t *p, uint64_t value);
+
+/* launch_queue.c */
+/* Waits while the process's queue of launches on `dev` is full. */
+void sim_queue_wait(uint32_t dev);
+/* Adds a launch ending at `end_ns` to the process's queue on `dev`. */
+void sim_queue_push(uint32_t dev, uint64_t end_ns);
+
+/* events.c */
+bool sim_event_valid(CUevent e);
+/* The lane's next work starts at `start_ns`: an event recorded just before it
+ * that has not completed by `now_ns` completes then. */
+void sim_event_follow(const struct sim_lane *lane, uint64_t now_ns, uint64_t start_ns);
+
+/* graphs.c */
+bool sim_graph_valid(CUgraph g);
+/* Adds a node of `duration_ns` to `g` (*out: the node, if out is not NULL). */
+CUresult sim_graph_add(CUgraph g, uint64_t duration_ns, CUgraphNode *out);
+
+#endif
