@@ -54,6 +54,14 @@ def _measure_interval(text: str) -> float:
     return _seconds(text, zero=True)
 
 
+def _device(text: str) -> int:
+    from vgpulimit.region import MAX_DEVICES
+
+    if not (text.isascii() and text.isdigit() and int(text) < MAX_DEVICES):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device index 0-{MAX_DEVICES - 1}")
+    return int(text)
+
+
 def _add_view_sources(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--region", metavar="PATH",
@@ -135,6 +143,27 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="compute share of device I (overrides --cores; repeatable)")
     set_.add_argument("--region", metavar="PATH",
                       help="the region file (default: $VGPULIMIT_REGION)")
+
+    verify = commands.add_parser(
+        "verify", help="check, on this GPU, that the limits hold",
+        description="Start a CUDA process and check what it sees against the limits: the shim "
+                    "is loaded, the cap shows in cuMemGetInfo, cuDeviceTotalMem and NVML, an "
+                    "allocation past the cap is refused, the compute share holds, and nothing "
+                    "is left behind.  Where limits are set up already (a container, a "
+                    "'vgpulimit run', limit variables) it checks those, and --memory/--cores "
+                    "say what they should be; elsewhere --memory/--cores make a fresh region "
+                    "for the check, removed after.  Exit 0 only when every check passes.")
+    verify.add_argument("--memory", metavar="SIZE",
+                        help="the memory cap to expect (or, on a node, to check): 1GiB, 50%%, ...")
+    verify.add_argument("--cores", metavar="PCT",
+                        help="the compute share to expect (or, on a node, to check): 30 or 30%%")
+    verify.add_argument("--device", metavar="I", type=_device, default=0,
+                        help="the device to check, as this process numbers it (default 0)")
+    verify.add_argument("--simulate", action="store_true",
+                        help="check on the simulated GPU that ships with vgpulimit")
+    verify.add_argument("--quick", action="store_true", help="skip the compute-share measurement")
+    verify.add_argument("--json", action="store_true",
+                        help="the checks and what the probe saw, as one JSON document")
 
     commands.add_parser("libpath", help="print the path of libvgpulimit.so (for LD_PRELOAD)")
     commands.add_parser("simgpu-path",
@@ -289,6 +318,16 @@ def _cmd_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from vgpulimit import verify
+
+    report = verify.verify(verify.Options(memory=args.memory, cores=args.cores,
+                                          device=args.device, simulate=args.simulate,
+                                          quick=args.quick))
+    sys.stdout.write(verify.render_json(report) if args.json else verify.render_text(report))
+    return 0 if report.ok else EXIT_FAILURE
+
+
 def _cmd_libpath(args: argparse.Namespace) -> int:
     from vgpulimit._paths import libpath
 
@@ -392,6 +431,7 @@ _COMMANDS = {
     "top": _cmd_top,
     "metrics": _cmd_metrics,
     "set": _cmd_set,
+    "verify": _cmd_verify,
     "libpath": _cmd_libpath,
     "simgpu-path": _cmd_simgpu_path,
     "oci-hook": _cmd_oci_hook,
