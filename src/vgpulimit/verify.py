@@ -31,7 +31,7 @@ from vgpulimit import environment, supervisor
 from vgpulimit._paths import simgpu_dir
 from vgpulimit.limits import MemoryLimit, format_bytes, parse_cores, parse_memory
 from vgpulimit.region import RegionError, read_snapshot
-from vgpulimit.verify_probe import SHIM_NAME, SPIN_MS, nvml_processes, open_nvml
+from vgpulimit.verify_probe import SHIM_NAME, SPIN_MS
 
 SCHEMA_VERSION = 1
 PROBE_TIMEOUT_S = 600
@@ -189,6 +189,9 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
             before = 0
             report.facts = _run_fresh(options, env, workdir, region_path)
         after = _region_usage(region_path, options.device)
+        # Asked by a process of its own: this one loads no driver library.
+        nvml_after = _run_probe(_probe_command(workdir / "nvml.json", options,
+                                               "--nvml-processes"), env, workdir / "nvml.json")
         if config.shim_in_system_preload:
             report.baseline = {"error": "not measured: the shim is in /etc/ld.so.preload, so no "
                                         "process here runs without it"}
@@ -199,7 +202,7 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
                                "--alloc-room", str(room)),
                 _without_shim(env), workdir / "baseline.json")
         judge(report, config, origin, asked_memory, asked_cores)
-        _judge_cleanup(report, region_path, before, after, options.simulate)
+        _judge_cleanup(report, region_path, before, after, nvml_after)
     return report
 
 
@@ -252,15 +255,15 @@ def judge(report: Report, config: Configuration, origin: str | None,
 
     # The cap the configuration holds, and where it came from.
     total = region.get("total_bytes") or None
+    cap = facts.get("cap_bytes")
     if region:
-        cap, cores_pct = region.get("cap_bytes"), region.get("cores_pct") or 0
+        cores_pct = region.get("cores_pct") or 0
         where = origin or region.get("path")
         if shim.get("loaded") and region.get("pids") is not None and \
                 not set(facts.get("pids", [])) & set(region["pids"]):
             report.add("region", "fail", f"the shim is loaded but this process is not attached "
                        f"to {region.get('path')}: its allocations count somewhere else")
     else:
-        cap = setting.value.cap_bytes(total or 0) if setting and setting.value.bytes else None
         cores_pct = cores_setting.value if cores_setting else 0
         where = "the environment"
     memory_text = (f"memory {_size(cap)}" if cap is not None else
@@ -269,10 +272,14 @@ def judge(report: Report, config: Configuration, origin: str | None,
     report.add("limits", "info", f"device {device}: {memory_text}, compute "
                f"{f'{cores_pct}%' if cores_pct else 'no share'}; from {where}"
                + (f" (variables: {', '.join(sources)})" if sources else ""))
+    # The limit as written, before the shim clamps it to the device: a cap
+    # that the device is too small for is a failure of its own, below.
+    written = (_unclamped(region.get("limit_bytes", 0), region.get("limit_ppm", 0), total)
+               if region else cap)
     if asked_memory is not None:
-        asked = asked_memory.cap_bytes(total or 0) if (total or asked_memory.bytes) else None
-        if asked is not None and asked != cap:
-            report.add("limits", "fail", f"the memory cap here is {_size(cap)}, not the "
+        asked = _unclamped(asked_memory.bytes, asked_memory.ppm, total)
+        if asked is not None and asked != written:
+            report.add("limits", "fail", f"the memory cap here is {_size(written)}, not the "
                        f"{asked_memory.describe()} asked with --memory")
     if asked_cores is not None and asked_cores != cores_pct:
         report.add("limits", "fail", f"the compute share here is "
@@ -283,15 +290,23 @@ def judge(report: Report, config: Configuration, origin: str | None,
     if cuda:
         report.add("driver", "info", f"{cuda.get('name')} ({cuda.get('uuid')}), CUDA driver "
                    f"{cuda.get('driver_version')}, {cuda.get('libcuda')}")
-    if cap is not None and total is not None and total < cap:
+    if written is not None and total is not None and total < written:
         report.add("device", "fail", f"device {device} has {_size(total)}, less than its cap of "
-                   f"{_size(cap)}: the cap cannot be given")
+                   f"{_size(written)}: the cap cannot be given")
     if cuda and cap is not None:
         _judge_views(report, cuda, facts.get("nvml") or facts.get("nvml_before") or {}, cap)
     _judge_nvml_processes(report, facts)
     _judge_fill(report, facts.get("fill"), cap, shim.get("loaded"))
     _judge_share(report, facts, cores_pct)
     _judge_costs(report, facts.get("costs"), report.baseline)
+
+
+def _unclamped(limit_bytes: int, ppm: int, total: int | None) -> int | None:
+    if limit_bytes:
+        return limit_bytes
+    if ppm and total:
+        return total * ppm // 1_000_000
+    return None
 
 
 def _judge_views(report: Report, cuda: dict, nvml: dict, cap: int) -> None:
@@ -413,7 +428,7 @@ def _judge_costs(report: Report, with_shim: dict | None, baseline: dict) -> None
 
 
 def _judge_cleanup(report: Report, region: str | None, before: int | None, after: int | None,
-                   simulate: bool) -> None:
+                   nvml_after: dict) -> None:
     """Nothing the probe held outlives it: its region's usage is back where
     it was, and NVML no longer lists it."""
     pids = report.facts.get("pids", [])
@@ -423,18 +438,11 @@ def _judge_cleanup(report: Report, region: str | None, before: int | None, after
         else:
             report.add("left behind", "fail", f"the region {region} holds {_size(after)} after "
                        f"the probe exited, {_size(before)} before")
-    name = str(simgpu_dir() / "libnvidia-ml.so.1") if simulate else "libnvidia-ml.so.1"
-    uuid = (report.facts.get("cuda") or {}).get("uuid")
-    nvml, handle = open_nvml(uuid, report.device, name)
-    if nvml is None:
-        return
-    listed = nvml_processes(nvml, handle)
-    nvml.nvmlShutdown()
-    if isinstance(listed, list):
-        stayed = [p["pid"] for p in listed if p["pid"] in pids]
-        if stayed:
-            report.add("left behind", "fail", f"NVML still lists the probe (pid {stayed[0]}) "
-                       "after it exited")
+    gone = [p["pid"] for p in nvml_after.get("processes", [])]
+    stayed = sorted(set(gone) & set(pids))
+    if stayed:
+        report.add("left behind", "fail", f"NVML still lists the probe (pid {stayed[0]}) "
+                   "after it exited")
 
 
 # -- output --------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ libnvidia-ml.so.1, the path the shim must catch), records what the driver
 and NVML show it, and writes those facts as JSON.  It judges nothing:
 vgpulimit.verify compares the facts with the limits.
 
-    python -m vgpulimit.verify_probe --report FILE [--device I] [--quick] [--costs-only]
+    python -m vgpulimit.verify_probe --report FILE [--device I] [--quick]
+                                     [--costs-only --alloc-room BYTES | --nvml-processes]
 
 It never holds more than the cap: it allocates what is free under the cap,
 then one block more, which a working shim refuses, and frees everything.
@@ -428,10 +429,9 @@ def probe(index: int, quick: bool, costs_only: bool, alloc_room: int) -> dict:
             facts["costs"] = costs(dev, alloc_room)
             return facts
         facts["cuda"] = dev.facts()
-        facts["region"] = region_facts(index)   # after cuInit: the shim has attached by now
+        facts["region"] = region = region_facts(index)   # after cuInit: the shim has attached
+        facts["cap_bytes"] = cap = cap_bytes(region, index, facts["cuda"])
         facts["nvml_before"] = nvml_facts(facts["cuda"]["uuid"], index)
-        region = facts["region"]
-        cap = region.get("cap_bytes") if region else None
         if cap is not None and facts["shim"]["loaded"]:
             facts["fill"] = fill(dev, facts["cuda"]["mem_get_info"]["free"], cap)
         facts["costs"] = costs(dev, facts["cuda"]["mem_get_info"]["free"])
@@ -444,6 +444,30 @@ def probe(index: int, quick: bool, costs_only: bool, alloc_room: int) -> dict:
         if dev is not None:
             dev.close()
     return facts
+
+
+def cap_bytes(region: dict | None, index: int, cuda: dict) -> int | None:
+    """The cap this process should meet: its region's, else that of the
+    limit variables (the shim then keeps a region of its own, which we do
+    not look for; a share of the device is taken at the size CUDA shows)."""
+    from vgpulimit import environment
+
+    if region:
+        return region.get("cap_bytes")
+    setting = environment.read(os.environ).memory.get(index)
+    if setting is None:
+        return None
+    return setting.value.bytes or setting.value.cap_bytes(cuda["device_total_mem"])
+
+
+def listed(index: int) -> dict:
+    """The pids NVML lists on the device now (to see that a probe has gone)."""
+    nvml, handle = open_nvml(None, index)
+    if nvml is None:
+        return {"error": handle}
+    processes = nvml_processes(nvml, handle)
+    nvml.nvmlShutdown()
+    return {"error": processes} if isinstance(processes, str) else {"processes": processes}
 
 
 def region_facts(index: int) -> dict | None:
@@ -461,6 +485,9 @@ def region_facts(index: int) -> dict | None:
     dev = snap.devices[index]
     return {"path": path, "cap_bytes": dev.cap_bytes, "cores_pct": dev.cores_pct,
             "limit": dev.limit.describe() if dev.limit else None,
+            # As written, before the shim clamps it to the device (cap_bytes).
+            "limit_bytes": dev.limit.bytes if dev.limit else 0,
+            "limit_ppm": dev.limit.ppm if dev.limit else 0,
             "total_bytes": dev.total_bytes, "used_bytes": dev.used_bytes,
             "pids": [p.pid for p in snap.processes]}
 
@@ -472,8 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--costs-only", action="store_true")
     parser.add_argument("--alloc-room", type=int, default=0)
+    parser.add_argument("--nvml-processes", action="store_true")
     args = parser.parse_args(argv)
-    facts = probe(args.device, args.quick, args.costs_only, args.alloc_room)
+    facts = listed(args.device) if args.nvml_processes else \
+        probe(args.device, args.quick, args.costs_only, args.alloc_room)
     Path(args.report).write_text(json.dumps(facts))
     return 0
 
