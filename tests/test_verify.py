@@ -1,0 +1,232 @@
+"""`vgpulimit verify`: what it says, and its exit code, where the limits hold
+and where they do not -- on the simulated GPU, and on a real one when there
+is one.  Its figures (share, added cost) are reported, never asserted here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from conftest import MiB, TESTS, run, vgpulimit_cmd
+
+from vgpulimit.region import read_snapshot
+
+CLIENTS = TESTS / "clients"
+
+# simgpu runs kernels it cannot time by name for SIMGPU_KERNEL_US: as long as
+# the spin kernel is meant to run on a GPU.
+SPIN_US = "1000"
+
+
+def verify(env, *args: str, under: list[str] | None = None) -> subprocess.CompletedProcess:
+    cmd = [*(under or []), *vgpulimit_cmd("verify", *args)]
+    return run(cmd, env, timeout=180, check=False)
+
+
+def under_run(*flags: str) -> list[str]:
+    return vgpulimit_cmd("run", "--simulate", *flags, "--")
+
+
+def statuses(result: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    """{check name: its statuses}, from the JSON document."""
+    found: dict[str, list[str]] = {}
+    for check in json.loads(result.stdout)["checks"]:
+        found.setdefault(check["name"], []).append(check["status"])
+    return found
+
+
+def failures(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.startswith("FAIL ")]
+
+
+@pytest.fixture
+def schema():
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency")
+    document = json.loads(resources.files("vgpulimit").joinpath("verify.schema.json").read_text())
+    cls = jsonschema.validators.validator_for(document)
+    cls.check_schema(document)
+    return cls(document)
+
+
+def test_passes_under_run_with_memory_and_cores(sim_env, schema):
+    env = dict(sim_env, SIMGPU_KERNEL_US=SPIN_US)
+    result = verify(env, "--json", under=under_run("--memory", "1GiB", "--cores", "30"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    schema.validate(document)
+    assert document["ok"] is True and document["mode"] == "here"
+    found = statuses(result)
+    for name in ("shim", "cuMemGetInfo", "cuDeviceTotalMem", "nvmlDeviceGetMemoryInfo",
+                 "nvmlDeviceGetMemoryInfo_v2", "nvml processes", "past the cap",
+                 "compute share", "left behind"):
+        assert found.get(name) == ["pass"], (name, found)
+    facts = document["facts"]
+    assert facts["shim"]["via"] == ["LD_PRELOAD"]
+    assert facts["cap_bytes"] == 1 << 30
+    assert facts["fill"]["past_cap"] == "CUDA_ERROR_OUT_OF_MEMORY"
+    # The share came from the driver's events, against the 30% the region holds.
+    assert facts["share"]["kernels"] > 0 and facts["region"]["cores_pct"] == 30
+    assert "launch_ns" in document["baseline"]["costs"]
+
+
+def test_text_names_where_the_limits_came_from(sim_env):
+    result = verify(sim_env, "--quick", under=under_run("--memory", "1GiB"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "named by VGPULIMIT_REGION" in result.stdout
+    assert "SKIP compute share: no compute share set" in result.stdout
+    assert result.stdout.rstrip().endswith("all checks passed (limits set up here, device 0)")
+
+
+def test_hami_variables_alone(sim_env, shim_path):
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="1g")
+    result = verify(env, "--quick", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    limits = [c["message"] for c in json.loads(result.stdout)["checks"] if c["name"] == "limits"]
+    assert "CUDA_DEVICE_MEMORY_LIMIT=1g" in limits[0]
+    assert statuses(result)["past the cap"] == ["pass"]
+
+
+def test_fresh_region_on_a_node_is_removed_after(sim_env, tmp_path):
+    (tmp_path / "run").mkdir()
+    result = verify(sim_env, "--simulate", "--memory", "1GiB", "--cores", "30", "--quick",
+                    "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert document["mode"] == "fresh-region"
+    region = Path(document["facts"]["region"]["path"])
+    assert region.is_relative_to(tmp_path / "run") and not region.exists()
+    assert list((tmp_path / "run" / "vgpulimit").iterdir()) == []
+
+
+def test_region_without_the_shim_fails(sim_env, tmp_path):
+    region = tmp_path / "region"
+    run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--region", str(region),
+                      "--", "true"), sim_env)
+    result = verify(dict(sim_env, VGPULIMIT_REGION=str(region)), "--quick")
+    assert result.returncode == 1
+    assert failures(result)[0] == (
+        f"FAIL shim: limits are configured (region {region}, named by VGPULIMIT_REGION) but "
+        "the shim is not loaded in this process: it is in neither LD_PRELOAD nor "
+        "/etc/ld.so.preload")
+    # Without the shim, verify takes nothing past the cap from the device's other tenants.
+    assert "SKIP past the cap: not tried" in result.stdout
+
+
+def test_cap_other_than_asked_fails(sim_env):
+    result = verify(sim_env, "--memory", "1GiB", "--quick", under=under_run("--memory", "2GiB"))
+    assert result.returncode == 1
+    assert failures(result) == [
+        "FAIL limits: the memory cap here is 2 GiB, not the 1 GiB asked with --memory"]
+
+
+def test_share_other_than_asked_fails(sim_env):
+    result = verify(sim_env, "--cores", "30", "--quick", under=under_run("--cores", "50"))
+    assert result.returncode == 1
+    assert failures(result) == [
+        "FAIL limits: the compute share here is 50%, not the 30% asked with --cores"]
+
+
+def test_device_smaller_than_the_cap_fails(sim_env):
+    env = dict(sim_env, SIMGPU_MEMORY="512MiB")
+    result = verify(env, "--simulate", "--memory", "1GiB", "--quick")
+    assert result.returncode == 1
+    assert failures(result) == [
+        "FAIL device: device 0 has 512 MiB, less than its cap of 1 GiB: the cap cannot be given"]
+
+
+def test_nothing_to_verify_fails(sim_env):
+    result = verify(sim_env, "--quick")
+    assert result.returncode == 1
+    assert failures(result)[0].startswith("FAIL limits: no limits are set up here")
+
+
+def test_nothing_left_allocated(sim_env, tmp_path, shim_path):
+    """A neighbour holds 512 MiB in the region; verify fills only what is
+    left under the cap, and after it the region's usage is the neighbour's
+    again and NVML lists no process of verify's."""
+    region, release = tmp_path / "region", tmp_path / "release"
+    holder = subprocess.Popen(list(map(str, vgpulimit_cmd(
+        "run", "--simulate", "--memory", "1GiB", "--region", region, "--",
+        sys.executable, CLIENTS / "cuda_fill.py", str(512 * MiB), "1", "--hold", release))),
+        env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(holder.stdout.readline())["allocs"] == ["CUDA_SUCCESS"]
+        env = dict(sim_env, VGPULIMIT_REGION=str(region), LD_PRELOAD=str(shim_path))
+        result = verify(env, "--quick", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        facts = json.loads(result.stdout)["facts"]
+        assert facts["fill"]["free_before"] == 512 * MiB
+        assert read_snapshot(region).devices[0].used_bytes == 512 * MiB
+        listed = run([sys.executable, "-c", NVML_PIDS], sim_env).stdout.split()
+        assert listed and not set(map(int, listed)) & set(facts["pids"])
+    finally:
+        release.touch()
+        holder.wait(timeout=60)
+
+
+NVML_PIDS = """
+import pynvml
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+print(*[p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)])
+"""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--memory", "lots"], "--memory"),
+    (["--cores", "300"], "--cores"),
+    (["--device", "99"], "--device"),
+])
+def test_bad_input_is_one_line(sim_env, args, message):
+    result = verify(sim_env, *args)
+    assert result.returncode == 2
+    assert result.stdout == "" and len(result.stderr.splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_spin_kernel_compiles_for_current_gpus():
+    """The PTX the probe hands the driver compiles for Turing to Blackwell
+    (nvJitLink does what cuModuleLoadData does in the driver)."""
+    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink",
+                                    reason="cuda-bindings is a test dependency")
+    ptx = resources.files("vgpulimit").joinpath("spin.ptx").read_bytes()
+    for arch in ("sm_75", "sm_80", "sm_90", "sm_100"):
+        try:
+            handle = nvjitlink.create(1, [f"-arch={arch}"])
+        except Exception as exc:   # the library itself is missing
+            pytest.skip(f"nvJitLink cannot start: {exc}")
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, ptx, len(ptx), "spin.ptx")
+            nvjitlink.complete(handle)
+            assert nvjitlink.get_linked_cubin_size(handle) > 0
+        finally:
+            nvjitlink.destroy(handle)
+
+
+def _real_gpu() -> str | None:
+    """Why there is no real GPU to verify on, or None when there is one."""
+    if shutil.which("nvidia-smi") is None:
+        return "no nvidia-smi: no NVIDIA driver on this machine"
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    if result.returncode != 0 or "GPU" not in result.stdout:
+        return "nvidia-smi lists no GPU"
+    return None
+
+
+@pytest.mark.gpu
+def test_verify_on_a_real_gpu():
+    reason = _real_gpu()
+    if reason:
+        pytest.skip(reason)
+    from conftest import base_env
+    result = verify(base_env(), "--memory", "1GiB", "--cores", "30", "--json")
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert document["facts"]["fill"]["past_cap"] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert "simgpu" not in (document["facts"]["cuda"]["libcuda"] or "")
