@@ -227,3 +227,26 @@ def test_verify_on_a_real_gpu():
     document = json.loads(result.stdout)
     assert document["facts"]["fill"]["past_cap"] == "CUDA_ERROR_OUT_OF_MEMORY"
     assert "simgpu" not in (document["facts"]["cuda"]["libcuda"] or "")
+
+
+def test_the_readiness_probe_runs_verify_in_a_capped_pod():
+    yaml = pytest.importorskip("yaml", reason="PyYAML is a test dependency")
+    import vgpulimit
+    from vgpulimit.cli import _build_parser
+    from vgpulimit.oci_hook import CORES_ANNOTATION, MEMORY_ANNOTATION
+
+    pod = yaml.safe_load((TESTS.parent / "deploy" / "verify-pod.yaml").read_text())
+    assert {MEMORY_ANNOTATION, CORES_ANNOTATION} <= pod["metadata"]["annotations"].keys()
+    [container] = pod["spec"]["containers"]
+    command = container["readinessProbe"]["exec"]["command"]
+    python = f"/opt/vgpulimit/{vgpulimit.__version__}/bin/python"
+    assert command[:3] == [python, "-m", "vgpulimit"]
+    args = _build_parser().parse_args(command[3:])
+    # No --memory or --cores: where the hook did not set limits up, verify must
+    # fail, not check a fresh region of its own.
+    assert (args.action, args.quick, args.json, args.memory, args.cores) == \
+        ("verify", True, True, None, None)
+    [mount] = container["volumeMounts"]
+    [volume] = pod["spec"]["volumes"]
+    assert python.startswith(mount["mountPath"] + "/") and mount["readOnly"]
+    assert volume["hostPath"]["path"] == mount["mountPath"]
