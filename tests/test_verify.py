@@ -250,3 +250,23 @@ def test_the_readiness_probe_runs_verify_in_a_capped_pod():
     [volume] = pod["spec"]["volumes"]
     assert python.startswith(mount["mountPath"] + "/") and mount["readOnly"]
     assert volume["hostPath"]["path"] == mount["mountPath"]
+
+
+def test_an_allocation_past_the_cap_that_succeeds_fails():
+    """What verify says when a driver (or a shim) lets an allocation through
+    past the cap: judged from the facts a probe would report."""
+    from vgpulimit import verify as v
+
+    facts = {"pids": [1], "shim": {"loaded": True, "path": "/x/libvgpulimit.so",
+                                   "via": ["LD_PRELOAD"]},
+             "cap_bytes": 1 << 30,
+             "fill": {"chunk_bytes": 128 * MiB, "free_before": 1 << 30, "filled_bytes": 1 << 30,
+                      "past_cap": "CUDA_SUCCESS",
+                      "meminfo_after": {"free": 1 << 30, "total": 1 << 30}}}
+    report = v.Report("here", 0, facts=facts)
+    config = v.read_configuration({"VGPULIMIT_MEMORY": "1GiB"})
+    v.judge(report, config, None, None, None)
+    assert not report.ok
+    assert [c.message for c in report.checks if c.status == "fail"] == [
+        "an allocation past the cap succeeded: 1 GiB held, 128 MiB more granted over a cap "
+        "of 1 GiB"]
