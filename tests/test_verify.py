@@ -268,5 +268,5 @@ def test_an_allocation_past_the_cap_that_succeeds_fails():
     v.judge(report, config, None, None, None)
     assert not report.ok
     assert [c.message for c in report.checks if c.status == "fail"] == [
-        "an allocation past the cap succeeded: 1 GiB held, 128 MiB more granted over a cap "
-        "of 1 GiB"]
+        ("an allocation past the cap succeeded: 1 GiB held, 128 MiB more granted over a cap "
+         "of 1 GiB")]
