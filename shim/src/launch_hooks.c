@@ -260,7 +260,7 @@ static void learn_cost(const void *key, int64_t per_launch_ns)
         launches.costs[slot].key = key;
         launches.costs[slot].ns = per_launch_ns;
     } else {
-        launches.costs[slot].ns += (per_launch_ns - launches.costs[slot].ns) / 16;
+        launches.costs[slot].ns += (per_launch_ns - launches.costs[slot].ns) / 256;
     }
 }
 
