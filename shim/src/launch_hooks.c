@@ -15,8 +15,8 @@
  * time order, give the time during which any of its kernels was on the GPU,
  * counted once however many streams overlapped (the union of busy time).  A
  * run's span also holds time its kernels waited while other contexts held the
- * GPU (time slices): so a run is charged at most what its launches are known
- * to cost, each kernel's cost being the least that runs of it alone took per
+ * GPU (time slices): so runs are charged at most what their launches are
+ * known to cost, each kernel's cost being the least that runs of it alone took per
  * launch (creeping up slowly, so a kernel that became slower is seen).
  *
  * The budget refills with the clock, never with the process's own
@@ -145,6 +145,7 @@ struct tracker {
     uint32_t device;
     CUevent reference;              /* NULL: not recorded yet */
     int64_t covered_ns;             /* busy time is counted up to here, from the reference */
+    int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
     uint32_t nstreams;
     struct stream_runs streams[STREAMS];
     uint32_t head, count;
@@ -355,8 +356,17 @@ static void harvest(struct tracker *t, uint64_t now)
             t->covered_ns = end;
         if (r->key && r->launches)
             learn_cost(r->key, (end - start) / r->launches);
-        if (r->known && busy > r->charged_ns)
-            busy = r->charged_ns;
+        /* The context's busy time, at most what its kernels are known to
+         * cost: over several runs, as one stream's run may span the time
+         * the other's kernels ran, while theirs adds nothing. */
+        if (r->known) {
+            t->allowance_ns += r->charged_ns;
+            if (busy > t->allowance_ns)
+                busy = t->allowance_ns;
+            t->allowance_ns -= busy;
+            if (t->allowance_ns > 2 * RUN_NS)
+                t->allowance_ns = 2 * RUN_NS;
+        }
         settle_oldest(t, busy);
     }
 }
