@@ -10,6 +10,10 @@
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
  *                          name says otherwise (default 10; see modules.c)
+ *   SIMGPU_CONCURRENT_KERNELS  kernels of different streams of one context that
+ *                          run at once, 1-128 (default 4; 1: one at a time)
+ *   SIMGPU_TIMESLICE_US    how long a context holds a device while others wait,
+ *                          100-1000000 (default 2000; timeline.c)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
  *   SIMGPU_CALLS           a file to which each process appends the count of
  *                          driver calls it made, at exit (instruments.c)
@@ -37,6 +41,8 @@ enum {
     SIM_DEFAULT_DRIVER_VERSION = 13000,
     SIM_DEFAULT_KERNEL_US = 10,
     SIM_MAX_KERNEL_US = 60000000,   /* a minute: longer is surely a typo */
+    SIM_DEFAULT_CONCURRENT = 4,
+    SIM_DEFAULT_TIMESLICE_US = 2000,
 };
 #define SIM_DEFAULT_MEMORY (16ULL << 30)
 /* What a CUDA 12/13 context costs on an H100 before the application has
@@ -180,6 +186,30 @@ static void sim_config_load(void)
         } else {
             sim_log("SIMGPU_KERNEL_US=%s: expected a kernel's duration in microseconds, a whole number "
                     "from 0 to %d, such as 10 or 2000", text, SIM_MAX_KERNEL_US);
+            ok = false;
+        }
+    }
+
+    c->concurrent_kernels = SIM_DEFAULT_CONCURRENT;
+    text = sim_env("SIMGPU_CONCURRENT_KERNELS");
+    if (text) {
+        if (sim_parse_int(text, 1, SIM_MAX_CONCURRENT, &v)) {
+            c->concurrent_kernels = (uint32_t)v;
+        } else {
+            sim_log("SIMGPU_CONCURRENT_KERNELS=%s: expected how many kernels of one context run at once, "
+                    "a whole number from 1 to %d", text, SIM_MAX_CONCURRENT);
+            ok = false;
+        }
+    }
+
+    c->timeslice_ns = SIM_DEFAULT_TIMESLICE_US * 1000ULL;
+    text = sim_env("SIMGPU_TIMESLICE_US");
+    if (text) {
+        if (sim_parse_int(text, 100, 1000000, &v)) {
+            c->timeslice_ns = (uint64_t)v * 1000;
+        } else {
+            sim_log("SIMGPU_TIMESLICE_US=%s: expected a time slice in microseconds, a whole number "
+                    "from 100 to 1000000, such as 2000", text);
             ok = false;
         }
     }

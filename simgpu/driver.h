@@ -292,13 +292,6 @@ SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
 
 /* ---- hidden internals ------------------------------------------------------------ */
 
-/* The event last recorded in a stream, until the stream's next kernel
- * (events.c): `serial` tells whether the event has been recorded again since. */
-struct sim_link {
-    struct CUevent_st *event;
-    uint64_t serial;
-};
-
 /* A context.  Never freed: a destroyed one stays readable (alive == false), so a
  * stale handle on some thread's stack is an error, not a use after free. */
 struct CUctx_st {
@@ -308,9 +301,8 @@ struct CUctx_st {
     bool alive;
     unsigned int flags;
     unsigned int generation;        /* the process generation it was made in (fork) */
-    uint64_t tail_ns;               /* the end of its last work, on any stream (atomic) */
-    uint64_t legacy_tail_ns;        /* the end of its legacy default stream's last work (atomic) */
-    struct sim_link legacy_link;    /* of its legacy default stream */
+    uint64_t last_work;             /* the ticket of its last work, on any stream (atomic; timeline.c) */
+    uint64_t legacy_last_work;      /* that of its legacy default stream's last work (atomic) */
 };
 
 /* instruments.c */

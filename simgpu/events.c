@@ -1,7 +1,6 @@
-/* simgpu's events.  An event recorded in a busy stream completes with the
- * stream's work before it; in an idle one, when the device reaches it.  Either
- * way, if the stream's next kernel is queued before the event has completed,
- * the event completes as that kernel starts. */
+/* simgpu's events.  Recording one queues a marker in its stream on the
+ * device's timeline: it completes when the stream's earlier work has, in its
+ * context's time slice (timeline.c), and its time is when it did. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -10,7 +9,7 @@
 enum { SIM_EVENT_FLAGS = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS };
 
 static struct {
-    pthread_mutex_t mutex;          /* guards the free list, serials and links */
+    pthread_mutex_t mutex;          /* guards the free list */
     struct CUevent_st *free;
 } sim_events = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
@@ -34,20 +33,6 @@ bool sim_event_valid(CUevent e)
     return e && e->magic == SIM_EVENT_MAGIC;
 }
 
-void sim_event_follow(const struct sim_lane *lane, uint64_t now_ns, uint64_t start_ns)
-{
-    pthread_mutex_lock(&sim_events.mutex);
-    struct CUevent_st *e = lane->link->event;
-    if (e && e->magic == SIM_EVENT_MAGIC && e->serial == lane->link->serial &&
-        __atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SIM_EVENT_RECORDED) {
-        uint64_t at = __atomic_load_n(&e->at_ns, __ATOMIC_ACQUIRE);
-        if (at > now_ns && start_ns > at)
-            __atomic_store_n(&e->at_ns, start_ns, __ATOMIC_RELEASE);
-    }
-    lane->link->event = NULL;
-    pthread_mutex_unlock(&sim_events.mutex);
-}
-
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     SIM_CALLED();
@@ -68,6 +53,8 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     e->ctx = ctx;
     e->flags = Flags;
     e->state = SIM_EVENT_NEW;
+    e->device = ctx->device;
+    e->ticket = 0;
     e->at_ns = 0;
     __atomic_store_n(&e->magic, SIM_EVENT_MAGIC, __ATOMIC_RELEASE);
     *phEvent = e;
@@ -97,9 +84,6 @@ CUresult cuEventDestroy(CUevent hEvent)
     return cuEventDestroy_v2(hEvent);
 }
 
-/* In a busy stream, the event completes with the stream's work before it; in
- * an idle one, when the device reaches it, after all that is queued there;
- * and, until then, it waits for the stream's next kernel (sim_link_follow). */
 static CUresult sim_event_record(CUevent e, CUstream s, unsigned int flags, bool per_thread)
 {
     struct sim_lane lane;
@@ -114,14 +98,14 @@ static CUresult sim_event_record(CUevent e, CUstream s, unsigned int flags, bool
         __atomic_store_n(&e->state, SIM_EVENT_CAPTURED, __ATOMIC_RELEASE);
         return CUDA_SUCCESS;
     }
-    uint64_t tail = __atomic_load_n(lane.tail_ns, __ATOMIC_ACQUIRE);
-    uint64_t at = tail > sim_now_ns() ? tail : sim_timeline_reached(lane.ctx->device);
-    pthread_mutex_lock(&sim_events.mutex);
-    __atomic_store_n(&e->at_ns, at, __ATOMIC_RELEASE);
+    uint64_t ticket;
+    res = sim_mark(&lane, 0, &ticket);
+    if (res != CUDA_SUCCESS)
+        return res;
+    e->device = lane.ctx->device;
+    __atomic_store_n(&e->at_ns, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->ticket, ticket, __ATOMIC_RELEASE);
     __atomic_store_n(&e->state, SIM_EVENT_RECORDED, __ATOMIC_RELEASE);
-    lane.link->event = e;
-    lane.link->serial = ++e->serial;
-    pthread_mutex_unlock(&sim_events.mutex);
     return CUDA_SUCCESS;
 }
 
@@ -149,9 +133,9 @@ CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned 
     return sim_event_record(hEvent, hStream, flags, true);
 }
 
-/* CUDA_SUCCESS with *at_ns when the event is recorded; a never-recorded event
- * is complete (at_ns 0). */
-static CUresult sim_event_time(CUevent e, uint64_t *at_ns)
+/* CUDA_SUCCESS with *done: whether the event has completed, and *at_ns when
+ * (0: never recorded, or a time no longer kept).  `wait`: sleeps until it has. */
+static CUresult sim_event_status(CUevent e, bool wait, bool *done, uint64_t *at_ns)
 {
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -160,46 +144,67 @@ static CUresult sim_event_time(CUevent e, uint64_t *at_ns)
     uint32_t state = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
     if (state == SIM_EVENT_CAPTURED)
         return CUDA_ERROR_CAPTURED_EVENT;
-    *at_ns = state == SIM_EVENT_RECORDED ? __atomic_load_n(&e->at_ns, __ATOMIC_RELAXED) : 0;
+    *done = true;
+    *at_ns = 0;
+    if (state != SIM_EVENT_RECORDED)
+        return CUDA_SUCCESS;
+    uint64_t ticket = __atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE);
+    *at_ns = __atomic_load_n(&e->at_ns, __ATOMIC_ACQUIRE);
+    if (*at_ns)
+        return CUDA_SUCCESS;
+    uint64_t wake;
+    int rc = wait ? sim_timeline_wait(e->device, ticket, 0, at_ns)
+                  : sim_timeline_done(e->device, ticket, 0, at_ns, &wake);
+    if (rc < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    *done = wait || rc == 1;
+    /* Kept here, as the device may give its slot to later work. */
+    if (*done && *at_ns && __atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE) == ticket)
+        __atomic_store_n(&e->at_ns, *at_ns, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
 }
 
 CUresult cuEventQuery(CUevent hEvent)
 {
     SIM_CALLED();
+    bool done;
     uint64_t at;
-    CUresult res = sim_event_time(hEvent, &at);
+    CUresult res = sim_event_status(hEvent, false, &done, &at);
     if (res != CUDA_SUCCESS)
         return res;
-    return sim_now_ns() >= at ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent)
 {
     SIM_CALLED();
+    bool done;
     uint64_t at;
-    CUresult res = sim_event_time(hEvent, &at);
-    if (res == CUDA_SUCCESS)
-        sim_sleep_until(at);
-    return res;
+    return sim_event_status(hEvent, true, &done, &at);
 }
 
+/* An event whose time is no longer kept (more than SIM_TIMELINE_SLOTS items
+ * were queued on its device after it before anyone asked) has none to give. */
 CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     SIM_CALLED();
     uint64_t start, end;
-    CUresult res = sim_event_time(hStart, &start);
+    bool start_done, end_done;
+    CUresult res = sim_event_status(hStart, false, &start_done, &start);
     if (res == CUDA_SUCCESS)
-        res = sim_event_time(hEnd, &end);
+        res = sim_event_status(hEnd, false, &end_done, &end);
     if (res != CUDA_SUCCESS)
         return res;
     if (!pMilliseconds)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!start || !end || ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
+    if (__atomic_load_n(&hStart->state, __ATOMIC_ACQUIRE) != SIM_EVENT_RECORDED ||
+        __atomic_load_n(&hEnd->state, __ATOMIC_ACQUIRE) != SIM_EVENT_RECORDED ||
+        ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t now = sim_now_ns();
-    if (now < start || now < end)
+    if (!start_done || !end_done)
         return CUDA_ERROR_NOT_READY;
+    if (!start || !end)
+        return CUDA_ERROR_UNKNOWN;
     *pMilliseconds = (float)((double)((int64_t)(end - start)) / 1e6);
     return CUDA_SUCCESS;
 }

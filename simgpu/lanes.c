@@ -1,21 +1,22 @@
 /* simgpu's lanes: where a stream's work is remembered, and how work is queued
  * on the device timelines of timeline.c.
  *
- * A launch returns at once; its kernel is queued on its device after all the
- * work that every process queued there before (timeline.c), and its stream
- * remembers when it ends.  So a stream is done when the clock passes its last
- * end, and synchronising sleeps until then.
+ * A launch returns at once; its kernel is queued in its stream on its device's
+ * timeline, which runs it as a GPU would (timeline.c), and the stream keeps
+ * the ticket of its last item.  So a stream is done when that item is, and
+ * synchronising sleeps until then.  A kernel of no duration is not queued:
+ * nothing could tell it from the work around it.
  *
  * The default streams: the legacy one (NULL or CU_STREAM_LEGACY in a plain
  * entry point) is one per context; the per-thread one (CU_STREAM_PER_THREAD, or
- * NULL in a _ptsz entry point) one per thread and device. */
+ * NULL in a _ptsz entry point) one per thread and device.  (The legacy stream's
+ * implicit synchronisation with other streams is not simulated.) */
 #include <errno.h>
 
 #include "work.h"
 
-/* The per-thread default stream's last end and link, per device. */
-static _Thread_local uint64_t sim_per_thread_tail[SIM_MAX_DEVICES];
-static _Thread_local struct sim_link sim_per_thread_link[SIM_MAX_DEVICES];
+/* The per-thread default stream's last work, per device. */
+static _Thread_local uint64_t sim_per_thread_last[SIM_MAX_DEVICES];
 
 void sim_atomic_max(uint64_t *p, uint64_t value)
 {
@@ -40,8 +41,7 @@ CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane)
         if (res != CUDA_SUCCESS)
             return res;
         bool legacy = s == SIM_STREAM_LEGACY;
-        lane->tail_ns = legacy ? &lane->ctx->legacy_tail_ns : &sim_per_thread_tail[lane->ctx->device];
-        lane->link = legacy ? &lane->ctx->legacy_link : &sim_per_thread_link[lane->ctx->device];
+        lane->last_work = legacy ? &lane->ctx->legacy_last_work : &sim_per_thread_last[lane->ctx->device];
         lane->stream = NULL;
         return CUDA_SUCCESS;
     }
@@ -50,8 +50,7 @@ CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane)
     if (!__atomic_load_n(&s->ctx->alive, __ATOMIC_ACQUIRE))
         return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     lane->ctx = s->ctx;
-    lane->tail_ns = &s->tail_ns;
-    lane->link = &s->link;
+    lane->last_work = &s->last_work;
     lane->stream = s;
     return CUDA_SUCCESS;
 }
@@ -61,39 +60,60 @@ CUgraph sim_capturing(const struct sim_lane *lane)
     return lane->stream ? __atomic_load_n(&lane->stream->capture, __ATOMIC_ACQUIRE) : NULL;
 }
 
-/* The lane's next work starts at `start_ns`: an event recorded just before it
- * that has not completed yet completes then. */
-CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns)
+static CUresult sim_submit(const struct sim_lane *lane, uint64_t duration_ns, uint64_t after, uint64_t *ticket)
 {
     uint32_t dev = lane->ctx->device;
-    uint64_t end;
-    if (!duration_ns) {
-        end = sim_timeline_reached(dev);
-    } else {
-        sim_queue_wait(dev);
-        int rc;
-        while ((rc = sim_timeline_enqueue(dev, duration_ns, &end)) == -EAGAIN)
-            sim_sleep_until(end);
-        if (rc)
-            return CUDA_ERROR_OPERATING_SYSTEM; /* the state file's lock is unusable (logged) */
-        sim_queue_push(dev, end);
-    }
-    sim_event_follow(lane, sim_now_ns(), end - duration_ns);
-    sim_atomic_max(lane->tail_ns, end);
-    sim_atomic_max(&lane->ctx->tail_ns, end);
+    struct sim_work item = {.ctx = (uintptr_t)lane->ctx, .stream = (uintptr_t)lane->last_work,
+                            .left_ns = duration_ns, .after = after};
+    uint64_t wake;
+    int rc;
+    while ((rc = sim_timeline_submit(dev, &item, ticket, &wake)) == -EAGAIN)
+        sim_sleep_until(wake == UINT64_MAX ? sim_now_ns() + 1000000 : wake);
+    if (rc)
+        return CUDA_ERROR_OPERATING_SYSTEM; /* the state file's lock is unusable (logged) */
+    sim_atomic_max(lane->last_work, *ticket);
+    sim_atomic_max(&lane->ctx->last_work, *ticket);
     return CUDA_SUCCESS;
+}
+
+CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns)
+{
+    if (!duration_ns)
+        return CUDA_SUCCESS;
+    uint32_t dev = lane->ctx->device;
+    sim_queue_wait(dev);
+    uint64_t ticket;
+    CUresult res = sim_submit(lane, duration_ns, 0, &ticket);
+    if (res == CUDA_SUCCESS)
+        sim_queue_push(dev, ticket);
+    return res;
+}
+
+CUresult sim_mark(const struct sim_lane *lane, uint64_t after, uint64_t *ticket)
+{
+    return sim_submit(lane, 0, after, ticket);
 }
 
 CUresult sim_wait_lane(const struct sim_lane *lane)
 {
     if (sim_capturing(lane))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    sim_sleep_until(__atomic_load_n(lane->tail_ns, __ATOMIC_ACQUIRE));
+    uint64_t last = __atomic_load_n(lane->last_work, __ATOMIC_ACQUIRE), at;
+    if (last && sim_timeline_wait(lane->ctx->device, last, 0, &at) < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
     return CUDA_SUCCESS;
+}
+
+bool sim_lane_idle(const struct sim_lane *lane)
+{
+    uint64_t last = __atomic_load_n(lane->last_work, __ATOMIC_ACQUIRE), at, wake;
+    return !last || sim_timeline_done(lane->ctx->device, last, 0, &at, &wake) != 0;
 }
 
 CUresult sim_context_synchronize(CUcontext ctx)
 {
-    sim_sleep_until(__atomic_load_n(&ctx->tail_ns, __ATOMIC_ACQUIRE));
+    uint64_t last = __atomic_load_n(&ctx->last_work, __ATOMIC_ACQUIRE), at;
+    if (last && sim_timeline_wait(ctx->device, last, (uintptr_t)ctx, &at) < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
     return CUDA_SUCCESS;
 }

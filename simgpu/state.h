@@ -21,6 +21,7 @@
 
 enum {
     SIM_MAX_DEVICES = 16,
+    SIM_MAX_CONCURRENT = 128,       /* SIMGPU_CONCURRENT_KERNELS at most */
     SIM_UUID_LEN = 16,
 };
 
@@ -35,10 +36,12 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 3,
+    SIM_STATE_VERSION = 4,
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
-    SIM_TIMELINE_SLOTS = 4096,      /* kernels queued on one device by all processes together */
+    SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
+                                       the recently done whose times events read */
+    SIM_SERVED = 32,                /* contexts whose last time slice a device remembers */
     SIM_SAMPLES = 128,              /* utilisation samples a device keeps */
     SIM_SAMPLE_PROCS = 16,          /* processes a sample tells apart; the rest count as busy only */
 };
@@ -96,11 +99,17 @@ struct sim_file_proc {
     uint64_t reserved[7];           /* zero: the process's kernel time goes here */
 };
 
-/* A stretch of a device's time given to one launch (CLOCK_MONOTONIC ns). */
-struct sim_segment {
-    uint64_t start_ns;
-    uint64_t end_ns;
-    struct sim_pid who;             /* the launching process */
+/* An item of work on a device's timeline, in one stream of one context of
+ * one process: a kernel (left_ns > 0 when queued), or a marker (an event
+ * record, or a stream's wait for another item: `after`). */
+struct sim_work {
+    uint64_t ticket;                /* its place in the device's order of submission, from 1 */
+    uint64_t ctx;                   /* the context (its address in its process) */
+    uint64_t stream;                /* the stream (an address in its process) */
+    uint64_t left_ns;               /* GPU time it has still to run */
+    uint64_t after;                 /* a ticket that must be done before it starts; 0: none */
+    uint64_t done_ns;               /* when it completed; 0: not yet */
+    struct sim_pid who;             /* the submitting process */
 };
 
 /* One sample period of a device: how long it ran kernels, and whose. */
@@ -115,21 +124,25 @@ struct sim_sample {
     } procs[SIM_SAMPLE_PROCS];
 };
 
-/* A device runs one kernel at a time, in the order all processes launched
- * them: each launch is given the stretch after everything queued before it.
- * Time is credited to processes (and samples) as it passes, whenever a process
- * looks (timeline.c). */
+/* A device's work, simulated forward whenever a process looks (timeline.c). */
 struct sim_timeline {
-    uint64_t tail_ns;               /* when the device has run everything queued (atomic) */
-    uint64_t accounted_ns;          /* time before this is credited */
-    uint64_t busy_ns;               /* kernel time run since the file was made */
-    uint32_t head;                  /* queue[head]: the oldest segment not run to its end */
-    uint32_t count;
+    uint64_t clock_ns;              /* simulated up to here */
+    uint64_t busy_ns;               /* time during which some kernel ran, since the file was made */
+    uint64_t head;                  /* the oldest ticket not done */
+    uint64_t next;                  /* the next ticket to give; work[t % SLOTS] holds ticket t */
+    struct sim_pid active_who;      /* the context holding the device's time slice */
+    uint64_t active_ctx;            /* 0: none */
+    uint64_t slice_end_ns;
     struct sim_sample current;      /* the period in progress; end_ns 0: none yet */
     uint32_t sample_head;           /* samples[sample_head]: the oldest kept */
     uint32_t sample_count;
     struct sim_sample samples[SIM_SAMPLES];
-    struct sim_segment queue[SIM_TIMELINE_SLOTS];
+    struct {
+        struct sim_pid who;
+        uint64_t ctx;
+        uint64_t at_ns;             /* when its last slice began */
+    } served[SIM_SERVED];
+    struct sim_work work[SIM_TIMELINE_SLOTS];
 };
 
 struct sim_file {
@@ -155,6 +168,8 @@ struct sim_config {
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
+    uint32_t concurrent_kernels;       /* SIMGPU_CONCURRENT_KERNELS, 1-SIM_MAX_CONCURRENT */
+    uint64_t timeslice_ns;             /* SIMGPU_TIMESLICE_US */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
     char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */
@@ -239,12 +254,16 @@ void sim_state_unlock_file(struct sim_file *f);
 uint64_t sim_now_ns(void);
 /* Sleeps (never spins) until sim_now_ns() >= deadline_ns. */
 void sim_sleep_until(uint64_t deadline_ns);
-/* Queues `duration_ns` of the calling process's work on `device` after all the
- * work queued there: 0 and its end in *end_ns; -EAGAIN when the device's queue
- * is full, with *end_ns the end of its oldest work (retry then); -errno. */
-int sim_timeline_enqueue(uint32_t device, uint64_t duration_ns, uint64_t *end_ns);
-/* When the device reaches work queued now: the end of all queued work, or now. */
-uint64_t sim_timeline_reached(uint32_t device);
+/* Queues an item (ticket, done_ns and who are filled in) on `device`: 0 and
+ * its ticket; -EAGAIN when the device holds SIM_TIMELINE_SLOTS items not done,
+ * with *wake_ns when the next may be (retry then); -errno. */
+int sim_timeline_submit(uint32_t device, struct sim_work *item, uint64_t *ticket, uint64_t *wake_ns);
+/* Whether `ticket` (and, if ctx is not 0, every earlier item of that context
+ * of the calling process) is done: 1 with *done_ns (0 when the time is no
+ * longer kept), or 0 with *wake_ns, the earliest it may be; -errno. */
+int sim_timeline_done(uint32_t device, uint64_t ticket, uint64_t ctx, uint64_t *done_ns, uint64_t *wake_ns);
+/* Sleeps until sim_timeline_done says done; 0 with *done_ns, or -errno. */
+int sim_timeline_wait(uint32_t device, uint64_t ticket, uint64_t ctx, uint64_t *done_ns);
 /* The share of the last second in which the device ran kernels, in percent. */
 int sim_timeline_utilization(uint32_t device, unsigned int *percent);
 

@@ -79,7 +79,7 @@ static CUresult sim_stream_query(CUstream s, bool per_thread)
         return res;
     if (sim_capturing(&lane))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return sim_now_ns() >= __atomic_load_n(lane.tail_ns, __ATOMIC_ACQUIRE) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return sim_lane_idle(&lane) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult cuStreamQuery(CUstream hStream)
@@ -94,8 +94,8 @@ CUresult cuStreamQuery_ptsz(CUstream hStream)
     return sim_stream_query(hStream, true);
 }
 
-/* Work queued after the wait starts after the event; one kernel runs at a time
- * anyway, so only the stream's own end moves. */
+/* Work queued in the stream after the wait starts once the event has completed:
+ * a marker that waits for the event's. */
 static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned int flags, bool per_thread)
 {
     struct sim_lane lane;
@@ -106,9 +106,11 @@ static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned int flags,
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned int)SIM_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) == SIM_EVENT_RECORDED && !sim_capturing(&lane))
-        sim_atomic_max(lane.tail_ns, e->at_ns);
-    return CUDA_SUCCESS;
+    if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != SIM_EVENT_RECORDED || sim_capturing(&lane) ||
+        e->device != lane.ctx->device || __atomic_load_n(&e->at_ns, __ATOMIC_ACQUIRE))
+        return CUDA_SUCCESS; /* nothing to wait for (another device's event: not simulated) */
+    uint64_t ticket;
+    return sim_mark(&lane, __atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE), &ticket);
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)

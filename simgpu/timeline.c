@@ -1,18 +1,33 @@
-/* Simulated GPU time: one timeline per device in the machine-wide state file.
+/* Simulated GPU time: one timeline per device in the machine-wide state file,
+ * kept as a GPU keeps time.
  *
- * A device runs one kernel at a time, in the order that all processes on the
- * machine launched them, as time-sliced contexts share a real GPU.  A launch
- * is given the stretch of time after everything queued before it, so its end
- * is known when it is launched, and streams, events and synchronisation only
- * compare the clock with such ends.  Nothing runs: the time of a kernel is
- * credited to its process, and to the utilisation samples NVML reports, as the
- * clock passes it, by whichever process next looks at the timeline. */
+ * Work is queued in streams, each stream's items in order: kernels, and
+ * markers (an event recorded, or a stream's wait for an event).  Nothing runs
+ * at launch: whichever process next looks at a device (a launch, a query, a
+ * synchronisation, NVML) simulates it forward to the clock, under the file's
+ * lock, by these rules:
+ * - The device runs one context at a time, for a time slice
+ *   (SIMGPU_TIMESLICE_US) while another context has work waiting, then the
+ *   context served longest ago; a kernel still running at the end of its
+ *   context's slice is preempted and resumes in its next one.  A context with
+ *   nothing it can run gives its slice up at once.  (Contexts of different
+ *   processes time-slice so without MPS.)
+ * - Within the context holding the device, the first item of each stream may
+ *   run: markers complete at once (an event completes when its stream's
+ *   earlier work has, in its context's slice), and up to
+ *   SIMGPU_CONCURRENT_KERNELS kernels of different streams run together, the
+ *   earliest queued first.  An item waiting for another (`after`) starts only
+ *   when that one is done.
+ * Time during which a context ran kernels is credited once to its process
+ * (and to the utilisation samples NVML reports), however many overlapped.
+ * A synchronisation sleeps until the simulation's next step, when it looks
+ * again: work queued meanwhile can only delay what it waits for. */
 #include <errno.h>
 #include <time.h>
 
 #include "state.h"
 
-_Static_assert(sizeof(struct sim_segment) == 32, "segment layout");
+_Static_assert(sizeof(struct sim_work) == 64, "work layout");
 _Static_assert(sizeof(struct sim_sample) == 24 + 24 * SIM_SAMPLE_PROCS, "sample layout");
 
 uint64_t sim_now_ns(void)
@@ -30,7 +45,6 @@ void sim_sleep_until(uint64_t deadline_ns)
         continue;
 }
 
-static uint64_t sim_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 static uint64_t sim_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* Ends the sample periods that are over by `until` and starts the one that
@@ -87,21 +101,173 @@ static void sim_credit(struct sim_timeline *tl, uint64_t from, uint64_t to, cons
     }
 }
 
-/* Credits everything the device ran before `now` and drops finished segments. */
-static void sim_advance(struct sim_timeline *tl, uint64_t now)
+static bool sim_same_ctx(const struct sim_work *w, const struct sim_pid *who, uint64_t ctx)
 {
-    while (tl->count) {
-        const struct sim_segment *s = &tl->queue[tl->head];
-        uint64_t from = sim_max(s->start_ns, tl->accounted_ns);
-        uint64_t to = sim_min(s->end_ns, now);
-        if (from < to)
-            sim_credit(tl, from, to, &s->who);
-        if (s->end_ns > now)
-            break;
-        tl->head = (tl->head + 1) % SIM_TIMELINE_SLOTS;
-        tl->count--;
+    return w->ctx == ctx && sim_same(&w->who, who);
+}
+
+static struct sim_work *sim_item(struct sim_timeline *tl, uint64_t ticket)
+{
+    return &tl->work[ticket % SIM_TIMELINE_SLOTS];
+}
+
+/* Whether `ticket` is done; its time in *done_ns (0: no longer kept). */
+static bool sim_ticket_done(struct sim_timeline *tl, uint64_t ticket, uint64_t *done_ns)
+{
+    *done_ns = 0;
+    if (ticket >= tl->next)
+        return false; /* not a ticket of this device: taken as never done */
+    const struct sim_work *w = sim_item(tl, ticket);
+    if (w->ticket == ticket) {
+        *done_ns = w->done_ns;
+        return w->done_ns != 0;
     }
-    tl->accounted_ns = sim_max(tl->accounted_ns, now);
+    return true; /* its slot was given to a later item: done long ago */
+}
+
+/* When a context last began a slice (0: not remembered). */
+static uint64_t *sim_served(struct sim_timeline *tl, const struct sim_pid *who, uint64_t ctx, bool add)
+{
+    uint32_t oldest = 0;
+    for (uint32_t i = 0; i < SIM_SERVED; i++) {
+        if (tl->served[i].ctx == ctx && sim_same(&tl->served[i].who, who))
+            return &tl->served[i].at_ns;
+        if (tl->served[i].at_ns < tl->served[oldest].at_ns)
+            oldest = i;
+    }
+    if (!add)
+        return NULL;
+    tl->served[oldest].who = *who;
+    tl->served[oldest].ctx = ctx;
+    tl->served[oldest].at_ns = 0;
+    return &tl->served[oldest].at_ns;
+}
+
+/* Gives the device to the context of a pending item other than the active
+ * one that was served longest ago (or, with `or_active`, to the active one
+ * when no other has work); false when there is none. */
+static bool sim_switch(struct sim_timeline *tl, uint64_t at, bool or_active)
+{
+    const struct sim_work *best = NULL;
+    uint64_t best_served = 0;
+    for (uint64_t t = tl->head; t < tl->next; t++) {
+        const struct sim_work *w = sim_item(tl, t);
+        if (w->done_ns || sim_same_ctx(w, &tl->active_who, tl->active_ctx))
+            continue;
+        uint64_t *served = sim_served(tl, &w->who, w->ctx, false);
+        uint64_t at_ns = served ? *served : 0;
+        if (!best || at_ns < best_served) {
+            best = w;
+            best_served = at_ns;
+        }
+    }
+    if (!best) {
+        if (!or_active)
+            return false;
+        tl->slice_end_ns = at + sim_config()->timeslice_ns;
+        return true;
+    }
+    tl->active_who = best->who;
+    tl->active_ctx = best->ctx;
+    tl->slice_end_ns = at + sim_config()->timeslice_ns;
+    *sim_served(tl, &best->who, best->ctx, true) = at;
+    return true;
+}
+
+/* Simulates the device forward to `now` (see the top of the file).  *next_ns:
+ * when its state next changes if nothing is queued meanwhile (UINT64_MAX:
+ * never). */
+static void sim_advance(struct sim_timeline *tl, uint64_t now, uint64_t *next_ns)
+{
+    const struct sim_config *cfg = sim_config();
+    uint32_t concurrent = cfg ? cfg->concurrent_kernels : 1;
+    *next_ns = UINT64_MAX;
+    uint64_t t = tl->clock_ns;
+    uint32_t idle_switches = 0;
+    if (t > now)
+        now = t;
+    for (;;) {
+        while (tl->head < tl->next && sim_item(tl, tl->head)->done_ns)
+            tl->head++;
+        if (tl->head == tl->next) {
+            tl->active_ctx = 0;
+            break;
+        }
+        /* The active context's runnable heads, and whether another waits. */
+        struct sim_work *running[SIM_MAX_CONCURRENT];
+        uint64_t seen[64];
+        uint32_t nrunning = 0, nseen = 0;
+        bool others = false, mine = false, progressed = false;
+        for (uint64_t k = tl->head; k < tl->next; k++) {
+            struct sim_work *w = sim_item(tl, k);
+            if (w->done_ns)
+                continue;
+            if (!tl->active_ctx || !sim_same_ctx(w, &tl->active_who, tl->active_ctx)) {
+                others = true;
+                continue;
+            }
+            mine = true;
+            uint32_t i = 0;
+            while (i < nseen && seen[i] != w->stream)
+                i++;
+            if (i < nseen)
+                continue; /* not its stream's first */
+            uint64_t ignored;
+            if (!w->after || sim_ticket_done(tl, w->after, &ignored)) {
+                if (!w->left_ns) {
+                    w->done_ns = t ? t : 1;
+                    progressed = true;
+                    continue; /* the stream's next item may start too */
+                }
+                if (nrunning < concurrent)
+                    running[nrunning++] = w;
+            }
+            if (nseen < 64)
+                seen[nseen++] = w->stream;
+        }
+        if (progressed) {
+            idle_switches = 0;
+            continue;
+        }
+        if (!mine || !nrunning) {
+            /* Nothing the active context can run: the device goes to another.
+             * (The context of the oldest item can always run: what it waits
+             * for was queued before it.) */
+            if (++idle_switches > SIM_SERVED + 1 || !sim_switch(tl, t, false)) {
+                tl->active_ctx = 0;
+                break; /* every pending item waits for one that is not queued yet */
+            }
+            continue;
+        }
+        uint64_t step = UINT64_MAX;
+        for (uint32_t i = 0; i < nrunning; i++)
+            step = sim_min(step, t + running[i]->left_ns);
+        if (others) {
+            if (tl->slice_end_ns <= t) {
+                sim_switch(tl, t, true);
+                continue;
+            }
+            step = sim_min(step, tl->slice_end_ns);
+        } else if (tl->slice_end_ns < t + cfg->timeslice_ns) {
+            tl->slice_end_ns = t + cfg->timeslice_ns; /* a newcomer waits at most a slice */
+        }
+        if (step > now) {
+            *next_ns = step;
+            step = now;
+        }
+        idle_switches = 0;
+        uint64_t dt = step - t;
+        sim_credit(tl, t, step, &tl->active_who);
+        for (uint32_t i = 0; i < nrunning; i++) {
+            running[i]->left_ns -= dt;
+            if (!running[i]->left_ns)
+                running[i]->done_ns = step;
+        }
+        t = step;
+        if (t == now && *next_ns != UINT64_MAX)
+            break;
+    }
+    tl->clock_ns = now;
     sim_close_periods(tl, now);
 }
 
@@ -118,36 +284,57 @@ static struct sim_timeline *sim_lock_timeline(uint32_t device, struct sim_file *
     return &f->timelines[device];
 }
 
-int sim_timeline_enqueue(uint32_t device, uint64_t duration_ns, uint64_t *end_ns)
+int sim_timeline_submit(uint32_t device, struct sim_work *item, uint64_t *ticket, uint64_t *wake_ns)
 {
     struct sim_file *f;
     struct sim_timeline *tl = sim_lock_timeline(device, &f);
     if (!tl)
         return -EINVAL;
-    uint64_t now = sim_now_ns();
-    sim_advance(tl, now);
-    if (tl->count == SIM_TIMELINE_SLOTS) {
-        *end_ns = tl->queue[tl->head].end_ns;
+    uint64_t next;
+    sim_advance(tl, sim_now_ns(), &next);
+    if (tl->next - tl->head >= SIM_TIMELINE_SLOTS) {
+        *wake_ns = next;
         sim_state_unlock_file(f);
         return -EAGAIN;
     }
-    uint64_t start = sim_max(now, tl->tail_ns);
-    struct sim_segment *s = &tl->queue[(tl->head + tl->count) % SIM_TIMELINE_SLOTS];
-    *s = (struct sim_segment){.start_ns = start, .end_ns = start + duration_ns, .who = sim_state_self()};
-    tl->count++;
-    __atomic_store_n(&tl->tail_ns, s->end_ns, __ATOMIC_RELEASE);
-    *end_ns = s->end_ns;
+    if (!tl->next)
+        tl->next = tl->head = 1;
+    item->ticket = tl->next++;
+    item->done_ns = 0;
+    item->who = sim_state_self();
+    *sim_item(tl, item->ticket) = *item;
+    *ticket = item->ticket;
     sim_state_unlock_file(f);
     return 0;
 }
 
-uint64_t sim_timeline_reached(uint32_t device)
+int sim_timeline_done(uint32_t device, uint64_t ticket, uint64_t ctx, uint64_t *done_ns, uint64_t *wake_ns)
 {
-    uint64_t now = sim_now_ns();
-    struct sim_file *f = sim_state_file();
-    if (!f || device >= f->device_count)
-        return now;
-    return sim_max(now, __atomic_load_n(&f->timelines[device].tail_ns, __ATOMIC_ACQUIRE));
+    struct sim_file *f;
+    struct sim_timeline *tl = sim_lock_timeline(device, &f);
+    if (!tl)
+        return -EINVAL;
+    sim_advance(tl, sim_now_ns(), wake_ns);
+    bool done = sim_ticket_done(tl, ticket, done_ns);
+    if (done && ctx) {
+        struct sim_pid self = sim_state_self();
+        for (uint64_t t = tl->head; done && t < ticket; t++)
+            done = sim_item(tl, t)->done_ns || !sim_same_ctx(sim_item(tl, t), &self, ctx);
+    }
+    sim_state_unlock_file(f);
+    return done;
+}
+
+int sim_timeline_wait(uint32_t device, uint64_t ticket, uint64_t ctx, uint64_t *done_ns)
+{
+    uint64_t wake;
+    int rc;
+    while ((rc = sim_timeline_done(device, ticket, ctx, done_ns, &wake)) == 0) {
+        if (wake == UINT64_MAX)
+            wake = sim_now_ns() + 1000000; /* waits for work not queued yet: looks again */
+        sim_sleep_until(wake);
+    }
+    return rc < 0 ? rc : 0;
 }
 
 int sim_timeline_utilization(uint32_t device, unsigned int *percent)
@@ -156,7 +343,8 @@ int sim_timeline_utilization(uint32_t device, unsigned int *percent)
     struct sim_timeline *tl = sim_lock_timeline(device, &f);
     if (!tl)
         return -EINVAL;
-    sim_advance(tl, sim_now_ns());
+    uint64_t next;
+    sim_advance(tl, sim_now_ns(), &next);
     /* The last second, as far as samples reach back. */
     enum { PERIODS = 1000000000ULL / SIM_SAMPLE_NS };
     uint32_t n = tl->sample_count < PERIODS ? tl->sample_count : PERIODS;
@@ -180,7 +368,8 @@ int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sam
     struct sim_timeline *tl = sim_lock_timeline(device, &f);
     if (!tl)
         return -EINVAL;
-    sim_advance(tl, sim_now_ns());
+    uint64_t next;
+    sim_advance(tl, sim_now_ns(), &next);
     uint32_t n = 0;
     for (uint32_t i = 0; i < tl->sample_count; i++) {
         const struct sim_sample *s = &tl->samples[(tl->sample_head + i) % SIM_SAMPLES];
@@ -207,14 +396,8 @@ int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sam
 
 void sim_timeline_repair(struct sim_timeline *tl)
 {
-    if (tl->head >= SIM_TIMELINE_SLOTS || tl->count > SIM_TIMELINE_SLOTS) {
-        tl->head = 0;
-        tl->count = 0;
-    }
-    if (tl->count) {
-        const struct sim_segment *last = &tl->queue[(tl->head + tl->count - 1) % SIM_TIMELINE_SLOTS];
-        tl->tail_ns = sim_max(tl->tail_ns, last->end_ns);
-    }
+    if (tl->head > tl->next || tl->next - tl->head > SIM_TIMELINE_SLOTS)
+        tl->head = tl->next;
     if (tl->sample_head >= SIM_SAMPLES || tl->sample_count > SIM_SAMPLES) {
         tl->sample_head = 0;
         tl->sample_count = 0;

@@ -19,9 +19,8 @@ struct CUstream_st {
     CUcontext ctx;
     unsigned int flags;
     int priority;
-    uint64_t tail_ns;               /* the end of its last work (atomic) */
+    uint64_t last_work;             /* the ticket of its last work on the device (atomic; timeline.c) */
     CUgraph capture;                /* the graph it is capturing into, or NULL (atomic) */
-    struct sim_link link;           /* guarded by sim_events.mutex */
 };
 
 enum sim_event_state {
@@ -30,15 +29,16 @@ enum sim_event_state {
     SIM_EVENT_CAPTURED,             /* last recorded in a capturing stream */
 };
 
-/* Never returned to malloc: an event destroyed goes to a free list and keeps
- * its serial, so a stream's link to it is safe to read and found stale. */
+/* Never returned to malloc: an event destroyed goes to a free list, so a
+ * stale handle is an error, not a use after free. */
 struct CUevent_st {
     uint32_t magic;
     CUcontext ctx;
     unsigned int flags;
-    uint32_t state;                 /* enum sim_event_state (atomic, stored after at_ns) */
-    uint64_t at_ns;                 /* when it completes (atomic) */
-    uint64_t serial;                /* bumped by every record; guarded by sim_events.mutex */
+    uint32_t state;                 /* enum sim_event_state (atomic, stored after ticket) */
+    uint32_t device;
+    uint64_t ticket;                /* its marker on the device's timeline (atomic) */
+    uint64_t at_ns;                 /* when that completed, once seen; 0: not seen yet (atomic) */
     struct CUevent_st *next_free;
 };
 
@@ -66,8 +66,7 @@ struct CUgraphExec_st {
 /* Where a stream's work is remembered: an explicit stream, or a default one. */
 struct sim_lane {
     CUcontext ctx;
-    uint64_t *tail_ns;
-    struct sim_link *link;
+    uint64_t *last_work;            /* the ticket of the stream's last work; also its name on the timeline */
     CUstream stream;                /* an explicit stream, or NULL for a default one */
 };
 
@@ -90,22 +89,23 @@ CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane);
 CUgraph sim_capturing(const struct sim_lane *lane);
 /* Queues `duration_ns` of work in the lane's stream. */
 CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns);
+/* Queues a marker in the lane's stream, after ticket `after` if not 0: *ticket. */
+CUresult sim_mark(const struct sim_lane *lane, uint64_t after, uint64_t *ticket);
 /* Waits until the lane's work is done (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while capturing). */
 CUresult sim_wait_lane(const struct sim_lane *lane);
+/* Whether the lane's work is done. */
+bool sim_lane_idle(const struct sim_lane *lane);
 /* Raises *p to `value` if it is lower (atomic). */
 void sim_atomic_max(uint64_t *p, uint64_t value);
 
 /* launch_queue.c */
 /* Waits while the process's queue of launches on `dev` is full. */
 void sim_queue_wait(uint32_t dev);
-/* Adds a launch ending at `end_ns` to the process's queue on `dev`. */
-void sim_queue_push(uint32_t dev, uint64_t end_ns);
+/* Adds the launch of `ticket` to the process's queue on `dev`. */
+void sim_queue_push(uint32_t dev, uint64_t ticket);
 
 /* events.c */
 bool sim_event_valid(CUevent e);
-/* The lane's next work starts at `start_ns`: an event recorded just before it
- * that has not completed by `now_ns` completes then. */
-void sim_event_follow(const struct sim_lane *lane, uint64_t now_ns, uint64_t start_ns);
 
 /* graphs.c */
 bool sim_graph_valid(CUgraph g);

@@ -121,6 +121,26 @@ def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
     assert all(15 <= s <= 35 for s in shares.values()), shares
 
 
+def test_two_streams_hold_the_share(sim_env, launch_client):
+    """One process launching on two streams at 50 %: the share is the time
+    either stream's kernels held the GPU, counted once (kernels one at a time
+    here, so that the kernels completed tell the GPU time).  Each stream's
+    kernels also wait behind the other's, which is not charged."""
+    started = time.monotonic()
+    env = dict(sim_env, SIMGPU_CONCURRENT_KERNELS="1")
+    output = Container(env, 50, loops(launch_client, 1, "streams2")).finish()
+    assert 40 <= share(output, started + 1, started + 4) <= 60
+
+
+def test_two_containers_each_get_their_share(tmp_path, sim_env, launch_client):
+    """Containers at 30 % and 60 % on one device, time-sliced: each run's span
+    holds the other's slices, and neither is charged for them."""
+    started = time.monotonic()
+    pair = [Container(sim_env, cores, loops(launch_client, 1)) for cores in (30, 60)]
+    shares = [share(c.finish(), started + 1, started + 4) for c in pair]
+    assert 20 <= shares[0] <= 40 and 50 <= shares[1] <= 70, shares
+
+
 def driver_calls(calls_file: Path) -> dict[str, int]:
     """The calls one process made to simgpu (SIMGPU_CALLS), by entry point."""
     [line] = calls_file.read_text().splitlines()

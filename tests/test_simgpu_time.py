@@ -99,3 +99,39 @@ def test_a_bad_kernel_length_is_refused_naming_the_variable(sim_env):
                  check=False)
     assert result.returncode != 0
     assert "SIMGPU_KERNEL_US=5ms" in result.stderr and "microseconds" in result.stderr
+
+
+def gpu_time(sim_env, **variables) -> dict:
+    env = dict(sim_env, **{f"SIMGPU_{k.upper()}": str(v) for k, v in variables.items()})
+    return json.loads(run([sys.executable, CLIENTS / "gpu_time.py"], env, timeout=60).stdout)
+
+
+def test_an_event_completes_with_its_streams_earlier_work_only(sim_env):
+    """An event recorded on an idle stream completes at once, while a 20 ms
+    kernel fills the device from another stream; one after the kernel waits."""
+    report = gpu_time(sim_env)
+    assert report["idle_stream_event_query"] == "CUDA_SUCCESS"
+    assert report["idle_stream_event_ms"] < 10
+    assert report["busy_stream_event_ms"] >= 19.9
+
+
+@pytest.mark.parametrize("concurrent", [1, 2])
+def test_kernels_of_two_streams_overlap_up_to_the_configured_number(sim_env, concurrent):
+    """Two 20 ms kernels on two streams of one context: 40 ms one at a time,
+    20 ms when two may run at once."""
+    took = gpu_time(sim_env, concurrent_kernels=concurrent)["two_streams_ms"]
+    if concurrent == 1:
+        assert took >= 39.9
+    else:
+        assert 19.9 <= took < 39.9
+
+
+def test_contexts_time_slice_and_a_long_kernel_is_preempted(sim_env):
+    """Two contexts with a 20 ms kernel each.  With 2 ms slices both kernels
+    are preempted and each span holds the other's slices (both near 40 ms);
+    with 50 ms slices each runs through (20 ms): the second context's start
+    event, too, waits for its slice."""
+    sliced = gpu_time(sim_env, timeslice_us=2000)["contexts_ms"]
+    assert sliced[0] >= 30 and sliced[1] >= 30
+    whole = gpu_time(sim_env, timeslice_us=50000)["contexts_ms"]
+    assert 19.9 <= whole[0] and whole[1] < 30

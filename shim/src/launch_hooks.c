@@ -2,14 +2,26 @@
  * cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz variants) draws
  * from the container's compute budget on its device (throttle.c).
  *
- * A launch is charged the GPU time its kernel (or graph) took last time, and
- * waits, asleep, while the container's budget is owing.  The time it really
- * takes is measured with two events recorded around it on its stream, read
- * back without waiting by later launches of the process, and settled against
- * the charge: the budget is kept against measured GPU time, through the CUDA
- * API alone, so the same code holds on a real GPU.  The budget refills with
- * the clock, never with the process's own synchronisation, so a launch cannot
- * wait on work that only its own thread could let finish.
+ * A launch is charged what its kernel (or graph) is known to cost, and waits,
+ * asleep, while the container's budget is owing; then it sleeps on until the
+ * budget holds a little (RESUME_NS), so that launches go in bursts.  The GPU
+ * time really used is measured, through the CUDA API alone, so the same code
+ * holds on a real GPU, with few driver calls: not around each launch but
+ * around runs of launches per stream.  A run opens with an event recorded on
+ * its stream (or at the end of the stream's previous run) and closes with
+ * another, before the process sleeps for budget or after RUN_LAUNCHES
+ * launches; its events are read back later, without waiting, as times
+ * relative to one reference event per context.  A context's runs, merged in
+ * time order, give the time during which any of its kernels was on the GPU,
+ * counted once however many streams overlapped (the union of busy time).  A
+ * run's span also holds time its kernels waited while other contexts held the
+ * GPU (time slices): so runs are charged at most what their launches are
+ * known to cost, each kernel's cost being the least that runs of it alone took per
+ * launch (creeping up slowly, so a kernel that became slower is seen).
+ *
+ * The budget refills with the clock, never with the process's own
+ * synchronisation, so a launch cannot wait on work that only its own thread
+ * could let finish.
  *
  * While no device of the container is limited (no share, or 100 %), a launch
  * costs one comparison: the region's generation (bumped by every change of
@@ -21,12 +33,19 @@
 #include "internal.h"
 
 enum {
-    INFLIGHT = 256,                 /* measured launches per context not yet read back */
+    INFLIGHT = 256,                 /* runs per context not yet read back */
     CONTEXTS = 16,                  /* contexts per process whose launches are measured */
+    STREAMS = 16,                   /* streams per context whose runs are measured */
     COSTS = 256,                    /* launch targets whose GPU time a process remembers */
+    RUN_LAUNCHES = 64,              /* a run closes after this many launches */
 };
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
+/* A run closes once its launches are charged this much. */
+#define RUN_NS 20000000
+/* A launch that waited for budget waits on until the budget holds this much
+ * (at most half what the container may keep), so runs are long. */
+#define RESUME_NS 20000000
 /* A waiting launch wakes at least this often, to read measurements back and
  * to see a changed share. */
 #define MAX_SLEEP_NS 20000000
@@ -101,18 +120,36 @@ static void settle(int device, int64_t charged_ns, int64_t measured_ns)
 
 /* ---- per-process measurement state ------------------------------------------------------ */
 
-struct flight {
-    CUevent start, end;
+/* Launches of one stream between two events. */
+struct run {
+    uint32_t stream;                /* index in the tracker's streams */
+    CUevent start;                  /* NULL: the run began where the stream's previous one ended */
+    CUevent end;
     int64_t charged_ns;
-    const void *key;
+    uint32_t launches;
+    bool known;                     /* every launch was charged a measured cost */
+    const void *key;                /* the one target launched, or NULL for several */
+    uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
 };
 
-/* A context's launches that drew from the budget and are not yet read back. */
+struct stream_runs {
+    CUstream stream;
+    bool open;                      /* a run is open: `current` */
+    struct run current;
+    int64_t last_end_ns;            /* its last run's end read back, from the reference event */
+};
+
+/* A context's runs not yet read back. */
 struct tracker {
     CUcontext ctx;
     uint32_t device;
+    CUevent reference;              /* NULL: not recorded yet */
+    int64_t covered_ns;             /* busy time is counted up to here, from the reference */
+    int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
+    uint32_t nstreams;
+    struct stream_runs streams[STREAMS];
     uint32_t head, count;
-    struct flight ring[INFLIGHT];
+    struct run ring[INFLIGHT];
     uint32_t nspare;
     CUevent spare[2 * INFLIGHT];    /* events read back, to record again */
 };
@@ -205,94 +242,182 @@ static uint32_t cost_slot(const void *key)
     return (uint32_t)(((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ULL >> 56) % COSTS;
 }
 
-/* Under the lock: what a launch of `key` is expected to take. */
-static int64_t expected_cost(const void *key)
+/* Under the lock: what a launch of `key` is known to cost; false: never measured. */
+static bool known_cost(const void *key, int64_t *ns)
 {
     uint32_t slot = cost_slot(key);
-    return launches.costs[slot].key == key ? launches.costs[slot].ns : FIRST_COST_NS;
+    bool known = launches.costs[slot].key == key;
+    *ns = known ? launches.costs[slot].ns : FIRST_COST_NS;
+    return known;
 }
 
-/* Under the lock: a moving average, so one slow launch does not set the price. */
-static void learn_cost(const void *key, int64_t measured_ns)
+/* Under the lock: a run of `key` alone took `per_launch_ns` a launch.  Spans
+ * only grow with waiting (behind other contexts, or with the stream idle), so
+ * the least is the cost; it creeps up to later spans slowly. */
+static void learn_cost(const void *key, int64_t per_launch_ns)
 {
     uint32_t slot = cost_slot(key);
-    if (launches.costs[slot].key != key) {
+    if (launches.costs[slot].key != key || per_launch_ns < launches.costs[slot].ns) {
         launches.costs[slot].key = key;
-        launches.costs[slot].ns = measured_ns;
+        launches.costs[slot].ns = per_launch_ns;
     } else {
-        launches.costs[slot].ns = (3 * launches.costs[slot].ns + measured_ns) / 4;
+        launches.costs[slot].ns += (per_launch_ns - launches.costs[slot].ns) / 256;
     }
 }
 
-static void drop_events(CUevent start, CUevent end)
+static void drop_event(CUevent e)
 {
-    vgl_real.cuEventDestroy_v2(start);
-    vgl_real.cuEventDestroy_v2(end);
+    if (e)
+        vgl_real.cuEventDestroy_v2(e);
 }
 
-static void spare(struct tracker *t, CUevent start, CUevent end)
+static void spare(struct tracker *t, CUevent e)
 {
-    if (t->nspare + 2 <= 2 * INFLIGHT) {
-        t->spare[t->nspare++] = start;
-        t->spare[t->nspare++] = end;
-    } else {
-        drop_events(start, end);
-    }
-}
-
-/* Under the lock: two events of `t`'s context (which is current). */
-static bool take_events(struct tracker *t, CUevent *start, CUevent *end)
-{
-    if (t->nspare >= 2) {
-        *end = t->spare[--t->nspare];
-        *start = t->spare[--t->nspare];
-        return true;
-    }
-    if (vgl_real.cuEventCreate(start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
-        return false;
-    if (vgl_real.cuEventCreate(end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-        vgl_real.cuEventDestroy_v2(*start);
-        return false;
-    }
-    return true;
-}
-
-/* Under the lock: settles the oldest launch, at `measured_ns`; its events are
- * kept for another launch if `reuse`. */
-static void settle_oldest(struct tracker *t, int64_t measured_ns, bool reuse)
-{
-    struct flight *f = &t->ring[t->head];
-    settle((int)t->device, f->charged_ns, measured_ns);
-    struct vgl_device_state *devs[VGL_MAX_CHAIN];
-    for (uint32_t i = 0, n = states((int)t->device, devs); i < n; i++)
-        __atomic_add_fetch(&devs[i]->busy_ns, (uint64_t)measured_ns, __ATOMIC_RELAXED);
-    if (reuse)
-        spare(t, f->start, f->end);
+    if (!e)
+        return;
+    if (t->nspare < 2 * INFLIGHT)
+        t->spare[t->nspare++] = e;
     else
-        drop_events(f->start, f->end);
+        drop_event(e);
+}
+
+/* Under the lock: an event of `t`'s context (which is current), recorded on `stream`. */
+static CUevent mark(struct tracker *t, CUstream stream)
+{
+    CUevent e;
+    if (t->nspare)
+        e = t->spare[--t->nspare];
+    else if (vgl_real.cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        return NULL;
+    if (vgl_real.cuEventRecord(e, stream) != CUDA_SUCCESS) {
+        drop_event(e); /* stale (a destroyed context's or stream's) or unusable */
+        return NULL;
+    }
+    return e;
+}
+
+static void add_busy(int device, int64_t ns)
+{
+    struct vgl_device_state *devs[VGL_MAX_CHAIN];
+    for (uint32_t i = 0, n = states(device, devs); i < n; i++)
+        __atomic_add_fetch(&devs[i]->busy_ns, (uint64_t)ns, __ATOMIC_RELAXED);
+}
+
+/* Under the lock: the oldest run is settled at `measured_ns`. */
+static void settle_oldest(struct tracker *t, int64_t measured_ns)
+{
+    struct run *r = &t->ring[t->head];
+    settle((int)t->device, r->charged_ns, measured_ns);
+    add_busy((int)t->device, measured_ns);
+    spare(t, r->start);
+    spare(t, r->end);
     t->head = (t->head + 1) % INFLIGHT;
     t->count--;
 }
 
-/* Under the lock: reads back the launches that have finished, oldest first,
+/* Under the lock: where `e` completed, from the reference event; false: not yet, or unknowable (*failed). */
+static bool since_reference(struct tracker *t, CUevent e, int64_t *ns, bool *failed)
+{
+    float ms;
+    CUresult rc = vgl_real.cuEventElapsedTime(&ms, t->reference, e);
+    *failed = rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY;
+    *ns = (int64_t)((double)ms * 1e6);
+    return rc == CUDA_SUCCESS;
+}
+
+/* Under the lock: reads back the runs that are due and done, oldest first,
  * without waiting for any.  One whose events the driver no longer knows (its
- * context was destroyed) counts as charged. */
-static void harvest(struct tracker *t)
+ * context or stream was destroyed) counts as charged. */
+static void harvest(struct tracker *t, uint64_t now)
 {
     while (t->count) {
-        struct flight *f = &t->ring[t->head];
-        CUresult rc = vgl_real.cuEventQuery(f->end);
-        if (rc == CUDA_ERROR_NOT_READY)
+        struct run *r = &t->ring[t->head];
+        if (now < r->due_ns)
             return;
-        float ms;
-        if (rc != CUDA_SUCCESS || vgl_real.cuEventElapsedTime(&ms, f->start, f->end) != CUDA_SUCCESS) {
-            settle_oldest(t, f->charged_ns, false);
+        struct stream_runs *s = &t->streams[r->stream];
+        int64_t end, start = s->last_end_ns;
+        bool failed;
+        if (!since_reference(t, r->end, &end, &failed) ||
+            (r->start && !since_reference(t, r->start, &start, &failed))) {
+            if (!failed) {
+                r->due_ns = now + 1000000 + (uint64_t)r->charged_ns / 4;
+                return;
+            }
+            settle_oldest(t, r->charged_ns);
             continue;
         }
-        int64_t measured = ms > 0 ? (int64_t)((double)ms * 1e6) : 0;
-        learn_cost(f->key, measured);
-        settle_oldest(t, measured, true);
+        s->last_end_ns = end;
+        if (start > end)
+            start = end;
+        /* The union: what this run adds to the context's busy time so far. */
+        int64_t from = start > t->covered_ns ? start : t->covered_ns;
+        int64_t busy = end > from ? end - from : 0;
+        if (end > t->covered_ns)
+            t->covered_ns = end;
+        if (r->key && r->launches)
+            learn_cost(r->key, (end - start) / r->launches);
+        /* The context's busy time, at most what its kernels are known to
+         * cost: over several runs, as one stream's run may span the time
+         * the other's kernels ran, while theirs adds nothing. */
+        if (r->known) {
+            t->allowance_ns += r->charged_ns;
+            if (busy > t->allowance_ns)
+                busy = t->allowance_ns;
+            t->allowance_ns -= busy;
+            if (t->allowance_ns > 2 * RUN_NS)
+                t->allowance_ns = 2 * RUN_NS;
+        }
+        settle_oldest(t, busy);
     }
+}
+
+/* Under the lock: closes the stream's open run with an event; the stream's
+ * next run begins there if `chain`. */
+static void close_run(struct tracker *t, uint32_t index, uint64_t now, bool chain)
+{
+    struct stream_runs *s = &t->streams[index];
+    if (!s->open)
+        return;
+    struct run r = s->current;
+    s->open = false;
+    r.end = mark(t, s->stream);
+    if (!r.end) {
+        settle((int)t->device, r.charged_ns, r.charged_ns);
+        spare(t, r.start);
+        return;
+    }
+    r.due_ns = now + (uint64_t)r.charged_ns;
+    if (t->count == INFLIGHT)
+        settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
+    t->ring[(t->head + t->count) % INFLIGHT] = r;
+    t->count++;
+    if (chain) {
+        s->open = true;
+        s->current = (struct run){.stream = index, .known = true};
+    }
+}
+
+/* Under the lock: the stream's place in `t`, made on first use (taking that
+ * of a stream with no open run when all are used); -1 when there is none. */
+static int stream_index(struct tracker *t, CUstream stream)
+{
+    int idle = -1;
+    for (uint32_t i = 0; i < t->nstreams; i++) {
+        if (t->streams[i].stream == stream)
+            return (int)i;
+        if (!t->streams[i].open)
+            idle = (int)i;
+    }
+    if (t->nstreams < STREAMS)
+        idle = (int)t->nstreams++;
+    else if (idle < 0)
+        return -1;
+    /* A run of the slot's former stream still to be read back needs its end. */
+    for (uint32_t k = 0; k < t->count; k++)
+        if (t->ring[(t->head + k) % INFLIGHT].stream == (uint32_t)idle)
+            return -1;
+    t->streams[idle] = (struct stream_runs){.stream = stream};
+    return idle;
 }
 
 /* ---- the gate around a launch ------------------------------------------------------- */
@@ -300,10 +425,10 @@ static void harvest(struct tracker *t)
 struct gate {
     int device;                     /* -1: the launch does not draw from the budget */
     struct tracker *tracker;        /* NULL: it drew, and is not measured */
+    int stream;                     /* its stream's index in the tracker */
     int64_t charged_ns;
+    bool known;
     const void *key;
-    CUstream stream;
-    CUevent start, end;
 };
 
 static void sleep_ns(int64_t ns)
@@ -312,11 +437,28 @@ static void sleep_ns(int64_t ns)
     nanosleep(&ts, NULL);
 }
 
-/* Waits for budget for a launch of `key` on `stream`, then records the start
- * event.  A launch the driver will refuse anyway (no context), one on a
- * device with no share and one into a capturing stream (it runs when its
+/* How long past its debt a waiting launch sleeps: until the budget holds
+ * RESUME_NS, or half what the smallest share may keep. */
+static int64_t resume_ns(int device)
+{
+    struct vgl_device_state *devs[VGL_MAX_CHAIN];
+    uint32_t pct = 100;
+    for (uint32_t i = 0, n = budgets(device, devs); i < n; i++) {
+        uint32_t share = vgl_throttle_share(devs[i]);
+        if (share && share < pct)
+            pct = share;
+    }
+    int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 / 2);
+    int64_t want = hold < RESUME_NS ? hold : RESUME_NS;
+    return want * 100 / pct;
+}
+
+/* Waits for budget for a launch of `key` on `stream`, and opens a run on the
+ * stream if none is.  A launch the driver will refuse anyway (no context), one
+ * on a device with no share and one into a capturing stream (it runs when its
  * graph is launched) pass; one whose stream's capture state cannot be read
- * does not. */
+ * does not.  The capture state is read as a run opens: a stream that begins
+ * capturing within a run is charged as if it ran (never waved through). */
 static void gate_enter(struct gate *g, const void *key, CUstream stream)
 {
     g->device = -1;
@@ -332,82 +474,112 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
         pthread_mutex_unlock(&launches.lock);
         return;
     }
+    uint64_t now = clock_ns();
     struct tracker *t = tracker_for(ctx, device);
-    if (t)
-        harvest(t);
-    int64_t cost = expected_cost(key);
+    int index = -1;
+    if (t) {
+        harvest(t, now);
+        index = stream_index(t, stream);
+    }
+    bool open = index >= 0 && t->streams[index].open;
+    int64_t cost;
+    bool known = known_cost(key, &cost);
     pthread_mutex_unlock(&launches.lock);
 
-    /* A launch whose capture state cannot be read is charged as an ordinary
-     * one: what the shim cannot determine is never waved through. */
-    CUstreamCaptureStatus capture;
-    CUresult captured = vgl_real.cuStreamIsCapturing(stream, &capture);
-    if (captured == CUDA_SUCCESS && capture != CU_STREAM_CAPTURE_STATUS_NONE)
-        return;
-    if (captured != CUDA_SUCCESS) {
-        static unsigned logged;
-        vgl_log_bounded(VGL_LOG_WARN, &logged, "cuStreamIsCapturing failed (%d); the launch is charged as "
-                        "an ordinary one", (int)captured);
+    if (!open) {
+        /* A launch whose capture state cannot be read is charged as an
+         * ordinary one: what the shim cannot determine is never waved through. */
+        CUstreamCaptureStatus capture;
+        CUresult captured = vgl_real.cuStreamIsCapturing(stream, &capture);
+        if (captured == CUDA_SUCCESS && capture != CU_STREAM_CAPTURE_STATUS_NONE)
+            return;
+        if (captured != CUDA_SUCCESS) {
+            static unsigned logged;
+            vgl_log_bounded(VGL_LOG_WARN, &logged, "cuStreamIsCapturing failed (%d); the launch is charged "
+                            "as an ordinary one", (int)captured);
+        }
     }
-    uint64_t now = clock_ns();
-    int64_t wait;
-    while ((wait = admit(device, now, cost)) > 0) {
-        sleep_ns(wait < MAX_SLEEP_NS ? wait : MAX_SLEEP_NS);
-        uint64_t woke = clock_ns();
-        struct vgl_device_state *devs[VGL_MAX_CHAIN];
-        for (uint32_t i = 0, n = states(device, devs); i < n; i++)
-            __atomic_add_fetch(&devs[i]->throttled_ns, woke - now, __ATOMIC_RELAXED);
-        now = woke;
+    int64_t wait = admit(device, now, cost);
+    if (wait > 0) {
+        /* The process sleeps: its runs end here, so their spans hold no idle time. */
         pthread_mutex_lock(&launches.lock);
-        if (t)
-            harvest(t);
+        for (uint32_t i = 0; t && i < t->nstreams; i++)
+            close_run(t, i, now, false);
         pthread_mutex_unlock(&launches.lock);
+        uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device);
+        for (;;) {
+            uint64_t left = until > now ? until - now : 0;
+            if (left)
+                sleep_ns(left < MAX_SLEEP_NS ? (int64_t)left : MAX_SLEEP_NS);
+            uint64_t woke = clock_ns();
+            struct vgl_device_state *devs[VGL_MAX_CHAIN];
+            for (uint32_t i = 0, n = states(device, devs); i < n; i++)
+                __atomic_add_fetch(&devs[i]->throttled_ns, woke - now, __ATOMIC_RELAXED);
+            now = woke;
+            pthread_mutex_lock(&launches.lock);
+            if (t)
+                harvest(t, now);
+            pthread_mutex_unlock(&launches.lock);
+            if (now < until)
+                continue;
+            if ((wait = admit(device, now, cost)) <= 0)
+                break;
+            until = now + (uint64_t)wait;
+        }
     }
     g->device = device;
     g->charged_ns = cost;
-    if (!t)
+    g->known = known;
+    if (!t || index < 0)
         return;
     pthread_mutex_lock(&launches.lock);
-    bool have_events = take_events(t, &g->start, &g->end);
-    pthread_mutex_unlock(&launches.lock);
-    if (!have_events)
-        return;
-    if (vgl_real.cuEventRecord(g->start, stream) != CUDA_SUCCESS) {
-        drop_events(g->start, g->end); /* stale (a destroyed context's) or unusable */
-        return;
+    struct stream_runs *s = &t->streams[index];
+    if (s->stream == stream && !s->open) {
+        if (!t->reference)
+            t->reference = mark(t, stream);
+        CUevent start = t->reference ? mark(t, stream) : NULL;
+        if (start) {
+            s->open = true;
+            s->current = (struct run){.stream = (uint32_t)index, .start = start, .known = true};
+        }
     }
-    g->tracker = t;
-    g->key = key;
-    g->stream = stream;
+    if (s->stream == stream && s->open) {
+        g->tracker = t;
+        g->stream = index;
+        g->key = key;
+    }
+    pthread_mutex_unlock(&launches.lock);
 }
 
 /* After the driver call: a refused launch gives its charge back; one that
- * went is measured from here. */
+ * went joins its stream's run, which closes when it is long enough. */
 static CUresult gate_leave(struct gate *g, CUresult rc)
 {
-    struct tracker *t = g->tracker;
+    if (g->device < 0)
+        return rc;
     if (rc != CUDA_SUCCESS) {
-        if (g->device >= 0)
-            settle(g->device, g->charged_ns, 0);
-        if (t) {
-            pthread_mutex_lock(&launches.lock);
-            spare(t, g->start, g->end);
-            pthread_mutex_unlock(&launches.lock);
-        }
+        settle(g->device, g->charged_ns, 0);
         return rc;
     }
-    if (!t)
-        return rc;
-    if (vgl_real.cuEventRecord(g->end, g->stream) != CUDA_SUCCESS) {
-        drop_events(g->start, g->end);
+    struct tracker *t = g->tracker;
+    if (!t) {
+        add_busy(g->device, g->charged_ns); /* not measured: as charged */
         return rc;
     }
     pthread_mutex_lock(&launches.lock);
-    if (t->count == INFLIGHT)
-        settle_oldest(t, t->ring[t->head].charged_ns, true); /* never read back: as charged */
-    t->ring[(t->head + t->count) % INFLIGHT] =
-        (struct flight){.start = g->start, .end = g->end, .charged_ns = g->charged_ns, .key = g->key};
-    t->count++;
+    struct stream_runs *s = &t->streams[g->stream];
+    if (!s->open) { /* closed meanwhile by another thread's wait: the launch is charged as it is */
+        add_busy(g->device, g->charged_ns);
+        pthread_mutex_unlock(&launches.lock);
+        return rc;
+    }
+    struct run *r = &s->current;
+    r->key = r->launches == 0 || r->key == g->key ? g->key : NULL;
+    r->launches++;
+    r->charged_ns += g->charged_ns;
+    r->known = r->known && g->known;
+    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= RUN_NS)
+        close_run(t, (uint32_t)g->stream, clock_ns(), true);
     pthread_mutex_unlock(&launches.lock);
     return rc;
 }
