@@ -113,7 +113,7 @@ def aarch64(tmp_path_factory) -> dict[str, Path]:
     build = base / "build"
     for cmd in (["meson", "setup", str(build), str(ROOT), "--cross-file", str(CROSS_FILE)],
                 ["ninja", "-C", str(build)]):
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = base / "bin"
     out.mkdir()
