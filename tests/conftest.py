@@ -23,8 +23,8 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
-def compile_c(output: Path, sources: list[Path], *flags: str) -> Path:
-    cmd = [CC, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
+def compile_c(output: Path, sources: list[Path], *flags: str, cc: str = CC) -> Path:
+    cmd = [cc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
            f"-I{SHIM_INCLUDE}", f"-I{SHIM_SRC}", "-o", str(output), *map(str, sources), *flags]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:

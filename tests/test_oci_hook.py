@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
+from conftest import TESTS, GiB, MiB, base_env, compile_c, vgpulimit_cmd
 from runc_bundle import CONFIG_SCHEMA, RUNC, hook_entry, make_bundle, runc_unavailable, tree
 from schemas import check, validate
 
@@ -414,6 +414,70 @@ def test_a_rootfs_of_another_architecture_is_refused(tmp_path, runc, shim_path):
     runtime_refused(result, f"its programs are {their_name}, and the shim is {ours} (glibc)")
     assert not (bundle.rootfs / ".vgpulimit").exists()
 
+
+def stand_in_libc(path: Path, versions: list[str]) -> None:
+    """A libc.so.6 that defines these symbol versions and nothing else of
+    glibc: what the hook reads of a C library is the versions it defines, as
+    the dynamic loader checks them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    script = path.parent / "versions.map"
+    nodes, parent = [], ""
+    for version in versions:
+        nodes.append(f"{version} {{ {'' if parent else 'local: *;'} }} {parent};")
+        parent = version
+    script.write_text("\n".join(nodes) + "\n")
+    source = path.parent / "stand_in.c"
+    source.write_text("void vgl_stand_in(void);\nvoid vgl_stand_in(void) {}\n")
+    compile_c(path, [source], "-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libc.so.6",
+              f"-Wl,--version-script={script}" if versions else "-Wl,--no-undefined")
+    script.unlink()
+    source.unlink()
+
+
+@pytest.mark.parametrize("case", ["glibc 2.12", "musl", "musl with a glibc loader's name"])
+def test_a_rootfs_whose_c_library_cannot_load_the_shim_is_refused(tmp_path, runc, shim_path,
+                                                                   case):
+    machine = int.from_bytes(shim_path.read_bytes()[18:20], "little")
+    if machine not in ELF_MACHINES:
+        pytest.skip(f"no loader known for ELF machine {machine}")
+    ours = ELF_MACHINES[machine][0]
+    loader = ELF_MACHINES[ELF_MACHINES[machine][2]][1]
+    bundle = make_bundle(tmp_path, ["/bin/true"], {"VGPULIMIT_MEMORY": "1GiB"}, host_paths=[])
+    for name in ("bin", "lib", "lib64", "sbin"):
+        if (bundle.rootfs / name).is_symlink():
+            (bundle.rootfs / name).unlink()
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    header[18:20] = machine.to_bytes(2, "little")
+    # Alpine: musl's own loader, no glibc one.  gcompat adds a loader under
+    # glibc's name (musl's, which skips /etc/ld.so.preload) and a libc.so.6
+    # that defines no glibc version.
+    if case == "musl":
+        musl_loader = bundle.rootfs / "lib" / f"ld-musl-{'x86_64' if machine == 62 else 'aarch64'}.so.1"
+        musl_loader.parent.mkdir()
+        musl_loader.write_bytes(bytes(header))
+        expected = f"it has no {loader}, and the shim is {ours} (glibc)"
+    else:
+        fake = bundle.rootfs / loader.lstrip("/")
+        fake.parent.mkdir(parents=True, exist_ok=True)
+        fake.write_bytes(bytes(header))
+        if case == "glibc 2.12":   # CentOS 6's
+            stand_in_libc(bundle.rootfs / "lib64" / "libc.so.6",
+                          ["GLIBC_2.2.5", "GLIBC_2.3", "GLIBC_2.12"])
+            expected = ("its C library (/lib64/libc.so.6) is glibc 2.12, and the shim needs "
+                        "glibc 2.17 or later: its programs could not load it")
+        else:
+            stand_in_libc(bundle.rootfs / "lib" / "libc.so.6", [])
+            expected = ("its C library (/lib/libc.so.6) is not glibc (it defines no GLIBC_ "
+                        "version), and the shim needs glibc 2.17 or later")
+    bundle.add_hook("createRuntime", hook_entry(tmp_path / "node"))
+    try:
+        result = bundle.run()
+    finally:
+        bundle.cleanup()
+    runtime_refused(result, f"rootfs {bundle.rootfs}: {expected}")
+    assert not (bundle.rootfs / ".vgpulimit").exists()
+    assert not (bundle.rootfs / "etc" / "ld.so.preload").exists()
 
 def test_a_read_only_rootfs_is_refused(tmp_path, bundles):
     bundle = bundles(["sh", "-c", "echo started"], {"VGPULIMIT_MEMORY": "1GiB"})

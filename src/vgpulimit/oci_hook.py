@@ -650,6 +650,36 @@ def _check_architecture(rootfs: Rootfs, shim: bytes) -> None:
                     "programs could not load it")
 
 
+def _check_glibc(rootfs: Rootfs, shim: bytes) -> None:
+    """Refuses a rootfs whose glibc is older than the shim needs: the loader
+    would stop every process of the container on the shim's version needs.
+    Read from the symbol versions libc.so.6 defines, where the loader looks
+    for it (its default directories, Debian's and Red Hat's)."""
+    from vgpulimit import glibc
+
+    need = glibc.newest(glibc.needed(shim))
+    if need is None:
+        return
+    kind = _elf_kind(shim)
+    multiarch = {62: "x86_64-linux-gnu", 183: "aarch64-linux-gnu"}[kind[1]]
+    directories = (f"/lib/{multiarch}", f"/usr/lib/{multiarch}", "/lib64", "/usr/lib64", "/lib",
+                   "/usr/lib")
+    for directory in directories:
+        path = f"{directory}/libc.so.6"
+        libc = rootfs.resolve_read(path, 64 << 20)
+        if libc is not None and _elf_kind(libc) == kind:
+            break
+    else:
+        raise HookError(f"rootfs {rootfs.path}: it has no libc.so.6 in "
+                        f"{', '.join(directories)}, and the shim needs glibc "
+                        f"{glibc.text(need)} or later")
+    have = glibc.newest(glibc.defined(libc))
+    if have is None or have < need:
+        what = f"glibc {glibc.text(have)}" if have else "not glibc (it defines no GLIBC_ version)"
+        raise HookError(f"rootfs {rootfs.path}: its C library ({path}) is {what}, and the shim "
+                        f"needs glibc {glibc.text(need)} or later: its programs could not load it")
+
+
 def _make_dir(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> None:
     rootfs.dir(_parts(CONTAINER_DIR), create=True, made=manifest.made)
 
@@ -800,6 +830,7 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
         _enter_mount_namespace(state.pid)
         rootfs = Rootfs(rootfs_path)
         _check_architecture(rootfs, prepared.shim)
+        _check_glibc(rootfs, prepared.shim)
         for parts in (_parts(CONTAINER_DIR), PRELOAD[:-1]):
             if rootfs.entry(parts) is not None:   # refuses a link before anything is written
                 rootfs.dir(parts)

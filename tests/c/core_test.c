@@ -321,23 +321,41 @@ static void test_kill_storm(struct vgl_region *region)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the survivor died");
 }
 
+/* core_test SCRATCH_DIR [TEST...]: every test, or those named.  Under
+ * qemu-user (tests/test_platforms.py) a dead process's robust mutex is never
+ * handed on, so the tests of dead holders are left out there. */
+static bool wanted(int argc, char **argv, const char *test)
+{
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], test) == 0)
+            return true;
+    return argc == 2;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: core_test SCRATCH_DIR\n");
+    if (argc < 2) {
+        fprintf(stderr, "usage: core_test SCRATCH_DIR [parser|start_time|region_files|racing|"
+                        "dead_holders|kill_storm]...\n");
         return 2;
     }
     vgl_log_level = VGL_LOG_ERROR;
-    test_parser();
-    test_start_time();
-    test_region_files(argv[1]);
+    if (wanted(argc, argv, "parser"))
+        test_parser();
+    if (wanted(argc, argv, "start_time"))
+        test_start_time();
+    if (wanted(argc, argv, "region_files"))
+        test_region_files(argv[1]);
     char path[512];
     snprintf(path, sizeof path, "%s/race", argv[1]);
     struct vgl_region *region = NULL;
     if (vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && vgl_region_open(path, &region) == 0) {
-        test_racing_processes(region);
-        test_dead_holders(region);
-        test_kill_storm(region);
+        if (wanted(argc, argv, "racing"))
+            test_racing_processes(region);
+        if (wanted(argc, argv, "dead_holders"))
+            test_dead_holders(region);
+        if (wanted(argc, argv, "kill_storm"))
+            test_kill_storm(region);
         vgl_region_close(region);
     } else {
         CHECK(0, "cannot make %s", path);
