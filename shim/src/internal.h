@@ -43,10 +43,21 @@ const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len);
 bool vgl_lock_acquire(struct vgl_lock *lock);
 void vgl_lock_consistent(struct vgl_lock *lock);
 void vgl_lock_release(struct vgl_lock *lock);
+/* Takes the region lock.  A holder that died may have left the ledger's
+ * totals half recounted: then, or when a device is left frozen, the totals
+ * are recounted first. */
+void vgl_region_lock(struct vgl_region *region);
+void vgl_region_unlock(struct vgl_region *region);
 
 /* ledger.c (also region.h) */
-/* Recomputes a device's total from the live slots (after a holder died). */
-void vgl_ledger_repair(struct vgl_region *region, uint32_t device);
+/* Forgets what a slot counts, without giving it back to the devices: for a
+ * slot whose process died in the middle of a change (busy raised), which
+ * the totals cannot be trusted to hold or not.  A recount must follow. */
+void vgl_ledger_drop(struct vgl_slot *slot);
+/* Under the region lock: sets every device's total to the sum of the live
+ * slots, with every change held off meanwhile (and the counts of a slot
+ * whose process died in the middle of one dropped). */
+void vgl_ledger_recount(struct vgl_region *region);
 
 /* config.c — the configuration, decided once at load. */
 /* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py

@@ -1,10 +1,11 @@
 /* The region file: create, map, validate, claim a slot, reclaim the dead.
  *
- * Every process of a container maps the same file.  Mutations happen under
- * process-shared robust mutexes, so a process killed at any instruction
- * leaves no lock held: the next locker is told (EOWNERDEAD) and repairs what
- * the lock guards.  Readers (status views) read without locks and may see a
- * moment-old value, never a blocked one. */
+ * Every process of a container maps the same file.  Slot claims, limit
+ * changes and reclaims happen under the region lock, a process-shared robust
+ * mutex, so a process killed at any instruction leaves no lock held: the
+ * next locker is told (EOWNERDEAD) and repairs what the lock guards.  The
+ * byte counts change without it (ledger.c).  Readers (status views) read
+ * without locks and may see a moment-old value, never a blocked one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -61,13 +62,28 @@ void vgl_lock_consistent(struct vgl_lock *lock) { pthread_mutex_consistent(as_mu
 
 void vgl_lock_release(struct vgl_lock *lock) { pthread_mutex_unlock(as_mutex(lock)); }
 
-/* Slot claims and limits are written so that a half-done change is harmless
- * (a slot's state is set last), so the region lock needs no repair. */
-static void region_lock(struct vgl_region *region)
+static bool any_frozen(const struct vgl_region *region)
 {
-    if (vgl_lock_acquire(&region->lock))
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+        if (__atomic_load_n(&region->devices[d].frozen, __ATOMIC_RELAXED))
+            return true;
+    return false;
+}
+
+/* Slot claims and limits are written so that a half-done change is harmless
+ * (a slot's state is set last); the ledger's totals are not (a recount, or a
+ * reclaim that dropped a slot's counts, cut short), so they are recounted. */
+void vgl_region_lock(struct vgl_region *region)
+{
+    bool owner_died = vgl_lock_acquire(&region->lock);
+    /* Only the lock's holder freezes, and it thaws before it lets go. */
+    if (owner_died || any_frozen(region))
+        vgl_ledger_recount(region);
+    if (owner_died)
         vgl_lock_consistent(&region->lock);
 }
+
+void vgl_region_unlock(struct vgl_region *region) { vgl_lock_release(&region->lock); }
 
 static int init_region(struct vgl_region *region, const struct vgl_mem_limit *limits,
                        const uint32_t *cores_pct, uint32_t flags, const char *parent)
@@ -83,7 +99,6 @@ static int init_region(struct vgl_region *region, const struct vgl_mem_limit *li
     int err = lock_init(&region->lock);
     for (uint32_t i = 0; i < VGL_MAX_DEVICES && !err; i++) {
         struct vgl_device_state *dev = &region->devices[i];
-        err = lock_init(&dev->lock);
         if (limits)
             dev->limit = limits[i];
         if (cores_pct)
@@ -334,7 +349,7 @@ void vgl_proc_comm_self(char comm[VGL_COMM_LEN])
         comm[n - 1] = '\0';
 }
 
-/* Returns a slot's bytes to the device totals (the ledger lock of each device). */
+/* Returns a slot's bytes to the device totals. */
 static void slot_release_all(struct vgl_region *region, struct vgl_slot *slot)
 {
     for (uint32_t dev = 0; dev < VGL_MAX_DEVICES; dev++)
@@ -342,12 +357,26 @@ static void slot_release_all(struct vgl_region *region, struct vgl_slot *slot)
             vgl_ledger_release(region, slot, dev, slot->used_bytes[dev]);
 }
 
+/* Empties the slot of a process that is gone (or of this one's image before
+ * exec) under the region lock.  True when its process died in the middle of
+ * a change: its counts are dropped, and the totals are the caller's to
+ * recount (ledger.c says why). */
+static bool slot_empty(struct vgl_region *region, struct vgl_slot *slot)
+{
+    if (__atomic_load_n(&slot->busy, __ATOMIC_ACQUIRE)) {
+        vgl_ledger_drop(slot);
+        return true;
+    }
+    slot_release_all(region, slot);
+    return false;
+}
+
 int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, struct vgl_slot **out)
 {
     uint64_t start = vgl_proc_start_time(pid);
     for (int attempt = 0; attempt < 2; attempt++) {
         struct vgl_slot *found = NULL;
-        region_lock(region);
+        vgl_region_lock(region);
         for (uint32_t i = 0; i < VGL_MAX_SLOTS && !found; i++) {
             struct vgl_slot *slot = &region->slots[i];
             /* The same process again (after exec): the driver dropped its
@@ -359,14 +388,17 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
             if (region->slots[i].state == VGL_SLOT_FREE)
                 found = &region->slots[i];
         if (found) {
-            slot_release_all(region, found);
+            /* The same process after exec: its other threads were ended
+             * wherever they were, mid-change maybe. */
+            if (slot_empty(region, found))
+                vgl_ledger_recount(region);
             found->pid = pid;
             found->host_pid = host_pid;
             found->start_time = start;
             vgl_proc_comm_self(found->comm);
             __atomic_store_n(&found->state, VGL_SLOT_LIVE, __ATOMIC_RELEASE);
         }
-        vgl_lock_release(&region->lock);
+        vgl_region_unlock(region);
         if (found) {
             *out = found;
             return 0;
@@ -380,24 +412,28 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
 void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
 {
     slot_release_all(region, slot);
-    region_lock(region);
+    vgl_region_lock(region);
     __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
-    vgl_lock_release(&region->lock);
+    vgl_region_unlock(region);
 }
 
 int vgl_region_reclaim(struct vgl_region *region)
 {
     int reclaimed = 0;
-    region_lock(region);
+    bool torn = false;
+    vgl_region_lock(region);
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         struct vgl_slot *slot = &region->slots[i];
         if (slot->state != VGL_SLOT_LIVE || vgl_proc_running(slot->pid, slot->start_time))
             continue;
-        slot_release_all(region, slot);
+        torn |= slot_empty(region, slot);
         __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
         reclaimed++;
     }
-    vgl_lock_release(&region->lock);
+    /* A death before this leaves the lock's next taker to recount. */
+    if (torn)
+        vgl_ledger_recount(region);
+    vgl_region_unlock(region);
     return reclaimed;
 }
 
@@ -405,7 +441,7 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
                      const uint32_t *cores_pct)
 {
     vgl_region_reclaim(region);
-    region_lock(region);
+    vgl_region_lock(region);
     bool held = false;
     for (uint32_t i = 0; i < VGL_MAX_SLOTS && !held; i++)
         held = __atomic_load_n(&region->slots[i].state, __ATOMIC_ACQUIRE) == VGL_SLOT_LIVE;
@@ -418,7 +454,7 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
         }
         __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     }
-    vgl_lock_release(&region->lock);
+    vgl_region_unlock(region);
     return !held;
 }
 
@@ -427,12 +463,12 @@ int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
 {
     if (device >= VGL_MAX_DEVICES || cores_pct > 100)
         return -EINVAL;
-    region_lock(region);
+    vgl_region_lock(region);
     struct vgl_device_state *dev = &region->devices[device];
     __atomic_store_n(&dev->limit.bytes, limit->bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->limit.ppm, limit->ppm, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->cores_pct, cores_pct, __ATOMIC_RELAXED);
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
-    vgl_lock_release(&region->lock);
+    vgl_region_unlock(region);
     return 0;
 }

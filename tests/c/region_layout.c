@@ -20,23 +20,25 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 3);
+    PIN(VGL_REGION_VERSION, 4);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
-    PIN(sizeof(struct vgl_device_state), 176);
-    PIN(offsetof(struct vgl_device_state, limit), 64);
-    PIN(offsetof(struct vgl_device_state, cores_pct), 80);
-    PIN(offsetof(struct vgl_device_state, total_bytes), 88);
-    PIN(offsetof(struct vgl_device_state, used_bytes), 96);
-    PIN(offsetof(struct vgl_device_state, oom_refusals), 104);
-    PIN(offsetof(struct vgl_device_state, throttled_ns), 112);
-    PIN(offsetof(struct vgl_device_state, busy_ns), 120);
-    PIN(offsetof(struct vgl_device_state, budget_ns), 128);
-    PIN(offsetof(struct vgl_device_state, budget_at_ns), 136);
-    PIN(offsetof(struct vgl_device_state, uuid), 160);
+    PIN(sizeof(struct vgl_device_state), 112);
+    PIN(offsetof(struct vgl_device_state, limit), 0);
+    PIN(offsetof(struct vgl_device_state, cores_pct), 16);
+    PIN(offsetof(struct vgl_device_state, frozen), 20);
+    PIN(offsetof(struct vgl_device_state, total_bytes), 24);
+    PIN(offsetof(struct vgl_device_state, used_bytes), 32);
+    PIN(offsetof(struct vgl_device_state, oom_refusals), 40);
+    PIN(offsetof(struct vgl_device_state, throttled_ns), 48);
+    PIN(offsetof(struct vgl_device_state, busy_ns), 56);
+    PIN(offsetof(struct vgl_device_state, budget_ns), 64);
+    PIN(offsetof(struct vgl_device_state, budget_at_ns), 72);
+    PIN(offsetof(struct vgl_device_state, uuid), 96);
     PIN(sizeof(struct vgl_slot), 168);
     PIN(offsetof(struct vgl_slot, pid), 4);
     PIN(offsetof(struct vgl_slot, host_pid), 8);
+    PIN(offsetof(struct vgl_slot, busy), 12);
     PIN(offsetof(struct vgl_slot, start_time), 16);
     PIN(offsetof(struct vgl_slot, used_bytes), 24);
     PIN(offsetof(struct vgl_slot, comm), 152);
@@ -48,7 +50,7 @@ int main(void)
     PIN(offsetof(struct vgl_region, parent), 40);
     PIN(offsetof(struct vgl_region, lock), 296);
     PIN(offsetof(struct vgl_region, devices), 360);
-    PIN(offsetof(struct vgl_region, slots), 360 + 16 * 176);
-    PIN(sizeof(struct vgl_region), 360 + 16 * 176 + 1024 * 168);
+    PIN(offsetof(struct vgl_region, slots), 360 + 16 * 112);
+    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 168);
     return failed;
 }

@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 3,
+    VGL_REGION_VERSION = 4,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -47,12 +47,12 @@ struct vgl_lock {
 };
 
 struct vgl_device_state {
-    struct vgl_lock lock;        /* guards used_bytes here and in every slot */
     struct vgl_mem_limit limit;  /* both fields 0: no cap */
     uint32_t cores_pct;          /* compute share, 1-100; 0: no cap */
-    uint32_t pad;
+    uint32_t frozen;             /* 1 while the ledger is recounted (ledger.c): changes wait */
     uint64_t total_bytes;        /* device memory as the driver reports it; 0 until seen */
-    uint64_t used_bytes;         /* = the sum of the live slots' used_bytes[this device] */
+    uint64_t used_bytes;         /* >= the sum of the live slots' used_bytes[this device], and
+                                    equal to it whenever no change is under way (ledger.c) */
     uint64_t oom_refusals;       /* allocations refused at the cap */
     uint64_t throttled_ns;       /* time the container's launches waited for compute budget */
     uint64_t busy_ns;            /* GPU time the container's kernels took, as measured; views
@@ -71,7 +71,7 @@ struct vgl_slot {
     uint32_t state;              /* enum vgl_slot_state */
     int32_t pid;                 /* as the container sees it */
     int32_t host_pid;            /* 0: unknown */
-    uint32_t pad;
+    uint32_t busy;               /* changes of used_bytes under way (ledger.c), one per thread */
     uint64_t start_time;         /* /proc/<pid>/stat starttime: a reused pid is not the dead one */
     uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
     char comm[16];
@@ -89,7 +89,7 @@ struct vgl_region {
      * reserves its bytes and compute time in that one too, so a nested run
      * may only tighten the limits it runs under. */
     char parent[256];            /* VGL_PARENT_LEN, NUL-terminated */
-    struct vgl_lock lock;        /* guards slot claims and limit changes */
+    struct vgl_lock lock;        /* guards slot claims, limit changes and ledger recounts */
     struct vgl_device_state devices[16];  /* VGL_MAX_DEVICES */
     struct vgl_slot slots[1024];          /* VGL_MAX_SLOTS */
 };
