@@ -2,7 +2,7 @@
 
 Builds tests/c/core_test.c optimised (no sanitizers) and prints its kill-storm
 figures: 100 holders killed at random moments (mid-reservation, mid-release,
-holding the ledger lock) while a survivor keeps allocating; the longest wait
+mid-reclaim under the region lock) while a survivor keeps allocating; the longest wait
 of an allocation that needs a dead holder's bytes, and the longest single call
 of the survivor.  Goals (issue 3): under 10 ms, and no stall over 100 ms.
 
