@@ -2,9 +2,9 @@
 
 Builds tests/c/core_test.c optimised (no sanitizers) and prints its kill-storm
 figures: 100 holders killed at random moments (mid-reservation, mid-release,
-mid-reclaim under the region lock) while a survivor keeps allocating; the longest wait
-of an allocation that needs a dead holder's bytes, and the longest single call
-of the survivor.  Goals (issue 3): under 10 ms, and no stall over 100 ms.
+mid-reclaim under the region lock) while a survivor keeps allocating; the
+longest wait of an allocation that needs a dead holder's bytes, and the
+longest single call of the survivor.  Goals (issue 3): under 10 ms, and no stall over 100 ms.
 
     python benchmarks/kill_recovery.py [--runs N]
 """
