@@ -50,14 +50,12 @@ void vgl_region_lock(struct vgl_region *region);
 void vgl_region_unlock(struct vgl_region *region);
 
 /* ledger.c (also region.h) */
-/* Forgets what a slot counts, without giving it back to the devices: for a
- * slot whose process died in the middle of a change (busy raised), which
- * the totals cannot be trusted to hold or not.  A recount must follow. */
-void vgl_ledger_drop(struct vgl_slot *slot);
-/* Under the region lock: sets every device's total to the sum of the live
- * slots, with every change held off meanwhile (and the counts of a slot
- * whose process died in the middle of one dropped). */
-void vgl_ledger_recount(struct vgl_region *region);
+/* Under the region lock: sets every device's total to the sum of the slots'
+ * counts, with every change held off meanwhile; the counts of a dead slot
+ * (VGL_SLOT_DEAD) that was in the middle of a change (busy) are dropped
+ * first, and its busy cleared.  False when a change under way did not end
+ * in time: nothing was written (ledger.c says why). */
+bool vgl_ledger_recount(struct vgl_region *region);
 
 /* config.c — the configuration, decided once at load. */
 /* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py

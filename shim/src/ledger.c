@@ -8,7 +8,7 @@
  * checked in the same atomic step that raises the total, so no two
  * reservations can together pass it; and since the device is counted first
  * on the way up and last on the way down, used_bytes is never below what the
- * slots hold: it can only over-state, never let through a byte too many.
+ * slots hold: it can over-state, never let a byte too many through.
  *
  * A death between the two steps.  Each change raises the slot's `busy`
  * count before it touches a count and lowers it after (atomically: the
@@ -19,8 +19,8 @@
  * One that died with busy raised may have counted a device and not its slot,
  * or (releasing) its slot and not the device, or neither: nothing says which,
  * so its counts are dropped and every device's total is recounted as the sum
- * of the live slots (vgl_ledger_recount).  After that, the totals are exact:
- * the dead slot counts for nothing, and the driver has freed its memory.
+ * of the slots (vgl_ledger_recount).  Then the totals are exact: the dropped
+ * slot counts for nothing, and the driver has freed its process's memory.
  *
  * The recount must see no change under way: it would miss a reservation
  * counted on the device but not yet on its slot, and come out short.  So the
@@ -29,20 +29,28 @@
  * frozen, both sequentially consistent, as the recounter writes frozen and
  * then reads busy: of the two, at least one sees the other's write.  Either
  * the recounter sees busy and waits for that change to end (a few
- * instructions; a slot whose process died meanwhile is dropped), or the
- * change sees frozen before touching anything, lowers busy again and waits
- * for the region lock, which the recounter holds until it has written the
- * totals and cleared frozen.  No total is written by anything but an atomic
- * read-modify-write, except the recount's own, made while nothing changes.
+ * instructions), or the change sees frozen before it touches a count, lowers
+ * busy again and waits for the region lock, which the recounter holds until
+ * it has written the totals and cleared frozen.  No total is written but by
+ * an atomic read-modify-write, except the recount's own, made while nothing
+ * changes.
  *
- * A recounter that dies leaves the region lock to its next taker, who is
- * told (a robust mutex) and recounts again (vgl_region_lock); frozen flags
- * found set by the holder of the region lock are such leftovers too.  So
- * no death, at any instruction, leaves the totals off past the next reclaim,
- * or anyone waiting on a process that is gone.  A live process stopped (by a
- * signal, a debugger) in the middle of a change holds up a recount, and with
- * it the changes of the others, until it resumes: that wait is what makes
- * the recount exact. */
+ * Dropping and writing the totals go together: a dead slot's counts are
+ * zeroed only once every change has settled, and its busy stays raised
+ * until the totals are written, so a recounter that dies in between leaves
+ * the slot to be dropped again by the next.  One that dies at any point
+ * leaves the region lock to its next taker, who is told (a robust mutex) and
+ * recounts again (vgl_region_lock); frozen flags found set by the holder of
+ * the region lock are such leftovers too.  So no death, at any instruction,
+ * leaves the totals off past the next reclaim, or anyone waiting on a
+ * process that is gone.
+ *
+ * A live process stopped (a signal, a debugger) in the middle of a change,
+ * or one in another pid namespace that died in the middle of one (it cannot
+ * be told from a live one), would hold a recount, and with it every change,
+ * up forever.  So a recount waits for a slot at most RECOUNT_WAIT_NS; then it
+ * gives up, having written nothing: the totals keep over-stating what the
+ * dead held, and its slot stays for a later reclaim to try again. */
 #include <errno.h>
 #include <sched.h>
 #include <time.h>
@@ -146,24 +154,36 @@ void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot, uint32
         wait_for_recount(region);
 }
 
-void vgl_ledger_drop(struct vgl_slot *slot)
+/* How long a recount waits for a change under way to end. */
+#define RECOUNT_WAIT_NS 100000000ULL
+
+static uint64_t now_ns(void)
 {
-    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
-        __atomic_store_n(&slot->used_bytes[d], 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&slot->busy, 0, __ATOMIC_RELEASE);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* Waits until no change of `slot`'s is under way; one whose process died
- * in the middle never ends, so its counts are dropped. */
-static void settle(struct vgl_slot *slot)
+/* Waits until no change of `slot`'s is under way: true, or false when it
+ * stays under way for RECOUNT_WAIT_NS.  A slot whose process is found gone
+ * is dead: its change under way never ends, and the recount drops it. */
+static bool settle(struct vgl_slot *slot)
 {
+    uint64_t deadline = 0;
     for (unsigned tries = 0; __atomic_load_n(&slot->busy, __ATOMIC_SEQ_CST) != 0; tries++) {
+        if (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) == VGL_SLOT_DEAD)
+            return true;
         if (tries < 64)
             continue; /* a change is a few instructions */
         if (tries % 256 == 64 && !vgl_proc_running(slot->pid, slot->start_time)) {
-            vgl_ledger_drop(slot);
-            return;
+            __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
+            return true;
         }
+        uint64_t now = now_ns();
+        if (!deadline)
+            deadline = now + RECOUNT_WAIT_NS;
+        else if (now > deadline)
+            return false;
         if (tries < 1024) {
             sched_yield(); /* its process was preempted */
         } else {
@@ -171,22 +191,46 @@ static void settle(struct vgl_slot *slot)
             nanosleep(&pause, NULL); /* stopped, most likely */
         }
     }
+    return true;
 }
 
-void vgl_ledger_recount(struct vgl_region *region)
+static bool counted(const struct vgl_slot *slot)
+{
+    uint32_t state = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
+    return state == VGL_SLOT_LIVE || state == VGL_SLOT_DEAD;
+}
+
+static bool torn(const struct vgl_slot *slot)
+{
+    return __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) == VGL_SLOT_DEAD &&
+           __atomic_load_n(&slot->busy, __ATOMIC_RELAXED);
+}
+
+bool vgl_ledger_recount(struct vgl_region *region)
 {
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
         __atomic_store_n(&region->devices[d].frozen, 1, __ATOMIC_SEQ_CST);
-    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
-        if (__atomic_load_n(&region->slots[i].state, __ATOMIC_ACQUIRE) == VGL_SLOT_LIVE)
-            settle(&region->slots[i]);
-    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
-        uint64_t sum = 0;
+    bool settled = true;
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS && settled; i++)
+        if (counted(&region->slots[i]))
+            settled = settle(&region->slots[i]);
+    if (settled) {
         for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
-            if (region->slots[i].state == VGL_SLOT_LIVE)
-                sum += __atomic_load_n(&region->slots[i].used_bytes[d], __ATOMIC_RELAXED);
-        __atomic_store_n(&region->devices[d].used_bytes, sum, __ATOMIC_RELAXED);
+            if (torn(&region->slots[i]))
+                for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+                    __atomic_store_n(&region->slots[i].used_bytes[d], 0, __ATOMIC_RELAXED);
+        for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
+            uint64_t sum = 0;
+            for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
+                if (counted(&region->slots[i]))
+                    sum += __atomic_load_n(&region->slots[i].used_bytes[d], __ATOMIC_RELAXED);
+            __atomic_store_n(&region->devices[d].used_bytes, sum, __ATOMIC_RELAXED);
+        }
+        for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
+            if (torn(&region->slots[i]))
+                __atomic_store_n(&region->slots[i].busy, 0, __ATOMIC_RELEASE);
     }
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
         __atomic_store_n(&region->devices[d].frozen, 0, __ATOMIC_RELEASE);
+    return settled;
 }

@@ -165,9 +165,9 @@ static bool plausible(const struct vgl_region *region)
     }
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         const struct vgl_slot *slot = &region->slots[i];
-        if (slot->state != VGL_SLOT_FREE && slot->state != VGL_SLOT_LIVE)
+        if (slot->state != VGL_SLOT_FREE && slot->state != VGL_SLOT_LIVE && slot->state != VGL_SLOT_DEAD)
             return false;
-        if (slot->state != VGL_SLOT_LIVE)
+        if (slot->state == VGL_SLOT_FREE)
             continue;
         if (slot->pid <= 0 || slot->host_pid < 0)
             return false;
@@ -357,18 +357,28 @@ static void slot_release_all(struct vgl_region *region, struct vgl_slot *slot)
             vgl_ledger_release(region, slot, dev, slot->used_bytes[dev]);
 }
 
-/* Empties the slot of a process that is gone (or of this one's image before
- * exec) under the region lock.  True when its process died in the middle of
- * a change: its counts are dropped, and the totals are the caller's to
- * recount (ledger.c says why). */
-static bool slot_empty(struct vgl_region *region, struct vgl_slot *slot)
+/* Gives back what the dead slots hold and frees them, under the region
+ * lock: how many.  Those that died in the middle of a change are dropped by
+ * a recount (ledger.c); when none can be made now, they stay for the next
+ * reclaim. */
+static int free_dead(struct vgl_region *region)
 {
-    if (__atomic_load_n(&slot->busy, __ATOMIC_ACQUIRE)) {
-        vgl_ledger_drop(slot);
-        return true;
+    bool torn = false;
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS && !torn; i++)
+        torn = region->slots[i].state == VGL_SLOT_DEAD &&
+               __atomic_load_n(&region->slots[i].busy, __ATOMIC_ACQUIRE);
+    if (torn)
+        vgl_ledger_recount(region);
+    int freed = 0;
+    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
+        struct vgl_slot *slot = &region->slots[i];
+        if (slot->state != VGL_SLOT_DEAD || __atomic_load_n(&slot->busy, __ATOMIC_ACQUIRE))
+            continue;
+        slot_release_all(region, slot);
+        __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
+        freed++;
     }
-    slot_release_all(region, slot);
-    return false;
+    return freed;
 }
 
 int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, struct vgl_slot **out)
@@ -377,21 +387,20 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
     for (int attempt = 0; attempt < 2; attempt++) {
         struct vgl_slot *found = NULL;
         vgl_region_lock(region);
-        for (uint32_t i = 0; i < VGL_MAX_SLOTS && !found; i++) {
+        /* The same process again, after exec: the driver dropped its memory
+         * with the old image, whose slot goes as a dead one's (its other
+         * threads were ended wherever they were, in a change maybe). */
+        for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
             struct vgl_slot *slot = &region->slots[i];
-            /* The same process again (after exec): the driver dropped its
-             * memory with the old image, so its old counts go too. */
             if (slot->state == VGL_SLOT_LIVE && slot->pid == pid && slot->start_time == start)
-                found = slot;
+                __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
         }
+        free_dead(region);
         for (uint32_t i = 0; i < VGL_MAX_SLOTS && !found; i++)
-            if (region->slots[i].state == VGL_SLOT_FREE)
+            if (region->slots[i].state == VGL_SLOT_FREE && !region->slots[i].busy)
                 found = &region->slots[i];
         if (found) {
-            /* The same process after exec: its other threads were ended
-             * wherever they were, mid-change maybe. */
-            if (slot_empty(region, found))
-                vgl_ledger_recount(region);
+            slot_release_all(region, found); /* what a thread counted after its process detached */
             found->pid = pid;
             found->host_pid = host_pid;
             found->start_time = start;
@@ -419,20 +428,15 @@ void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
 
 int vgl_region_reclaim(struct vgl_region *region)
 {
-    int reclaimed = 0;
-    bool torn = false;
     vgl_region_lock(region);
+    /* Marked first: a reclaimer that dies on the way leaves the next one
+     * slots it need not ask about (their pids may name others by then). */
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         struct vgl_slot *slot = &region->slots[i];
-        if (slot->state != VGL_SLOT_LIVE || vgl_proc_running(slot->pid, slot->start_time))
-            continue;
-        torn |= slot_empty(region, slot);
-        __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
-        reclaimed++;
+        if (slot->state == VGL_SLOT_LIVE && !vgl_proc_running(slot->pid, slot->start_time))
+            __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
     }
-    /* A death before this leaves the lock's next taker to recount. */
-    if (torn)
-        vgl_ledger_recount(region);
+    int reclaimed = free_dead(region);
     vgl_region_unlock(region);
     return reclaimed;
 }

@@ -39,6 +39,9 @@ enum vgl_region_flags {
 enum vgl_slot_state {
     VGL_SLOT_FREE = 0,
     VGL_SLOT_LIVE = 1,
+    /* Its process is gone (or exec'd: the new image has another slot), its
+     * bytes not yet given back to the devices' totals (ledger.c). */
+    VGL_SLOT_DEAD = 2,
 };
 
 /* Storage for a process-shared robust pthread mutex; opaque to readers. */
