@@ -71,8 +71,8 @@ static bool any_frozen(const struct vgl_region *region)
 }
 
 /* Slot claims and limits are written so that a half-done change is harmless
- * (a slot's state is set last); the ledger's totals are not (a recount, or a
- * reclaim that dropped a slot's counts, cut short), so they are recounted. */
+ * (a slot's state is set last); the ledger's totals are not (a recount cut
+ * short, devices left frozen), so they are recounted. */
 void vgl_region_lock(struct vgl_region *region)
 {
     bool owner_died = vgl_lock_acquire(&region->lock);
@@ -165,7 +165,8 @@ static bool plausible(const struct vgl_region *region)
     }
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         const struct vgl_slot *slot = &region->slots[i];
-        if (slot->state != VGL_SLOT_FREE && slot->state != VGL_SLOT_LIVE && slot->state != VGL_SLOT_DEAD)
+        if (slot->state != VGL_SLOT_FREE && slot->state != VGL_SLOT_LIVE &&
+            slot->state != VGL_SLOT_DEAD)
             return false;
         if (slot->state == VGL_SLOT_FREE)
             continue;

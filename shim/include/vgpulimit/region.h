@@ -54,8 +54,9 @@ struct vgl_device_state {
     uint32_t cores_pct;          /* compute share, 1-100; 0: no cap */
     uint32_t frozen;             /* 1 while the ledger is recounted (ledger.c): changes wait */
     uint64_t total_bytes;        /* device memory as the driver reports it; 0 until seen */
-    uint64_t used_bytes;         /* >= the sum of the live slots' used_bytes[this device], and
-                                    equal to it whenever no change is under way (ledger.c) */
+    uint64_t used_bytes;         /* >= the sum of the live and dead slots' used_bytes[this
+                                    device]; equal to it while no change is under way and no
+                                    process that died in one awaits a reclaim (ledger.c) */
     uint64_t oom_refusals;       /* allocations refused at the cap */
     uint64_t throttled_ns;       /* time the container's launches waited for compute budget */
     uint64_t busy_ns;            /* GPU time the container's kernels took, as measured; views
