@@ -277,3 +277,19 @@ def test_pytorch_matmuls_get_thirty_percent_of_a_real_gpu():
     ratio = (json.loads(capped.stdout.splitlines()[-1])["matmuls_per_s"] /
              json.loads(uncapped.stdout.splitlines()[-1])["matmuls_per_s"])
     assert 0.27 <= ratio <= 0.33, ratio
+
+
+@pytest.mark.parametrize("switch", ["push", "set"])
+def test_launches_are_charged_to_the_device_of_the_context_current_then(tmp_path, sim_env, switch):
+    """One thread switches between two devices' contexts (push/pop, or set):
+    each round runs three 1 ms kernels on device 1 and one on device 0, so
+    device 1's measured GPU time is about three times device 0's."""
+    client = compile_c(tmp_path / "context_switch", [C_DIR / "context_switch.c"], "-ldl")
+    region = tmp_path / "region"
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--region", region, "--", client, switch, "300"),
+        env)
+    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
+    busy = {d["index"]: d["busy_ns"] for d in status["devices"]}
+    assert busy[0] > 0 and busy[1] > 0, busy
+    assert 2 <= busy[1] / busy[0] <= 4.5, busy

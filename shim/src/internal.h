@@ -254,6 +254,10 @@ void vgl_graph_memory_forget(void);
 /* launch_hooks.c */
 /* In a forked child: the parent's events and measurements are not the child's. */
 void vgl_launch_forget(void);
+/* After a call that may have changed the calling thread's current context
+ * (or, `everywhere`, ended a context some thread has current): the launch
+ * path asks the driver again.  Returns `rc`, the call's result. */
+CUresult vgl_context_changed(bool everywhere, CUresult rc);
 
 /* The exported wrappers: the driver's own names and signatures. */
 #define CU_HOOK(symbol, base, version, pt, params, args) \

@@ -38,6 +38,7 @@ enum {
     STREAMS = 16,                   /* streams per context whose runs are measured */
     COSTS = 256,                    /* launch targets whose GPU time a process remembers */
     RUN_LAUNCHES = 64,              /* a run closes after this many launches */
+    RECHECK_LAUNCHES = 64,          /* a thread's current context is asked again after this many */
 };
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
@@ -118,6 +119,51 @@ static void settle(int device, int64_t charged_ns, int64_t measured_ns)
         vgl_throttle_settle(devs[i], charged_ns, measured_ns);
 }
 
+/* ---- the calling thread's current context ------------------------------------------- */
+
+/* Asking the driver for the current context on every launch would be most of
+ * what the share costs, so each thread keeps its answer until a call that
+ * changes it (context_hooks.c).  Bumped when a context may have ended, and
+ * in a forked child: every thread asks again. */
+static uint64_t contexts_epoch = 1;
+static __thread struct {
+    CUcontext ctx;
+    uint64_t epoch;                 /* 0: ask the driver */
+    uint32_t uses;                  /* launches since the driver was last asked */
+} current;
+
+CUresult vgl_context_changed(bool everywhere, CUresult rc)
+{
+    if (everywhere)
+        __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
+    current.epoch = 0;
+    return rc;
+}
+
+static CUresult current_context(CUcontext *ctx)
+{
+    uint64_t epoch = __atomic_load_n(&contexts_epoch, __ATOMIC_ACQUIRE);
+    /* Asked again now and then all the same: a path the shim does not see
+     * (a driver-private one) would otherwise charge another device for good. */
+    if (current.epoch == epoch && ++current.uses < RECHECK_LAUNCHES) {
+        *ctx = current.ctx;
+        return CUDA_SUCCESS;
+    }
+    CUresult rc = vgl_real.cuCtxGetCurrent(ctx);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (current.epoch == epoch && current.ctx != *ctx) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_WARN, &logged, "the current context changed from %p to %p by a call the "
+                        "shim does not see; up to %d launches were charged to the former's device",
+                        (void *)current.ctx, (void *)*ctx, RECHECK_LAUNCHES);
+    }
+    current.ctx = *ctx;
+    current.epoch = epoch;
+    current.uses = 0;
+    return rc;
+}
+
 /* ---- per-process measurement state ------------------------------------------------------ */
 
 /* Launches of one stream between two events. */
@@ -166,6 +212,7 @@ static struct {
 
 void vgl_launch_forget(void)
 {
+    __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
     pthread_mutex_init(&launches.lock, NULL);
     launches.ntrackers = 0;
     memset(launches.trackers, 0, sizeof launches.trackers);
@@ -222,7 +269,7 @@ static struct tracker *tracker_for(CUcontext ctx, int device)
 /* Under the lock: the device of the current context, if the region accounts for it. */
 static int launch_device(CUcontext *ctx)
 {
-    if (vgl_real.cuCtxGetCurrent(ctx) != CUDA_SUCCESS || !*ctx)
+    if (current_context(ctx) != CUDA_SUCCESS || !*ctx)
         return -1; /* the driver refuses the launch itself */
     for (uint32_t i = 0; i < launches.ntrackers; i++)
         if (launches.trackers[i].ctx == *ctx)
