@@ -47,6 +47,10 @@ enum {
 /* A launch that waited for budget waits on until the budget holds this much
  * (at most half what the container may keep), so runs are long. */
 #define RESUME_NS 20000000
+/* A borrowing container asks NVML whether others are busy at most this
+ * often, over the driver's samples of the last LEND_WINDOW_US. */
+#define LEND_CHECK_NS 200000000ULL
+#define LEND_WINDOW_US 300000ULL
 /* A waiting launch wakes at least this often, to read measurements back and
  * to see a changed share. */
 #define MAX_SLEEP_NS 20000000
@@ -94,6 +98,27 @@ static uint32_t budgets(int device, struct vgl_device_state **out)
     return n;
 }
 
+/* Whether a borrowing container may run past its share on `device` now: no
+ * other tenant ran kernels there lately, as the real NVML tells.  One process
+ * asks at a time, at most every LEND_CHECK_NS; the answer holds for all the
+ * container's processes until the next. */
+static bool lent(int device, struct vgl_device_state *dev, uint64_t now_ns)
+{
+    if (__atomic_load_n(&dev->cores_policy, __ATOMIC_RELAXED) != VGL_CORES_BORROW)
+        return false;
+    uint64_t until = __atomic_load_n(&dev->lend_until_ns, __ATOMIC_ACQUIRE);
+    if (now_ns < until)
+        return true;
+    static uint64_t asked_ns[VGL_MAX_DEVICES];
+    uint64_t asked = __atomic_load_n(&asked_ns[device], __ATOMIC_RELAXED);
+    if (now_ns - asked < LEND_CHECK_NS ||
+        !__atomic_compare_exchange_n(&asked_ns[device], &asked, now_ns, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return false;
+    bool idle = !vgl_others_busy(device, LEND_WINDOW_US);
+    __atomic_store_n(&dev->lend_until_ns, idle ? now_ns + LEND_CHECK_NS : 0, __ATOMIC_RELEASE);
+    return idle;
+}
+
 /* 0: admitted by every budget and charged `cost_ns` in each; else how long
  * to wait, nothing charged. */
 static int64_t admit(int device, uint64_t now_ns, int64_t cost_ns)
@@ -102,6 +127,10 @@ static int64_t admit(int device, uint64_t now_ns, int64_t cost_ns)
     uint32_t n = budgets(device, devs);
     for (uint32_t i = 0; i < n; i++) {
         int64_t wait = vgl_throttle_admit(devs[i], now_ns, cost_ns);
+        if (wait > 0 && lent(device, devs[i], now_ns)) {
+            vgl_throttle_lend(devs[i], cost_ns);
+            wait = 0;
+        }
         if (wait > 0) {
             while (i--)
                 vgl_throttle_settle(devs[i], cost_ns, 0);

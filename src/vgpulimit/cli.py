@@ -95,6 +95,9 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="compute share of every device, in percent: 30 or 30%%")
     run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
                      help="compute share of device I (overrides --cores; repeatable)")
+    run.add_argument("--cores-policy", metavar="POLICY",
+                     help="hard (default: never past the share), borrow (past it while no other "
+                          "tenant uses the device) or none (no compute limit)")
     run.add_argument("--simulate", action="store_true",
                      help="run on the simulated GPU that ships with vgpulimit")
     run.add_argument("--region", metavar="PATH",
@@ -230,7 +233,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         memory = str(memory_in_units(args.memory_units, args.unit).bytes)
     limits = supervisor.resolve_limits(memory, args.memory_device, os.environ,
-                                       args.cores, args.cores_device)
+                                       args.cores, args.cores_device, args.cores_policy)
     options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                     region_path=args.region)
     return supervisor.run(options)

@@ -267,6 +267,7 @@ def to_json(view: ContainerView | RegionSnapshot) -> dict[str, Any]:
                 },
                 "cap_bytes": dev.cap_bytes,
                 "cores_pct": dev.cores_pct or None,
+                "cores_policy": dev.cores_policy,
                 "total_bytes": dev.total_bytes or None,
                 "used_bytes": dev.used_bytes,
                 "free_bytes": dev.free_bytes,
