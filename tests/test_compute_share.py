@@ -33,8 +33,10 @@ class Container:
     """`vgpulimit run --simulate --cores PCT -- CMD` in the background, its
     output collected line by line."""
 
-    def __init__(self, env, cores: int | None, command: list[str], region: Path | None = None):
+    def __init__(self, env, cores: int | None, command: list[str], region: Path | None = None,
+                 policy: str | None = None):
         flags = ["--cores", str(cores)] if cores is not None else []
+        flags += ["--cores-policy", policy] if policy is not None else []
         flags += ["--region", str(region)] if region is not None else []
         self.proc = subprocess.Popen(vgpulimit_cmd("run", "--simulate", *flags, "--", *map(str, command)),
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -293,3 +295,41 @@ def test_launches_are_charged_to_the_device_of_the_context_current_then(tmp_path
     busy = {d["index"]: d["busy_ns"] for d in status["devices"]}
     assert busy[0] > 0 and busy[1] > 0, busy
     assert 2 <= busy[1] / busy[0] <= 4.5, busy
+
+
+def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_own(tmp_path, sim_env,
+                                                                                   launch_client):
+    """--cores-policy borrow: alone on the device the container runs well past
+    its 30 %; once a hard-capped neighbour at 60 % launches, it is back near
+    its share and the neighbour near its own."""
+    started = time.monotonic()
+    borrower = Container(sim_env, 30, loops(launch_client, 1, seconds=6.5), policy="borrow")
+    wait_for(lambda: any(t >= started + 2.5 for points in progress("".join(borrower.lines)).values()
+                         for t, _ in points), "progress reported 2.5 s after the start")
+    neighbour_at = time.monotonic()
+    neighbour = Container(sim_env, 60, loops(launch_client, 1, seconds=3.5))
+    alone = share("".join(borrower.lines), started + 1, neighbour_at)
+    output, other = borrower.finish(), neighbour.finish()
+    assert alone >= 60
+    assert 15 <= share(output, neighbour_at + 1.5, neighbour_at + 3.5) <= 45
+    assert share(other, neighbour_at + 1.5, neighbour_at + 3.5) >= 45
+
+
+def test_policy_none_lifts_the_share(sim_env, launch_client):
+    env = dict(sim_env, GPU_CORE_UTILIZATION_POLICY="DISABLE", CUDA_DEVICE_SM_LIMIT="20")
+    container = Container(env, None, loops(launch_client, 1, seconds=2.5))
+    output = container.finish()
+    start = min(t for points in progress(output).values() for t, _ in points)
+    assert share(output, start + 0.5, start + 2.4) >= 80
+
+
+def test_a_bad_cores_policy_names_itself_and_the_accepted_forms(sim_env):
+    result = run(vgpulimit_cmd("run", "--simulate", "--cores-policy", "lend", "--", "true"), sim_env, check=False)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "--cores-policy" in line and "lend" in line and "borrow" in line
+    result = run(vgpulimit_cmd("run", "--simulate", "--", "true"), dict(sim_env, VGPULIMIT_CORES_POLICY="lend"),
+                 check=False)
+    assert result.returncode != 0
+    [line] = result.stderr.strip().splitlines()
+    assert "VGPULIMIT_CORES_POLICY" in line and "lend" in line and "borrow" in line
