@@ -333,3 +333,16 @@ def test_a_bad_cores_policy_names_itself_and_the_accepted_forms(sim_env):
     assert result.returncode != 0
     [line] = result.stderr.strip().splitlines()
     assert "VGPULIMIT_CORES_POLICY" in line and "lend" in line and "borrow" in line
+
+
+def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch_client):
+    region = tmp_path / "region"
+    run(vgpulimit_cmd("run", "--simulate", "--cores", "30", "--cores-policy", "borrow", "--region", region,
+                      "--", launch_client, "kernel", "1000", "0.3"), sim_env)
+    shown = run(vgpulimit_cmd("status", "--json", "--region", region), sim_env).stdout
+    [device] = [d for d in json.loads(shown)["devices"] if d["index"] == 0]
+    assert (device["cores_pct"], device["cores_policy"]) == (30, "borrow")
+    run(vgpulimit_cmd("set", "--cores-policy", "FORCE", "--region", region), sim_env)
+    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
+                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    assert device["cores_policy"] == "hard"

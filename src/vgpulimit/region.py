@@ -254,6 +254,12 @@ class Region:
         value = CORES_POLICIES.index(policy)
         for index in range(MAX_DEVICES):
             self._mapped.devices[index].cores_policy = value
+        # Writing device 0's limits as they are bumps the generation: every
+        # process looks at its limits again (a launch that saw none may now
+        # have one).
+        dev = self._mapped.devices[0]
+        self._outcome(lib.vgl_region_set_limits(self._mapped, 0, ffi.addressof(dev, "limit"),
+                                                int(dev.cores_pct)))
 
     def reserve(self, slot: Slot, device: int, nbytes: int, cap_bytes: int | None = None) -> bool:
         """Reserves bytes in the ledger as the shim does for an allocation;

@@ -24,7 +24,13 @@ from pathlib import Path
 from vgpulimit import environment
 from vgpulimit._paths import libpath, simgpu_dir
 from vgpulimit.environment import Setting
-from vgpulimit.limits import MemoryLimit, ascii_number, parse_cores, parse_cores_policy, parse_memory
+from vgpulimit.limits import (
+    MemoryLimit,
+    ascii_number,
+    parse_cores,
+    parse_cores_policy,
+    parse_memory,
+)
 from vgpulimit.region import MAX_DEVICES, PARENT_LEN, Region, RegionError
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
