@@ -43,7 +43,7 @@ enum {
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
 /* A run closes once its launches are charged this much. */
-#define RUN_NS 20000000
+#define RUN_NS 100000000
 /* A launch that waited for budget waits on until the budget holds this much
  * (at most half what the container may keep), so runs are long. */
 #define RESUME_NS 20000000
@@ -203,8 +203,11 @@ struct run {
     int64_t charged_ns;
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
+    bool after_sleep;               /* it began where the process went to sleep: its span may hold
+                                       idle time, so it teaches no kernel's cost */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
+    uint64_t closed_ns;             /* when its end was recorded */
 };
 
 struct stream_runs {
@@ -416,7 +419,10 @@ static void harvest(struct tracker *t, uint64_t now)
         if (!since_reference(t, r->end, &end, &failed) ||
             (r->start && !since_reference(t, r->start, &start, &failed))) {
             if (!failed) {
-                r->due_ns = now + 1000000 + (uint64_t)r->charged_ns / 4;
+                /* Asked again after half as long as it has been running
+                 * late: a run queued behind much work costs few queries. */
+                uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
+                r->due_ns = now + (late / 2 > 1000000 ? late / 2 : 1000000);
                 return;
             }
             settle_oldest(t, r->charged_ns);
@@ -430,7 +436,7 @@ static void harvest(struct tracker *t, uint64_t now)
         int64_t busy = end > from ? end - from : 0;
         if (end > t->covered_ns)
             t->covered_ns = end;
-        if (r->key && r->launches)
+        if (r->key && r->launches && !r->after_sleep)
             learn_cost(r->key, (end - start) / r->launches);
         /* The context's busy time, at most what its kernels are known to
          * cost: over several runs, as one stream's run may span the time
@@ -456,6 +462,10 @@ static void close_run(struct tracker *t, uint32_t index, uint64_t now, bool chai
         return;
     struct run r = s->current;
     s->open = false;
+    if (!r.launches) {
+        spare(t, r.start); /* nothing ran in it: nothing to measure */
+        return;
+    }
     r.end = mark(t, s->stream);
     if (!r.end) {
         settle((int)t->device, r.charged_ns, r.charged_ns);
@@ -463,6 +473,7 @@ static void close_run(struct tracker *t, uint32_t index, uint64_t now, bool chai
         return;
     }
     r.due_ns = now + (uint64_t)r.charged_ns;
+    r.closed_ns = now;
     if (t->count == INFLIGHT)
         settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
     t->ring[(t->head + t->count) % INFLIGHT] = r;
@@ -577,10 +588,20 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
     }
     int64_t wait = admit(device, now, cost);
     if (wait > 0) {
-        /* The process sleeps: its runs end here, so their spans hold no idle time. */
+        /* The process sleeps.  A run of kernels not all known ends here, so
+         * that its span holds no idle time.  One whose kernels are all known
+         * goes on past the sleep (no event, no capture query when the
+         * process wakes): its span may then hold idle time, but it is
+         * charged at most what its kernels are known to cost, and it
+         * teaches no cost. */
         pthread_mutex_lock(&launches.lock);
-        for (uint32_t i = 0; t && i < t->nstreams; i++)
-            close_run(t, i, now, false);
+        for (uint32_t i = 0; t && i < t->nstreams; i++) {
+            struct stream_runs *s = &t->streams[i];
+            if (s->open && s->current.known)
+                s->current.after_sleep = true;
+            else
+                close_run(t, i, now, false);
+        }
         pthread_mutex_unlock(&launches.lock);
         uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device);
         for (;;) {
