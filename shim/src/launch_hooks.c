@@ -44,6 +44,9 @@ enum {
 #define FIRST_COST_NS 1000000
 /* A run closes once its launches are charged this much. */
 #define RUN_NS 100000000
+/* What runs read back may keep of what their kernels are known to cost and
+ * did not take, for later runs whose spans take more. */
+#define ALLOWANCE_NS 40000000
 /* A launch that waited for budget waits on until the budget holds this much
  * (at most half what the container may keep), so runs are long. */
 #define RESUME_NS 20000000
@@ -203,8 +206,6 @@ struct run {
     int64_t charged_ns;
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
-    bool after_sleep;               /* it began where the process went to sleep: its span may hold
-                                       idle time, so it teaches no kernel's cost */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
     uint64_t closed_ns;             /* when its end was recorded */
@@ -436,7 +437,7 @@ static void harvest(struct tracker *t, uint64_t now)
         int64_t busy = end > from ? end - from : 0;
         if (end > t->covered_ns)
             t->covered_ns = end;
-        if (r->key && r->launches && !r->after_sleep)
+        if (r->key && r->launches)
             learn_cost(r->key, (end - start) / r->launches);
         /* The context's busy time, at most what its kernels are known to
          * cost: over several runs, as one stream's run may span the time
@@ -446,8 +447,8 @@ static void harvest(struct tracker *t, uint64_t now)
             if (busy > t->allowance_ns)
                 busy = t->allowance_ns;
             t->allowance_ns -= busy;
-            if (t->allowance_ns > 2 * RUN_NS)
-                t->allowance_ns = 2 * RUN_NS;
+            if (t->allowance_ns > ALLOWANCE_NS)
+                t->allowance_ns = ALLOWANCE_NS;
         }
         settle_oldest(t, busy);
     }
@@ -588,20 +589,14 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
     }
     int64_t wait = admit(device, now, cost);
     if (wait > 0) {
-        /* The process sleeps.  A run of kernels not all known ends here, so
-         * that its span holds no idle time.  One whose kernels are all known
-         * goes on past the sleep (no event, no capture query when the
-         * process wakes): its span may then hold idle time, but it is
-         * charged at most what its kernels are known to cost, and it
-         * teaches no cost. */
+        /* The process sleeps: its runs end here, so their spans hold no idle
+         * time.  (A run kept open past the sleep would save an event and a
+         * capture query, but its span would teach no cost: a cost first
+         * learnt while sibling processes' slices stretched the span would
+         * then be charged for good.) */
         pthread_mutex_lock(&launches.lock);
-        for (uint32_t i = 0; t && i < t->nstreams; i++) {
-            struct stream_runs *s = &t->streams[i];
-            if (s->open && s->current.known)
-                s->current.after_sleep = true;
-            else
-                close_run(t, i, now, false);
-        }
+        for (uint32_t i = 0; t && i < t->nstreams; i++)
+            close_run(t, i, now, false);
         pthread_mutex_unlock(&launches.lock);
         uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device);
         for (;;) {
