@@ -110,23 +110,23 @@ def added_calls_per_launch(calls_file: Path) -> float:
 
 
 def run_containers(containers: list[Container], client: Path, settle: float, window: float,
-                   workdir: Path) -> list[tuple[float, float]]:
+                   workdir: Path, extra_env: dict[str, str] | None = None) -> list[tuple[float, float]]:
     """Runs the containers at once on one fresh simulated GPU; the share each
     achieved, and the driver calls it added per launch."""
     seconds = settle + window + 0.5
     # CLOCK_MONOTONIC, as the clients report it (time.monotonic is the same clock on Linux).
     start = time.monotonic() + settle + 0.3
-    outputs = run_staggered([(c, 0.0, seconds) for c in containers], client, workdir)
+    outputs = run_staggered([(c, 0.0, seconds) for c in containers], client, workdir, extra_env)
     return [(share_of(out, c.kernel_us, start, start + window), calls)
             for c, (out, calls) in zip(containers, outputs, strict=True)]
 
 
-def run_staggered(plan: list[tuple[Container, float, float]], client: Path,
-                  workdir: Path) -> list[tuple[str, float]]:
+def run_staggered(plan: list[tuple[Container, float, float]], client: Path, workdir: Path,
+                  extra_env: dict[str, str] | None = None) -> list[tuple[str, float]]:
     """Runs each container (after its delay, for its seconds) on one fresh
     simulated GPU; each one's output and the driver calls it added per launch."""
     state = workdir / f"simgpu-{time.monotonic_ns()}.state"
-    env = base_environment(state, workdir / "run")
+    env = dict(base_environment(state, workdir / "run"), **(extra_env or {}))
     calls = [workdir / f"calls-{time.monotonic_ns()}-{i}.jsonl" for i in range(len(plan))]
     procs = []
     began = time.monotonic()
@@ -165,12 +165,16 @@ def accuracy(client: Path, targets, kernels, processes, settle: float, window: f
 
 
 def streams(client: Path, targets, settle: float, window: float, workdir: Path) -> None:
-    print("One process on several streams (1 ms kernels, launched on the streams in turn)")
+    # Kernels of one context one at a time, so that the kernels completed tell
+    # the GPU time (with several at once they overlap, and the share is their
+    # union).
+    print("One process on several streams (1 ms kernels, launched on the streams in turn; "
+          "SIMGPU_CONCURRENT_KERNELS=1)")
     print(f"{'target':>7} {'streams':>7} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
     for target in targets:
         for n, path in ((1, "kernel"), (2, "streams2"), (4, "streams4")):
             [(share, calls)] = run_containers([Container(target, 1, 1000, path)], client, settle, window,
-                                              workdir)
+                                              workdir, {"SIMGPU_CONCURRENT_KERNELS": "1"})
             print(f"{target:>6}% {n:>7} {share:>8.1f}% {share - target:>+7.1f} {calls:>12.2f}", flush=True)
     print()
 

@@ -43,10 +43,14 @@ enum {
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
 /* A run closes once its launches are charged this much. */
-#define RUN_NS 100000000
+#define RUN_NS 20000000
 /* What runs read back may keep of what their kernels are known to cost and
- * did not take, for later runs whose spans take more. */
-#define ALLOWANCE_NS 40000000
+ * did not take, for later runs whose spans take more: two runs' worth, so a
+ * stream's run that spans its sibling stream's kernels is charged what the
+ * sibling's run (adding nothing to the union) did not take.  (Longer runs
+ * would cost fewer calls with long kernels, but need a larger allowance,
+ * which sibling processes' time slices, stretching spans, then use up.) */
+#define ALLOWANCE_NS (2 * RUN_NS)
 /* A launch that waited for budget waits on until the budget holds this much
  * (at most half what the container may keep), so runs are long. */
 #define RESUME_NS 20000000
