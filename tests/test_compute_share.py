@@ -315,9 +315,10 @@ def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_o
     assert share(other, neighbour_at + 1.5, neighbour_at + 3.5) >= 45
 
 
-def test_policy_none_lifts_the_share(sim_env, launch_client):
-    env = dict(sim_env, GPU_CORE_UTILIZATION_POLICY="DISABLE", CUDA_DEVICE_SM_LIMIT="20")
-    container = Container(env, None, loops(launch_client, 1, seconds=2.5))
+@pytest.mark.parametrize("variable, value", [("VGPULIMIT_CORES_POLICY", "none"),
+                                             ("GPU_CORE_UTILIZATION_POLICY", "DISABLE")])
+def test_policy_none_lifts_the_share(sim_env, launch_client, variable, value):
+    container = Container(dict(sim_env, **{variable: value}), 20, loops(launch_client, 1, seconds=2.5))
     output = container.finish()
     start = min(t for points in progress(output).values() for t, _ in points)
     assert share(output, start + 0.5, start + 2.4) >= 80

@@ -253,8 +253,8 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             out->asks = 1;
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
-            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], VGPULIMIT_CORES_POLICY, "
-                            "VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], "
+                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
     merge(&r);
