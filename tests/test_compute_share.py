@@ -343,6 +343,7 @@ def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch
     shown = run(vgpulimit_cmd("status", "--json", "--region", region), sim_env).stdout
     [device] = [d for d in json.loads(shown)["devices"] if d["index"] == 0]
     assert (device["cores_pct"], device["cores_policy"]) == (30, "borrow")
+    assert "30% borrow" in run(vgpulimit_cmd("status", "--region", region), sim_env).stdout
     run(vgpulimit_cmd("set", "--cores-policy", "FORCE", "--region", region), sim_env)
     [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
                                           sim_env).stdout)["devices"] if d["index"] == 0]
