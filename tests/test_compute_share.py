@@ -348,3 +348,18 @@ def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch
     [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
                                           sim_env).stdout)["devices"] if d["index"] == 0]
     assert device["cores_policy"] == "hard"
+
+
+def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client):
+    """At 90 % with 1 ms kernels the shim measures runs of launches, and asks
+    for the current context only now and then (the thread's is kept until a
+    context call changes it): well under one added driver call per launch."""
+    calls_file = tmp_path / "calls.jsonl"
+    got = run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--", launch_client, "kernel", "1000", "2"),
+              dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout
+    launched = int(got.split("done ")[1].split()[1])
+    calls = driver_calls(calls_file)
+    assert calls["cuLaunchKernel"] == launched >= 500
+    assert calls.get("cuCtxGetCurrent", 0) <= launched // 32 + 5, calls
+    loops_own = launched + 2 * calls["cuEventSynchronize"]
+    assert sum(calls.values()) - loops_own < launched // 2, calls
