@@ -7,8 +7,11 @@ fresh simulated GPU: 1 or 4 processes per container, each a launch loop
 simulated GPU time the container's kernels ran (completed launches times the
 kernel's length) over a window after a settle time; every process reports its
 completed launches every 100 ms; calls/launch is the driver calls the shim
-added per launch, as simgpu counted them (SIMGPU_CALLS).  Then two containers
-at 30 % and 60 % share one device.  Last, the cost a launch pays for the shim with no cap and with
+added per launch, as simgpu counted them (SIMGPU_CALLS).  Then one process
+on 1, 2 and 4 streams; two containers on one device (30+60, 10+90, 50+50 with
+1 ms kernels, 30+60 with 20 ms kernels, longer than simgpu's time slice); a
+borrowing container (--cores-policy borrow) alone, and after a hard-capped
+neighbour starts.  Last, the cost a launch pays for the shim with no cap and with
 cap 100, against the same loop without the shim, in one run (overhead.py's loop).
 
     python benchmarks/compute_share.py            # the full table (~8 minutes)
@@ -60,11 +63,14 @@ class Container:
     cores_pct: int
     processes: int
     kernel_us: int
+    path: str = "kernel"            # launch_client's PATH: kernel, streams2, streams4
+    policy: str | None = None       # --cores-policy
 
     def command(self, client: Path, seconds: float) -> list[str]:
-        loop = " & ".join([f"{client} kernel {self.kernel_us} {seconds}"] * self.processes)
+        loop = " & ".join([f"{client} {self.path} {self.kernel_us} {seconds}"] * self.processes)
+        policy = ["--cores-policy", self.policy] if self.policy else []
         return [sys.executable, "-m", "vgpulimit", "run", "--simulate", "--cores",
-                str(self.cores_pct), "--", "sh", "-c", f"{loop} & wait"]
+                str(self.cores_pct), *policy, "--", "sh", "-c", f"{loop} & wait"]
 
 
 def share_of(output: str, kernel_us: int, start: float, end: float) -> float:
@@ -89,40 +95,56 @@ def added_calls_per_launch(calls_file: Path) -> float:
     """Driver calls per launch beyond the loop's own, over a container's
     processes (simgpu's SIMGPU_CALLS count).  The loop makes one cuLaunchKernel
     per launch and, per batch, one cuEventRecord and one cuEventSynchronize (none
-    for the first batch); its few setup calls are left in (negligible over
-    thousands of launches)."""
+    for the first batch), and with several streams one cuEventRecord and one
+    cuStreamWaitEvent per other stream; its few setup calls are left in
+    (negligible over thousands of launches)."""
     added = launches = 0
     for line in calls_file.read_text().splitlines():
         by_name = json.loads(line)["by_name"]
         waits = by_name.get("cuEventSynchronize", 0)
-        own = by_name.get("cuLaunchKernel", 0) + 2 * waits + 1
+        joins = by_name.get("cuStreamWaitEvent", 0)
+        own = by_name.get("cuLaunchKernel", 0) + 2 * waits + 1 + 2 * joins
         added += sum(by_name.values()) - own
         launches += by_name.get("cuLaunchKernel", 0)
     return added / launches if launches else float("nan")
 
 
 def run_containers(containers: list[Container], client: Path, settle: float, window: float,
-                   workdir: Path) -> list[tuple[float, float]]:
+                   workdir: Path, extra_env: dict[str, str] | None = None) -> list[tuple[float, float]]:
     """Runs the containers at once on one fresh simulated GPU; the share each
     achieved, and the driver calls it added per launch."""
-    state = workdir / f"simgpu-{time.monotonic_ns()}.state"
-    env = base_environment(state, workdir / "run")
     seconds = settle + window + 0.5
     # CLOCK_MONOTONIC, as the clients report it (time.monotonic is the same clock on Linux).
     start = time.monotonic() + settle + 0.3
-    calls = [workdir / f"calls-{time.monotonic_ns()}-{i}.jsonl" for i in range(len(containers))]
-    procs = [subprocess.Popen(c.command(client, seconds), env=dict(env, SIMGPU_CALLS=str(f)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for c, f in zip(containers, calls, strict=True)]
-    results = []
-    for c, proc, f in zip(containers, procs, calls, strict=True):
+    outputs = run_staggered([(c, 0.0, seconds) for c in containers], client, workdir, extra_env)
+    return [(share_of(out, c.kernel_us, start, start + window), calls)
+            for c, (out, calls) in zip(containers, outputs, strict=True)]
+
+
+def run_staggered(plan: list[tuple[Container, float, float]], client: Path, workdir: Path,
+                  extra_env: dict[str, str] | None = None) -> list[tuple[str, float]]:
+    """Runs each container (after its delay, for its seconds) on one fresh
+    simulated GPU; each one's output and the driver calls it added per launch."""
+    state = workdir / f"simgpu-{time.monotonic_ns()}.state"
+    env = dict(base_environment(state, workdir / "run"), **(extra_env or {}))
+    calls = [workdir / f"calls-{time.monotonic_ns()}-{i}.jsonl" for i in range(len(plan))]
+    procs = []
+    began = time.monotonic()
+    for (c, delay, seconds), f in sorted(zip(plan, calls, strict=True), key=lambda p: p[0][1]):
+        time.sleep(max(0.0, began + delay - time.monotonic()))
+        procs.append((c, f, seconds, subprocess.Popen(c.command(client, seconds),
+                                                      env=dict(env, SIMGPU_CALLS=str(f)),
+                                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                      text=True)))
+    results = {}
+    for c, f, seconds, proc in procs:
         out, err = proc.communicate(timeout=seconds + 60)
         if proc.returncode != 0:
             raise RuntimeError(f"{c} exited {proc.returncode}: {err.strip()}")
-        results.append((share_of(out, c.kernel_us, start, start + window), added_calls_per_launch(f)))
+        results[f] = (out, added_calls_per_launch(f))
         f.unlink(missing_ok=True)
     state.unlink(missing_ok=True)
-    return results
+    return [results[f] for f in calls]
 
 
 def accuracy(client: Path, targets, kernels, processes, settle: float, window: float,
@@ -142,13 +164,61 @@ def accuracy(client: Path, targets, kernels, processes, settle: float, window: f
     print(f"largest error: {worst:.1f} points\n")
 
 
+def streams(client: Path, targets, settle: float, window: float, workdir: Path) -> None:
+    # Kernels of one context one at a time, so that the kernels completed tell
+    # the GPU time (with several at once they overlap, and the share is their
+    # union).
+    print("One process on several streams (1 ms kernels, launched on the streams in turn; "
+          "SIMGPU_CONCURRENT_KERNELS=1)")
+    print(f"{'target':>7} {'streams':>7} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
+    for target in targets:
+        for n, path in ((1, "kernel"), (2, "streams2"), (4, "streams4")):
+            [(share, calls)] = run_containers([Container(target, 1, 1000, path)], client, settle, window,
+                                              workdir, {"SIMGPU_CONCURRENT_KERNELS": "1"})
+            print(f"{target:>6}% {n:>7} {share:>8.1f}% {share - target:>+7.1f} {calls:>12.2f}", flush=True)
+    print()
+
+
+PAIRS = ((30, 60, 1000), (10, 90, 1000), (50, 50, 1000), (30, 60, 20000))
+
+
 def two_containers(client: Path, settle: float, window: float, workdir: Path) -> None:
-    pair = [Container(30, 1, 1000), Container(60, 1, 1000)]
-    results = run_containers(pair, client, settle, window, workdir)
-    print("Two containers on one device (1 ms kernels, one process each)")
-    print(f"{'cap':>5} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
-    for c, (share, calls) in zip(pair, results, strict=True):
-        print(f"{c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f} {calls:>12.2f}")
+    print("Two containers on one device (one process each)")
+    print(f"{'kernel':>8} {'cap':>5} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
+    for a, b, kernel_us in PAIRS:
+        pair = [Container(a, 1, kernel_us), Container(b, 1, kernel_us)]
+        results = run_containers(pair, client, settle, window, workdir)
+        for c, (share, calls) in zip(pair, results, strict=True):
+            print(f"{_kernel_text(kernel_us):>8} {c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f} "
+                  f"{calls:>12.2f}", flush=True)
+    print()
+
+
+def borrowing(client: Path, workdir: Path) -> None:
+    """A container at 30 % that borrows, alone for 3 s; then a hard-capped
+    neighbour at 60 % runs for 4 s.  When the borrower is back: the first
+    progress sample after the neighbour's start from which its share over the
+    next 0.5 s is within 3 points of 30 %."""
+    alone_s, together_s = 3.0, 4.0
+    borrower = Container(30, 1, 1000, policy="borrow")
+    neighbour = Container(60, 1, 1000)
+    began = time.monotonic()
+    [(out, calls), (other, other_calls)] = run_staggered(
+        [(borrower, 0.0, alone_s + together_s), (neighbour, alone_s, together_s)], client, workdir)
+    joined = min(float(line.split()[2]) for line in other.splitlines() if line.startswith("progress"))
+    alone = share_of(out, 1000, began + 1.0, joined)
+    samples = sorted(float(line.split()[2]) for line in out.splitlines() if line.startswith("progress"))
+    back = next((t - joined for t in samples
+                 if t >= joined and abs(share_of(out, 1000, t, t + 0.5) - borrower.cores_pct) <= 3), None)
+    after = share_of(out, 1000, joined + 1.0, joined + together_s - 0.5)
+    beside = share_of(other, 1000, joined + 1.0, joined + together_s - 0.5)
+    print("A borrowing container (30 %, --cores-policy borrow) alone, then beside a hard-capped one (60 %)")
+    print(f"{'':<28} {'achieved':>9} {'calls/launch':>12}")
+    print(f"{'borrower alone':<28} {alone:>8.1f}% {calls:>12.2f}")
+    print(f"{'borrower, neighbour running':<28} {after:>8.1f}%")
+    print(f"{'neighbour (60 %, hard)':<28} {beside:>8.1f}% {other_calls:>12.2f}")
+    print(f"borrower back within 3 points of 30 % {back:.1f} s after the neighbour's first report"
+          if back is not None else "borrower never back within 3 points of 30 %")
     print()
 
 
@@ -219,7 +289,8 @@ def main() -> None:
     parser.add_argument("--targets", type=int, nargs="+", help="shares to try, percent")
     parser.add_argument("--kernels", type=int, nargs="+", help="kernel lengths to try, us")
     parser.add_argument("--processes", type=int, nargs="+", help="processes per container")
-    parser.add_argument("--skip", nargs="+", default=[], choices=["accuracy", "pair", "cost"],
+    parser.add_argument("--skip", nargs="+", default=[],
+                        choices=["accuracy", "streams", "pair", "borrow", "cost"],
                         help="parts to leave out")
     parser.add_argument("--torch", action="store_true",
                         help="instead: PyTorch matmuls at --cores 30 vs uncapped, on a real GPU")
@@ -239,8 +310,12 @@ def main() -> None:
         client = build_client(workdir)
         if "accuracy" not in args.skip:
             accuracy(client, targets, kernels, processes, settle, window, workdir)
+        if "streams" not in args.skip:
+            streams(client, targets, settle, window, workdir)
         if "pair" not in args.skip:
             two_containers(client, settle, window, workdir)
+        if "borrow" not in args.skip:
+            borrowing(client, workdir)
         if "cost" not in args.skip:
             launch_cost(200_000 if args.quick else 2_000_000, 2 if args.quick else 3, workdir)
 

@@ -160,3 +160,8 @@ def test_a_container_started_from_the_spec_is_capped_as_with_the_hook(tmp_path):
     assert proc.returncode == 0
     assert tree(bundle.rootfs, dir_times=False, skip=("tmp",)) == before
     assert os.listdir(node) == []
+
+
+def test_the_spec_carries_the_compute_policy():
+    [device] = spec_of("--cores", "30", "--cores-policy", "borrow")["devices"]
+    assert device["containerEdits"]["env"] == ["VGPULIMIT_CORES=30", "VGPULIMIT_CORES_POLICY=borrow"]

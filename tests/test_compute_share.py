@@ -33,8 +33,10 @@ class Container:
     """`vgpulimit run --simulate --cores PCT -- CMD` in the background, its
     output collected line by line."""
 
-    def __init__(self, env, cores: int | None, command: list[str], region: Path | None = None):
+    def __init__(self, env, cores: int | None, command: list[str], region: Path | None = None,
+                 policy: str | None = None):
         flags = ["--cores", str(cores)] if cores is not None else []
+        flags += ["--cores-policy", policy] if policy is not None else []
         flags += ["--region", str(region)] if region is not None else []
         self.proc = subprocess.Popen(vgpulimit_cmd("run", "--simulate", *flags, "--", *map(str, command)),
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -277,3 +279,87 @@ def test_pytorch_matmuls_get_thirty_percent_of_a_real_gpu():
     ratio = (json.loads(capped.stdout.splitlines()[-1])["matmuls_per_s"] /
              json.loads(uncapped.stdout.splitlines()[-1])["matmuls_per_s"])
     assert 0.27 <= ratio <= 0.33, ratio
+
+
+@pytest.mark.parametrize("switch", ["push", "set"])
+def test_launches_are_charged_to_the_device_of_the_context_current_then(tmp_path, sim_env, switch):
+    """One thread switches between two devices' contexts (push/pop, or set):
+    each round runs three 1 ms kernels on device 1 and one on device 0, so
+    device 1's measured GPU time is about three times device 0's."""
+    client = compile_c(tmp_path / "context_switch", [C_DIR / "context_switch.c"], "-ldl")
+    region = tmp_path / "region"
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--region", region, "--", client, switch, "300"),
+        env)
+    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
+    busy = {d["index"]: d["busy_ns"] for d in status["devices"]}
+    assert busy[0] > 0 and busy[1] > 0, busy
+    assert 2 <= busy[1] / busy[0] <= 4.5, busy
+
+
+def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_own(tmp_path, sim_env,
+                                                                                   launch_client):
+    """--cores-policy borrow: alone on the device the container runs well past
+    its 30 %; once a hard-capped neighbour at 60 % launches, it is back near
+    its share and the neighbour near its own."""
+    started = time.monotonic()
+    borrower = Container(sim_env, 30, loops(launch_client, 1, seconds=6.5), policy="borrow")
+    wait_for(lambda: any(t >= started + 2.5 for points in progress("".join(borrower.lines)).values()
+                         for t, _ in points), "progress reported 2.5 s after the start")
+    neighbour_at = time.monotonic()
+    neighbour = Container(sim_env, 60, loops(launch_client, 1, seconds=3.5))
+    alone = share("".join(borrower.lines), started + 1, neighbour_at)
+    output, other = borrower.finish(), neighbour.finish()
+    assert alone >= 60
+    assert 15 <= share(output, neighbour_at + 1.5, neighbour_at + 3.5) <= 45
+    assert share(other, neighbour_at + 1.5, neighbour_at + 3.5) >= 45
+
+
+@pytest.mark.parametrize("variable, value", [("VGPULIMIT_CORES_POLICY", "none"),
+                                             ("GPU_CORE_UTILIZATION_POLICY", "DISABLE")])
+def test_policy_none_lifts_the_share(sim_env, launch_client, variable, value):
+    container = Container(dict(sim_env, **{variable: value}), 20, loops(launch_client, 1, seconds=2.5))
+    output = container.finish()
+    start = min(t for points in progress(output).values() for t, _ in points)
+    assert share(output, start + 0.5, start + 2.4) >= 80
+
+
+def test_a_bad_cores_policy_names_itself_and_the_accepted_forms(sim_env):
+    result = run(vgpulimit_cmd("run", "--simulate", "--cores-policy", "lend", "--", "true"), sim_env, check=False)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "--cores-policy" in line and "lend" in line and "borrow" in line
+    result = run(vgpulimit_cmd("run", "--simulate", "--", "true"), dict(sim_env, VGPULIMIT_CORES_POLICY="lend"),
+                 check=False)
+    assert result.returncode != 0
+    [line] = result.stderr.strip().splitlines()
+    assert "VGPULIMIT_CORES_POLICY" in line and "lend" in line and "borrow" in line
+
+
+def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch_client):
+    region = tmp_path / "region"
+    run(vgpulimit_cmd("run", "--simulate", "--cores", "30", "--cores-policy", "borrow", "--region", region,
+                      "--", launch_client, "kernel", "1000", "0.3"), sim_env)
+    shown = run(vgpulimit_cmd("status", "--json", "--region", region), sim_env).stdout
+    [device] = [d for d in json.loads(shown)["devices"] if d["index"] == 0]
+    assert (device["cores_pct"], device["cores_policy"]) == (30, "borrow")
+    assert "30% borrow" in run(vgpulimit_cmd("status", "--region", region), sim_env).stdout
+    run(vgpulimit_cmd("set", "--cores-policy", "FORCE", "--region", region), sim_env)
+    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
+                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    assert device["cores_policy"] == "hard"
+
+
+def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client):
+    """At 90 % with 1 ms kernels the shim measures runs of launches, and asks
+    for the current context only now and then (the thread's is kept until a
+    context call changes it): well under one added driver call per launch."""
+    calls_file = tmp_path / "calls.jsonl"
+    got = run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--", launch_client, "kernel", "1000", "2"),
+              dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout
+    launched = int(got.split("done ")[1].split()[1])
+    calls = driver_calls(calls_file)
+    assert calls["cuLaunchKernel"] == launched >= 500
+    assert calls.get("cuCtxGetCurrent", 0) <= launched // 32 + 5, calls
+    loops_own = launched + 2 * calls["cuEventSynchronize"]
+    assert sum(calls.values()) - loops_own < launched // 2, calls

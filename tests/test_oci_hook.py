@@ -110,6 +110,8 @@ def test_poststop_of_a_container_it_did_not_touch(tmp_path):
     ("bad hami", "process.env CUDA_DEVICE_MEMORY_LIMIT_0: 'lots' is not a valid value"),
     ("bad annotation", "annotation vgpulimit.io/memory: 'half' is not a valid value"),
     ("bad cores", "annotation vgpulimit.io/cores: '150' is out of range"),
+    ("bad cores policy", "annotation vgpulimit.io/cores-policy: 'lend' is not a valid value; accepted forms"),
+    ("bad policy variable", "process.env GPU_CORE_UTILIZATION_POLICY: 'SOMETIMES' is not a valid value"),
     ("no pid", "the container state has no pid"),
 ])
 def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
@@ -125,6 +127,10 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
         annotations = {"vgpulimit.io/memory": "half"}
     elif case == "bad cores":
         annotations = {"vgpulimit.io/cores": "150"}
+    elif case == "bad cores policy":
+        annotations = {"vgpulimit.io/cores": "30", "vgpulimit.io/cores-policy": "lend"}
+    elif case == "bad policy variable":
+        env = {"CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "SOMETIMES"}
     bundle = plain_bundle(tmp_path, env, annotations)
     state: str | dict = state_of(bundle, pid=None if case == "no pid" else os.getpid())
     if case == "not json":

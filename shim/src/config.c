@@ -55,9 +55,10 @@ static bool nested_in_runtime(const char *path)
 static uint64_t limits_hash(const struct vgl_env *env)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
-    const unsigned char *parts[] = {(const void *)env->memory, (const void *)env->cores_pct};
-    size_t sizes[] = {sizeof env->memory, sizeof env->cores_pct};
-    for (int p = 0; p < 2; p++)
+    const unsigned char *parts[] = {(const void *)env->memory, (const void *)env->cores_pct,
+                                    (const void *)&env->cores_policy};
+    size_t sizes[] = {sizeof env->memory, sizeof env->cores_pct, sizeof env->cores_policy};
+    for (int p = 0; p < 3; p++)
         for (size_t i = 0; i < sizes[p]; i++)
             h = (h ^ parts[p][i]) * 0x100000001b3ULL;
     return h;

@@ -35,21 +35,30 @@ static void refuse(const char *call, CUdevice_v1 device)
     vgl_overhead_check_now(device); /* the undone context's cost is gone again */
 }
 
+/* A thread's current context, as the launch path keeps it, is stale after
+ * any of these: on this thread when it changed the stack of current contexts,
+ * on every thread when a context may have ended. */
+#define CHANGES_CURRENT(call) vgl_context_changed(false, (call))
+#define ENDS_CONTEXT(call) vgl_context_changed(true, (call))
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice_v1 dev)
 {
     CUresult rc = vgl_real.cuDevicePrimaryCtxRetain(pctx, dev);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev))
         return rc;
     vgl_real.cuDevicePrimaryCtxRelease_v2(dev);
+    vgl_context_changed(true, CUDA_SUCCESS);
     refuse("cuDevicePrimaryCtxRetain", dev);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static CUresult admit(const char *call, CUresult rc, CUcontext *pctx, CUdevice_v1 dev)
 {
+    vgl_context_changed(false, rc); /* a new context is pushed on the thread's stack */
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev))
         return rc;
     vgl_real.cuCtxDestroy_v2(*pctx);
+    vgl_context_changed(true, CUDA_SUCCESS);
     *pctx = NULL;
     refuse(call, dev);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -69,4 +78,69 @@ CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int n
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice_v1 dev)
 {
     return admit("cuCtxCreate", vgl_real.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev), pctx, dev);
+}
+
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice_v1 dev)
+{
+    return admit("cuCtxCreate", vgl_real.cuCtxCreate(pctx, flags, dev), pctx, dev);
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    return CHANGES_CURRENT(vgl_real.cuCtxSetCurrent(ctx));
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+    return CHANGES_CURRENT(vgl_real.cuCtxPushCurrent(ctx));
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    return CHANGES_CURRENT(vgl_real.cuCtxPushCurrent_v2(ctx));
+}
+
+CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+    return CHANGES_CURRENT(vgl_real.cuCtxPopCurrent(pctx));
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    return CHANGES_CURRENT(vgl_real.cuCtxPopCurrent_v2(pctx));
+}
+
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+    return ENDS_CONTEXT(vgl_real.cuCtxDestroy(ctx));
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    return ENDS_CONTEXT(vgl_real.cuCtxDestroy_v2(ctx));
+}
+
+CUresult cuCtxDetach(CUcontext ctx)
+{
+    return ENDS_CONTEXT(vgl_real.cuCtxDetach(ctx));
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice_v1 dev)
+{
+    return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxRelease(dev));
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice_v1 dev)
+{
+    return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxRelease_v2(dev));
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice_v1 dev)
+{
+    return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxReset(dev));
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice_v1 dev)
+{
+    return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxReset_v2(dev));
 }

@@ -30,6 +30,7 @@ static const struct family {
 
 static const char OUR_REGION[] = "VGPULIMIT_REGION";
 static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+static const char OUR_POLICY[] = "VGPULIMIT_CORES_POLICY";
 static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
 
 /* One value for one device, before the tiers are merged. */
@@ -198,11 +199,29 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         /* HAMi-core: 0 errors only, 1 warnings, 2 info, 3 and up debug. */
         out->log_level = hami_log[0] - '0' < 3 ? hami_log[0] - '0' : 3;
     }
-    /* HAMi-core's DISABLE turns its compute limit off; FORCE and DEFAULT are
-     * a hard cap here (its DEFAULT lets a container alone on the GPU run
-     * past its share, which we never do). */
-    const char *policy = lookup(envp, HAMI_POLICY);
-    bool hami_cores_off = policy && strcasecmp(policy, "DISABLE") == 0;
+    /* The compute policy: ours beats HAMi-core's (FORCE hard, DEFAULT
+     * borrow, DISABLE none; its DISABLE also drops its own share). */
+    out->cores_policy = -1;
+    const char *policy = lookup(envp, OUR_POLICY);
+    const char *policy_name = OUR_POLICY;
+    if (!policy) {
+        policy = lookup(envp, HAMI_POLICY);
+        policy_name = HAMI_POLICY;
+    }
+    uint32_t policy_value;
+    if (policy && vgl_parse_cores_policy(policy, &policy_value) == 0) {
+        out->asks = 1;
+        out->cores_policy = (int32_t)policy_value;
+        out->cores_policy_from.source = policy_name == OUR_POLICY ? VGL_ENV_OURS : VGL_ENV_HAMI;
+        snprintf(out->cores_policy_from.name, sizeof out->cores_policy_from.name, "%s", policy_name);
+        snprintf(out->cores_policy_from.text, sizeof out->cores_policy_from.text, "%s", policy);
+    } else if (policy) {
+        out->asks = 1;
+        say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", policy_name, policy,
+            vgl_cores_policy_forms());
+    }
+    const char *hami_policy = lookup(envp, HAMI_POLICY);
+    bool hami_cores_off = hami_policy && strcasecmp(hami_policy, "DISABLE") == 0;
 
     for (char **e = envp; e && *e; e++) {
         const char *entry = *e, *eq = strchr(entry, '=');
@@ -212,8 +231,8 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         const char *value = eq + 1;
         char name[VGL_ENV_NAME_LEN];
         snprintf(name, sizeof name, "%.*s", (int)len, entry);
-        if (lookup(envp, name) != value)
-            continue; /* a second entry of one name: getenv sees the first */
+        if (lookup(envp, name) != value || strcmp(name, OUR_POLICY) == 0)
+            continue; /* a second entry of one name: getenv sees the first; the policy is read above */
         const struct family *f = NULL;
         int device = -2;
         for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
@@ -235,7 +254,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
             say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], "
-                            "VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
     merge(&r);

@@ -169,10 +169,14 @@ static struct vgl_region *open_region(void)
         if (vgl_config.own_dir_len)
             make_own_dir();
         err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT, NULL);
+        bool made = !err;
         if (!err || err == -EEXIST)
             err = vgl_region_open(path, &region);
         else if (err == -ENOENT)
             err = -ENOTDIR;
+        /* Its name hashes the policy too: whoever made it wrote the same. */
+        for (int i = 0; made && !err && env->cores_policy > 0 && i < VGL_MAX_DEVICES; i++)
+            __atomic_store_n(&region->devices[i].cores_policy, (uint32_t)env->cores_policy, __ATOMIC_RELEASE);
     }
     if (err) {
         static int said; /* every later call fails the same way: once is enough */

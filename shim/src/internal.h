@@ -239,6 +239,12 @@ int vgl_container_device(nvmlDevice_t device);
 /* Records CUDA device `device`'s UUID in the region for the views (once per process). */
 void vgl_device_note(int device);
 
+/* nvml_hooks.c — what the real NVML says of other tenants. */
+/* Whether a process outside the container ran kernels on container device
+ * `device` in the last `window_us` (the driver's per-process samples); true
+ * also when NVML cannot say (a borrowing container then keeps its share). */
+bool vgl_others_busy(int device, unsigned long long window_us);
+
 /* throttle.c — a container's compute budget on one device (region.h's budget
  * fields), drawn by every launch path.  No clock, no driver: testable alone. */
 /* How much budget an idle container keeps at most: this much time at its share. */
@@ -251,6 +257,8 @@ uint32_t vgl_throttle_share(const struct vgl_device_state *dev);
 int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_t cost_ns);
 /* A launch charged `charged_ns` was measured at `measured_ns`: the difference is settled. */
 void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns);
+/* A borrowing container runs a launch of `cost_ns` past its share: its debt is forgiven. */
+void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns);
 
 /* graph_memory_hooks.c */
 /* Launches `exec` with `launch` (cuGraphLaunch or its _ptsz variant): when its
@@ -263,6 +271,10 @@ void vgl_graph_memory_forget(void);
 /* launch_hooks.c */
 /* In a forked child: the parent's events and measurements are not the child's. */
 void vgl_launch_forget(void);
+/* After a call that may have changed the calling thread's current context
+ * (or, `everywhere`, ended a context some thread has current): the launch
+ * path asks the driver again.  Returns `rc`, the call's result. */
+CUresult vgl_context_changed(bool everywhere, CUresult rc);
 
 /* The exported wrappers: the driver's own names and signatures. */
 #define CU_HOOK(symbol, base, version, pt, params, args) \

@@ -38,14 +38,26 @@ enum {
     STREAMS = 16,                   /* streams per context whose runs are measured */
     COSTS = 256,                    /* launch targets whose GPU time a process remembers */
     RUN_LAUNCHES = 64,              /* a run closes after this many launches */
+    RECHECK_LAUNCHES = 64,          /* a thread's current context is asked again after this many */
 };
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
 /* A run closes once its launches are charged this much. */
 #define RUN_NS 20000000
+/* What runs read back may keep of what their kernels are known to cost and
+ * did not take, for later runs whose spans take more: two runs' worth, so a
+ * stream's run that spans its sibling stream's kernels is charged what the
+ * sibling's run (adding nothing to the union) did not take.  (Longer runs
+ * would cost fewer calls with long kernels, but need a larger allowance,
+ * which sibling processes' time slices, stretching spans, then use up.) */
+#define ALLOWANCE_NS (2 * RUN_NS)
 /* A launch that waited for budget waits on until the budget holds this much
  * (at most half what the container may keep), so runs are long. */
 #define RESUME_NS 20000000
+/* A borrowing container asks NVML whether others are busy at most this
+ * often, over the driver's samples of the last LEND_WINDOW_US. */
+#define LEND_CHECK_NS 200000000ULL
+#define LEND_WINDOW_US 300000ULL
 /* A waiting launch wakes at least this often, to read measurements back and
  * to see a changed share. */
 #define MAX_SLEEP_NS 20000000
@@ -93,6 +105,27 @@ static uint32_t budgets(int device, struct vgl_device_state **out)
     return n;
 }
 
+/* Whether a borrowing container may run past its share on `device` now: no
+ * other tenant ran kernels there lately, as the real NVML tells.  One process
+ * asks at a time, at most every LEND_CHECK_NS; the answer holds for all the
+ * container's processes until the next. */
+static bool lent(int device, struct vgl_device_state *dev, uint64_t now_ns)
+{
+    if (__atomic_load_n(&dev->cores_policy, __ATOMIC_RELAXED) != VGL_CORES_BORROW)
+        return false;
+    uint64_t until = __atomic_load_n(&dev->lend_until_ns, __ATOMIC_ACQUIRE);
+    if (now_ns < until)
+        return true;
+    static uint64_t asked_ns[VGL_MAX_DEVICES];
+    uint64_t asked = __atomic_load_n(&asked_ns[device], __ATOMIC_RELAXED);
+    if (now_ns - asked < LEND_CHECK_NS ||
+        !__atomic_compare_exchange_n(&asked_ns[device], &asked, now_ns, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return false;
+    bool idle = !vgl_others_busy(device, LEND_WINDOW_US);
+    __atomic_store_n(&dev->lend_until_ns, idle ? now_ns + LEND_CHECK_NS : 0, __ATOMIC_RELEASE);
+    return idle;
+}
+
 /* 0: admitted by every budget and charged `cost_ns` in each; else how long
  * to wait, nothing charged. */
 static int64_t admit(int device, uint64_t now_ns, int64_t cost_ns)
@@ -101,6 +134,10 @@ static int64_t admit(int device, uint64_t now_ns, int64_t cost_ns)
     uint32_t n = budgets(device, devs);
     for (uint32_t i = 0; i < n; i++) {
         int64_t wait = vgl_throttle_admit(devs[i], now_ns, cost_ns);
+        if (wait > 0 && lent(device, devs[i], now_ns)) {
+            vgl_throttle_lend(devs[i], cost_ns);
+            wait = 0;
+        }
         if (wait > 0) {
             while (i--)
                 vgl_throttle_settle(devs[i], cost_ns, 0);
@@ -118,6 +155,51 @@ static void settle(int device, int64_t charged_ns, int64_t measured_ns)
         vgl_throttle_settle(devs[i], charged_ns, measured_ns);
 }
 
+/* ---- the calling thread's current context ------------------------------------------- */
+
+/* Asking the driver for the current context on every launch would be most of
+ * what the share costs, so each thread keeps its answer until a call that
+ * changes it (context_hooks.c).  Bumped when a context may have ended, and
+ * in a forked child: every thread asks again. */
+static uint64_t contexts_epoch = 1;
+static __thread struct {
+    CUcontext ctx;
+    uint64_t epoch;                 /* 0: ask the driver */
+    uint32_t uses;                  /* launches since the driver was last asked */
+} current;
+
+CUresult vgl_context_changed(bool everywhere, CUresult rc)
+{
+    if (everywhere)
+        __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
+    current.epoch = 0;
+    return rc;
+}
+
+static CUresult current_context(CUcontext *ctx)
+{
+    uint64_t epoch = __atomic_load_n(&contexts_epoch, __ATOMIC_ACQUIRE);
+    /* Asked again now and then all the same: a path the shim does not see
+     * (a driver-private one) would otherwise charge another device for good. */
+    if (current.epoch == epoch && ++current.uses < RECHECK_LAUNCHES) {
+        *ctx = current.ctx;
+        return CUDA_SUCCESS;
+    }
+    CUresult rc = vgl_real.cuCtxGetCurrent(ctx);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (current.epoch == epoch && current.ctx != *ctx) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_WARN, &logged, "the current context changed from %p to %p by a call the "
+                        "shim does not see; up to %d launches were charged to the former's device",
+                        (void *)current.ctx, (void *)*ctx, RECHECK_LAUNCHES);
+    }
+    current.ctx = *ctx;
+    current.epoch = epoch;
+    current.uses = 0;
+    return rc;
+}
+
 /* ---- per-process measurement state ------------------------------------------------------ */
 
 /* Launches of one stream between two events. */
@@ -130,6 +212,7 @@ struct run {
     bool known;                     /* every launch was charged a measured cost */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
+    uint64_t closed_ns;             /* when its end was recorded */
 };
 
 struct stream_runs {
@@ -166,6 +249,7 @@ static struct {
 
 void vgl_launch_forget(void)
 {
+    __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
     pthread_mutex_init(&launches.lock, NULL);
     launches.ntrackers = 0;
     memset(launches.trackers, 0, sizeof launches.trackers);
@@ -222,7 +306,7 @@ static struct tracker *tracker_for(CUcontext ctx, int device)
 /* Under the lock: the device of the current context, if the region accounts for it. */
 static int launch_device(CUcontext *ctx)
 {
-    if (vgl_real.cuCtxGetCurrent(ctx) != CUDA_SUCCESS || !*ctx)
+    if (current_context(ctx) != CUDA_SUCCESS || !*ctx)
         return -1; /* the driver refuses the launch itself */
     for (uint32_t i = 0; i < launches.ntrackers; i++)
         if (launches.trackers[i].ctx == *ctx)
@@ -340,7 +424,10 @@ static void harvest(struct tracker *t, uint64_t now)
         if (!since_reference(t, r->end, &end, &failed) ||
             (r->start && !since_reference(t, r->start, &start, &failed))) {
             if (!failed) {
-                r->due_ns = now + 1000000 + (uint64_t)r->charged_ns / 4;
+                /* Asked again after half as long as it has been running
+                 * late: a run queued behind much work costs few queries. */
+                uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
+                r->due_ns = now + (late / 2 > 1000000 ? late / 2 : 1000000);
                 return;
             }
             settle_oldest(t, r->charged_ns);
@@ -364,8 +451,8 @@ static void harvest(struct tracker *t, uint64_t now)
             if (busy > t->allowance_ns)
                 busy = t->allowance_ns;
             t->allowance_ns -= busy;
-            if (t->allowance_ns > 2 * RUN_NS)
-                t->allowance_ns = 2 * RUN_NS;
+            if (t->allowance_ns > ALLOWANCE_NS)
+                t->allowance_ns = ALLOWANCE_NS;
         }
         settle_oldest(t, busy);
     }
@@ -380,6 +467,10 @@ static void close_run(struct tracker *t, uint32_t index, uint64_t now, bool chai
         return;
     struct run r = s->current;
     s->open = false;
+    if (!r.launches) {
+        spare(t, r.start); /* nothing ran in it: nothing to measure */
+        return;
+    }
     r.end = mark(t, s->stream);
     if (!r.end) {
         settle((int)t->device, r.charged_ns, r.charged_ns);
@@ -387,6 +478,7 @@ static void close_run(struct tracker *t, uint32_t index, uint64_t now, bool chai
         return;
     }
     r.due_ns = now + (uint64_t)r.charged_ns;
+    r.closed_ns = now;
     if (t->count == INFLIGHT)
         settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
     t->ring[(t->head + t->count) % INFLIGHT] = r;
@@ -501,7 +593,11 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
     }
     int64_t wait = admit(device, now, cost);
     if (wait > 0) {
-        /* The process sleeps: its runs end here, so their spans hold no idle time. */
+        /* The process sleeps: its runs end here, so their spans hold no idle
+         * time.  (A run kept open past the sleep would save an event and a
+         * capture query, but its span would teach no cost: a cost first
+         * learnt while sibling processes' slices stretched the span would
+         * then be charged for good.) */
         pthread_mutex_lock(&launches.lock);
         for (uint32_t i = 0; t && i < t->nstreams; i++)
             close_run(t, i, now, false);

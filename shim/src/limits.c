@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
+#include <strings.h>
 
 #include "vgpulimit/limits.h"
 
@@ -18,6 +19,7 @@ static const char CORES_FORMS[] = "a whole percentage of the GPU's time from 1 t
 
 const char *vgl_memory_forms(void) { return MEMORY_FORMS; }
 const char *vgl_cores_forms(void) { return CORES_FORMS; }
+const char *vgl_cores_policy_forms(void) { return "hard, borrow, none (HAMi-core's FORCE, DEFAULT, DISABLE)"; }
 
 struct unit {
     const char *suffix;
@@ -194,4 +196,20 @@ uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes)
         /* 128-bit product: totals reach 2^47 and ppm 2^20. */
         return (uint64_t)((unsigned __int128)total_bytes * limit->ppm / PPM_WHOLE);
     return UINT64_MAX;
+}
+
+int vgl_parse_cores_policy(const char *text, uint32_t *out_policy)
+{
+    static const char *const NAMES[][2] = {{"hard", "force"}, {"borrow", "default"}, {"none", "disable"}};
+    char buf[16];
+    int err = trimmed(text, buf, sizeof buf);
+    if (err)
+        return -EINVAL;
+    for (uint32_t i = 0; i < 3; i++) {
+        if (strcasecmp(buf, NAMES[i][0]) == 0 || strcasecmp(buf, NAMES[i][1]) == 0) {
+            *out_policy = i;
+            return 0;
+        }
+    }
+    return -EINVAL;
 }

@@ -497,3 +497,26 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
         scaled(mem_all ? (unsigned int)((utilization->memory * mem_own + mem_all / 2) / mem_all) : 0, cores);
     return rc;
 }
+
+bool vgl_others_busy(int device, unsigned long long window_us)
+{
+    struct vgl_visible visible;
+    if (!vgl_map_region() || !vgl_visible_devices(&visible) || device < 0 || (unsigned)device >= visible.count)
+        return true;
+    nvmlProcessUtilizationSample_t *samples;
+    unsigned int n;
+    nvmlReturn_t rc = all_samples(visible.handle[device], now_us() - window_us, &samples, &n);
+    if (rc == NVML_ERROR_NOT_FOUND)
+        return false; /* nothing ran at all */
+    if (rc != NVML_SUCCESS) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_WARN, &logged, "nvmlDeviceGetProcessUtilization failed (%d): a borrowing "
+                        "container cannot tell whether others want the device, and keeps its share", (int)rc);
+        return true;
+    }
+    bool busy = false;
+    for (unsigned int i = 0; i < n && !busy; i++)
+        busy = samples[i].smUtil > 0 && !slot_of(samples[i].pid);
+    free(samples);
+    return busy;
+}

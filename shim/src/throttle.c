@@ -22,6 +22,8 @@
 uint32_t vgl_throttle_share(const struct vgl_device_state *dev)
 {
     uint32_t pct = __atomic_load_n(&dev->cores_pct, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&dev->cores_policy, __ATOMIC_RELAXED) == VGL_CORES_NONE)
+        return 0;
     return pct < 100 ? pct : 0;
 }
 
@@ -69,4 +71,11 @@ void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64
 {
     if (charged_ns != measured_ns)
         __atomic_add_fetch(&dev->budget_ns, charged_ns - measured_ns, __ATOMIC_ACQ_REL);
+}
+
+void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns)
+{
+    /* What the container owes is forgiven: lent time is never paid back, so
+     * once lending ends its share holds at once. */
+    __atomic_store_n(&dev->budget_ns, -cost_ns, __ATOMIC_RELEASE);
 }

@@ -57,16 +57,18 @@ def default_name(memory: str | None, cores: str | None) -> str:
 
 
 def generate(name: str | None = None, memory: str | None = None, cores: str | None = None,
-             node_dir: str | None = None) -> dict[str, Any]:
+             node_dir: str | None = None, cores_policy: str | None = None) -> dict[str, Any]:
     """The spec, as a JSON-ready dict.  Limits are checked by the one parser and
     kept as the user wrote them, as `vgpulimit run` passes them on."""
     from vgpulimit._paths import libpath
-    from vgpulimit.limits import parse_cores, parse_memory
+    from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory
 
     if memory is not None:
         parse_memory(memory, "--memory")
     if cores is not None:
         parse_cores(cores, "--cores")
+    if cores_policy is not None:
+        parse_cores_policy(cores_policy, "--cores-policy")
     if name is None:
         name = default_name(memory, cores)
     elif not _NAME.fullmatch(name):
@@ -76,6 +78,8 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         env.append(f"VGPULIMIT_MEMORY={memory}")
     if cores is not None:
         env.append(f"VGPULIMIT_CORES={cores}")
+    if cores_policy is not None:
+        env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
     args = hook_command(node_dir)
     edits: dict[str, Any] = {"env": env} if env else {}
     edits |= {

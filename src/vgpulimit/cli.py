@@ -95,6 +95,9 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="compute share of every device, in percent: 30 or 30%%")
     run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
                      help="compute share of device I (overrides --cores; repeatable)")
+    run.add_argument("--cores-policy", metavar="POLICY",
+                     help="hard (default: never past the share), borrow (past it while no other "
+                          "tenant uses the device) or none (no compute limit)")
     run.add_argument("--simulate", action="store_true",
                      help="run on the simulated GPU that ships with vgpulimit")
     run.add_argument("--region", metavar="PATH",
@@ -141,6 +144,8 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="compute share of every device: 30 or 30%%, or 'none'")
     set_.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
                       help="compute share of device I (overrides --cores; repeatable)")
+    set_.add_argument("--cores-policy", metavar="POLICY",
+                      help="hard, borrow or none (every device)")
     set_.add_argument("--region", metavar="PATH",
                       help="the region file (default: $VGPULIMIT_REGION)")
 
@@ -209,6 +214,7 @@ def _add_container_commands(commands) -> None:
     generate.add_argument("--memory", metavar="SIZE",
                           help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
     generate.add_argument("--cores", metavar="PCT", help="compute share in percent: 30 or 30%%")
+    generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
@@ -230,7 +236,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         memory = str(memory_in_units(args.memory_units, args.unit).bytes)
     limits = supervisor.resolve_limits(memory, args.memory_device, os.environ,
-                                       args.cores, args.cores_device)
+                                       args.cores, args.cores_device, args.cores_policy)
     options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                     region_path=args.region)
     return supervisor.run(options)
@@ -288,7 +294,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    from vgpulimit.limits import parse_cores, parse_memory
+    from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory
     from vgpulimit.region import Region
     from vgpulimit.supervisor import parse_device_items
 
@@ -300,15 +306,19 @@ def _cmd_set(args: argparse.Namespace) -> int:
 
     memory_device = parse_device_items(args.memory_device, "--memory-device")
     cores_device = parse_device_items(args.cores_device, "--cores-device", "PERCENT")
-    if args.memory is None and args.cores is None and not memory_device and not cores_device:
-        raise UsageError("set: nothing to change (give --memory, --memory-device, --cores "
-                         "or --cores-device)")
+    if (args.memory is None and args.cores is None and args.cores_policy is None and not memory_device
+            and not cores_device):
+        raise UsageError("set: nothing to change (give --memory, --memory-device, --cores, "
+                         "--cores-device or --cores-policy)")
     # Every value is parsed before anything is written: a bad one changes nothing.
     memory_all = memory(args.memory, "--memory") if args.memory is not None else None
     cores_all = cores(args.cores, "--cores") if args.cores is not None else None
     memory_new = {i: memory(text, f"--memory-device {i}") for i, text in memory_device.items()}
     cores_new = {i: cores(text, f"--cores-device {i}") for i, text in cores_device.items()}
+    policy = parse_cores_policy(args.cores_policy) if args.cores_policy is not None else None
     with Region.open(_region_path(args)) as region:
+        if policy is not None:
+            region.set_cores_policy(policy)
         for device in region.snapshot(all_devices=True).devices:
             index = device.index
             limit = memory_new.get(index, memory_all if args.memory is not None else device.limit)
@@ -381,7 +391,7 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     from vgpulimit import cdi
 
     _absolute_node_dir("cdi generate", args.node_dir)
-    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir)
+    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

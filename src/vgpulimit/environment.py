@@ -34,6 +34,7 @@ class Environment:
 
     memory: Mapping[int, Setting] = field(default_factory=dict)   # value: MemoryLimit
     cores: Mapping[int, Setting] = field(default_factory=dict)    # value: percent
+    cores_policy: Setting | None = None   # value: "hard", "borrow" or "none"
     region_path: str | None = None
     region_source: str | None = None   # VGPULIMIT_REGION or CUDA_DEVICE_MEMORY_SHARED_CACHE
     asks: bool = False                 # a limit or region variable is present
@@ -64,8 +65,14 @@ def read(environ: Mapping[str, str]) -> Environment:
             cores[i] = Setting(_text(origin.text), _text(origin.name), int(out.cores_pct[i]))
     lines = [(_text(out.line[i]), bool(out.line_is_error[i])) for i in range(out.lines)]
     region = _text(out.region_path) or None
+    policy = None
+    if out.cores_policy >= 0:
+        from vgpulimit.limits import CORES_POLICIES
+
+        origin = out.cores_policy_from
+        policy = Setting(_text(origin.text), _text(origin.name), CORES_POLICIES[out.cores_policy])
     return Environment(
-        memory=memory, cores=cores, region_path=region,
+        memory=memory, cores=cores, cores_policy=policy, region_path=region,
         region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
         errors=tuple(line for line, error in lines if error),
         warnings=tuple(line for line, error in lines if not error),

@@ -154,3 +154,19 @@ def parse_cores(text: str, source: str = "--cores") -> int:
     if err != 0:
         raise LimitError(source, text, _reason(err), cores_forms())
     return int(out[0])
+
+
+CORES_POLICIES = ("hard", "borrow", "none")   # enum vgl_cores_policy, in order
+
+
+def parse_cores_policy(text: str, source: str = "--cores-policy") -> str:
+    """Parses a compute policy: hard, borrow or none (or HAMi-core's FORCE,
+    DEFAULT, DISABLE)."""
+    out = ffi.new("uint32_t *")
+    if lib.vgl_parse_cores_policy(_encode(text, source, _policy_forms), out) != 0:
+        raise LimitError(source, text, "not a valid value", _policy_forms())
+    return CORES_POLICIES[out[0]]
+
+
+def _policy_forms() -> str:
+    return ffi.string(lib.vgl_cores_policy_forms()).decode()

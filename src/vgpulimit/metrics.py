@@ -77,6 +77,10 @@ class RegionCollector(Collector):
                                        "Allocations refused at the memory cap", labels=device_labels)
         cores = GaugeMetricFamily("vgpulimit_compute_limit_percent",
                                   "Compute share the container is capped at", labels=device_labels)
+        policy = GaugeMetricFamily("vgpulimit_compute_policy",
+                                   "1 for the container's compute policy: hard (never past the "
+                                   "share), borrow (past it while no other tenant uses the device) "
+                                   "or none", labels=[*device_labels, "policy"])
         share = GaugeMetricFamily("vgpulimit_compute_utilization_percent",
                                   "Share of the whole GPU the container's kernels took since the "
                                   "previous scrape", labels=device_labels)
@@ -95,6 +99,7 @@ class RegionCollector(Collector):
                 refusals.add_metric(labels, dev.oom_refusals)
                 if dev.cores_pct:
                     cores.add_metric(labels, dev.cores_pct)
+                    policy.add_metric([*labels, dev.cores_policy], 1)
                 if dev.index in view.share_pct:
                     share.add_metric(labels, view.share_pct[dev.index])
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
@@ -103,7 +108,7 @@ class RegionCollector(Collector):
                         process_used.add_metric(
                             [*labels, str(proc.pid), str(proc.host_pid or ""), proc.comm],
                             proc.used_bytes[dev.index])
-        yield from (readable, limit, used, process_used, refusals, cores, share, throttled)
+        yield from (readable, limit, used, process_used, refusals, cores, policy, share, throttled)
 
     def _complain(self, line: str) -> None:
         """Once per distinct problem: a scrape loop must not flood the log."""

@@ -9,7 +9,7 @@ stage is read from the state's status, so one hooks.d entry serves them all.
 A container asks with limit variables in ``process.env`` (VGPULIMIT_MEMORY[_i],
 VGPULIMIT_CORES[_i], or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_i] and
 CUDA_DEVICE_SM_LIMIT[_i]) or with the annotations vgpulimit.io/memory and
-vgpulimit.io/cores.  An annotation beats the variables of its kind: the
+vgpulimit.io/cores (and vgpulimit.io/cores-policy, as VGPULIMIT_CORES_POLICY).  An annotation beats the variables of its kind: the
 variables come with the image, the annotations from whoever runs it.  A
 container whose environment names its region (VGPULIMIT_REGION, or
 CUDA_DEVICE_MEMORY_SHARED_CACHE as HAMi's device plugin sets it) is left to
@@ -62,6 +62,7 @@ MANIFEST = "installed.json"
 
 MEMORY_ANNOTATION = "vgpulimit.io/memory"
 CORES_ANNOTATION = "vgpulimit.io/cores"
+CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
 
 # A container id as runc accepts it; it names a directory of ours.
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,1023}")
@@ -194,7 +195,7 @@ def requested(config: Mapping[str, Any]):
     (the variables may come with the image, the annotation from whoever runs
     it)."""
     from vgpulimit import environment
-    from vgpulimit.limits import LimitError, parse_cores, parse_memory
+    from vgpulimit.limits import LimitError, parse_cores, parse_cores_policy, parse_memory
     from vgpulimit.supervisor import Limits, Setting, layer
 
     env, annotations = _environment(config), _annotations(config)
@@ -221,7 +222,8 @@ def requested(config: Mapping[str, Any]):
     warnings = list(found.warnings)
     memory = layer(found.memory, annotation(MEMORY_ANNOTATION, parse_memory), {}, warnings)
     cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
-    return Limits(memory=memory, cores=cores, warnings=tuple(warnings))
+    policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
+    return Limits(memory=memory, cores=cores, cores_policy=policy, warnings=tuple(warnings))
 
 
 # -- who owns the region ---------------------------------------------------------------------
@@ -607,8 +609,10 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int]) -> 
     region_path = entry / REGION_NAME
     if not region_path.exists():
         try:
-            Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
-                          group_shared=True).close()
+            with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
+                               group_shared=True) as region:
+                if limits.cores_policy is not None:
+                    region.set_cores_policy(limits.cores_policy.value)
         except RegionError as exc:
             raise HookError(str(exc)) from None
         os.chown(region_path, *owner)

@@ -61,6 +61,7 @@ class DeviceSnapshot:
     oom_refusals: int
     throttled_ns: int = 0       # time the container's launches waited for compute budget
     busy_ns: int = 0            # GPU time its kernels took; its growth over wall time is the share
+    cores_policy: str = "hard"  # hard, borrow or none (limits.CORES_POLICIES)
     uuid: str | None = None     # "GPU-…" as CUDA reports it; None until a process has seen it
 
     @property
@@ -245,6 +246,21 @@ class Region:
         if err < 0:
             raise RegionError(self.path, err, f"cannot set the limits of device {device} in")
 
+    def set_cores_policy(self, policy: str) -> None:
+        """What the share means on every device while others leave it idle
+        (limits.CORES_POLICIES)."""
+        from vgpulimit.limits import CORES_POLICIES
+
+        value = CORES_POLICIES.index(policy)
+        for index in range(MAX_DEVICES):
+            self._mapped.devices[index].cores_policy = value
+        # Writing device 0's limits as they are bumps the generation: every
+        # process looks at its limits again (a launch that saw none may now
+        # have one).
+        dev = self._mapped.devices[0]
+        self._outcome(lib.vgl_region_set_limits(self._mapped, 0, ffi.addressof(dev, "limit"),
+                                                int(dev.cores_pct)))
+
     def reserve(self, slot: Slot, device: int, nbytes: int, cap_bytes: int | None = None) -> bool:
         """Reserves bytes in the ledger as the shim does for an allocation;
         False (and a refusal counted) when they do not fit under the cap."""
@@ -343,6 +359,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 limit=limit,
                 cap_bytes=_cap_bytes(limit, total_bytes),
                 cores_pct=int(dev.cores_pct),
+                cores_policy=_policy_name(int(dev.cores_policy)),
                 total_bytes=total_bytes,
                 used_bytes=max(0, int(dev.used_bytes) - gone[index]),
                 oom_refusals=int(dev.oom_refusals),
@@ -447,3 +464,9 @@ def _cap_bytes(limit: MemoryLimit | None, total_bytes: int) -> int | None:
     if limit is None or (limit.ppm and total_bytes == 0):
         return None
     return limit.cap_bytes(total_bytes)
+
+
+def _policy_name(value: int) -> str:
+    from vgpulimit.limits import CORES_POLICIES
+
+    return CORES_POLICIES[value] if 0 <= value < len(CORES_POLICIES) else "hard"

@@ -209,11 +209,18 @@ def _compute_rows(view: ContainerView) -> list[tuple[str, ...]]:
             if dev.cores_pct:
                 unseen.setdefault(dev.cores_pct, []).append(dev.index)
             continue
-        rows.append((str(dev.index), f"{dev.cores_pct}%" if dev.cores_pct else "none",
+        rows.append((str(dev.index), _cores_text(dev.cores_pct, dev.cores_policy),
                      _share_text(view, dev.index), f"{dev.throttled_ns / 1e9:.1f} s"))
     for cores, indices in unseen.items():
         rows.append((_index_ranges(indices), f"{cores}%", "-", "-"))
     return rows
+
+
+def _cores_text(cores_pct: int, policy: str) -> str:
+    """"30%", or "30% borrow" / "30% none" where the policy is not the hard cap."""
+    if not cores_pct:
+        return "none"
+    return f"{cores_pct}%" + ("" if policy == "hard" else f" {policy}")
 
 
 def render_text(view: ContainerView | RegionSnapshot) -> str:
@@ -267,6 +274,7 @@ def to_json(view: ContainerView | RegionSnapshot) -> dict[str, Any]:
                 },
                 "cap_bytes": dev.cap_bytes,
                 "cores_pct": dev.cores_pct or None,
+                "cores_policy": dev.cores_policy,
                 "total_bytes": dev.total_bytes or None,
                 "used_bytes": dev.used_bytes,
                 "free_bytes": dev.free_bytes,

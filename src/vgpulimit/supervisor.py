@@ -24,7 +24,13 @@ from pathlib import Path
 from vgpulimit import environment
 from vgpulimit._paths import libpath, simgpu_dir
 from vgpulimit.environment import Setting
-from vgpulimit.limits import MemoryLimit, ascii_number, parse_cores, parse_memory
+from vgpulimit.limits import (
+    MemoryLimit,
+    ascii_number,
+    parse_cores,
+    parse_cores_policy,
+    parse_memory,
+)
 from vgpulimit.region import MAX_DEVICES, PARENT_LEN, Region, RegionError
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
@@ -65,6 +71,7 @@ class CommandError(OSError):
 class Limits:
     memory: Mapping[int, Setting] = field(default_factory=dict)   # device -> its cap
     cores: Mapping[int, Setting] = field(default_factory=dict)    # device -> its share
+    cores_policy: Setting | None = None   # value: limits.CORES_POLICIES; None: hard
     warnings: tuple[str, ...] = ()   # what the user should know: overridden values
 
     def memory_per_device(self) -> list[MemoryLimit | None]:
@@ -132,6 +139,7 @@ def resolve_limits(
     environ: Mapping[str, str],
     cores: str | None = None,
     cores_device: Sequence[str] = (),
+    cores_policy: str | None = None,
 ) -> Limits:
     """The limits of a run: the flags, over what the environment the
     supervisor was started with says (read by the shim's own reader: ours
@@ -151,7 +159,11 @@ def resolve_limits(
                                                      "PERCENT").items()}
     memory_all = layer(env.memory, flag(MEMORY_VAR, memory, "--memory"), memory_flags, warnings)
     cores_all = layer(env.cores, flag(CORES_VAR, cores, "--cores"), cores_flags, warnings)
-    return Limits(memory=memory_all, cores=cores_all, warnings=tuple(dict.fromkeys(warnings)))
+    policy = env.cores_policy
+    if cores_policy is not None:
+        policy = Setting(cores_policy, "--cores-policy", parse_cores_policy(cores_policy, "--cores-policy"))
+    return Limits(memory=memory_all, cores=cores_all, cores_policy=policy,
+                  warnings=tuple(dict.fromkeys(warnings)))
 
 
 def _setting(var: str, text: str, source: str) -> Setting:
@@ -454,6 +466,8 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     try:
         with Region.create(region_path, options.limits.memory_per_device(),
                            options.limits.cores_per_device(), parent=outer) as region:
+            if options.limits.cores_policy is not None:
+                region.set_cores_policy(options.limits.cores_policy.value)
             env = child_environment(environ, region_path, options.simulate)
             return _run_child(options.command, env, region)
     finally:

@@ -9,8 +9,8 @@
  * PATH: kernel (cuLaunchKernel), ptsz (cuLaunchKernel of the per-thread
  * stream), ex (cuLaunchKernelEx), cooperative (cuLaunchCooperativeKernel),
  * graph (cuGraphLaunch of a graph built node by node), capture (cuGraphLaunch
- * of a graph captured from a stream), streams2 (cuLaunchKernel on two streams
- * in turn, joined at the end of each batch).  The driver is reached as the CUDA
+ * of a graph captured from a stream), streams2 / streams4 (cuLaunchKernel on
+ * two / four streams in turn, joined at the end of each batch).  The driver is reached as the CUDA
  * runtime reaches it: dlopen and cuGetProcAddress_v2.  Two batches of about
  * 2 ms of kernels are kept in flight, so the device never runs dry while the
  * loop waits for the older one. */
@@ -73,7 +73,7 @@ typedef CUresult (*graph_launch_fn)(CUgraphExec, CUstream);
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|capture|streams2 KERNEL_US SECONDS\n");
+        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|capture|streams2|streams4 KERNEL_US SECONDS\n");
         return 2;
     }
     const char *path = argv[1];
@@ -104,11 +104,13 @@ int main(int argc, char **argv)
     CALL(CUresult(*)(CUstream *, unsigned), "cuStreamCreate", &stream, 0);
     /* The per-thread path uses the default stream, as such programs do. */
     CUstream on = proc_flags ? NULL : stream;
-    CUstream second = NULL;
-    CUevent joined = NULL;
-    if (strcmp(path, "streams2") == 0) {
-        CALL(CUresult(*)(CUstream *, unsigned), "cuStreamCreate", &second, 0);
-        CALL(CUresult(*)(CUevent *, unsigned), "cuEventCreate", &joined, CU_EVENT_DISABLE_TIMING);
+    /* streams[0] is `on`; the others are joined into it after each batch. */
+    CUstream streams[4] = {on};
+    CUevent joined[4];
+    int nstreams = strcmp(path, "streams2") == 0 ? 2 : strcmp(path, "streams4") == 0 ? 4 : 1;
+    for (int s = 1; s < nstreams; s++) {
+        CALL(CUresult(*)(CUstream *, unsigned), "cuStreamCreate", &streams[s], 0);
+        CALL(CUresult(*)(CUevent *, unsigned), "cuEventCreate", &joined[s], CU_EVENT_DISABLE_TIMING);
     }
 
     CUgraphExec exec = NULL;
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
         CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), "cuGraphInstantiateWithFlags", &exec,
              graph, 0ULL);
     } else if (strcmp(path, "kernel") && strcmp(path, "ptsz") && strcmp(path, "ex") &&
-               strcmp(path, "cooperative") && strcmp(path, "streams2")) {
+               strcmp(path, "cooperative") && nstreams == 1) {
         fprintf(stderr, "launch_client: unknown path %s\n", path);
         return 2;
     }
@@ -168,16 +170,16 @@ int main(int argc, char **argv)
             else if (path[0] == 'c')
                 rc = cooperative(kernel, 1, 1, 1, 32, 1, 1, 0, on, NULL);
             else
-                rc = launch(kernel, 1, 1, 1, 32, 1, 1, 0, second && i % 2 ? second : on, NULL, NULL);
+                rc = launch(kernel, 1, 1, 1, 32, 1, 1, 0, streams[i % nstreams], NULL, NULL);
             if (rc != CUDA_SUCCESS) {
                 fprintf(stderr, "launch_client: launch failed: %d\n", (int)rc);
                 return 4;
             }
         }
         launched += batch;
-        if (second) {
-            CALL(CUresult(*)(CUevent, CUstream), "cuEventRecord", joined, second);
-            CALL(CUresult(*)(CUstream, CUevent, unsigned), "cuStreamWaitEvent", on, joined, 0);
+        for (int s = 1; s < nstreams; s++) {
+            CALL(CUresult(*)(CUevent, CUstream), "cuEventRecord", joined[s], streams[s]);
+            CALL(CUresult(*)(CUstream, CUevent, unsigned), "cuStreamWaitEvent", on, joined[s], 0);
         }
         if (record(batch_done[b % 2], on) != CUDA_SUCCESS || (b && wait(batch_done[(b + 1) % 2]) != CUDA_SUCCESS)) {
             fprintf(stderr, "launch_client: waiting for a batch failed\n");

@@ -20,7 +20,10 @@
 
 #include "vgpulimit/limits.h"
 
-/* Where a device's value came from, weakest first: a stronger one replaces it. */
+/* The compute policy (VGPULIMIT_CORES_POLICY > HAMi's GPU_CORE_UTILIZATION_POLICY)
+ * is one for all devices.
+ *
+ * Where a device's value came from, weakest first: a stronger one replaces it. */
 enum vgl_env_source {
     VGL_ENV_UNSET = 0,
     VGL_ENV_HAMI = 1,          /* CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT */
@@ -49,6 +52,8 @@ struct vgl_env {
     char region_path[4096];                /* "": none named */
     char region_from[64];                  /* VGPULIMIT_REGION or CUDA_DEVICE_MEMORY_SHARED_CACHE */
     int32_t log_level;                     /* 0 error .. 3 debug; -1: not set */
+    int32_t cores_policy;                  /* enum vgl_cores_policy; -1: not set */
+    struct vgl_env_origin cores_policy_from;
     uint32_t asks;                         /* a limit or region variable is present */
     uint32_t errors;                       /* variables that cannot be used: fail closed */
     uint32_t lines;                        /* lines below, at most VGL_ENV_MAX_LINES */

@@ -18,9 +18,19 @@ struct vgl_mem_limit {
 int vgl_parse_memory(const char *text, struct vgl_mem_limit *out);
 /* Compute share: "30" or "30%", 1-100. */
 int vgl_parse_cores(const char *text, uint32_t *out_pct);
+/* What a compute share means while the device has time no one else wants. */
+enum vgl_cores_policy {
+    VGL_CORES_HARD = 0,        /* never past the share (the default) */
+    VGL_CORES_BORROW = 1,      /* past it while other tenants leave the device idle */
+    VGL_CORES_NONE = 2,        /* no compute limit at all */
+};
+/* Compute policy: hard, borrow or none, or HAMi-core's FORCE, DEFAULT or
+ * DISABLE (either case).  0, or -EINVAL. */
+int vgl_parse_cores_policy(const char *text, uint32_t *out_policy);
 /* The accepted forms, for error messages. */
 const char *vgl_memory_forms(void);
 const char *vgl_cores_forms(void);
+const char *vgl_cores_policy_forms(void);
 
 /* The cap in bytes for a device of `total_bytes` (never above it); UINT64_MAX: none. */
 uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes);

@@ -64,7 +64,10 @@ struct vgl_device_state {
     int64_t budget_ns;           /* compute controller (throttle.c): GPU time the container may
                                     still start; negative: owed by launches that ran over */
     uint64_t budget_at_ns;       /* CLOCK_MONOTONIC of the budget's last refill; 0: not started */
-    uint64_t reserved[2];
+    uint32_t cores_policy;       /* enum vgl_cores_policy (limits.h) */
+    uint32_t pad2;
+    uint64_t lend_until_ns;      /* CLOCK_MONOTONIC until which a borrowing container may run
+                                    past its share (no other tenant was busy); 0: not now */
     uint8_t uuid[16];            /* the device's UUID as CUDA reports it, written by the shim
                                     for the views; all zero until a process has seen it */
 };
