@@ -207,6 +207,8 @@ BODY_BYTES = REGION_BYTES - ffi.offsetof("struct vgl_region", "devices")
 IMPOSSIBLE = {
     "a share over 100%": lambda r: setattr(r.devices[0].limit, "ppm", 3_113_880_000),
     "a pebibyte in use": lambda r: setattr(r.devices[0], "used_bytes", 2**63),
+    "a compute policy": lambda r: setattr(r.devices[0], "cores_policy", 9),
+    "a parent path that is not absolute": lambda r: ffi.memmove(r.parent, b"mine", 4),
     "a slot state": lambda r: setattr(r.slots[0], "state", 7),
     "a live slot of pid 0": lambda r: setattr(r.slots[0], "pid", 0),
     "a negative host pid": lambda r: setattr(r.slots[0], "host_pid", -5),

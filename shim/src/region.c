@@ -159,7 +159,7 @@ static bool plausible(const struct vgl_region *region)
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
         const struct vgl_device_state *dev = &region->devices[d];
         if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
-            dev->limit.ppm > 1000000 || dev->cores_pct > 100 ||
+            dev->limit.ppm > 1000000 || dev->cores_pct > 100 || dev->cores_policy > VGL_CORES_NONE ||
             dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES)
             return false;
     }

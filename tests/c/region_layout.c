@@ -34,6 +34,8 @@ int main(void)
     PIN(offsetof(struct vgl_device_state, busy_ns), 56);
     PIN(offsetof(struct vgl_device_state, budget_ns), 64);
     PIN(offsetof(struct vgl_device_state, budget_at_ns), 72);
+    PIN(offsetof(struct vgl_device_state, cores_policy), 80);
+    PIN(offsetof(struct vgl_device_state, lend_until_ns), 88);
     PIN(offsetof(struct vgl_device_state, uuid), 96);
     PIN(sizeof(struct vgl_slot), 168);
     PIN(offsetof(struct vgl_slot, pid), 4);
