@@ -131,7 +131,7 @@ def state(pid):
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return fields[0], int(fields[1])        # state, parent
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):   # reaped before, or while, it was read
         return None
 
 # A grandchild whose parent exits at once: the orphan is reparented to PID 1.
