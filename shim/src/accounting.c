@@ -34,14 +34,6 @@ uint64_t vgl_device_total(int device)
     return total;
 }
 
-/* The process's region (link 0) and those it is nested in. */
-static inline uint32_t links(void) { return 1 + vgl_self.nouter; }
-
-static inline struct vgl_link link_at(uint32_t i)
-{
-    return i ? vgl_self.outer[i - 1] : (struct vgl_link){vgl_self.region, vgl_self.slot};
-}
-
 /* Whether a region file lost pages under our mapping (region_guard.c): what
  * we read and write there is no longer shared with the container, so nothing
  * can be accounted.  Said once. */
@@ -49,8 +41,8 @@ static bool region_lost(void)
 {
     static int said;
     bool lost = false;
-    for (uint32_t i = 0; i < links() && !lost; i++)
-        lost = vgl_region_broken(link_at(i).region);
+    for (uint32_t i = 0; i < vgl_links() && !lost; i++)
+        lost = vgl_region_broken(vgl_link_at(i).region);
     if (VGL_LIKELY(!lost))
         return false;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
@@ -76,8 +68,8 @@ uint64_t vgl_device_cap(int device, uint64_t total)
     if (VGL_UNLIKELY(vgl_config.broken))
         return 0;
     uint64_t cap = UINT64_MAX;
-    for (uint32_t i = 0; i < links(); i++) {
-        uint64_t own = vgl_region_cap(link_at(i).region, device, total);
+    for (uint32_t i = 0; i < vgl_links(); i++) {
+        uint64_t own = vgl_region_cap(vgl_link_at(i).region, device, total);
         cap = own < cap ? own : cap;
     }
     /* After the reads: a page lost to them reads as zeros, which mean no cap. */
@@ -89,8 +81,8 @@ uint64_t vgl_device_cap(int device, uint64_t total)
 int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
 {
     uint64_t total = forced ? 0 : vgl_device_total((int)device);
-    for (uint32_t i = 0; i < links(); i++) {
-        struct vgl_link link = link_at(i);
+    for (uint32_t i = 0; i < vgl_links(); i++) {
+        struct vgl_link link = vgl_link_at(i);
         uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);
         if (VGL_UNLIKELY(vgl_config.broken))
             cap = 0;
@@ -98,7 +90,7 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
             if (refused)
                 *refused = i;
             while (i--)
-                vgl_ledger_release(link_at(i).region, link_at(i).slot, device, bytes);
+                vgl_ledger_release(vgl_link_at(i).region, vgl_link_at(i).slot, device, bytes);
             return -ENOMEM;
         }
     }
@@ -107,8 +99,8 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
 
 void vgl_release(uint32_t device, uint64_t bytes)
 {
-    for (uint32_t i = 0; i < links(); i++)
-        vgl_ledger_release(link_at(i).region, link_at(i).slot, device, bytes);
+    for (uint32_t i = 0; i < vgl_links(); i++)
+        vgl_ledger_release(vgl_link_at(i).region, vgl_link_at(i).slot, device, bytes);
 }
 
 bool vgl_ready(void)
@@ -128,7 +120,7 @@ static void log_refusal(const char *call, int device, uint64_t bytes, int link)
                         "limits (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
         return;
     }
-    const struct vgl_region *region = link_at((uint32_t)link).region;
+    const struct vgl_region *region = vgl_link_at((uint32_t)link).region;
     vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s of %s refused on device %d: cap %s, %s in use by "
                     "%s", call, vgl_format_bytes(bytes, asked, sizeof asked), device,
                     vgl_format_bytes(vgl_region_cap(region, device, vgl_device_total(device)), capped, sizeof capped),
@@ -231,8 +223,8 @@ bool vgl_capped_view(int device, struct vgl_view *v)
     v->total_bytes = cap;
     v->used_bytes = used < cap ? used : cap;
     /* Free is what fits under every cap the process counts in. */
-    for (uint32_t i = 0; i < links() && cap; i++) {
-        const struct vgl_region *region = link_at(i).region;
+    for (uint32_t i = 0; i < vgl_links() && cap; i++) {
+        const struct vgl_region *region = vgl_link_at(i).region;
         uint64_t own = vgl_region_cap(region, device, total);
         uint64_t in_use = __atomic_load_n(&region->devices[device].used_bytes, __ATOMIC_RELAXED);
         uint64_t left = in_use < own ? own - in_use : 0;

@@ -90,6 +90,12 @@ struct vgl_self {
     int32_t pid;
 };
 extern struct vgl_self vgl_self;
+/* The regions the process counts in: its own (link 0), then those it is nested in. */
+static inline uint32_t vgl_links(void) { return 1 + vgl_self.nouter; }
+static inline struct vgl_link vgl_link_at(uint32_t i)
+{
+    return i ? vgl_self.outer[i - 1] : (struct vgl_link){vgl_self.region, vgl_self.slot};
+}
 /* Maps the region and claims this process's slot, once.  False: fail closed. */
 bool vgl_attach(void);
 /* Maps the region without claiming a slot (for views: NVML, cuMemGetInfo).

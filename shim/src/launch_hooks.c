@@ -88,10 +88,9 @@ static inline bool unlimited(void)
  * counts in all of them. */
 static uint32_t states(int device, struct vgl_device_state **out)
 {
-    out[0] = &vgl_self.region->devices[device];
-    for (uint32_t i = 0; i < vgl_self.nouter; i++)
-        out[i + 1] = &vgl_self.outer[i].region->devices[device];
-    return 1 + vgl_self.nouter;
+    for (uint32_t i = 0; i < vgl_links(); i++)
+        out[i] = &vgl_link_at(i).region->devices[device];
+    return vgl_links();
 }
 
 /* Those of them that hold a share: a launch goes when every one admits it. */
