@@ -214,7 +214,8 @@ def manifests() -> dict[str, dict]:
 
 def test_the_daemonset_installs_the_hook_and_serves_metrics(manifests):
     from vgpulimit.cli import _build_parser
-    from vgpulimit.oci_hook import HOOKS_D_DIR, NODE_DIR
+    from vgpulimit.oci import NODE_DIR
+    from vgpulimit.oci.hooks_d import HOOKS_D_DIR
 
     assert set(manifests) == {"Namespace", "DaemonSet", "Service"}
     daemonset, service = manifests["DaemonSet"], manifests["Service"]

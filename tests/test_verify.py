@@ -233,7 +233,7 @@ def test_the_readiness_probe_runs_verify_in_a_capped_pod():
     yaml = pytest.importorskip("yaml", reason="PyYAML is a test dependency")
     import vgpulimit
     from vgpulimit.cli import _build_parser
-    from vgpulimit.oci_hook import CORES_ANNOTATION, MEMORY_ANNOTATION
+    from vgpulimit.oci import CORES_ANNOTATION, MEMORY_ANNOTATION
 
     pod = yaml.safe_load((TESTS.parent / "deploy" / "verify-pod.yaml").read_text())
     assert {MEMORY_ANNOTATION, CORES_ANNOTATION} <= pod["metadata"]["annotations"].keys()

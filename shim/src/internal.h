@@ -58,7 +58,7 @@ void vgl_region_unlock(struct vgl_region *region);
 bool vgl_ledger_recount(struct vgl_region *region);
 
 /* config.c — the configuration, decided once at load. */
-/* Where `vgpulimit oci-hook` mounts a container's region (oci_hook.py
+/* Where `vgpulimit oci-hook` mounts a container's region (vgpulimit/oci/__init__.py
  * CONTAINER_REGION). */
 #define VGL_CONTAINER_REGION "/.vgpulimit/region"
 struct vgl_config {

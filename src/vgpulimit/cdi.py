@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vgpulimit.oci_hook import HOOK_STAGES, SHIM_PATH, hook_command
+from vgpulimit.oci import SHIM_PATH
+from vgpulimit.oci.hooks_d import HOOK_STAGES, hook_command
 
 KIND = "vgpulimit.io/gpu"
 # CDI device names: a letter or digit, then letters, digits, '_', '.', ':', '-'.

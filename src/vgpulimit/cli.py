@@ -178,18 +178,19 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_container_commands(commands) -> None:
-    from vgpulimit import oci_hook
+    from vgpulimit import oci
+    from vgpulimit.oci import hooks_d
 
     hook = commands.add_parser(
         "oci-hook", help="OCI hook: put the shim into containers that ask for limits",
         description="Run by a container runtime with the container's state on stdin: at "
                     "createRuntime (or prestart) it installs the shim into a container whose "
                     "process.env has VGPULIMIT_* or HAMi's CUDA_DEVICE_* limits, or whose "
-                    f"annotations have {oci_hook.MEMORY_ANNOTATION} or "
-                    f"{oci_hook.CORES_ANNOTATION} (an annotation beats the variables of its "
+                    f"annotations have {oci.MEMORY_ANNOTATION} or "
+                    f"{oci.CORES_ANNOTATION} (an annotation beats the variables of its "
                     "kind); at poststop it removes what it installed.  If a container asked for "
                     "limits that cannot be enforced, it fails, so the container does not start.")
-    hook.add_argument("--node-dir", metavar="DIR", default=oci_hook.NODE_DIR,
+    hook.add_argument("--node-dir", metavar="DIR", default=oci.NODE_DIR,
                       help="where each container's region is kept for the node view "
                            "(default: %(default)s)")
 
@@ -197,7 +198,7 @@ def _add_container_commands(commands) -> None:
         "install-hook", help="install the OCI hook for podman and CRI-O (hooks.d)",
         description="Write the hooks.d file that makes podman and CRI-O run "
                     "'vgpulimit oci-hook' for every container.")
-    install.add_argument("--dir", metavar="DIR", default=oci_hook.HOOKS_D_DIR,
+    install.add_argument("--dir", metavar="DIR", default=hooks_d.HOOKS_D_DIR,
                          help="the hooks.d directory (default: %(default)s)")
     install.add_argument("--node-dir", metavar="DIR",
                          help="the hook's node directory (default: its own)")
@@ -355,10 +356,10 @@ def _cmd_simgpu_path(args: argparse.Namespace) -> int:
 def _cmd_oci_hook(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vgpulimit import oci_hook
+    from vgpulimit.oci import hook
 
     _absolute_node_dir("oci-hook", args.node_dir)
-    return oci_hook.run(sys.stdin, Path(args.node_dir))
+    return hook.run(sys.stdin, Path(args.node_dir))
 
 
 def _absolute_node_dir(command: str, node_dir: str | None) -> None:
@@ -372,13 +373,13 @@ def _absolute_node_dir(command: str, node_dir: str | None) -> None:
 def _cmd_install_hook(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vgpulimit import oci_hook
+    from vgpulimit.oci import hooks_d
 
     if not args.dir:
         raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
-                         f"(default {oci_hook.HOOKS_D_DIR})")
+                         f"(default {hooks_d.HOOKS_D_DIR})")
     try:
-        print(oci_hook.install_hooks_d(Path(args.dir), args.node_dir))
+        print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir))
     except OSError as exc:
         raise _CannotWrite(f"install-hook: cannot write {exc.filename or args.dir}: "
                            f"{exc.strerror}") from None
@@ -461,7 +462,7 @@ def _exit_codes() -> list[tuple[type[BaseException], int | None]]:
         (_CannotWrite, EXIT_FAILURE),
     ]
     from vgpulimit.cdi import CdiError
-    from vgpulimit.oci_hook import HookError
+    from vgpulimit.oci import HookError
 
     codes += [(HookError, EXIT_FAILURE), (CdiError, EXIT_USAGE)]
     try:

@@ -1,0 +1,62 @@
+"""`vgpulimit oci-hook`: puts the shim into a container that asks for limits,
+with images unchanged.
+
+A runtime runs the hook with the container's state (OCI runtime spec,
+"State") on stdin: at createRuntime (or prestart, on runtimes older than
+createRuntime) it installs, at poststop it removes what it installed.  The
+stage is read from the state's status, so one hooks.d entry serves them all.
+
+A container asks with limit variables in ``process.env`` (VGPULIMIT_MEMORY[_i],
+VGPULIMIT_CORES[_i], or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_i] and
+CUDA_DEVICE_SM_LIMIT[_i]) or with the annotations vgpulimit.io/memory and
+vgpulimit.io/cores (and vgpulimit.io/cores-policy, as VGPULIMIT_CORES_POLICY).  An annotation beats the variables of its kind: the
+variables come with the image, the annotations from whoever runs it.  A
+container whose environment names its region (VGPULIMIT_REGION, or
+CUDA_DEVICE_MEMORY_SHARED_CACHE as HAMi's device plugin sets it) is left to
+whoever named it -- a device plugin that mounts the shim itself -- so that
+the two can share a node.
+
+Installed, in the rootfs:  /.vgpulimit/libvgpulimit.so (a copy of the shim,
+unless a mount -- the CDI spec's -- puts it there), a line for it in
+/etc/ld.so.preload, and /.vgpulimit/region, onto which the hook mounts the
+container's region.  The region itself lives on the node, in
+<node dir>/<container id>/region, where `vgpulimit status --all` finds it;
+it carries the limits, so that limits given as annotations reach the shim
+although a hook cannot change the container's environment.
+
+Every path in the rootfs is walked one component at a time without following
+symbolic links (a link planted by the image, /etc -> /host/etc, is refused,
+never followed out), and checked to lie on the rootfs's own mount as the
+container will see it (a runtime mount would hide what we write).  Whenever a
+container asked for limits and they cannot be enforced, the hook fails with
+one line, and the runtime does not start the container.
+
+One module per concern, in the order the hook uses them: state (the OCI state
+and the bundle's config), request (the limits the container asks for), owner
+(who owns its region, through the user namespace), rootfs (the no-follow
+walker), mounts (the system calls Python does not wrap), elf (can the rootfs
+load the shim), preload (the ld.so.preload line), manifest (what was made, to
+be undone), install (install and remove), hook (the command), hooks_d (the
+podman/CRI-O entry).  This module holds the names they share.
+"""
+
+# Where things go in the container.  The shim looks for CONTAINER_REGION
+# itself (VGL_CONTAINER_REGION, shim/src/internal.h).
+CONTAINER_DIR = ".vgpulimit"
+SHIM_NAME = "libvgpulimit.so"
+REGION_NAME = "region"
+SHIM_PATH = f"/{CONTAINER_DIR}/{SHIM_NAME}"
+CONTAINER_REGION = f"/{CONTAINER_DIR}/{REGION_NAME}"
+PRELOAD = ("etc", "ld.so.preload")
+
+# The node view: one directory per container holding its region.
+NODE_DIR = "/run/vgpulimit/containers"
+MANIFEST = "installed.json"
+
+MEMORY_ANNOTATION = "vgpulimit.io/memory"
+CORES_ANNOTATION = "vgpulimit.io/cores"
+CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
+
+
+class HookError(RuntimeError):
+    """The hook cannot do its job; the message is the one line the runtime shows."""

@@ -1,0 +1,329 @@
+"""Install at createRuntime (or prestart), remove at poststop."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vgpulimit.oci import (
+    CONTAINER_DIR,
+    CONTAINER_REGION,
+    MANIFEST,
+    PRELOAD,
+    REGION_NAME,
+    SHIM_PATH,
+    HookError,
+)
+from vgpulimit.oci.elf import check_architecture, check_glibc, elf_kind
+from vgpulimit.oci.manifest import Manifest
+from vgpulimit.oci.mounts import (
+    AT_RECURSIVE,
+    AT_SYMLINK_NOFOLLOW,
+    attach_mount,
+    clone_mount,
+    detach,
+    enter_mount_namespace,
+    mount_id,
+    remount_read_only,
+)
+from vgpulimit.oci.owner import region_owner
+from vgpulimit.oci.preload import preload_tokens, with_line, without_line
+from vgpulimit.oci.request import requested
+from vgpulimit.oci.rootfs import Rootfs, split_path
+from vgpulimit.oci.state import State, rootfs_of
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What the host side hands the container side: open descriptors, since paths
+    name other things once the hook is in the container's mount namespace."""
+
+    node_fd: int        # the node directory
+    entry_fd: int       # the container's directory in it
+    tree: int           # the region, as a detached mount
+    region: os.stat_result
+    shim: bytes
+
+
+def _open_dir(path: Path) -> int:
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int]) -> _Prepared:
+    from vgpulimit._paths import libpath
+    from vgpulimit.region import Region, RegionError
+
+    shim = libpath().read_bytes()
+    node_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    entry = node_dir / name
+    entry.mkdir(mode=0o700, exist_ok=True)
+    region_path = entry / REGION_NAME
+    if not region_path.exists():
+        try:
+            with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
+                               group_shared=True) as region:
+                if limits.cores_policy is not None:
+                    region.set_cores_policy(limits.cores_policy.value)
+        except RegionError as exc:
+            raise HookError(str(exc)) from None
+        os.chown(region_path, *owner)
+    return _Prepared(node_fd=_open_dir(node_dir), entry_fd=_open_dir(entry),
+                     tree=clone_mount(str(region_path)), region=os.stat(region_path), shim=shim)
+
+
+def _remove_entry(node_fd: int, name: str) -> None:
+    """Removes a container's directory from the node directory."""
+    try:
+        entry_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=node_fd)
+    except FileNotFoundError:
+        return
+    try:
+        for file in (REGION_NAME, MANIFEST, f".{MANIFEST}.tmp"):
+            try:
+                os.unlink(file, dir_fd=entry_fd)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(entry_fd)
+    os.rmdir(name, dir_fd=node_fd)
+
+
+def _make_dir(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> None:
+    rootfs.dir(split_path(CONTAINER_DIR), create=True, made=manifest.made)
+
+
+def _install_shim(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> None:
+    shim = prepared.shim
+    parts = split_path(SHIM_PATH)
+    st = rootfs.entry(parts)
+    if st is not None:
+        with os.fdopen(rootfs.open_file(parts), "rb") as file:
+            mounted = mount_id(file.fileno()) != rootfs.mount_id
+            content = file.read()
+        if mounted:
+            # Mounted by the runtime, as the CDI spec asks: the runtime's copy.
+            if elf_kind(content) != elf_kind(shim):
+                raise HookError(f"{SHIM_PATH} is mounted into the container but is not a shim "
+                                "for this architecture")
+            return
+        if content == shim:
+            return
+    rootfs.replace(parts, shim, 0o755)
+    if st is None:
+        manifest.made.append(SHIM_PATH)
+
+
+def _install_preload(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> None:
+    rootfs.dir(PRELOAD[:-1], create=True, made=manifest.made)
+    st = rootfs.entry(PRELOAD)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise HookError("/etc/ld.so.preload in the container is not a regular file")
+    content = rootfs.read(PRELOAD) or b""
+    if SHIM_PATH in preload_tokens(content.decode("utf-8", errors="replace")):
+        return
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o644
+    owner = (st.st_uid, st.st_gid) if st is not None else None
+    rootfs.replace(PRELOAD, with_line(content), mode, owner)
+    manifest.preload_added = True
+    manifest.preload_created = manifest.preload_created or st is None
+
+
+def _mount_region(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> None:
+    region = prepared.region
+    parts = split_path(CONTAINER_REGION)
+    st = rootfs.entry(parts)
+    if st is None:
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=rootfs.dir(parts[:-1]))
+        os.close(fd)
+        manifest.made.append(CONTAINER_REGION)
+    elif (st.st_dev, st.st_ino) == (region.st_dev, region.st_ino):
+        return   # mounted by an earlier run of the hook (prestart, then createRuntime)
+    elif not stat.S_ISREG(st.st_mode):
+        raise HookError(f"{CONTAINER_REGION} in the container is not a regular file")
+    target = rootfs.open_file(parts, os.O_PATH)
+    try:
+        attach_mount(prepared.tree, target)
+    finally:
+        os.close(target)
+
+
+def _bind_onto_itself(rootfs: Rootfs, parts: tuple[str, ...], read_only: bool,
+                      recursive: bool) -> int:
+    """Binds a file or directory of the rootfs onto itself; returns the new
+    mount's root, open (O_PATH)."""
+    flags = AT_SYMLINK_NOFOLLOW | (AT_RECURSIVE if recursive else 0)
+    tree = clone_mount(parts[-1], rootfs.dir(parts[:-1]), flags)
+    try:
+        target = rootfs.open_file(parts, os.O_PATH)
+        try:
+            attach_mount(tree, target)
+        finally:
+            os.close(target)
+    finally:
+        os.close(tree)
+    mounted = rootfs.lookup_afresh(parts)
+    if read_only:
+        try:
+            remount_read_only(mounted)
+        except OSError:
+            detach(mounted)
+            os.close(mounted)
+            raise
+    return mounted
+
+
+def _lock(rootfs: Rootfs, read_only_root: bool) -> None:
+    """Makes the preload line and the shim's directory unremovable for root in
+    the container without CAP_SYS_ADMIN: each becomes a read-only mount
+    point (writes fail with EROFS; rename, unlink and rmdir with EBUSY; only
+    umount or a remount, both CAP_SYS_ADMIN, would undo it).  The region
+    keeps its own mount, writable, under /.vgpulimit.  /etc is bound onto
+    itself too, writable, so that it cannot be renamed away with the preload
+    in it -- unless the whole rootfs is read-only (root.readonly), which the
+    runtime makes it after the hook: a mount of ours would stay writable."""
+    steps = [(PRELOAD, True, False), (split_path(CONTAINER_DIR), True, True)]
+    if not read_only_root:
+        steps.append((PRELOAD[:-1], False, True))
+    mounted: list[int] = []
+    try:
+        for parts, read_only, recursive in steps:
+            mounted.append(_bind_onto_itself(rootfs, parts, read_only, recursive))
+    except OSError:
+        # The container will not start; what is undone next must see the rootfs itself.
+        for fd in reversed(mounted):
+            detach(fd)
+        raise
+    finally:
+        for fd in mounted:
+            os.close(fd)
+
+
+def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
+    """Installs the shim if the container asks for limits."""
+    limits = requested(config)
+    if limits is None:
+        return
+    if state.pid is None:
+        raise HookError(f"the container state has no pid (status {state.status!r}): run the "
+                        "hook at createRuntime or prestart")
+    rootfs_path = rootfs_of(config, state.bundle)
+    owner = region_owner(config)
+    manifest = Manifest.load(node_dir / state.id)
+    if manifest is not None and manifest.pid != state.pid:
+        # Left by an earlier container of this id that had no poststop.
+        _undo(manifest, node_dir, state.id)
+        manifest = None
+    if manifest is None:
+        manifest = Manifest(rootfs=str(rootfs_path), pid=state.pid)
+    elif manifest.locked:
+        return   # installed by an earlier run of the hook (prestart, then createRuntime)
+    try:
+        prepared = _prepare_node(node_dir, state.id, limits, owner)
+        manifest.save(prepared.entry_fd)
+    except (HookError, OSError) as exc:
+        if node_dir.is_dir():
+            node_fd = _open_dir(node_dir)
+            try:
+                _remove_entry(node_fd, state.id)
+            finally:
+                os.close(node_fd)
+        if isinstance(exc, HookError):
+            raise
+        raise HookError(f"cannot set up the region in {node_dir / state.id}: "
+                        f"{exc.strerror}") from None
+    rootfs = None
+    try:
+        # From here on, paths name what the container's init sees.
+        enter_mount_namespace(state.pid)
+        rootfs = Rootfs(rootfs_path)
+        check_architecture(rootfs, prepared.shim)
+        check_glibc(rootfs, prepared.shim)
+        for parts in (split_path(CONTAINER_DIR), PRELOAD[:-1]):
+            if rootfs.entry(parts) is not None:   # refuses a link before anything is written
+                rootfs.dir(parts)
+        for step in (_make_dir, _install_shim, _install_preload, _mount_region):
+            step(rootfs, prepared, manifest)
+            manifest.save(prepared.entry_fd)
+        root = config.get("root")
+        _lock(rootfs, isinstance(root, dict) and root.get("readonly") is True)
+        manifest.locked = True
+        manifest.save(prepared.entry_fd)
+    except (HookError, OSError) as exc:
+        # The runtime will not start the container: take it all back.
+        if rootfs is not None:
+            _undo_in(rootfs, manifest)
+        _remove_entry(prepared.node_fd, state.id)
+        if isinstance(exc, HookError):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise HookError(f"cannot install the shim into rootfs {rootfs_path}: "
+                        f"{exc.strerror}{where}") from None
+    finally:
+        if rootfs is not None:
+            rootfs.close()
+
+
+def _undo_in(rootfs: Rootfs, manifest: Manifest) -> list[str]:
+    """Undoes an install in ``rootfs``; returns what could not be undone, one
+    phrase each."""
+    problems = []
+    if manifest.preload_added:
+        try:
+            content = rootfs.read(PRELOAD)
+            st = rootfs.entry(PRELOAD)
+            if content is not None and st is not None:
+                rest = without_line(content)
+                if manifest.preload_created and not rest.strip():
+                    rootfs.remove(PRELOAD)
+                else:
+                    rootfs.replace(PRELOAD, rest, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+        except (HookError, OSError) as exc:
+            problems.append(f"/etc/ld.so.preload ({_reason(exc)})")
+    for path in reversed(manifest.made):
+        try:
+            rootfs.remove(split_path(path))
+        except (HookError, OSError) as exc:
+            problems.append(f"{path} ({_reason(exc)})")
+    return problems
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _undo(manifest: Manifest, node_dir: Path, name: str) -> list[str]:
+    problems: list[str] = []
+    try:
+        rootfs = Rootfs(Path(manifest.rootfs))
+    except HookError:
+        problems.append(f"rootfs {manifest.rootfs} is gone")
+    else:
+        try:
+            problems = _undo_in(rootfs, manifest)
+        finally:
+            rootfs.close()
+    node_fd = _open_dir(node_dir)
+    try:
+        _remove_entry(node_fd, name)
+    finally:
+        os.close(node_fd)
+    return problems
+
+
+def remove(state: State, node_dir: Path) -> None:
+    """Removes what install made for this container, if anything."""
+    manifest = Manifest.load(node_dir / state.id)
+    if manifest is None:
+        return
+    problems = _undo(manifest, node_dir, state.id)
+    if problems:
+        raise HookError(f"container {state.id}: left in rootfs {manifest.rootfs}: "
+                        + "; ".join(problems))

@@ -1,0 +1,48 @@
+"""The limits a container asks for, read from its bundle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vgpulimit.oci import CORES_ANNOTATION, CORES_POLICY_ANNOTATION, MEMORY_ANNOTATION, HookError
+from vgpulimit.oci.state import annotations as config_annotations
+from vgpulimit.oci.state import environment as config_environment
+
+
+def requested(config: Mapping[str, Any]):
+    """The limits the container asks for (a supervisor.Limits), or None when
+    it asks for none.  Its variables are read by the shim's own reader, in
+    the shim's precedence; an annotation beats every variable of its kind
+    (the variables may come with the image, the annotation from whoever runs
+    it)."""
+    from vgpulimit import environment
+    from vgpulimit.limits import LimitError, parse_cores, parse_cores_policy, parse_memory
+    from vgpulimit.supervisor import Limits, Setting, layer
+
+    env, annotations = config_environment(config), config_annotations(config)
+    found = environment.read(env)
+    asks_by_annotation = MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
+    if not (found.memory or found.cores or asks_by_annotation or found.errors):
+        return None
+    if found.region_path:
+        # A device plugin that mounts the shim itself named the region (HAMi's
+        # sets CUDA_DEVICE_MEMORY_SHARED_CACHE): the container is its to set up.
+        return None
+    if found.errors:
+        raise HookError(f"process.env {found.errors[0]}")
+
+    def annotation(name: str, parse) -> Setting | None:
+        if name not in annotations:
+            return None
+        try:
+            return Setting(annotations[name], f"annotation {name}", parse(annotations[name],
+                                                                           f"annotation {name}"))
+        except LimitError as exc:
+            raise HookError(str(exc)) from None
+
+    warnings = list(found.warnings)
+    memory = layer(found.memory, annotation(MEMORY_ANNOTATION, parse_memory), {}, warnings)
+    cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
+    policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
+    return Limits(memory=memory, cores=cores, cores_policy=policy, warnings=tuple(warnings))
