@@ -18,6 +18,7 @@ ROOT = TESTS.parent
 C_DIR = TESTS / "c"
 SHIM_INCLUDE = ROOT / "shim" / "include"
 SHIM_SRC = ROOT / "shim" / "src"
+BASE = ROOT / "base"
 CC = os.environ.get("CC", "cc")
 MiB = 1 << 20
 GiB = 1 << 30
@@ -25,7 +26,7 @@ GiB = 1 << 30
 
 def compile_c(output: Path, sources: list[Path], *flags: str, cc: str = CC) -> Path:
     cmd = [cc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
-           f"-I{SHIM_INCLUDE}", f"-I{SHIM_SRC}", "-o", str(output), *map(str, sources), *flags]
+           f"-I{SHIM_INCLUDE}", f"-I{SHIM_SRC}", f"-I{BASE}", "-o", str(output), *map(str, sources), *flags]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         pytest.fail(f"compiling {output.name} failed:\n{' '.join(cmd)}\n{result.stderr}")

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base.h"
 #include "vgpulimit/cuda_abi.h"
 #include "vgpulimit/environment.h"
 #include "vgpulimit/limits.h"

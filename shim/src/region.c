@@ -33,29 +33,13 @@ _Static_assert(sizeof(((struct vgl_slot *)0)->comm) == VGL_COMM_LEN, "slot comm"
 
 static pthread_mutex_t *as_mutex(struct vgl_lock *lock) { return (pthread_mutex_t *)(void *)lock->opaque; }
 
-static int lock_init(struct vgl_lock *lock)
-{
-    pthread_mutexattr_t attr;
-    int err = pthread_mutexattr_init(&attr);
-    if (!err)
-        err = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    if (!err)
-        err = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    if (!err)
-        err = pthread_mutex_init(as_mutex(lock), &attr);
-    pthread_mutexattr_destroy(&attr);
-    return -err;
-}
-
 bool vgl_lock_acquire(struct vgl_lock *lock)
 {
-    int err = pthread_mutex_lock(as_mutex(lock));
-    if (err == EOWNERDEAD)
-        return true;
-    if (err)
+    int err = vgl_robust_lock(as_mutex(lock));
+    if (err < 0)
         /* ENOTRECOVERABLE cannot happen: every EOWNERDEAD is made consistent. */
-        vgl_log(VGL_LOG_ERROR, "region lock failed: %s", strerror(err));
-    return false;
+        vgl_log(VGL_LOG_ERROR, "region lock failed: %s", strerror(-err));
+    return err == 1;
 }
 
 void vgl_lock_consistent(struct vgl_lock *lock) { pthread_mutex_consistent(as_mutex(lock)); }
@@ -85,9 +69,21 @@ void vgl_region_lock(struct vgl_region *region)
 
 void vgl_region_unlock(struct vgl_region *region) { vgl_lock_release(&region->lock); }
 
-static int init_region(struct vgl_region *region, const struct vgl_mem_limit *limits,
-                       const uint32_t *cores_pct, uint32_t flags, const char *parent)
+struct region_init {
+    const struct vgl_mem_limit *limits;
+    const uint32_t *cores_pct;
+    uint32_t flags;
+    const char *parent;
+};
+
+static int init_region(void *map, void *arg)
 {
+    struct vgl_region *region = map;
+    const struct region_init *how = arg;
+    const struct vgl_mem_limit *limits = how->limits;
+    const uint32_t *cores_pct = how->cores_pct;
+    const char *parent = how->parent;
+    uint32_t flags = how->flags;
     if (parent)
         strcpy(region->parent, parent);
     memcpy(region->magic, MAGIC, sizeof MAGIC);
@@ -96,7 +92,7 @@ static int init_region(struct vgl_region *region, const struct vgl_mem_limit *li
     region->file_size = sizeof *region;
     region->generation = 1;
     region->flags = flags;
-    int err = lock_init(&region->lock);
+    int err = vgl_robust_init(as_mutex(&region->lock));
     for (uint32_t i = 0; i < VGL_MAX_DEVICES && !err; i++) {
         struct vgl_device_state *dev = &region->devices[i];
         if (limits)
@@ -112,34 +108,10 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
 {
     if (parent && strlen(parent) >= VGL_PARENT_LEN)
         return -ENAMETOOLONG;
-    /* Build the whole file under a temporary name and link() it into place:
-     * nobody ever maps a half-initialised region, and of two creators
-     * exactly one wins. */
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
-        return -ENAMETOOLONG;
+    /* Of two creators exactly one wins: the other is told -EEXIST. */
+    struct region_init how = {limits, cores_pct, flags, parent};
     mode_t mode = flags & VGL_REGION_GROUP_SHARED ? 0660 : 0600;
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd < 0)
-        return -errno;
-    int err = 0;
-    void *map = MAP_FAILED;
-    if (fchmod(fd, mode) < 0 || ftruncate(fd, sizeof(struct vgl_region)) < 0)
-        err = -errno;
-    if (!err) {
-        map = mmap(NULL, sizeof(struct vgl_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (map == MAP_FAILED)
-            err = -errno;
-    }
-    if (!err)
-        err = init_region(map, limits, cores_pct, flags, parent);
-    if (map != MAP_FAILED)
-        munmap(map, sizeof(struct vgl_region));
-    if (!err && link(tmp, path) < 0)
-        err = -errno;
-    unlink(tmp);
-    close(fd);
-    return err;
+    return vgl_create_linked(path, mode, sizeof(struct vgl_region), init_region, &how, NULL);
 }
 
 /* No device, nor a process's share of one, comes near a pebibyte: a larger
@@ -288,66 +260,6 @@ const char *vgl_region_strerror(int err)
     default:
         return strerror(-err);
     }
-}
-
-/* /proc/<pid>/stat's state letter and starttime; false if unreadable. */
-static bool read_stat(int32_t pid, char *state, uint64_t *start_time)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    /* comm may hold spaces and parentheses: fields resume after the last ')'.
-     * p starts on the blank before field 3 (state); starttime is field 22. */
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ' || !p[2])
-        return false;
-    p++;
-    *state = p[1];
-    for (int field = 3; field < 22 && p; field++)
-        p = strchr(p + 1, ' ');
-    if (!p)
-        return false;
-    *start_time = strtoull(p + 1, NULL, 10);
-    return true;
-}
-
-uint64_t vgl_proc_start_time(int32_t pid)
-{
-    char state;
-    uint64_t start;
-    return read_stat(pid, &state, &start) ? start : 0;
-}
-
-int vgl_proc_running(int32_t pid, uint64_t start_time)
-{
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return 0;
-    char state;
-    uint64_t start;
-    if (!read_stat(pid, &state, &start))
-        return 1; /* another pid namespace, hidepid: kill() is all we know */
-    if (state == 'Z' || state == 'X')
-        return 0;
-    return start_time == 0 || start == start_time;
-}
-
-void vgl_proc_comm_self(char comm[VGL_COMM_LEN])
-{
-    memset(comm, 0, VGL_COMM_LEN);
-    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, comm, VGL_COMM_LEN - 1);
-    close(fd);
-    if (n > 0 && comm[n - 1] == '\n')
-        comm[n - 1] = '\0';
 }
 
 /* Returns a slot's bytes to the device totals. */

@@ -138,16 +138,6 @@ int vgl_region_reclaim(struct vgl_region *region);
  * 1; 0 when a live process holds it, and nothing changed. */
 int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
                      const uint32_t *cores_pct);
-/* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
- * (a reused pid has another).  0 when it cannot be read. */
-uint64_t vgl_proc_start_time(int32_t pid);
-/* This process's command name (/proc/self/comm), NUL-terminated, in 16 bytes. */
-void vgl_proc_comm_self(char comm[16]);
-/* Whether the process `pid` that started at `start_time` (0: unknown) still
- * runs: 0 once it has exited, even before its parent reaps it (its memory is
- * already back with the driver), and when the pid now names another process.
- * A pid we cannot inspect (another pid namespace) counts as running. */
-int vgl_proc_running(int32_t pid, uint64_t start_time);
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);
