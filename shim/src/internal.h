@@ -50,6 +50,20 @@ void vgl_lock_release(struct vgl_lock *lock);
 void vgl_region_lock(struct vgl_region *region);
 void vgl_region_unlock(struct vgl_region *region);
 
+/* slot_owner.c — whether a slot's process runs, asked from any pid namespace. */
+/* Keeps `fd` (this process's own descriptor of the file mapped at `region`,
+ * handed over) for the slot locks; forgotten (closed) when it is unmapped. */
+void vgl_owner_keep(const struct vgl_region *region, int fd);
+void vgl_owner_forget(const struct vgl_region *region);
+/* Marks `slot` as this process's: its pid namespace, and its lock when it
+ * can be taken.  Before the slot is made live. */
+void vgl_owner_claim(const struct vgl_region *region, struct vgl_slot *slot);
+void vgl_owner_release(const struct vgl_region *region, struct vgl_slot *slot);
+/* Whether `slot` names this very process image (pid, start time, namespace). */
+bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_time);
+/* Whether the slot's process still runs; true when that cannot be told. */
+bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
+
 /* ledger.c (also region.h) */
 /* Under the region lock: sets every device's total to the sum of the slots'
  * counts, with every change held off meanwhile; the counts of a dead slot

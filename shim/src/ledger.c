@@ -167,7 +167,7 @@ static uint64_t now_ns(void)
 /* Waits until no change of `slot`'s is under way: true, or false when it
  * stays under way for RECOUNT_WAIT_NS.  A slot whose process is found gone
  * is dead: its change under way never ends, and the recount drops it. */
-static bool settle(struct vgl_slot *slot)
+static bool settle(const struct vgl_region *region, struct vgl_slot *slot)
 {
     uint64_t deadline = 0;
     for (unsigned tries = 0; __atomic_load_n(&slot->busy, __ATOMIC_SEQ_CST) != 0; tries++) {
@@ -175,7 +175,7 @@ static bool settle(struct vgl_slot *slot)
             return true;
         if (tries < 64)
             continue; /* a change is a few instructions */
-        if (tries % 256 == 64 && !vgl_proc_running(slot->pid, slot->start_time)) {
+        if (tries % 256 == 64 && !vgl_owner_running(region, slot)) {
             __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
             return true;
         }
@@ -213,7 +213,7 @@ bool vgl_ledger_recount(struct vgl_region *region)
     bool settled = true;
     for (uint32_t i = 0; i < VGL_MAX_SLOTS && settled; i++)
         if (counted(&region->slots[i]))
-            settled = settle(&region->slots[i]);
+            settled = settle(region, &region->slots[i]);
     if (settled) {
         for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
             if (torn(&region->slots[i]))

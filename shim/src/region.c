@@ -142,7 +142,8 @@ static bool plausible(const struct vgl_region *region)
             return false;
         if (slot->state == VGL_SLOT_FREE)
             continue;
-        if (slot->pid <= 0 || slot->host_pid < 0)
+        if (slot->pid <= 0 || slot->host_pid < 0 || (slot->flags & ~(uint32_t)VGL_SLOT_LOCKED) ||
+            slot->reserved)
             return false;
         for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
             if (slot->used_bytes[d] > PLAUSIBLE_BYTES)
@@ -199,12 +200,13 @@ int vgl_region_open(const char *path, struct vgl_region **out)
     }
     if (!err && (st.st_mode & S_IWOTH))
         err = -EPERM; /* anyone could rewrite its limits */
-    close(fd);
     if (err) {
+        close(fd);
         if (map != MAP_FAILED)
             munmap(map, sizeof(struct vgl_region));
         return err;
     }
+    vgl_owner_keep(map, fd); /* for the lock of the slot this process may claim */
     *out = map;
     return 0;
 }
@@ -230,8 +232,10 @@ int vgl_region_read_parent(const char *path, char *out)
 
 void vgl_region_close(struct vgl_region *region)
 {
-    if (region)
+    if (region) {
+        vgl_owner_forget(region);
         munmap(region, sizeof *region);
+    }
 }
 
 const char *vgl_region_strerror(int err)
@@ -305,7 +309,7 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
          * threads were ended wherever they were, in a change maybe). */
         for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
             struct vgl_slot *slot = &region->slots[i];
-            if (slot->state == VGL_SLOT_LIVE && slot->pid == pid && slot->start_time == start)
+            if (slot->state == VGL_SLOT_LIVE && vgl_owner_same(slot, pid, start))
                 __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
         }
         free_dead(region);
@@ -317,6 +321,7 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
             found->pid = pid;
             found->host_pid = host_pid;
             found->start_time = start;
+            vgl_owner_claim(region, found);
             vgl_proc_comm_self(found->comm);
             __atomic_store_n(&found->state, VGL_SLOT_LIVE, __ATOMIC_RELEASE);
         }
@@ -335,6 +340,7 @@ void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
 {
     slot_release_all(region, slot);
     vgl_region_lock(region);
+    vgl_owner_release(region, slot);
     __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
     vgl_region_unlock(region);
 }
@@ -346,7 +352,7 @@ int vgl_region_reclaim(struct vgl_region *region)
      * slots it need not ask about (their pids may name others by then). */
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         struct vgl_slot *slot = &region->slots[i];
-        if (slot->state == VGL_SLOT_LIVE && !vgl_proc_running(slot->pid, slot->start_time))
+        if (slot->state == VGL_SLOT_LIVE && !vgl_owner_running(region, slot))
             __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
     }
     int reclaimed = free_dead(region);

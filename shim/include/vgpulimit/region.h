@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 4,
+    VGL_REGION_VERSION = 5,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -42,6 +42,13 @@ enum vgl_slot_state {
     /* Its process is gone (or exec'd: the new image has another slot), its
      * bytes not yet given back to the devices' totals (ledger.c). */
     VGL_SLOT_DEAD = 2,
+};
+
+enum vgl_slot_flags {
+    /* Its process holds a lock on the slot's first byte in the region file
+     * (region.c): the kernel drops it when the process dies, so a process of
+     * another pid namespace, where the slot's pid means nothing, can tell. */
+    VGL_SLOT_LOCKED = 1,
 };
 
 /* Storage for a process-shared robust pthread mutex; opaque to readers. */
@@ -80,6 +87,9 @@ struct vgl_slot {
     int32_t host_pid;            /* 0: unknown */
     uint32_t busy;               /* changes of used_bytes under way (ledger.c), one per thread */
     uint64_t start_time;         /* /proc/<pid>/stat starttime: a reused pid is not the dead one */
+    uint64_t pid_ns;             /* inode of the pid namespace `pid` is in; 0: unknown */
+    uint32_t flags;              /* enum vgl_slot_flags */
+    uint32_t reserved;           /* 0 */
     uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
     char comm[16];
 };
