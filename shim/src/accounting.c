@@ -86,7 +86,7 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
         uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);
         if (VGL_UNLIKELY(vgl_config.broken))
             cap = 0;
-        if (vgl_ledger_reserve(link.region, link.slot, device, bytes, cap) < 0) {
+        if (vgl_region_reserve(link.region, link.slot, device, bytes, cap) < 0) {
             if (refused)
                 *refused = i;
             while (i--)

@@ -37,19 +37,6 @@ void vgl_log_bounded(enum vgl_log_level level, unsigned *count, const char *fmt,
 /* "1.50 GiB": a human size into buf. */
 const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len);
 
-/* region.c (also region.h) */
-/* Locks a process-shared robust mutex.  Returns true when its previous owner
- * died holding it: the caller repairs what it guards, then calls
- * vgl_lock_consistent() before unlocking. */
-bool vgl_lock_acquire(struct vgl_lock *lock);
-void vgl_lock_consistent(struct vgl_lock *lock);
-void vgl_lock_release(struct vgl_lock *lock);
-/* Takes the region lock.  A holder that died may have left the ledger's
- * totals half recounted: then, or when a device is left frozen, the totals
- * are recounted first. */
-void vgl_region_lock(struct vgl_region *region);
-void vgl_region_unlock(struct vgl_region *region);
-
 /* slot_owner.c — whether a slot's process runs, asked from any pid namespace. */
 /* Keeps `fd` (this process's own descriptor of the file mapped at `region`,
  * handed over) for the slot locks; forgotten (closed) when it is unmapped. */
@@ -65,6 +52,12 @@ bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_tim
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
 
 /* ledger.c (also region.h) */
+/* Takes the region lock (it guards slot claims, limit changes and
+ * recounts): 0, or -errno when it is unusable and was not taken.  A holder
+ * that died may have left the totals half recounted: then, or when a device
+ * is left frozen, they are recounted first. */
+int vgl_ledger_lock(struct vgl_region *region);
+void vgl_ledger_unlock(struct vgl_region *region);
 /* Under the region lock: sets every device's total to the sum of the slots'
  * counts, with every change held off meanwhile; the counts of a dead slot
  * (VGL_SLOT_DEAD) that was in the middle of a change (busy) are dropped

@@ -31,44 +31,6 @@ _Static_assert(sizeof(((struct vgl_region *)0)->slots) / sizeof(struct vgl_slot)
                "region slots");
 _Static_assert(sizeof(((struct vgl_slot *)0)->comm) == VGL_COMM_LEN, "slot comm");
 
-static pthread_mutex_t *as_mutex(struct vgl_lock *lock) { return (pthread_mutex_t *)(void *)lock->opaque; }
-
-bool vgl_lock_acquire(struct vgl_lock *lock)
-{
-    int err = vgl_robust_lock(as_mutex(lock));
-    if (err < 0)
-        /* ENOTRECOVERABLE cannot happen: every EOWNERDEAD is made consistent. */
-        vgl_log(VGL_LOG_ERROR, "region lock failed: %s", strerror(-err));
-    return err == 1;
-}
-
-void vgl_lock_consistent(struct vgl_lock *lock) { pthread_mutex_consistent(as_mutex(lock)); }
-
-void vgl_lock_release(struct vgl_lock *lock) { pthread_mutex_unlock(as_mutex(lock)); }
-
-static bool any_frozen(const struct vgl_region *region)
-{
-    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
-        if (__atomic_load_n(&region->devices[d].frozen, __ATOMIC_RELAXED))
-            return true;
-    return false;
-}
-
-/* Slot claims and limits are written so that a half-done change is harmless
- * (a slot's state is set last); the ledger's totals are not (a recount cut
- * short, devices left frozen), so they are recounted. */
-void vgl_region_lock(struct vgl_region *region)
-{
-    bool owner_died = vgl_lock_acquire(&region->lock);
-    /* Only the lock's holder freezes, and it thaws before it lets go. */
-    if (owner_died || any_frozen(region))
-        vgl_ledger_recount(region);
-    if (owner_died)
-        vgl_lock_consistent(&region->lock);
-}
-
-void vgl_region_unlock(struct vgl_region *region) { vgl_lock_release(&region->lock); }
-
 struct region_init {
     const struct vgl_mem_limit *limits;
     const uint32_t *cores_pct;
@@ -92,7 +54,7 @@ static int init_region(void *map, void *arg)
     region->file_size = sizeof *region;
     region->generation = 1;
     region->flags = flags;
-    int err = vgl_robust_init(as_mutex(&region->lock));
+    int err = vgl_robust_init((pthread_mutex_t *)(void *)region->lock.opaque);
     for (uint32_t i = 0; i < VGL_MAX_DEVICES && !err; i++) {
         struct vgl_device_state *dev = &region->devices[i];
         if (limits)
@@ -261,6 +223,9 @@ const char *vgl_region_strerror(int err)
         return "a region file already exists there";
     case -ENOSPC:
         return "every process slot of the region is taken";
+    case -ENOTRECOVERABLE:
+        return "its lock is unusable (its bytes were written by something other than vgpulimit); "
+               "make a new region";
     default:
         return strerror(-err);
     }
@@ -303,7 +268,9 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
     uint64_t start = vgl_proc_start_time(pid);
     for (int attempt = 0; attempt < 2; attempt++) {
         struct vgl_slot *found = NULL;
-        vgl_region_lock(region);
+        int err = vgl_ledger_lock(region);
+        if (err)
+            return err;
         /* The same process again, after exec: the driver dropped its memory
          * with the old image, whose slot goes as a dead one's (its other
          * threads were ended wherever they were, in a change maybe). */
@@ -325,7 +292,7 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
             vgl_proc_comm_self(found->comm);
             __atomic_store_n(&found->state, VGL_SLOT_LIVE, __ATOMIC_RELEASE);
         }
-        vgl_region_unlock(region);
+        vgl_ledger_unlock(region);
         if (found) {
             *out = found;
             return 0;
@@ -339,15 +306,19 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
 void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
 {
     slot_release_all(region, slot);
-    vgl_region_lock(region);
+    /* Even with the lock broken: a claim takes only a free slot, and this one
+     * is not free until this store. */
+    bool locked = vgl_ledger_lock(region) == 0;
     vgl_owner_release(region, slot);
     __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
-    vgl_region_unlock(region);
+    if (locked)
+        vgl_ledger_unlock(region);
 }
 
 int vgl_region_reclaim(struct vgl_region *region)
 {
-    vgl_region_lock(region);
+    if (vgl_ledger_lock(region) != 0)
+        return 0;
     /* Marked first: a reclaimer that dies on the way leaves the next one
      * slots it need not ask about (their pids may name others by then). */
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
@@ -356,15 +327,27 @@ int vgl_region_reclaim(struct vgl_region *region)
             __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
     }
     int reclaimed = free_dead(region);
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     return reclaimed;
+}
+
+int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
+                       uint64_t bytes, uint64_t cap)
+{
+    int err = vgl_ledger_reserve(region, slot, device, bytes, cap);
+    if (err == -ENOMEM && vgl_region_reclaim(region) > 0)
+        err = vgl_ledger_reserve(region, slot, device, bytes, cap);
+    if (err == -ENOMEM)
+        __atomic_add_fetch(&region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
+    return err;
 }
 
 int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
                      const uint32_t *cores_pct)
 {
     vgl_region_reclaim(region);
-    vgl_region_lock(region);
+    if (vgl_ledger_lock(region) != 0)
+        return 0;
     bool held = false;
     for (uint32_t i = 0; i < VGL_MAX_SLOTS && !held; i++)
         held = __atomic_load_n(&region->slots[i].state, __ATOMIC_ACQUIRE) == VGL_SLOT_LIVE;
@@ -377,7 +360,7 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
         }
         __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     }
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     return !held;
 }
 
@@ -386,12 +369,14 @@ int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
 {
     if (device >= VGL_MAX_DEVICES || cores_pct > 100)
         return -EINVAL;
-    vgl_region_lock(region);
+    int err = vgl_ledger_lock(region);
+    if (err)
+        return err;
     struct vgl_device_state *dev = &region->devices[device];
     __atomic_store_n(&dev->limit.bytes, limit->bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->limit.ppm, limit->ppm, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->cores_pct, cores_pct, __ATOMIC_RELAXED);
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     return 0;
 }

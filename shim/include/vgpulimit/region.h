@@ -148,6 +148,10 @@ int vgl_region_reclaim(struct vgl_region *region);
  * 1; 0 when a live process holds it, and nothing changed. */
 int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
                      const uint32_t *cores_pct);
+/* An allocation's reservation (vgl_ledger_reserve): short of room, the
+ * bytes of processes that died are taken back first; a refusal is counted. */
+int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
+                       uint64_t bytes, uint64_t cap);
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);
@@ -167,8 +171,8 @@ int vgl_region_broken(const struct vgl_region *region);
 
 /* ledger.c — the per-device byte count, exact under races. */
 
-/* Reserves `bytes` on `device` for `slot` if they fit under `cap`: 0, or
- * -ENOMEM (and the refusal counted) when they do not. */
+/* Reserves `bytes` on `device` for `slot` if they fit under `cap`: 0,
+ * -ENOMEM when they do not, or the error of an unusable region lock. */
 int vgl_ledger_reserve(struct vgl_region *region, struct vgl_slot *slot,
                        uint32_t device, uint64_t bytes, uint64_t cap);
 void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot,
