@@ -145,7 +145,8 @@ struct vgl_hook {
     void **real;
     void *lazy;
 };
-/* The hook whose name is `name`, or NULL (binary search over the sorted table). */
+/* The hook whose name is `name`, or NULL (a scan: dlsym and cuGetProcAddress
+ * look names up at start, not per call). */
 const struct vgl_hook *vgl_hook_by_name(const char *name);
 /* Maps a pointer the real library handed out for `name` to our wrapper of
  * that same variant; returns `real` itself when it is not one we hook (and

@@ -94,8 +94,12 @@ static CUresult pool_alloc(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, C
     int device = pool ? pool_device(pool) : vgl_current_device();
     if (!pool && device >= 0 && vgl_real.cuDeviceGetMemPool(&source, device) != CUDA_SUCCESS)
         source = NULL;
-    if (!source || device < 0 || device >= VGL_MAX_DEVICES)
+    if (!source || device < 0)
         return call_driver(v, dptr, bytes, pool, stream); /* the driver will say what is wrong */
+    if (device >= VGL_MAX_DEVICES) {
+        struct vgl_charge refused;
+        return vgl_charge_begin(call, device, bytes, &refused); /* refuses, and says why */
+    }
 
     pthread_mutex_lock(&pools_lock);
     settle(source, device);
