@@ -73,9 +73,12 @@ def base_env(**extra: str) -> dict[str, str]:
 def sim_env(tmp_path, simgpu_dir) -> dict[str, str]:
     """An environment on a fresh simulated GPU of this test's own (16 GiB, one
     device), whose contexts cost no memory: each test's arithmetic is about its
-    own allocations (tests of the context's cost set SIMGPU_CONTEXT_OVERHEAD)."""
+    own allocations (tests of the context's cost set SIMGPU_CONTEXT_OVERHEAD).
+    Its runtime directory exists, as a login manager makes it."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
     return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_CONTEXT_OVERHEAD="0",
-                    LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(tmp_path / "run"))
+                    LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(runtime))
 
 
 def vgpulimit_cmd(*args: str) -> list[str]:

@@ -57,6 +57,35 @@ def test_a_new_limit_in_the_environment_alone_is_the_one_that_holds(sim_env, shi
     run([*HOLD, "900"], dict(env, VGPULIMIT_MEMORY="1GiB"))
 
 
+@pytest.mark.parametrize("runtime", ["exists", "missing"])
+def test_the_shim_and_run_pick_the_same_runtime_directory(sim_env, shim_path, tmp_path, runtime):
+    """Limits in the environment alone: the shim keeps its region in the first
+    runtime directory it may make (paths.h), the one `vgpulimit run` picks; an
+    XDG_RUNTIME_DIR that does not exist is passed over by both."""
+    from vgpulimit._paths import runtime_dirs
+
+    xdg, tmp = tmp_path / "xdg", tmp_path / "tmp"
+    tmp.mkdir()
+    if runtime == "exists":
+        xdg.mkdir(mode=0o700)
+    # A limit of its own: a region no other test or run has made.
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY=f"{GiB + os.getpid()}",
+               XDG_RUNTIME_DIR=str(xdg), TMPDIR=str(tmp))
+    expected = [d for d in runtime_dirs(env) if d != xdg / "vgpulimit" or runtime == "exists"]
+    expected = expected[0] if os.access(expected[0].parent, os.W_OK) else expected[1]
+    before = set(expected.glob("env-v*.region"))
+    run([*HOLD, "100"], env)
+    made = set(expected.glob("env-v*.region")) - before
+    try:
+        assert len(made) == 1, f"no new region in {expected}"
+        ask = "from vgpulimit.supervisor import runtime_base; print(runtime_base())"
+        picked = run([sys.executable, "-c", ask], env).stdout.strip()
+        assert Path(picked) == expected
+    finally:
+        for path in made:
+            path.unlink()
+
+
 def test_a_region_of_the_environment_left_behind_takes_the_next_limits(sim_env, shim_path,
                                                                         tmp_path):
     # A device plugin names the path (HAMi's cache file) and the limit; the pod

@@ -12,6 +12,7 @@
 #include "vgpulimit/environment.h"
 #include "vgpulimit/limits.h"
 #include "vgpulimit/nvml_abi.h"
+#include "vgpulimit/paths.h"
 #include "vgpulimit/region.h"
 
 #define VGL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -66,9 +67,6 @@ void vgl_ledger_unlock(struct vgl_region *region);
 bool vgl_ledger_recount(struct vgl_region *region);
 
 /* config.c — the configuration, decided once at load. */
-/* Where `vgpulimit oci-hook` mounts a container's region (vgpulimit/oci/__init__.py
- * CONTAINER_REGION). */
-#define VGL_CONTAINER_REGION "/.vgpulimit/region"
 struct vgl_config {
     bool enabled;        /* a region or a limit applies to this process */
     bool broken;         /* a variable could not be used: fail closed */
