@@ -35,8 +35,6 @@ void vgl_log_bounded(enum vgl_log_level level, unsigned *count, const char *fmt,
         if (VGL_UNLIKELY((level) <= vgl_log_level))      \
             vgl_log((level), __VA_ARGS__);               \
     } while (0)
-/* "1.50 GiB": a human size into buf. */
-const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len);
 
 /* slot_owner.c — whether a slot's process runs, asked from any pid namespace. */
 /* Keeps `fd` (this process's own descriptor of the file mapped at `region`,

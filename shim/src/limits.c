@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -105,4 +106,27 @@ int vgl_parse_cores_policy(const char *text, uint32_t *out_policy)
         }
     }
     return -EINVAL;
+}
+
+const char *vgl_format_bytes(uint64_t bytes, char *buf, uint32_t len)
+{
+    static const struct {
+        const char *name;
+        uint64_t size;
+    } UNITS[] = {{"TiB", 1ULL << 40}, {"GiB", 1ULL << 30}, {"MiB", 1ULL << 20}, {"KiB", 1ULL << 10}};
+    const size_t n = sizeof UNITS / sizeof UNITS[0];
+    for (size_t i = 0; i < n; i++) {
+        if (bytes >= UNITS[i].size && bytes % UNITS[i].size == 0 && bytes / UNITS[i].size < 10000) {
+            snprintf(buf, len, "%llu %s", (unsigned long long)(bytes / UNITS[i].size), UNITS[i].name);
+            return buf;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (bytes >= UNITS[i].size) {
+            snprintf(buf, len, "%.1f %s", (double)bytes / (double)UNITS[i].size, UNITS[i].name);
+            return buf;
+        }
+    }
+    snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+    return buf;
 }
