@@ -103,6 +103,14 @@ void vgl_release(uint32_t device, uint64_t bytes)
         vgl_ledger_release(vgl_link_at(i).region, vgl_link_at(i).slot, device, bytes);
 }
 
+void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
+{
+    if (reserved < charged)
+        vgl_release(device, charged - reserved);
+    else if (reserved > charged)
+        vgl_reserve(device, reserved - charged, true, NULL);
+}
+
 bool vgl_ready(void)
 {
     return !region_lost() && (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());

@@ -194,6 +194,10 @@ uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t to
 int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused);
 /* Returns `bytes` on `device` to the process's region and each it is nested in. */
 void vgl_release(uint32_t device, uint64_t bytes);
+/* Brings a charge of `charged` bytes on `device` to `reserved`, what the
+ * driver says a pool of it holds: whatever the cap says, for the driver
+ * already holds that memory (memory pools, graph memory). */
+void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
 /* Maps the region and claims this process's slot if not done yet. */
 bool vgl_ready(void);
 /* A reservation; `device` < 0 when nothing was charged. */
