@@ -53,6 +53,7 @@ def cbin(tmp_path_factory, simgpu_dir) -> Path:
     compile_c(out / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{out}", "-lcuda", "-ldl")
     compile_c(out / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{out}", "-lcuda")
     compile_c(out / "racer", [C_DIR / "racer.c"], f"-L{out}", "-lcuda")
+    compile_c(out / "legacy_arrays", [C_DIR / "legacy_arrays.c"], "-ldl")
     compile_c(out / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
     compile_c(out / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
     compile_c(out / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
