@@ -66,8 +66,9 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--region", metavar="PATH",
                         help="the region file (default: $VGPULIMIT_REGION)")
-    source.add_argument("--all", metavar="DIR",
-                        help="every region file under DIR (e.g. the run directory of a node)")
+    source.add_argument("--all", metavar="DIR", action="append",
+                        help="every region file under DIR (e.g. the run directory of a node); "
+                             "repeat for several, e.g. vgpulimit's and HAMi's /usr/local/vgpu")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -253,8 +254,9 @@ def _region_path(args: argparse.Namespace) -> str:
 def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
     """The region files a view reads: --all DIR, else --region / $VGPULIMIT_REGION."""
     if args.all is not None:
-        if not os.path.isdir(args.all):
-            raise UsageError(f"--all {args.all}: not a directory")
+        for directory in args.all:
+            if not os.path.isdir(directory):
+                raise UsageError(f"--all {directory}: not a directory")
         return [], args.all
     return [_region_path(args)], None
 

@@ -1,9 +1,11 @@
 """`vgpulimit metrics`: the regions' limits and usage in Prometheus' exposition
 format, read afresh on every scrape.  Reads only.
 
-Every series is labelled with the container (its region file), the device
-index as the container numbers it, and the device's UUID ("" until a process
-of the container has seen the device).  Devices a container has not used yet
+Every series is labelled with the container's region file (``region``), the
+pod UID, container name and claim UID that the file's directories give in the
+layouts of HAMi and KAI ("" elsewhere; layouts.py), the device index as the
+container numbers it, and the device's UUID ("" until a process of the
+container has seen the device).  Devices a container has not used yet
 are left out.  The compute utilisation is the share of the whole GPU that the
 container's kernels took since the previous scrape (since the server started,
 for the first).  Per-process memory is its own family, so that a sum over
@@ -22,6 +24,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from vgpulimit.layouts import LABELS, layout_labels
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -47,6 +50,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
+def _who(path: str) -> list[str]:
+    """The values of the labels that say whose region ``path`` is."""
+    return [path, *layout_labels(path).values()]
+
+
 class RegionCollector(Collector):
     def __init__(self, sampler: Sampler) -> None:
         self._sampler = sampler
@@ -59,13 +67,13 @@ class RegionCollector(Collector):
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
                                      "scrape (0: truncated, garbled or unreadable; no other series)",
-                                     labels=["container"])
+                                     labels=["region", *LABELS])
         for view in sample.views:
-            readable.add_metric([view.path], 1)
+            readable.add_metric(_who(view.path), 1)
         for path, why in sample.errors:
-            readable.add_metric([path], 0)
+            readable.add_metric(_who(path), 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["container", "device", "uuid"]
+        device_labels = ["region", *LABELS, "device", "uuid"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
@@ -92,7 +100,7 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [snap.path, str(dev.index), dev.uuid or ""]
+                labels = [*_who(snap.path), str(dev.index), dev.uuid or ""]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -117,7 +125,7 @@ class RegionCollector(Collector):
             print(f"vgpulimit metrics: {line}", file=sys.stderr, flush=True)
 
 
-def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) -> None:
+def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None) -> None:
     """Serves /metrics until interrupted.  A named region that cannot be read
     is an error at start; later, and for regions found under ``directory``,
     problems are logged once and the scrape goes on without them."""
