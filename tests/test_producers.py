@@ -179,9 +179,11 @@ def run_fill(bundle: Bundle, block: int, count: int) -> tuple[dict, str]:
     return json.loads(result.stdout), result.stderr
 
 
-def node_metrics(*directories: Path) -> dict:
+def node_metrics(*directories: Path, pod_logs: Path | None = None) -> dict:
     """One scrape of the node's `vgpulimit metrics --all` over ``directories``."""
     args = [a for d in directories for a in ("--all", str(d))]
+    if pod_logs is not None:
+        args += ["--pod-logs", str(pod_logs)]
     server = subprocess.Popen(vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", *args),
                               env=base_env(), stderr=subprocess.PIPE, text=True)
     try:
@@ -218,10 +220,16 @@ def test_hami_device_plugin_container_is_capped_and_named_by_the_node(tmp_path, 
 
     [cache] = (vgpu / "containers" / f"{pod_uid}_train").glob("*.cache")
     assert cache.name == Path(env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]).name and ours(cache)
-    samples = node_metrics(vgpu)
+    # The kubelet's log directory of the pod names it.
+    pod_logs = tmp_path / "pods"
+    (pod_logs / f"ml_trainer-7f9c_{pod_uid}" / "train").mkdir(parents=True)
+    samples = node_metrics(vgpu, pod_logs=pod_logs)
     [(key, cap)] = series_of(samples, "vgpulimit_memory_limit_bytes", pod_uid=pod_uid).items()
     assert cap == GiB
-    assert dict(key[1])["container"] == "train" and dict(key[1])["claim_uid"] == ""
+    labels = dict(key[1])
+    assert (labels["container"], labels["pod"], labels["namespace"]) == ("train", "trainer-7f9c",
+                                                                         "ml")
+    assert labels["claim_uid"] == ""
     # GPU_CORE_UTILIZATION_POLICY=disable drops HAMi's own compute share.
     assert not series_of(samples, "vgpulimit_compute_limit_percent", pod_uid=pod_uid)
 
@@ -430,3 +438,26 @@ def test_the_oci_hook_leaves_the_isolators_containers_to_it_and_caps_kais_fracti
     assert requested({"process": {"env": isolated}}) is None
     limits = requested({"process": {"env": kai_env}})
     assert limits is not None and limits.memory[0].value.ppm == 250_000
+
+
+def test_layout_labels_name_only_what_the_directories_say(tmp_path):
+    from vgpulimit.layouts import layout_labels, pod_names
+
+    logs = tmp_path / "pods"
+    for entry in ("ml_trainer_u1", "kube-system_coredns-5d_u2", "odd", "a_b", "x__u3"):
+        (logs / entry).mkdir(parents=True)
+    pods = pod_names(str(logs))
+    assert pods == {"u1": ("ml", "trainer"), "u2": ("kube-system", "coredns-5d")}
+    assert pod_names(str(tmp_path / "none")) == {}
+
+    def labelled(path: str) -> dict[str, str]:
+        return {k: v for k, v in layout_labels(path, pods).items() if v}
+
+    assert labelled("/usr/local/vgpu/containers/u1_train/x.cache") == {
+        "pod_uid": "u1", "container": "train", "pod": "trainer", "namespace": "ml"}
+    assert labelled("/usr/local/vgpu/containers/u9_main/vgpulimit.cache") == {
+        "pod_uid": "u9", "container": "main"}
+    assert labelled("/usr/local/vgpu/claims/c1/x.cache") == {"claim_uid": "c1"}
+    for nobody in ("/usr/local/vgpu/containers/nounderscore/x.cache", "/run/vgpulimit/c/region",
+                   "/usr/local/vgpu/x.cache", "region"):
+        assert labelled(nobody) == {}

@@ -74,7 +74,8 @@ def test_status_bad_input_is_one_line(sim_env, args, says):
 def series(region, **labels: str) -> tuple:
     """The labels of a series about ``region``, as scrape() keys them: a
     region in no engine's layout names no pod, container or claim."""
-    who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": ""}
+    who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": "", "pod": "",
+           "namespace": ""}
     return tuple(sorted({**who, **labels}.items()))
 
 

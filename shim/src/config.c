@@ -135,12 +135,13 @@ void vgl_config_load(void)
                     "by its runtime (%s)", VGL_CONTAINER_REGION);
         return;
     }
-    report(env);
     if (env->control_disabled) {
-        /* HAMi's switch, honoured as HAMi-core honours it: said, not silent. */
+        /* HAMi's switch, honoured as HAMi-core honours it: said, not silent
+         * (and nothing else about limits that do not apply). */
         vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true: no limit is enforced in this process");
         return;
     }
+    report(env);
     if (!env->asks)
         return;
     vgl_config.enabled = true;

@@ -214,8 +214,8 @@ static void kai_region(char **envp, struct vgl_env *out)
                *name = lookup(envp, "CONTAINER_NAME");
     if (!mount || !pod || !name || out->region_path[0] || !out->asks)
         return;
-    bool usable = mount[0] == '/' && pod[0] && name[0] && !strchr(pod, '/') && !strchr(name, '/') &&
-                  strcmp(pod, ".") && strcmp(pod, "..");
+    /* Joined by '_', neither name can be "." or ".." on its own. */
+    bool usable = mount[0] == '/' && pod[0] && name[0] && !strchr(pod, '/') && !strchr(name, '/');
     int n = usable ? snprintf(out->region_path, sizeof out->region_path, "%s/containers/%s_%s/vgpulimit.cache",
                               mount, pod, name) : -1;
     if (n < 0 || (size_t)n >= sizeof out->region_path) {
@@ -236,12 +236,12 @@ static void kai_region(char **envp, struct vgl_env *out)
  * turn off. */
 static void read_disable(struct vgl_env *out, const char *value, const char *ours)
 {
-    static const char *const TRUE[] = {"1", "t", "T", "TRUE", "true", "True"};
-    static const char *const FALSE[] = {"0", "f", "F", "FALSE", "false", "False"};
+    static const char *const YES[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const NO[] = {"0", "f", "F", "FALSE", "false", "False"};
     for (int i = 0; i < 6; i++) {
-        if (strcmp(value, FALSE[i]) == 0)
+        if (strcmp(value, NO[i]) == 0)
             return;
-        if (strcmp(value, TRUE[i]) != 0)
+        if (strcmp(value, YES[i]) != 0)
             continue;
         if (ours)
             say(out, false, "%s=%s ignored: %s is set, and limits vgpulimit sets up cannot be turned off",

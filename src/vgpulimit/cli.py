@@ -130,6 +130,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     "under a directory, at http://HOST:PORT/metrics.")
     metrics.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:9400",
                          help="where to serve (default 127.0.0.1:9400; port 0: any free port)")
+    metrics.add_argument("--pod-logs", metavar="DIR",
+                         help="the kubelet's pod log directory (/var/log/pods), whose "
+                              "<namespace>_<pod>_<uid> entries name the pods of HAMi's and KAI's "
+                              "regions (default: none)")
     _add_view_sources(metrics)
 
     set_ = commands.add_parser(
@@ -286,8 +290,10 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import metrics
 
+    if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
+        raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     try:
-        metrics.serve(args.listen, paths, directory)
+        metrics.serve(args.listen, paths, directory, args.pod_logs)
     except metrics.ListenError as exc:
         raise UsageError(str(exc)) from None
     except metrics.ServeError as exc:
