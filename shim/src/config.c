@@ -10,7 +10,8 @@
  *     run` inside the container) may be named: it can only tighten.
  *  2. VGPULIMIT_REGION, else HAMi's CUDA_DEVICE_MEMORY_SHARED_CACHE: the
  *     region of an enclosing `vgpulimit run`, or a path a device plugin
- *     chose.
+ *     chose; else the file KAI's resource isolator implies
+ *     (CONTAINER_VGPU_MOUNT, POD_UID, CONTAINER_NAME).
  *  3. Limits in the environment alone: a region of the shim's own, named
  *     after those limits, so that it never meets a process that asks for
  *     others.
@@ -135,6 +136,15 @@ void vgl_config_load(void)
                     "container's limits are set up by its runtime (%s)", VGL_CONTAINER_REGION);
             vgl_config.said_ignored = true;
         }
+        if (env->control_disabled)
+            vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true ignored: this container's limits are set up "
+                    "by its runtime (%s)", VGL_CONTAINER_REGION);
+        return;
+    }
+    if (env->control_disabled) {
+        /* HAMi's switch, honoured as HAMi-core honours it: said, not silent
+         * (and nothing else about limits that do not apply). */
+        vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true: no limit is enforced in this process");
         return;
     }
     report(env);

@@ -54,6 +54,22 @@ static void make_own_dir(void)
     mkdir(dir, 0700);
 }
 
+/* KAI's layout (environment.c kai_region): <mount>/containers/<pod>_<ctr>/.
+ * The mount is the node's, shared by every pod, so containers/ is open to
+ * all and sticky, as /tmp is; a container's own directory is private. */
+static void make_kai_dirs(void)
+{
+    char dir[sizeof vgl_config.region_path];
+    strcpy(dir, vgl_config.region_path);
+    *strrchr(dir, '/') = '\0';
+    char *own = strrchr(dir, '/');
+    *own = '\0';
+    if (mkdir(dir, 0700) == 0)
+        chmod(dir, 01777);
+    *own = '/';
+    mkdir(dir, 0700);
+}
+
 static bool same_limit(const struct vgl_mem_limit *a, const struct vgl_mem_limit *b)
 {
     return a->bytes == b->bytes && a->ppm == b->ppm;
@@ -168,6 +184,8 @@ static struct vgl_region *open_region(void)
         /* No supervisor made one: the first process of the container does. */
         if (vgl_config.own_dir_len)
             make_own_dir();
+        else if (env->region_dir_len)
+            make_kai_dirs();
         err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT, NULL);
         bool made = !err;
         if (!err || err == -EEXIST)

@@ -1,9 +1,12 @@
 """`vgpulimit metrics`: the regions' limits and usage in Prometheus' exposition
 format, read afresh on every scrape.  Reads only.
 
-Every series is labelled with the container (its region file), the device
-index as the container numbers it, and the device's UUID ("" until a process
-of the container has seen the device).  Devices a container has not used yet
+Every series is labelled with the container's region file (``region``), the
+pod UID, container name and claim UID that the file's directories give in the
+layouts of HAMi and KAI, and the pod's name and namespace where the kubelet's
+log directories name that UID ("" elsewhere; layouts.py), the device index as the
+container numbers it, and the device's UUID ("" until a process of the
+container has seen the device).  Devices a container has not used yet
 are left out.  The compute utilisation is the share of the whole GPU that the
 container's kernels took since the previous scrape (since the server started,
 for the first).  Per-process memory is its own family, so that a sum over
@@ -22,6 +25,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from vgpulimit.layouts import LABELS, layout_labels, pod_names
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -48,24 +52,30 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class RegionCollector(Collector):
-    def __init__(self, sampler: Sampler) -> None:
+    def __init__(self, sampler: Sampler, pod_logs: str | None = None) -> None:
         self._sampler = sampler
+        self._pod_logs = pod_logs
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             sample = self._sampler.sample(strict=False)
+        pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
+
+        def _who(path: str) -> list[str]:
+            return [path, *layout_labels(path, pods).values()]
+
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
                                      "scrape (0: truncated, garbled or unreadable; no other series)",
-                                     labels=["container"])
+                                     labels=["region", *LABELS])
         for view in sample.views:
-            readable.add_metric([view.path], 1)
+            readable.add_metric(_who(view.path), 1)
         for path, why in sample.errors:
-            readable.add_metric([path], 0)
+            readable.add_metric(_who(path), 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["container", "device", "uuid"]
+        device_labels = ["region", *LABELS, "device", "uuid"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
@@ -92,7 +102,7 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [snap.path, str(dev.index), dev.uuid or ""]
+                labels = [*_who(snap.path), str(dev.index), dev.uuid or ""]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -117,7 +127,8 @@ class RegionCollector(Collector):
             print(f"vgpulimit metrics: {line}", file=sys.stderr, flush=True)
 
 
-def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) -> None:
+def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
+          pod_logs: str | None = None) -> None:
     """Serves /metrics until interrupted.  A named region that cannot be read
     is an error at start; later, and for regions found under ``directory``,
     problems are logged once and the scrape goes on without them."""
@@ -125,7 +136,7 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) 
     sampler = Sampler(paths, directory)
     sampler.sample()   # the start of the first utilisation window; raises for a bad --region
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RegionCollector(sampler))
+    registry.register(RegionCollector(sampler, pod_logs))
     shown = f"[{host}]" if ":" in host else host
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)

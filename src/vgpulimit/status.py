@@ -97,9 +97,11 @@ class Sampler:
     ``directory`` as containers come and go.  Each sample measures the
     compute share since the one before."""
 
-    def __init__(self, paths: Sequence[str] = (), directory: str | None = None) -> None:
+    def __init__(self, paths: Sequence[str] = (),
+                 directory: str | Sequence[str] | None = None) -> None:
         self._paths = [os.fspath(p) for p in paths]
-        self._directory = directory
+        # Several: a node may keep regions in vgpulimit's layout and in HAMi's.
+        self._directories = [directory] if isinstance(directory, str) else list(directory or ())
         self._previous: dict[str, RegionSnapshot] = {}
 
     def sample(self, strict: bool = True) -> Sample:
@@ -107,7 +109,7 @@ class Sampler:
         ``strict``, a named one raises RegionError instead."""
         views: list[ContainerView] = []
         errors: list[tuple[str, str]] = []
-        found = [] if self._directory is None else find_regions(self._directory)
+        found = sorted({p for d in self._directories for p in find_regions(d)})
         for path in set(self._previous) - set(found) - set(self._paths):
             del self._previous[path]
         for path in self._paths + [p for p in found if p not in self._paths]:
@@ -310,7 +312,7 @@ def render_json_all(sample: Sample) -> str:
     }, indent=2) + "\n"
 
 
-def take(paths: Iterable[str] = (), directory: str | None = None, interval_s: float = 0.0) -> Sample:
+def take(paths: Iterable[str] = (), directory: str | Sequence[str] | None = None, interval_s: float = 0.0) -> Sample:
     """One reading for `status`: two samples ``interval_s`` apart, so that
     the compute share is measured (none with 0)."""
     sampler = Sampler(list(paths), directory)

@@ -118,7 +118,7 @@ def _wait_for_quit(fd: int | None, timeout_s: float) -> bool:
     return False
 
 
-def run(paths: Sequence[str] = (), directory: str | None = None, interval_s: float = 1.0) -> int:
+def run(paths: Sequence[str] = (), directory: str | Sequence[str] | None = None, interval_s: float = 1.0) -> int:
     sampler = Sampler(paths, directory)
     console = Console()
     try:
