@@ -156,7 +156,8 @@ int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta,
     return e.refs < 0 ? 0 : e.refs;
 }
 
-void vgl_allocations_forget(void)
+/* The parent's allocations are not the child's. */
+static void forget_in_child(void)
 {
     pthread_mutex_init(&lock, NULL);
     for (int kind = 0; kind < VGL_ALLOC_KINDS; kind++) {
@@ -164,3 +165,5 @@ void vgl_allocations_forget(void)
         tables[kind] = (struct table){0};
     }
 }
+
+VGL_AFTER_FORK(forget_in_child)

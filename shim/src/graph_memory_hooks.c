@@ -263,9 +263,11 @@ CUresult cuDeviceGraphMemTrim(CUdevice_v1 device)
 
 /* The graphs are the child's still, but not the pool's charge: that was the
  * parent's slot's. */
-void vgl_graph_memory_forget(void)
+static void forget_in_child(void)
 {
     pthread_mutex_init(&gm.lock, NULL);
     for (int d = 0; d < VGL_MAX_DEVICES; d++)
         gm.charged[d] = 0;
 }
+
+VGL_AFTER_FORK(forget_in_child)

@@ -21,6 +21,11 @@
  * interceptors up with dlsym before its shadow memory exists, so in a
  * sanitizer build of the shim that code must not be instrumented. */
 #define VGL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+/* Runs `fn` in the child after every fork.  Each module forgets what was its
+ * parent's itself: the child is a process of its own, with no CUDA state, and
+ * a lock some other thread held at the fork is held by no one in it. */
+#define VGL_AFTER_FORK(fn)                                                                         \
+    __attribute__((constructor)) static void fn##_at_fork(void) { pthread_atfork(NULL, NULL, fn); }
 
 /* log.c */
 enum vgl_log_level { VGL_LOG_ERROR, VGL_LOG_WARN, VGL_LOG_INFO, VGL_LOG_DEBUG };
@@ -173,8 +178,6 @@ bool vgl_allocations_take_link(enum vgl_allocation_kind kind, uint64_t key, uint
  * holders left (0: removed, its charge is the caller's to return), -1: unknown. */
 int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta, int32_t *device,
                          uint64_t *bytes);
-/* In a forked child: the parent's allocations are not the child's. */
-void vgl_allocations_forget(void);
 
 /* accounting.c — the ledger around driver calls, for every allocation family. */
 /* Device of the current context, or -1. */
@@ -236,8 +239,6 @@ bool vgl_capped_view(int device, struct vgl_view *v);
 void vgl_overhead_check(int device);
 /* The same, now (a context was just made or undone). */
 void vgl_overhead_check_now(int device);
-/* In a forked child: the parent's overhead is not the child's. */
-void vgl_overhead_forget(void);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
@@ -280,8 +281,6 @@ void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns);
  * graph has alloc nodes, charged the growth of the graph memory pool, and
  * refused with CUDA_ERROR_OUT_OF_MEMORY when that may pass the cap. */
 CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(CUgraphExec, CUstream));
-/* In a forked child: the parent's graphs and graph pool are not the child's. */
-void vgl_graph_memory_forget(void);
 
 /* launch_hooks.c */
 /* In a forked child: the parent's events and measurements are not the child's. */

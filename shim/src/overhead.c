@@ -90,9 +90,12 @@ void vgl_overhead_check_now(int device)
     pthread_mutex_unlock(&lock);
 }
 
-void vgl_overhead_forget(void)
+/* The parent's overhead is not the child's. */
+static void forget_in_child(void)
 {
     pthread_mutex_init(&lock, NULL);
     for (int i = 0; i < VGL_MAX_DEVICES; i++)
         charged[i] = checked_at[i] = 0;
 }
+
+VGL_AFTER_FORK(forget_in_child)

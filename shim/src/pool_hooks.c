@@ -19,6 +19,10 @@
 /* Settling reads the charge and then writes it: one thread at a time. */
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The pools' charges are the allocations table's, which forgets them itself. */
+static void forget_in_child(void) { pthread_mutex_init(&pools_lock, NULL); }
+VGL_AFTER_FORK(forget_in_child)
+
 static bool pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, uint64_t *value)
 {
     cuuint64_t v;
