@@ -1,5 +1,6 @@
 /* hooks.def expanded: the resolve-on-first-use stubs, the typed real
  * pointers, and the table through which every pointer we hand out passes. */
+#include <pthread.h>
 #include <string.h>
 
 #include "internal.h"
@@ -74,7 +75,8 @@ void *vgl_wrap_real_pointer(const char *name, void *real)
     return real;
 }
 
-void vgl_hooks_resolve(void *handle, const char *prefix)
+/* Fills the real pointers of the entries whose name starts with `prefix`. */
+static void resolve(void *handle, const char *prefix)
 {
     size_t len = strlen(prefix);
     for (size_t i = 0; i < TABLE_SIZE; i++) {
@@ -84,4 +86,35 @@ void vgl_hooks_resolve(void *handle, const char *prefix)
         if (real)
             __atomic_store_n(TABLE[i].real, real, __ATOMIC_RELEASE);
     }
+}
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT, nvml_once = PTHREAD_ONCE_INIT;
+static bool cuda_found, nvml_found;
+
+static void resolve_cuda(void)
+{
+    void *handle = vgl_real_cuda_library();
+    if (handle)
+        resolve(handle, "cu");
+    cuda_found = handle != NULL;
+}
+
+static void resolve_nvml(void)
+{
+    void *handle = vgl_real_nvml_library();
+    if (handle)
+        resolve(handle, "nvml");
+    nvml_found = handle != NULL;
+}
+
+bool vgl_resolve_cuda(void)
+{
+    pthread_once(&cuda_once, resolve_cuda);
+    return cuda_found;
+}
+
+bool vgl_resolve_nvml(void)
+{
+    pthread_once(&nvml_once, resolve_nvml);
+    return nvml_found;
 }

@@ -111,12 +111,12 @@ bool vgl_attach(void);
  * False when it cannot be mapped (logged). */
 bool vgl_map_region(void);
 
-/* real_driver.c — the real libcuda / libnvidia-ml, resolved once. */
+/* real_driver.c — the C library's dlsym, and the real libcuda / libnvidia-ml, found once. */
 extern void *(*vgl_real_dlsym)(void *handle, const char *name);
 VGL_NO_SANITIZE void vgl_resolve_real_dlsym(void);
-/* Resolves every real pointer of a library's hooks; false if it is absent. */
-bool vgl_resolve_cuda(void);
-bool vgl_resolve_nvml(void);
+/* The library's handle, opened once (kept open); NULL when it is absent. */
+void *vgl_real_cuda_library(void);
+void *vgl_real_nvml_library(void);
 
 /* hooks.c — the hook table expanded. */
 #define CU_HOOK(symbol, base, version, pt, params, args) typedef CUresult(*vgl_pfn_##symbol) params;
@@ -153,8 +153,10 @@ const struct vgl_hook *vgl_hook_by_name(const char *name);
  * that same variant; returns `real` itself when it is not one we hook (and
  * warns when `name` is hooked, yet the pointer is none we know). */
 void *vgl_wrap_real_pointer(const char *name, void *real);
-/* Fills the real pointers of the entries whose name starts with `prefix` from `handle`. */
-void vgl_hooks_resolve(void *handle, const char *prefix);
+/* Resolves every real pointer of a library's hooks, once; false if the
+ * library is absent. */
+bool vgl_resolve_cuda(void);
+bool vgl_resolve_nvml(void);
 
 /* allocations.c — this process's live device allocations, by kind of handle. */
 enum vgl_allocation_kind {

@@ -34,18 +34,17 @@ VGL_NO_SANITIZE void vgl_resolve_real_dlsym(void)
 
 struct library {
     const char *soname;
-    const char *prefix;
     /* How loud its absence is: a CUDA call with no libcuda is an error; the
      * shim's own use of NVML (the driver's cost per process) is optional. */
     enum vgl_log_level missing;
     pthread_once_t once;
-    bool found;
+    void *handle;
 };
 
-static struct library cuda = {"libcuda.so.1", "cu", VGL_LOG_ERROR, PTHREAD_ONCE_INIT, false};
-static struct library nvml = {"libnvidia-ml.so.1", "nvml", VGL_LOG_INFO, PTHREAD_ONCE_INIT, false};
+static struct library cuda = {"libcuda.so.1", VGL_LOG_ERROR, PTHREAD_ONCE_INIT, NULL};
+static struct library nvml = {"libnvidia-ml.so.1", VGL_LOG_INFO, PTHREAD_ONCE_INIT, NULL};
 
-static void resolve(struct library *lib)
+static void open_library(struct library *lib)
 {
     if (!vgl_real_dlsym)
         vgl_resolve_real_dlsym();
@@ -53,26 +52,23 @@ static void resolve(struct library *lib)
     void *handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     if (!handle)
         handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
+    if (!handle)
         VGL_LOG((int)lib->missing, "cannot load %s: %s", lib->soname, dlerror());
-        return;
-    }
-    vgl_hooks_resolve(handle, lib->prefix);
-    lib->found = true;
-    /* The handle stays open: the real pointers point into it. */
+    /* Never closed: the real pointers point into it. */
+    lib->handle = handle;
 }
 
-static void resolve_cuda(void) { resolve(&cuda); }
-static void resolve_nvml(void) { resolve(&nvml); }
+static void open_cuda(void) { open_library(&cuda); }
+static void open_nvml(void) { open_library(&nvml); }
 
-bool vgl_resolve_cuda(void)
+void *vgl_real_cuda_library(void)
 {
-    pthread_once(&cuda.once, resolve_cuda);
-    return cuda.found;
+    pthread_once(&cuda.once, open_cuda);
+    return cuda.handle;
 }
 
-bool vgl_resolve_nvml(void)
+void *vgl_real_nvml_library(void)
 {
-    pthread_once(&nvml.once, resolve_nvml);
-    return nvml.found;
+    pthread_once(&nvml.once, open_nvml);
+    return nvml.handle;
 }
