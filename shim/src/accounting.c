@@ -1,8 +1,7 @@
-/* Accounting around a driver call: reserve in the container's ledger before
- * the driver is asked, settle to what the driver actually took, return it on
- * failure or free; and the capped view that the queries report.  The hooks
- * of every allocation family (memory_hooks.c, pool_hooks.c, vmm_hooks.c,
- * array_hooks.c) go through here. */
+/* The process's account in its regions: bytes reserved and returned on every
+ * region it counts in (its own, and each it is nested in), the caps read
+ * live, the devices' totals, and the capped view that the queries report.
+ * A charge around one driver call is built on it (charge.c). */
 #include <errno.h>
 
 #include "internal.h"
@@ -37,7 +36,7 @@ uint64_t vgl_device_total(int device)
 /* Whether a region file lost pages under our mapping (region_guard.c): what
  * we read and write there is no longer shared with the container, so nothing
  * can be accounted.  Said once. */
-static bool region_lost(void)
+bool vgl_region_lost(void)
 {
     static int said;
     bool lost = false;
@@ -73,7 +72,7 @@ uint64_t vgl_device_cap(int device, uint64_t total)
         cap = own < cap ? own : cap;
     }
     /* After the reads: a page lost to them reads as zeros, which mean no cap. */
-    if (VGL_UNLIKELY(region_lost()))
+    if (VGL_UNLIKELY(vgl_region_lost()))
         return 0;
     return cap;
 }
@@ -113,104 +112,7 @@ void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
 
 bool vgl_ready(void)
 {
-    return !region_lost() && (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
-}
-
-/* `link`: the region whose cap refused (0 the process's own, then those it is
- * nested in); < 0: no limit could be enforced at all. */
-static void log_refusal(const char *call, int device, uint64_t bytes, int link)
-{
-    static unsigned refusals;
-    char asked[32], capped[32], used[32];
-    if (link < 0 || device < 0 || region_lost()) {
-        /* The reason was logged once, when it arose. */
-        vgl_log_bounded(VGL_LOG_INFO, &refusals, "%s of %s refused: vgpulimit cannot enforce its "
-                        "limits (see the error above)", call, vgl_format_bytes(bytes, asked, sizeof asked));
-        return;
-    }
-    const struct vgl_region *region = vgl_link_at((uint32_t)link).region;
-    vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s of %s refused on device %d: cap %s, %s in use by "
-                    "%s", call, vgl_format_bytes(bytes, asked, sizeof asked), device,
-                    vgl_format_bytes(vgl_region_cap(region, device, vgl_device_total(device)), capped, sizeof capped),
-                    vgl_format_bytes(region->devices[device].used_bytes, used, sizeof used),
-                    link ? "the run this one is nested in" : "the container");
-}
-
-CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
-{
-    c->device = -1;
-    c->bytes = bytes;
-    c->call = call;
-    if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
-        log_refusal(call, -1, bytes, -1);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (device < 0)
-        device = vgl_current_device();
-    if (device < 0)
-        return CUDA_SUCCESS;
-    if (device >= VGL_MAX_DEVICES) {
-        static unsigned logged;
-        vgl_log_bounded(VGL_LOG_ERROR, &logged, "device %d is beyond the %d devices a region "
-                        "accounts for; its allocations are refused", device, VGL_MAX_DEVICES);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    vgl_overhead_check(device);
-    uint32_t refused;
-    int err = vgl_reserve((uint32_t)device, bytes, false, &refused);
-    /* A region may have been lost during the reservation itself: then it
-     * counted into zeros that only we see (no need to return it there). */
-    if (err < 0 || VGL_UNLIKELY(region_lost())) {
-        log_refusal(call, device, bytes, err < 0 ? (int)refused : -1);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    c->device = device;
-    return CUDA_SUCCESS;
-}
-
-bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force)
-{
-    if (c->device < 0 || actual == c->bytes)
-        return true;
-    uint32_t device = (uint32_t)c->device;
-    if (actual < c->bytes) {
-        vgl_release(device, c->bytes - actual);
-    } else {
-        uint32_t refused;
-        if (vgl_reserve(device, actual - c->bytes, force, &refused) < 0) {
-            log_refusal(c->call, c->device, actual, (int)refused);
-            return false;
-        }
-    }
-    c->bytes = actual;
-    return true;
-}
-
-void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind kind, uint64_t key)
-{
-    if (c->device < 0)
-        return;
-    if (rc == CUDA_SUCCESS && vgl_allocations_put(kind, key, c->device, c->bytes, 0))
-        return;
-    /* The driver refused (or we could not record it, so a free could never
-     * return it: then the memory stays used but uncounted, which is the
-     * lesser harm than counting it forever). */
-    vgl_release((uint32_t)c->device, c->bytes);
-}
-
-void vgl_charge_cancel(struct vgl_charge *c)
-{
-    if (c->device >= 0)
-        vgl_release((uint32_t)c->device, c->bytes);
-    c->device = -1;
-}
-
-void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key)
-{
-    int32_t device;
-    uint64_t bytes;
-    if (vgl_self.slot && vgl_allocations_take(kind, key, &device, &bytes))
-        vgl_release((uint32_t)device, bytes);
+    return !vgl_region_lost() && (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
 }
 
 /* The capped view of a device whose driver reports (free, total): total

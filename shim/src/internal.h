@@ -205,6 +205,18 @@ void vgl_release(uint32_t device, uint64_t bytes);
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
 /* Maps the region and claims this process's slot if not done yet. */
 bool vgl_ready(void);
+/* Whether a region file lost pages under our mapping (region_guard.c):
+ * nothing can be accounted any more.  Said once. */
+bool vgl_region_lost(void);
+/* The capped view of a device whose driver reports (free, total): total
+ * becomes the cap, free what the container has left under it, used its
+ * usage.  False: no cap, leave the driver's numbers. */
+struct vgl_view {
+    uint64_t free_bytes, total_bytes, used_bytes;
+};
+bool vgl_capped_view(int device, struct vgl_view *v);
+
+/* charge.c — a charge around one driver call. */
 /* A reservation; `device` < 0 when nothing was charged. */
 struct vgl_charge {
     int device;
@@ -227,13 +239,6 @@ void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind 
 void vgl_charge_cancel(struct vgl_charge *c);
 /* Returns what (kind, key) was charged, if it was. */
 void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key);
-/* The capped view of a device whose driver reports (free, total): total
- * becomes the cap, free what the container has left under it, used its
- * usage.  False: no cap, leave the driver's numbers. */
-struct vgl_view {
-    uint64_t free_bytes, total_bytes, used_bytes;
-};
-bool vgl_capped_view(int device, struct vgl_view *v);
 
 /* overhead.c — the driver's own cost for a process (context, modules, rounding). */
 /* Charges what NVML shows for this process on `device` beyond its
