@@ -112,7 +112,8 @@ void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
 
 bool vgl_ready(void)
 {
-    return !vgl_region_lost() && (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
+    return !VGL_UNLIKELY(vgl_config.broken) && !vgl_region_lost() &&
+           (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
 }
 
 /* The capped view of a device whose driver reports (free, total): total

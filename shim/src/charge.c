@@ -30,7 +30,7 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
     c->device = -1;
     c->bytes = bytes;
     c->call = call;
-    if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
+    if (!vgl_ready()) {
         log_refusal(call, -1, bytes, -1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

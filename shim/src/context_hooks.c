@@ -15,7 +15,7 @@ static bool fits(CUdevice_v1 device)
     uint64_t total = vgl_device_total(device);
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_region *region = vgl_link_at(i).region;
-        uint64_t cap = vgl_config.broken ? 0 : vgl_region_cap(region, device, total);
+        uint64_t cap = vgl_region_cap(region, device, total);
         const uint64_t *used = &region->devices[device].used_bytes;
         /* What dead processes held (their contexts too) is taken back before a
          * context is refused. */

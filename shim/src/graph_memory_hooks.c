@@ -211,7 +211,7 @@ CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(
     CUresult rc = CUDA_SUCCESS;
     for (int d = 0; d < VGL_MAX_DEVICES; d++)
         c[d].device = -1;
-    if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
+    if (!vgl_ready()) {
         pthread_mutex_unlock(&gm.lock);
         return vgl_charge_begin(call, -1, 0, &c[0]); /* refuses, and says why */
     }

@@ -203,7 +203,9 @@ void vgl_release(uint32_t device, uint64_t bytes);
  * driver says a pool of it holds: whatever the cap says, for the driver
  * already holds that memory (memory pools, graph memory). */
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
-/* Maps the region and claims this process's slot if not done yet. */
+/* Whether this process's limits can be enforced: its configuration is
+ * usable, its regions are whole, and its slot is claimed (done here if not
+ * yet).  The one check before anything is counted; false: fail closed. */
 bool vgl_ready(void);
 /* Whether a region file lost pages under our mapping (region_guard.c):
  * nothing can be accounted any more.  Said once. */

@@ -84,7 +84,7 @@ static CUresult pool_alloc(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, C
     const char *call = v <= ASYNC_PTSZ ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync";
     if (VGL_LIKELY(!vgl_config.enabled))
         return call_driver(v, dptr, bytes, pool, stream);
-    if (VGL_UNLIKELY(vgl_config.broken) || !vgl_ready()) {
+    if (!vgl_ready()) {
         struct vgl_charge refused;
         return vgl_charge_begin(call, -1, bytes, &refused); /* refuses, and says why */
     }
