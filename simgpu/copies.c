@@ -80,15 +80,20 @@ static CUresult sim_copy(uintptr_t dst, enum sim_side dst_side, uintptr_t src, e
     res = sim_call_lane(&call, &lane);
     if (res != CUDA_SUCCESS)
         return res;
-    memmove((void *)dst, (const void *)src, n);
-    if (dst_side == SIM_HOST && src_side == SIM_HOST)
+    if (dst_side == SIM_HOST && src_side == SIM_HOST) {
+        memmove((void *)dst, (const void *)src, n);
         return CUDA_SUCCESS;
+    }
     enum sim_engine engine = src_side == SIM_HOST ? SIM_ENGINE_H2D
                              : dst_side == SIM_HOST ? SIM_ENGINE_D2H
                                                     : SIM_ENGINE_D2D;
+    /* Queued before the bytes move, which takes the host a while: the copy's
+     * time on the device starts when it was asked for. */
     res = sim_run_on(&lane, engine, sim_copy_ns(engine, n));
-    bool wait = !call.async || (engine == SIM_ENGINE_D2H && !sim_host_pinned(dst, n));
-    if (res == CUDA_SUCCESS && wait)
+    if (res != CUDA_SUCCESS)
+        return res;
+    memmove((void *)dst, (const void *)src, n);
+    if (!call.async || (engine == SIM_ENGINE_D2H && !sim_host_pinned(dst, n)))
         res = sim_wait_lane(&lane);
     return res;
 }
@@ -105,6 +110,8 @@ static CUresult sim_memset(CUdeviceptr dst, unsigned int value, unsigned int wid
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_lane lane;
     res = sim_call_lane(&call, &lane);
+    if (res == CUDA_SUCCESS)
+        res = sim_run_on(&lane, SIM_ENGINE_D2D, sim_copy_ns(SIM_ENGINE_D2D, n * width));
     if (res != CUDA_SUCCESS)
         return res;
     void *p = (void *)(uintptr_t)dst;
@@ -119,7 +126,7 @@ static CUresult sim_memset(CUdeviceptr dst, unsigned int value, unsigned int wid
         for (size_t i = 0; i < n; i++)
             ((uint32_t *)p)[i] = value;
     }
-    return sim_run_on(&lane, SIM_ENGINE_D2D, sim_copy_ns(SIM_ENGINE_D2D, n * width));
+    return CUDA_SUCCESS;
 }
 
 /* ---- host to device ------------------------------------------------------------------ */
