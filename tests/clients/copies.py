@@ -5,7 +5,8 @@ SIMGPU_COPY_GBPS=1 and SIMGPU_DEVICE_COPY_GBPS=10, so that a copy of 64 MiB
 takes 67.1 ms over the link, 6.7 ms within the device.
 
     python copies.py engines       the engines: directions, order, kernels beside
-    python copies.py loop SECONDS  copies only, back and forth, for SECONDS"""
+    python copies.py loop SECONDS  copies only, back and forth, for SECONDS
+    python copies.py between SECONDS  1 ms kernels, each followed by a copy, on one stream"""
 
 import json
 import sys
@@ -136,6 +137,24 @@ def loop(duration_s: float):
     return {"copies": copies, "elapsed_ms": elapsed(start, end)}
 
 
+def between_kernels(duration_s: float):
+    """1 ms kernels on one stream, each followed by a copy of 1 MiB (1.05 ms
+    at 1 GB/s), until `duration_s` has passed: the kernels' share of the time."""
+    module = ok("cuModuleLoadData", cu.cuModuleLoadData(b"any image"))
+    work = ok("cuModuleGetFunction", cu.cuModuleGetFunction(module, b"work_us_1000"))
+    launches = 0
+    start = time.monotonic()
+    while time.monotonic() - start < duration_s:
+        ok("launch", cu.cuLaunchKernel(work, 1, 1, 1, 32, 1, 1, 0, streams[0], 0, 0))
+        ok("HtoD", cu.cuMemcpyHtoDAsync(device[0], pinned[0], MiB, streams[0]))
+        launches += 1
+    ok("sync", cu.cuCtxSynchronize())
+    wall_s = time.monotonic() - start
+    return {"launches": launches, "kernel_share": launches * 0.001 / wall_s}
+
+
 if __name__ == "__main__":
-    mode = sys.argv[1]
-    print(json.dumps(engines() if mode == "engines" else loop(float(sys.argv[2]))))
+    mode, seconds_arg = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0
+    print(json.dumps(engines() if mode == "engines"
+                     else loop(seconds_arg) if mode == "loop"
+                     else between_kernels(seconds_arg)))
