@@ -14,6 +14,10 @@
  *                          run at once, 1-128 (default 4; 1: one at a time)
  *   SIMGPU_TIMESLICE_US    how long a context holds a device while others wait,
  *                          100-1000000 (default 2000; timeline.c)
+ *   SIMGPU_COPY_GBPS       bandwidth of each copy engine between host and
+ *                          device, GB/s (10^9 bytes), 1-10000 (default 50)
+ *   SIMGPU_DEVICE_COPY_GBPS  bandwidth of copies within a device and of
+ *                          memsets, GB/s, 1-100000 (default 1500)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
  *   SIMGPU_CALLS           a file to which each process appends the count of
  *                          driver calls it made, at exit (instruments.c)
@@ -43,6 +47,10 @@ enum {
     SIM_MAX_KERNEL_US = 60000000,   /* a minute: longer is surely a typo */
     SIM_DEFAULT_CONCURRENT = 4,
     SIM_DEFAULT_TIMESLICE_US = 2000,
+    /* An H100 SXM: about 50 GB/s each way over PCIe 5.0 x16 from pinned
+     * memory, and about 1.5 TB/s copying within its HBM3 (read and write). */
+    SIM_DEFAULT_COPY_GBPS = 50,
+    SIM_DEFAULT_DEVICE_COPY_GBPS = 1500,
 };
 #define SIM_DEFAULT_MEMORY (16ULL << 30)
 /* What a CUDA 12/13 context costs on an H100 before the application has
@@ -210,6 +218,30 @@ static void sim_config_load(void)
         } else {
             sim_log("SIMGPU_TIMESLICE_US=%s: expected a time slice in microseconds, a whole number "
                     "from 100 to 1000000, such as 2000", text);
+            ok = false;
+        }
+    }
+
+    c->link_bytes_per_s = SIM_DEFAULT_COPY_GBPS * 1000000000ULL;
+    text = sim_env("SIMGPU_COPY_GBPS");
+    if (text) {
+        if (sim_parse_int(text, 1, 10000, &v)) {
+            c->link_bytes_per_s = (uint64_t)v * 1000000000ULL;
+        } else {
+            sim_log("SIMGPU_COPY_GBPS=%s: expected the bandwidth of a copy between host and device in GB/s, "
+                    "a whole number from 1 to 10000, such as 50", text);
+            ok = false;
+        }
+    }
+
+    c->device_bytes_per_s = SIM_DEFAULT_DEVICE_COPY_GBPS * 1000000000ULL;
+    text = sim_env("SIMGPU_DEVICE_COPY_GBPS");
+    if (text) {
+        if (sim_parse_int(text, 1, 100000, &v)) {
+            c->device_bytes_per_s = (uint64_t)v * 1000000000ULL;
+        } else {
+            sim_log("SIMGPU_DEVICE_COPY_GBPS=%s: expected the bandwidth of a copy within the device in GB/s, "
+                    "a whole number from 1 to 100000, such as 1500", text);
             ok = false;
         }
     }

@@ -110,8 +110,8 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 }
 
 /* An H100 SXM's values, except that features whose entry points simgpu lacks
- * (managed memory, memory pools, mapped host memory) read 0, so that clients
- * which check before use take their other path. */
+ * (managed memory, memory pools) read 0, so that clients which check before
+ * use take their other path.  Its copy engines are simgpu's three (copies.c). */
 static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
 {
     switch (attrib) {
@@ -131,7 +131,7 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *out = 512; return true;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = 132; return true;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *out = 0; return true; /* default: shared */
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *out = 1; return true;
@@ -141,6 +141,7 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *out = 5120; return true;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *out = 50 * 1024 * 1024; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *out = 2048; return true;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *out = 3; return true;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *out = 32; return true;
@@ -151,7 +152,10 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *out = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *out = 1; return true;
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *out = 227 * 1024; return true;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *out = 0; return true;
     }

@@ -47,6 +47,9 @@ static const char *sim_error_text(CUresult error)
     case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: return "primary context active";
     case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "context is destroyed";
     case CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+        return "part or all of the requested memory range is already mapped";
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return "pointer does not correspond to a registered memory region";
     case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return "too many blocks in cooperative launch";
     case CUDA_ERROR_NOT_PERMITTED: return "operation not permitted";
     case CUDA_ERROR_NOT_SUPPORTED: return "operation not supported";

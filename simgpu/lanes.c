@@ -60,11 +60,12 @@ CUgraph sim_capturing(const struct sim_lane *lane)
     return lane->stream ? __atomic_load_n(&lane->stream->capture, __ATOMIC_ACQUIRE) : NULL;
 }
 
-static CUresult sim_submit(const struct sim_lane *lane, uint64_t duration_ns, uint64_t after, uint64_t *ticket)
+static CUresult sim_submit(const struct sim_lane *lane, enum sim_engine engine, uint64_t duration_ns,
+                           uint64_t after, uint64_t *ticket)
 {
     uint32_t dev = lane->ctx->device;
     struct sim_work item = {.ctx = (uintptr_t)lane->ctx, .stream = (uintptr_t)lane->last_work,
-                            .left_ns = duration_ns, .after = after};
+                            .left_ns = duration_ns, .after = after, .engine = engine};
     uint64_t wake;
     int rc;
     while ((rc = sim_timeline_submit(dev, &item, ticket, &wake)) == -EAGAIN)
@@ -76,22 +77,27 @@ static CUresult sim_submit(const struct sim_lane *lane, uint64_t duration_ns, ui
     return CUDA_SUCCESS;
 }
 
-CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns)
+CUresult sim_run_on(const struct sim_lane *lane, enum sim_engine engine, uint64_t duration_ns)
 {
     if (!duration_ns)
         return CUDA_SUCCESS;
     uint32_t dev = lane->ctx->device;
     sim_queue_wait(dev);
     uint64_t ticket;
-    CUresult res = sim_submit(lane, duration_ns, 0, &ticket);
+    CUresult res = sim_submit(lane, engine, duration_ns, 0, &ticket);
     if (res == CUDA_SUCCESS)
         sim_queue_push(dev, ticket);
     return res;
 }
 
+CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns)
+{
+    return sim_run_on(lane, SIM_ENGINE_SM, duration_ns);
+}
+
 CUresult sim_mark(const struct sim_lane *lane, uint64_t after, uint64_t *ticket)
 {
-    return sim_submit(lane, 0, after, ticket);
+    return sim_submit(lane, SIM_ENGINE_SM, 0, after, ticket);
 }
 
 CUresult sim_wait_lane(const struct sim_lane *lane)

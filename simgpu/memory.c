@@ -7,8 +7,8 @@
  * the mapping is made, so all processes together never exceed the device.
  *
  * This process's allocations are kept sorted by address, so that a copy or a
- * memset can be checked to lie inside one allocation (a wrong pointer is
- * CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash).  The table also
+ * memset (copies.c) can be checked to lie inside one allocation (a wrong
+ * pointer is CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash).  The table also
  * holds the allocations of memory pools (pools.c) and the accessible mappings
  * of virtual memory (vmm.c), which those files own and charge; its mutex
  * guards their state too, so that the one lock order is contexts.c's mutex, then
@@ -99,10 +99,9 @@ static void sim_remove(struct sim_alloc *a)
     sim_mem.n--;
 }
 
-/* [addr, addr + n) inside one allocation (n > 0).  Virtual memory mappings
- * that follow each other are one range, as a reserved range mapped piece by
- * piece is on a GPU. */
-static bool sim_device_range(uintptr_t addr, size_t n)
+/* Virtual memory mappings that follow each other are one range, as a
+ * reserved range mapped piece by piece is on a GPU. */
+bool sim_mem_device_range(uintptr_t addr, size_t n)
 {
     pthread_mutex_lock(&sim_mem.mutex);
     size_t i = sim_upper_bound(addr);
@@ -121,7 +120,7 @@ static bool sim_device_range(uintptr_t addr, size_t n)
     return ok;
 }
 
-static bool sim_is_device(uintptr_t addr)
+bool sim_mem_device(uintptr_t addr)
 {
     pthread_mutex_lock(&sim_mem.mutex);
     bool found = sim_find(addr) != NULL;
@@ -437,157 +436,4 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
     if (total)
         *total = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
     return CUDA_SUCCESS;
-}
-
-/* ---- copies and memset ------------------------------------------------------------- */
-
-enum sim_side {
-    SIM_HOST,
-    SIM_DEVICE,
-    SIM_EITHER,                     /* cuMemcpy: device if it is one of ours, else host */
-};
-
-static bool sim_side_ok(uintptr_t addr, size_t n, enum sim_side side)
-{
-    if (!addr)
-        return false;
-    if (side == SIM_EITHER)
-        side = sim_is_device(addr) ? SIM_DEVICE : SIM_HOST;
-    return side == SIM_HOST || sim_device_range(addr, n);
-}
-
-static CUresult sim_copy(uintptr_t dst, enum sim_side dst_side, uintptr_t src, enum sim_side src_side, size_t n)
-{
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res != CUDA_SUCCESS || n == 0)
-        return res;
-    if (!sim_side_ok(dst, n, dst_side) || !sim_side_ok(src, n, src_side))
-        return CUDA_ERROR_INVALID_VALUE;
-    memmove((void *)dst, (const void *)src, n);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    SIM_CALLED();
-    return sim_copy((uintptr_t)dstDevice, SIM_DEVICE, (uintptr_t)srcHost, SIM_HOST, ByteCount);
-}
-
-CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
-}
-
-CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
-}
-
-CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_CALLED();
-    return sim_copy((uintptr_t)dstHost, SIM_HOST, (uintptr_t)srcDevice, SIM_DEVICE, ByteCount);
-}
-
-CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
-}
-
-CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
-}
-
-CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_CALLED();
-    return sim_copy((uintptr_t)dstDevice, SIM_DEVICE, (uintptr_t)srcDevice, SIM_DEVICE, ByteCount);
-}
-
-CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
-}
-
-CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
-}
-
-/* Unified addressing: either side may be host or device memory. */
-CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    SIM_CALLED();
-    return sim_copy((uintptr_t)dst, SIM_EITHER, (uintptr_t)src, SIM_EITHER, ByteCount);
-}
-
-CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    SIM_CALLED();
-    return cuMemcpy(dst, src, ByteCount);
-}
-
-CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    SIM_CALLED();
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res != CUDA_SUCCESS || N == 0)
-        return res;
-    if (!sim_side_ok((uintptr_t)dstDevice, N, SIM_DEVICE))
-        return CUDA_ERROR_INVALID_VALUE;
-    memset((void *)(uintptr_t)dstDevice, uc, N);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    SIM_CALLED();
-    return cuMemsetD8_v2(dstDevice, uc, N);
-}
-
-CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
-{
-    SIM_CALLED();
-    return cuMemsetD8_v2(dstDevice, uc, N);
-}
-
-/* N 32-bit words at a 4-byte aligned address. */
-CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    SIM_CALLED();
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res != CUDA_SUCCESS || N == 0)
-        return res;
-    if (dstDevice % 4 != 0 || N > SIZE_MAX / 4 || !sim_side_ok((uintptr_t)dstDevice, N * 4, SIM_DEVICE))
-        return CUDA_ERROR_INVALID_VALUE;
-    uint32_t *p = (uint32_t *)(uintptr_t)dstDevice;
-    if ((ui & 0xff) * 0x01010101u == ui) {
-        memset(p, (int)(ui & 0xff), N * 4); /* every byte alike: no need to touch word by word */
-    } else {
-        for (size_t i = 0; i < N; i++)
-            p[i] = ui;
-    }
-    return CUDA_SUCCESS;
-}
-
-CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    SIM_CALLED();
-    return cuMemsetD32_v2(dstDevice, ui, N);
-}
-
-CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
-{
-    SIM_CALLED();
-    return cuMemsetD32_v2(dstDevice, ui, N);
 }

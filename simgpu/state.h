@@ -36,7 +36,7 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 4,
+    SIM_STATE_VERSION = 5,
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -99,9 +99,21 @@ struct sim_file_proc {
     uint64_t reserved[7];           /* zero: the process's kernel time goes here */
 };
 
+/* The engines of a device that run work: the SMs run kernels, and each copy
+ * engine one copy at a time, beside the kernels (copies.c of the driver
+ * says which engine a copy or memset takes). */
+enum sim_engine {
+    SIM_ENGINE_SM = 0,
+    SIM_ENGINE_H2D,                 /* copies from host memory to the device */
+    SIM_ENGINE_D2H,                 /* copies from the device to host memory */
+    SIM_ENGINE_D2D,                 /* copies within the device, and memsets */
+    SIM_ENGINES,
+};
+
 /* An item of work on a device's timeline, in one stream of one context of
- * one process: a kernel (left_ns > 0 when queued), or a marker (an event
- * record, or a stream's wait for another item: `after`). */
+ * one process: a kernel or a copy (left_ns > 0 when queued; `engine` says
+ * which), or a marker (an event record, or a stream's wait for another
+ * item: `after`). */
 struct sim_work {
     uint64_t ticket;                /* its place in the device's order of submission, from 1 */
     uint64_t ctx;                   /* the context (its address in its process) */
@@ -110,6 +122,8 @@ struct sim_work {
     uint64_t after;                 /* a ticket that must be done before it starts; 0: none */
     uint64_t done_ns;               /* when it completed; 0: not yet */
     struct sim_pid who;             /* the submitting process */
+    uint32_t engine;                /* enum sim_engine */
+    uint32_t pad;
 };
 
 /* One sample period of a device: how long it ran kernels, and whose. */
@@ -170,6 +184,8 @@ struct sim_config {
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
     uint32_t concurrent_kernels;       /* SIMGPU_CONCURRENT_KERNELS, 1-SIM_MAX_CONCURRENT */
     uint64_t timeslice_ns;             /* SIMGPU_TIMESLICE_US */
+    uint64_t link_bytes_per_s;         /* SIMGPU_COPY_GBPS: each direction between host and device */
+    uint64_t device_bytes_per_s;       /* SIMGPU_DEVICE_COPY_GBPS: copies within a device, memsets */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
     char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */

@@ -1,8 +1,8 @@
 /* Simulated GPU time: one timeline per device in the machine-wide state file,
  * kept as a GPU keeps time.
  *
- * Work is queued in streams, each stream's items in order: kernels, and
- * markers (an event recorded, or a stream's wait for an event).  Nothing runs
+ * Work is queued in streams, each stream's items in order: kernels, copies
+ * and markers (an event recorded, or a stream's wait for an event).  Nothing runs
  * at launch: whichever process next looks at a device (a launch, a query, a
  * synchronisation, NVML) simulates it forward to the clock, under the file's
  * lock, by these rules:
@@ -18,8 +18,14 @@
  *   SIMGPU_CONCURRENT_KERNELS kernels of different streams run together, the
  *   earliest queued first.  An item waiting for another (`after`) starts only
  *   when that one is done.
+ * - Copies and memsets run on the device's copy engines (enum sim_engine),
+ *   beside the kernels and whichever context holds the SMs: each engine runs
+ *   the earliest queued copy that is first in its stream, one at a time.
+ *   They take their stream's turn like kernels, so an event recorded after a
+ *   copy completes when the copy has.
  * Time during which a context ran kernels is credited once to its process
- * (and to the utilisation samples NVML reports), however many overlapped.
+ * (and to the utilisation samples NVML reports), however many overlapped;
+ * time spent copying is not kernel time, and is credited to no one.
  * A synchronisation sleeps until the simulation's next step, when it looks
  * again: work queued meanwhile can only delay what it waits for. */
 #include <errno.h>
@@ -27,7 +33,7 @@
 
 #include "state.h"
 
-_Static_assert(sizeof(struct sim_work) == 64, "work layout");
+_Static_assert(sizeof(struct sim_work) == 72, "work layout");
 _Static_assert(sizeof(struct sim_sample) == 24 + 24 * SIM_SAMPLE_PROCS, "sample layout");
 
 uint64_t sim_now_ns(void)
@@ -174,6 +180,43 @@ static bool sim_switch(struct sim_timeline *tl, uint64_t at, bool or_active)
     return true;
 }
 
+/* A stream on the device: the same stream address may be another process's. */
+struct sim_stream_key {
+    struct sim_pid who;
+    uint64_t ctx, stream;
+};
+
+/* The copy each copy engine runs now (NULL: none): of the copies first in
+ * their streams whose wait is over, the earliest queued, whatever context
+ * holds the SMs.  A copy whose stream cannot be told apart (more than 64
+ * streams with work) waits for a later look. */
+static void sim_copies_running(struct sim_timeline *tl, struct sim_work *running[SIM_ENGINES])
+{
+    struct sim_stream_key seen[64];
+    uint32_t nseen = 0, free_engines = SIM_ENGINES - 1;
+    for (uint32_t e = 0; e < SIM_ENGINES; e++)
+        running[e] = NULL;
+    for (uint64_t k = tl->head; k < tl->next && free_engines; k++) {
+        struct sim_work *w = sim_item(tl, k);
+        if (w->done_ns)
+            continue;
+        uint32_t i = 0;
+        while (i < nseen && !(seen[i].stream == w->stream && sim_same_ctx(w, &seen[i].who, seen[i].ctx)))
+            i++;
+        if (i < nseen)
+            continue; /* not its stream's first */
+        if (nseen == 64)
+            break;
+        seen[nseen++] = (struct sim_stream_key){.who = w->who, .ctx = w->ctx, .stream = w->stream};
+        uint64_t ignored;
+        if (w->engine == SIM_ENGINE_SM || w->engine >= SIM_ENGINES || running[w->engine] ||
+            (w->after && !sim_ticket_done(tl, w->after, &ignored)))
+            continue;
+        running[w->engine] = w;
+        free_engines--;
+    }
+}
+
 /* Simulates the device forward to `now` (see the top of the file).  *next_ns:
  * when its state next changes if nothing is queued meanwhile (UINT64_MAX:
  * never). */
@@ -197,11 +240,12 @@ static void sim_advance(struct sim_timeline *tl, uint64_t now, uint64_t *next_ns
         struct sim_work *running[SIM_MAX_CONCURRENT];
         uint64_t seen[64];
         uint32_t nrunning = 0, nseen = 0;
-        bool others = false, mine = false, progressed = false;
+        bool others = false, mine = false, progressed = false, copies = false;
         for (uint64_t k = tl->head; k < tl->next; k++) {
             struct sim_work *w = sim_item(tl, k);
             if (w->done_ns)
                 continue;
+            copies = copies || w->engine != SIM_ENGINE_SM;
             if (!tl->active_ctx || !sim_same_ctx(w, &tl->active_who, tl->active_ctx)) {
                 others = true;
                 continue;
@@ -219,7 +263,7 @@ static void sim_advance(struct sim_timeline *tl, uint64_t now, uint64_t *next_ns
                     progressed = true;
                     continue; /* the stream's next item may start too */
                 }
-                if (nrunning < concurrent)
+                if (w->engine == SIM_ENGINE_SM && nrunning < concurrent)
                     running[nrunning++] = w;
             }
             if (nseen < 64)
@@ -229,20 +273,33 @@ static void sim_advance(struct sim_timeline *tl, uint64_t now, uint64_t *next_ns
             idle_switches = 0;
             continue;
         }
+        struct sim_work *copying[SIM_ENGINES] = {NULL};
+        if (copies)
+            sim_copies_running(tl, copying);
+        bool copy_runs = false;
+        for (uint32_t e = 1; e < SIM_ENGINES; e++)
+            copy_runs = copy_runs || copying[e];
         if (!mine || !nrunning) {
-            /* Nothing the active context can run: the device goes to another.
-             * (The context of the oldest item can always run: what it waits
-             * for was queued before it.) */
-            if (++idle_switches > SIM_SERVED + 1 || !sim_switch(tl, t, false)) {
-                tl->active_ctx = 0;
+            /* Nothing the active context can run on the SMs: they go to
+             * another.  (The context of the oldest item can always run
+             * something: what it waits for was queued before it, unless that
+             * is a copy.) */
+            if (++idle_switches <= SIM_SERVED + 1 && sim_switch(tl, t, false))
+                continue;
+            tl->active_ctx = 0;
+            if (!copy_runs)
                 break; /* every pending item waits for one that is not queued yet */
-            }
-            continue;
+            nrunning = 0; /* only the copy engines run until their next copy ends */
         }
         uint64_t step = UINT64_MAX;
         for (uint32_t i = 0; i < nrunning; i++)
             step = sim_min(step, t + running[i]->left_ns);
-        if (others) {
+        for (uint32_t e = 1; e < SIM_ENGINES; e++)
+            if (copying[e])
+                step = sim_min(step, t + copying[e]->left_ns);
+        if (!nrunning) {
+            /* no context holds the SMs */
+        } else if (others) {
             if (tl->slice_end_ns <= t) {
                 sim_switch(tl, t, true);
                 continue;
@@ -257,11 +314,19 @@ static void sim_advance(struct sim_timeline *tl, uint64_t now, uint64_t *next_ns
         }
         idle_switches = 0;
         uint64_t dt = step - t;
-        sim_credit(tl, t, step, &tl->active_who);
+        if (nrunning)
+            sim_credit(tl, t, step, &tl->active_who); /* kernel time only: copies are not */
         for (uint32_t i = 0; i < nrunning; i++) {
             running[i]->left_ns -= dt;
             if (!running[i]->left_ns)
                 running[i]->done_ns = step;
+        }
+        for (uint32_t e = 1; e < SIM_ENGINES; e++) {
+            if (!copying[e])
+                continue;
+            copying[e]->left_ns -= dt;
+            if (!copying[e]->left_ns)
+                copying[e]->done_ns = step;
         }
         t = step;
         if (t == now && *next_ns != UINT64_MAX)

@@ -87,8 +87,11 @@ bool sim_default_stream(CUstream s);
 CUresult sim_lane_of(CUstream s, bool per_thread, struct sim_lane *lane);
 /* The graph the lane's stream is capturing into, or NULL. */
 CUgraph sim_capturing(const struct sim_lane *lane);
-/* Queues `duration_ns` of work in the lane's stream. */
+/* Queues a kernel of `duration_ns` in the lane's stream. */
 CUresult sim_run(const struct sim_lane *lane, uint64_t duration_ns);
+/* Queues `duration_ns` of work for `engine` in the lane's stream (a copy or a
+ * memset: one of the copy engines). */
+CUresult sim_run_on(const struct sim_lane *lane, enum sim_engine engine, uint64_t duration_ns);
 /* Queues a marker in the lane's stream, after ticket `after` if not 0: *ticket. */
 CUresult sim_mark(const struct sim_lane *lane, uint64_t after, uint64_t *ticket);
 /* Waits until the lane's work is done (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while capturing). */

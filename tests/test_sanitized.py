@@ -1,7 +1,7 @@
 """The shim and the simulated driver built with AddressSanitizer and UBSan
 (meson's b_sanitize), driven by the C clients: every look-up path, a cap, no
-limit, a bad limit, NULL arguments and RTLD_NEXT interposers, with no report
-from either sanitizer."""
+limit, a bad limit, NULL arguments, pinned host memory and copies, and RTLD_NEXT
+interposers, with no report from either sanitizer."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
     (bin_dir / "libcuda.so").symlink_to(build / "simgpu" / "libcuda.so.1")
     compile_c(bin_dir / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{bin_dir}", "-lcuda", "-ldl")
     compile_c(bin_dir / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{bin_dir}", "-lcuda")
+    compile_c(bin_dir / "host_memory_test", [C_DIR / "host_memory_test.c"], f"-L{bin_dir}", "-lcuda")
     compile_c(bin_dir / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
     compile_c(bin_dir / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
     compile_c(bin_dir / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
@@ -71,6 +72,12 @@ def test_a_cap_on_every_path(sanitized, tmp_path, mode):
                            VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
     assert "alloc 3 0\nalloc 4 2\n" in result.stdout
     assert "realloc 0" in result.stdout
+
+
+def test_pinned_host_memory_and_copies_under_a_cap(sanitized, tmp_path):
+    result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "host_memory_test"],
+                           VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+    assert result.stdout.endswith(" passed, 0 failed\n")
 
 
 def test_no_limit_bad_limit_and_null_arguments(sanitized, tmp_path):

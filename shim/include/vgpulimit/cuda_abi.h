@@ -36,6 +36,8 @@
     X(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, 708)      \
     X(CUDA_ERROR_CONTEXT_IS_DESTROYED, 709)        \
     X(CUDA_ERROR_LAUNCH_FAILED, 719)               \
+    X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, 712) \
+    X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, 713)  \
     X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, 720) \
     X(CUDA_ERROR_NOT_PERMITTED, 800)               \
     X(CUDA_ERROR_NOT_SUPPORTED, 801)               \
@@ -79,6 +81,7 @@
     X(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 37)               \
     X(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 38)                        \
     X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 39)       \
+    X(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 40)                   \
     X(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 41)                   \
     X(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 50)                        \
     X(CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 51)              \
@@ -89,8 +92,11 @@
     X(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 83)                       \
     X(CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 84)                      \
     X(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 89)            \
+    X(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 91) \
     X(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 95)                   \
     X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 97)    \
+    X(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 99)              \
+    X(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, 113)   \
     X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 115)              \
     X(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 4)                         \
     X(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, 5)                      \
@@ -120,6 +126,13 @@
     X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 1)                      \
     X(CU_MEM_ATTACH_GLOBAL, 1)                                      \
     X(CU_MEM_ATTACH_HOST, 2)                                        \
+    X(CU_MEMHOSTALLOC_PORTABLE, 0x01)                               \
+    X(CU_MEMHOSTALLOC_DEVICEMAP, 0x02)                              \
+    X(CU_MEMHOSTALLOC_WRITECOMBINED, 0x04)                          \
+    X(CU_MEMHOSTREGISTER_PORTABLE, 0x01)                            \
+    X(CU_MEMHOSTREGISTER_DEVICEMAP, 0x02)                           \
+    X(CU_MEMHOSTREGISTER_IOMEMORY, 0x04)                            \
+    X(CU_MEMHOSTREGISTER_READ_ONLY, 0x08)                           \
     X(CU_AD_FORMAT_UNSIGNED_INT8, 0x01)                             \
     X(CU_AD_FORMAT_UNSIGNED_INT16, 0x02)                            \
     X(CU_AD_FORMAT_UNSIGNED_INT32, 0x03)                            \
