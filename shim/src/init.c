@@ -23,7 +23,6 @@ static void after_fork_in_child(void)
     for (uint32_t i = 0; i < vgl_self.nouter; i++)
         vgl_self.outer[i].slot = NULL;
     vgl_self.pid = (int32_t)getpid();
-    vgl_launch_forget();
 }
 
 __attribute__((constructor)) static void vgl_init(void)

@@ -292,8 +292,6 @@ void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns);
 CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(CUgraphExec, CUstream));
 
 /* launch_hooks.c */
-/* In a forked child: the parent's events and measurements are not the child's. */
-void vgl_launch_forget(void);
 /* After a call that may have changed the calling thread's current context
  * (or, `everywhere`, ended a context some thread has current): the launch
  * path asks the driver again.  Returns `rc`, the call's result. */

@@ -246,7 +246,8 @@ static struct {
     } costs[COSTS];                 /* by launch target (function or graph), hashed */
 } launches = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-void vgl_launch_forget(void)
+/* The parent's events and measurements are not the child's. */
+static void forget_in_child(void)
 {
     __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
     pthread_mutex_init(&launches.lock, NULL);
@@ -254,6 +255,7 @@ void vgl_launch_forget(void)
     memset(launches.trackers, 0, sizeof launches.trackers);
     memset(launches.costs, 0, sizeof launches.costs);
 }
+VGL_AFTER_FORK(forget_in_child)
 
 static uint64_t clock_ns(void)
 {

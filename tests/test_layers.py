@@ -1,0 +1,100 @@
+"""The C code's layers, read from its sources: the base calls nothing above
+it, the core (what the Python binding links too) nothing of the preload
+library, and no two files of the shim call each other, round a circle of
+any length.  The README's Architecture section draws them."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import BASE, ROOT, SHIM_SRC
+
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+# A definition starts a line, outside `static`: a function, or a variable.
+_DEFINED = re.compile(r"^(?!static\b)(?!extern\b)[A-Za-z_][\w \*\(\)]*?\b(vgl_\w+)\s*(?:\(|=|;|\[)",
+                      re.MULTILINE)
+
+
+def _sources() -> dict[str, str]:
+    return {path.relative_to(ROOT).as_posix(): _COMMENT.sub("", path.read_text())
+            for path in [*sorted(BASE.glob("*.c")), *sorted(SHIM_SRC.glob("*.c"))]}
+
+
+def _calls() -> dict[str, set[str]]:
+    """file -> the other files whose vgl_ names it uses."""
+    sources = _sources()
+    owner = {}
+    for path, text in sources.items():
+        for name in _DEFINED.findall(text):
+            owner.setdefault(name, path)
+    return {path: {owner[name] for name in re.findall(r"\bvgl_\w+\b", text)
+                   if owner.get(name, path) != path}
+            for path, text in sources.items()}
+
+
+def _core_files() -> set[str]:
+    """The sources of vgl_core, as shim/meson.build lists them."""
+    build = (SHIM_SRC.parent / "meson.build").read_text()
+    core = re.search(r"vgl_core = static_library\('vglcore',\s*files\((.*?)\)", build, re.DOTALL)
+    assert core, "shim/meson.build no longer defines vgl_core"
+    return {f"shim/{name}" for name in re.findall(r"'([^']+\.c)'", core[1])}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one file (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_reader_sees_the_calls_it_checks():
+    calls = _calls()
+    assert "shim/src/ledger.c" in calls["shim/src/region.c"]
+    assert "base/identity.c" in calls["shim/src/slot_owner.c"]
+    assert "shim/src/accounting.c" in calls["shim/src/charge.c"]
+
+
+def test_no_two_files_call_each_other_round_a_circle():
+    calls = _calls()
+    assert _circles(calls) == []
+    # The reader finds one when there is one.
+    assert _circles({**calls, "shim/src/ledger.c": calls["shim/src/ledger.c"] | {
+        "shim/src/region.c"}}) != []
+
+
+def test_the_base_calls_nothing_above_it():
+    for path, used in _calls().items():
+        if path.startswith("base/"):
+            assert {u for u in used if not u.startswith("base/")} == set(), path
+
+
+def test_the_core_calls_nothing_of_the_preload_library():
+    core = _core_files()
+    assert "shim/src/region.c" in core and "shim/src/hooks.c" not in core
+    for path in core:
+        assert {u for u in _calls()[path] if u.startswith("shim/") and u not in core} == set(), path
