@@ -11,6 +11,7 @@ import contextlib
 import os
 import stat
 import sys
+import time
 from collections.abc import Sequence
 
 from vgpulimit import __version__
@@ -263,13 +264,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from vgpulimit import status
 
     paths, directory = _view_sources(args)
-    sample = status.take(paths, directory, args.interval)
-    if directory is not None:
-        sys.stdout.write(status.render_json_all(sample) if args.json
-                         else status.render_text_all(sample))
-    else:
+    if directory is None:
+        sample = status.take(paths, directory, args.interval)
         [view] = sample.views
-        sys.stdout.write(status.render_json(view) if args.json else status.render_text(view))
+        sys.stdout.write(status.render_json(view, sample.details) if args.json
+                         else status.render_text(view, sample.details))
+        return 0
+    from vgpulimit import node
+
+    sampler = status.Sampler(paths, directory)
+    sample, gpus = node.take(sampler)
+    if args.interval > 0:
+        time.sleep(args.interval)
+        sample, gpus = node.take(sampler)
+    sys.stdout.write(status.render_json_all(sample, gpus) if args.json
+                     else status.render_text_all(sample, gpus))
     return 0
 
 
