@@ -95,8 +95,10 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
         uuid = json.loads(status(sim_env, "--json", "--interval", "0", "--region",
                                  str(region)).stdout)["devices"][0]["uuid"]
     assert holder["allocs"].count("CUDA_SUCCESS") == 4
-    dev = (("container", str(region)), ("device", "0"), ("uuid", uuid))
-    assert samples[("vgpulimit_region_readable", (("container", str(region)),))] == 1
+    who = (("container", ""), ("namespace", ""), ("pod", ""), ("pod_uid", ""),
+           ("region", str(region)))
+    dev = tuple(sorted((*who, ("device", "0"), ("uuid", uuid))))
+    assert samples[("vgpulimit_region_readable", who)] == 1
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_oom_refusals_total", dev)] == 1

@@ -289,11 +289,12 @@ def render_text(node: NodeView, sample: Sample, width: int = 80) -> str:
     for gpu in node.gpus:
         g = gpu.gpu
         util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
+        count = len(gpu.tenants)
         lines += [f"GPU {g.index}: {g.name}, bus {g.bus_id or '-'}, utilisation {util}",
                   f"  {g.uuid}",
                   f"  used {format_bytes(g.used_bytes)} of {format_bytes(g.total_bytes)} as the "
-                  f"driver counts it: {format_bytes(gpu.regions_used_bytes)} in "
-                  f"{len(gpu.tenants)} container{'s' * (len(gpu.tenants) != 1)}",
+                  + f"driver counts it: {format_bytes(gpu.regions_used_bytes)} in {count} "
+                  + f"container{'s' * (count != 1)}",
                   f"  {outside_text(gpu)}",
                   f"  {commit_text(gpu)}"]
         if gpu.tenants:
