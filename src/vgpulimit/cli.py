@@ -194,6 +194,7 @@ def _add_container_commands(commands) -> None:
     hook.add_argument("--node-dir", metavar="DIR", default=oci.NODE_DIR,
                       help="where each container's region is kept for the node view "
                            "(default: %(default)s)")
+    _add_admit_flags(hook)
 
     install = commands.add_parser(
         "install-hook", help="install the OCI hook for podman and CRI-O (hooks.d)",
@@ -203,6 +204,7 @@ def _add_container_commands(commands) -> None:
                          help="the hooks.d directory (default: %(default)s)")
     install.add_argument("--node-dir", metavar="DIR",
                          help="the hook's node directory (default: its own)")
+    _add_admit_flags(install)
 
     cdi = commands.add_parser("cdi", help="write a CDI spec (Container Device Interface)")
     cdi_commands = cdi.add_subparsers(dest="cdi_action", metavar="COMMAND", parser_class=_Parser)
@@ -220,6 +222,18 @@ def _add_container_commands(commands) -> None:
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
+    _add_admit_flags(generate)
+
+
+def _add_admit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--admit", action="store_true",
+                        help="refuse a container whose memory cap would push the caps on one of "
+                             "its GPUs (NVIDIA_VISIBLE_DEVICES, CDI annotations, /dev/nvidiaN) "
+                             "past the GPU's memory, and one that asks for a GPU with no cap; "
+                             "a container that names no GPU is not counted")
+    parser.add_argument("--admit-uncapped", action="store_true",
+                        help="with --admit, let containers with no memory cap start (they "
+                             "commit nothing)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -368,7 +382,15 @@ def _cmd_oci_hook(args: argparse.Namespace) -> int:
     from vgpulimit.oci import hook
 
     _absolute_node_dir("oci-hook", args.node_dir)
-    return hook.run(sys.stdin, Path(args.node_dir))
+    return hook.run(sys.stdin, Path(args.node_dir), _admission(args))
+
+
+def _admission(args: argparse.Namespace):
+    from vgpulimit.oci.admit import Admission
+
+    if args.admit_uncapped and not args.admit:
+        raise UsageError("--admit-uncapped goes with --admit")
+    return Admission(allow_uncapped=args.admit_uncapped) if args.admit else None
 
 
 def _absolute_node_dir(command: str, node_dir: str | None) -> None:
@@ -388,7 +410,9 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
         raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
                          f"(default {hooks_d.HOOKS_D_DIR})")
     try:
-        print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir))
+        admission = _admission(args)
+        print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir, admission is not None,
+                                      args.admit_uncapped))
     except OSError as exc:
         raise _CannotWrite(f"install-hook: cannot write {exc.filename or args.dir}: "
                            f"{exc.strerror}") from None
@@ -401,7 +425,9 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     from vgpulimit import cdi
 
     _absolute_node_dir("cdi generate", args.node_dir)
-    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy)
+    admission = _admission(args)
+    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
+                        admission is not None, args.admit_uncapped)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)
