@@ -1,0 +1,205 @@
+"""`vgpulimit oci-hook --admit` (issue 13): on a node without a scheduler, the
+hook refuses a container whose memory cap would over-commit its GPU, and one
+that asks for a GPU with no cap; who a container is (its Kubernetes
+annotations) labels it in every view.  Real containers: runc and podman, on a
+node of two simulated GPUs of 16 GiB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
+from podman import Podman, podman_unavailable
+from prometheus_client.parser import text_string_to_metric_families
+from runc_bundle import hook_entry, make_bundle, runc_unavailable
+
+from vgpulimit import _paths
+
+HOLD = [sys.executable, str(TESTS / "clients" / "cuda_fill.py"), str(256 * MiB), "1", "--hold",
+        "/tmp/release"]
+# A container that uses no GPU itself: its devices stay as the hook placed them.
+# (Each container has a simulated GPU of its own, on which its device 0 is
+# always the node's GPU 0; what the toolkit would mount, simgpu cannot.)
+WAIT = [sys.executable, "-c", "import os, time; print('{\"waiting\": true}', flush=True)\n"
+        "while not os.path.exists('/tmp/release'): time.sleep(0.05)"]
+POD = {"io.kubernetes.pod.name": "trainer-0", "io.kubernetes.pod.namespace": "team-a",
+       "io.kubernetes.container.name": "main", "io.kubernetes.pod.uid": "4f1c-77"}
+
+
+def node_env(tmp_path) -> dict[str, str]:
+    """What the hook and the views on the host see: the node's two GPUs."""
+    return base_env(LD_LIBRARY_PATH=str(_paths.simgpu_dir()), SIMGPU_DEVICES="2",
+                    SIMGPU_STATE=str(tmp_path / "node.simgpu"), SIMGPU_CONTEXT_OVERHEAD="0")
+
+
+def admitting_hook(tmp_path, *flags: str) -> dict:
+    entry = hook_entry(tmp_path / "node", "--admit", *flags)
+    entry["env"] = [f"{k}={v}" for k, v in node_env(tmp_path).items()]
+    return entry
+
+
+@pytest.fixture
+def runc_node(tmp_path):
+    """Starts runc containers with the admitting hook; stops them afterwards."""
+    reason = runc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("cuda.bindings")
+    bundles, running = [], []
+
+    def start(name, args, env, annotations=None, flags=(), wait=True):
+        bundle = make_bundle(tmp_path / name, list(map(str, args)), env)
+        bundle.config["annotations"] = dict(annotations or {})
+        for stage in ("createRuntime", "poststop"):
+            bundle.add_hook(stage, admitting_hook(tmp_path, *flags))
+        bundles.append(bundle)
+        proc, _ = bundle.start()
+        running.append((proc, bundle))
+        if not wait:
+            return proc, bundle
+        line = proc.stdout.readline()
+        if not line:
+            _, err = proc.communicate(timeout=60)
+            return proc.returncode, err
+        return json.loads(line), ""
+
+    yield start
+    for proc, bundle in running:
+        (bundle.rootfs / "tmp" / "release").touch()
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            bundle.cleanup()
+
+
+def refused(err: str) -> str:
+    [line] = [line for line in err.replace('\\"', '"').splitlines() if "vgpulimit: error:" in line]
+    return line[line.index("vgpulimit: error:"):]
+
+
+def test_runc_a_cap_that_would_over_commit_the_gpu_is_refused(tmp_path, runc_node):
+    first, _ = runc_node("a", HOLD, {"VGPULIMIT_MEMORY": "10GiB", "NVIDIA_VISIBLE_DEVICES": "0"},
+                         POD)
+    assert first["allocs"] == ["CUDA_SUCCESS"]
+    code, err = runc_node("b", HOLD, {"VGPULIMIT_MEMORY": "8GiB", "NVIDIA_VISIBLE_DEVICES": "0"})
+    assert code != 0
+    line = refused(err)
+    assert "its memory cap 8 GiB would over-commit GPU 0 (GPU-" in line
+    assert "caps there already 10 GiB (team-a/trainer-0/main 10 GiB); 6 GiB left" in line
+    # The same cap fits on the other GPU, named by its UUID as the toolkit takes it.
+    gpus = json.loads(subprocess.run(
+        vgpulimit_cmd("status", "--all", str(tmp_path / "node"), "--json", "--interval", "0"),
+        capture_output=True, text=True, env=node_env(tmp_path), check=True).stdout)["gpus"]
+    third, _ = runc_node("c", WAIT, {"VGPULIMIT_MEMORY": "8GiB",
+                                     "NVIDIA_VISIBLE_DEVICES": gpus[1]["uuid"]})
+    assert third == {"waiting": True}
+    # No cap on a GPU: refused, unless the hook admits such containers.
+    code, err = runc_node("d", HOLD, {"NVIDIA_VISIBLE_DEVICES": "1"})
+    assert code != 0 and "asks for GPU 1 (GPU-" in refused(err)
+    assert "with no memory cap" in refused(err)
+    fourth, _ = runc_node("e", WAIT, {"NVIDIA_VISIBLE_DEVICES": "1"}, flags=["--admit-uncapped"])
+    assert fourth == {"waiting": True}
+    # What the node shows: 10 GiB committed on GPU 0, 8 GiB on GPU 1 (whose
+    # uncapped container has no region: it commits nothing).
+    view = json.loads(subprocess.run(
+        vgpulimit_cmd("status", "--all", str(tmp_path / "node"), "--json", "--interval", "0"),
+        capture_output=True, text=True, env=node_env(tmp_path), check=True).stdout)
+    assert [g["committed_bytes"] for g in view["gpus"]] == [10 * GiB, 8 * GiB]
+    [pod] = [r for r in view["regions"] if r["identity"]["pod"]]
+    assert pod["identity"]["namespace"] == "team-a" and pod["identity"]["container"] == "main"
+    assert pod["identity"]["gpus"] == [gpus[0]["uuid"]]
+
+
+def test_runc_two_containers_starting_at_once_cannot_both_take_the_gpu(tmp_path, runc_node):
+    env = {"VGPULIMIT_MEMORY": "10GiB", "NVIDIA_VISIBLE_DEVICES": "0"}
+    started = [runc_node(name, HOLD, env, wait=False) for name in ("a", "b")]
+    lines, errors = [], []
+
+    def watch(proc):
+        line = proc.stdout.readline()
+        if line:
+            lines.append(line)
+        else:
+            errors.append(proc.communicate(timeout=60)[1])
+
+    threads = [threading.Thread(target=watch, args=(proc,)) for proc, _ in started]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(lines) == 1 and len(errors) == 1, (lines, errors)
+    assert "caps there already 10 GiB" in refused(errors[0])
+
+
+def test_runc_pod_labels_in_metrics(tmp_path, runc_node):
+    report, _ = runc_node("a", HOLD, {"VGPULIMIT_MEMORY": "4GiB", "NVIDIA_VISIBLE_DEVICES": "0"},
+                          POD)
+    server = subprocess.Popen(
+        vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--all", str(tmp_path / "node")),
+        env=node_env(tmp_path), stderr=subprocess.PIPE, text=True)
+    try:
+        url = server.stderr.readline().split()[-1]
+        with urllib.request.urlopen(url, timeout=30) as response:
+            families = list(text_string_to_metric_families(response.read().decode()))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    samples = {f.name: f.samples for f in families}
+    [used] = samples["vgpulimit_memory_used_bytes"]
+    assert used.value == 256 * MiB
+    assert {k: used.labels[k] for k in ("pod", "namespace", "container", "pod_uid")} == \
+           {"pod": "trainer-0", "namespace": "team-a", "container": "main", "pod_uid": "4f1c-77"}
+    [limit] = samples["vgpulimit_memory_limit_bytes"]
+    assert (limit.labels["pod"], limit.value) == ("trainer-0", 4 * GiB)
+    committed = {s.labels["gpu"]: s.value for s in samples["vgpulimit_gpu_memory_committed_bytes"]}
+    assert committed == {"0": 4 * GiB, "1": 0}
+    assert report["before"]["total"] == 4 * GiB
+
+
+@pytest.fixture
+def podman_node(tmp_path):
+    reason = podman_unavailable()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("cuda.bindings")
+    engine = Podman(tmp_path / "podman")
+    result = subprocess.run(vgpulimit_cmd("install-hook", "--dir", str(engine.hooks_dir),
+                                          "--node-dir", str(tmp_path / "node"), "--admit"),
+                            capture_output=True, text=True, env=base_env(), check=False)
+    assert result.returncode == 0, result.stderr
+    # The node's GPUs are simulated: the hook reads them through simgpu's NVML.
+    path = engine.hooks_dir / "vgpulimit.json"
+    config = json.loads(path.read_text())
+    assert "--admit" in config["hook"]["args"]
+    config["hook"]["env"] = [f"{k}={v}" for k, v in node_env(tmp_path).items()]
+    path.write_text(json.dumps(config))
+    yield engine
+    engine.cleanup()
+
+
+def test_podman_a_cap_that_would_over_commit_the_gpu_is_refused(tmp_path, podman_node):
+    proc, _, rootfs = podman_node.start(HOLD, *(a for k, v in POD.items()
+                                                for a in ("--annotation", f"{k}={v}")),
+                                        env={"VGPULIMIT_MEMORY": "12GiB",
+                                             "NVIDIA_VISIBLE_DEVICES": "0"})
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        assert json.loads(line)["allocs"] == ["CUDA_SUCCESS"]
+        result = podman_node.run(["true"], env={"VGPULIMIT_MEMORY": "50%",
+                                                "NVIDIA_VISIBLE_DEVICES": "0"})
+        assert result.returncode != 0
+        line = refused(result.stderr)
+        assert "its memory cap 8 GiB would over-commit GPU 0" in line
+        assert "caps there already 12 GiB (team-a/trainer-0/main 12 GiB); 4 GiB left" in line
+        fits = podman_node.run(["true"], env={"VGPULIMIT_MEMORY": "4GiB",
+                                              "NVIDIA_VISIBLE_DEVICES": "0"})
+        assert fits.returncode == 0, fits.stderr
+    finally:
+        (rootfs / "tmp" / "release").touch()
+        proc.communicate(timeout=60)
