@@ -115,9 +115,10 @@ def test_runc_a_cap_that_would_over_commit_the_gpu_is_refused(tmp_path, runc_nod
     assert pod["identity"]["gpus"] == [gpus[0]["uuid"]]
 
 
-def test_runc_two_containers_starting_at_once_cannot_both_take_the_gpu(tmp_path, runc_node):
+def test_runc_containers_starting_at_once_cannot_all_take_the_gpu(tmp_path, runc_node):
+    """Five containers of 10 GiB each start at once on a GPU of 16 GiB: one starts."""
     env = {"VGPULIMIT_MEMORY": "10GiB", "NVIDIA_VISIBLE_DEVICES": "0"}
-    started = [runc_node(name, HOLD, env, wait=False) for name in ("a", "b")]
+    started = [runc_node(name, WAIT, env, wait=False) for name in "abcde"]
     lines, errors = [], []
 
     def watch(proc):
@@ -132,8 +133,9 @@ def test_runc_two_containers_starting_at_once_cannot_both_take_the_gpu(tmp_path,
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    assert len(lines) == 1 and len(errors) == 1, (lines, errors)
-    assert "caps there already 10 GiB" in refused(errors[0])
+    assert len(lines) == 1 and len(errors) == 4, (lines, errors)
+    for err in errors:
+        assert "caps there already 10 GiB" in refused(err)
 
 
 def test_runc_pod_labels_in_metrics(tmp_path, runc_node):
