@@ -25,8 +25,8 @@ HOLD = [sys.executable, str(TESTS / "clients" / "cuda_fill.py"), str(256 * MiB),
 # A container that uses no GPU itself: its devices stay as the hook placed them.
 # (Each container has a simulated GPU of its own, on which its device 0 is
 # always the node's GPU 0; what the toolkit would mount, simgpu cannot.)
-WAIT = [sys.executable, "-c", "import os, time; print('{\"waiting\": true}', flush=True)\n"
-        "while not os.path.exists('/tmp/release'): time.sleep(0.05)"]
+WAIT = [sys.executable, "-c", ("import os, time; print('{\"waiting\": true}', flush=True)\n"
+                               "while not os.path.exists('/tmp/release'): time.sleep(0.05)")]
 POD = {"io.kubernetes.pod.name": "trainer-0", "io.kubernetes.pod.namespace": "team-a",
        "io.kubernetes.container.name": "main", "io.kubernetes.pod.uid": "4f1c-77"}
 

@@ -196,6 +196,11 @@ def test_top_shows_gpus_containers_and_processes_at_80_columns(sim_env, tmp_path
         try:
             top.expect_exact("OVER-COMMITTED")
             top.expect_exact(str(holder["pid"]))
+            top.send("s")
+            top.expect_exact("order (by cpu)")
+            top.send("1")
+            top.expect_exact("showing GPU 1")
+            top.expect_exact("committed 0 B of 16 GiB")
             top.send("q")
             top.expect(pexpect.EOF)
         finally:

@@ -119,10 +119,14 @@ def _build_parser() -> argparse.ArgumentParser:
     top = commands.add_parser(
         "top", help="live view of containers' memory, compute share and processes",
         description="Redraw each container's memory, compute share and processes every "
-                    "interval; q or Ctrl-C quits.")
+                    "interval; with --all, each physical GPU first, its containers under it and "
+                    "their processes under each.  Keys: q or Ctrl-C quits, s changes the order, "
+                    "g (or 0-9) shows one GPU, a all of them.")
     _add_view_sources(top)
     top.add_argument("--interval", metavar="SECONDS", type=_redraw_interval, default=1.0,
                      help=f"redraw every SECONDS, {MIN_INTERVAL_S:g} to 3600 (default 1)")
+    top.add_argument("-1", "--once", action="store_true",
+                     help="print one frame to stdout and exit (for logs and scripts)")
 
     metrics = commands.add_parser(
         "metrics", help="serve Prometheus metrics of containers",
@@ -300,7 +304,7 @@ def _cmd_top(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import top
 
-    return top.run(paths, directory, args.interval)
+    return top.run(paths, directory, args.interval, once=args.once)
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
