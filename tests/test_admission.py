@@ -52,9 +52,13 @@ def runc_node(tmp_path):
     pytest.importorskip("cuda.bindings")
     bundles, running = [], []
 
-    def start(name, args, env, annotations=None, flags=(), wait=True):
+    def start(name, args, env, annotations=None, flags=(), wait=True, devices=()):
         bundle = make_bundle(tmp_path / name, list(map(str, args)), env)
         bundle.config["annotations"] = dict(annotations or {})
+        for path in devices:   # a GPU's device file (NVIDIA's major number, 195)
+            minor = int(path.removeprefix("/dev/nvidia"))
+            bundle.config["linux"].setdefault("devices", []).append(
+                {"path": path, "type": "c", "major": 195, "minor": minor, "fileMode": 0o666})
         for stage in ("createRuntime", "poststop"):
             bundle.add_hook(stage, admitting_hook(tmp_path, *flags))
         bundles.append(bundle)
@@ -205,3 +209,45 @@ def test_podman_a_cap_that_would_over_commit_the_gpu_is_refused(tmp_path, podman
     finally:
         (rootfs / "tmp" / "release").touch()
         proc.communicate(timeout=60)
+
+
+def test_runc_the_hook_waits_for_the_lock_on_the_node_directory(tmp_path, runc_node):
+    """What makes simultaneous starts safe: the check and the new region are
+    made under the node directory's lock, which another admission holds."""
+    import fcntl
+    import os
+    import select
+
+    node = tmp_path / "node"
+    node.mkdir()
+    fd = os.open(node, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        proc, _ = runc_node("a", WAIT, {"VGPULIMIT_MEMORY": "4GiB",
+                                        "NVIDIA_VISIBLE_DEVICES": "0"}, wait=False)
+        ready, _, _ = select.select([proc.stdout], [], [], 3)
+        assert not ready, "the container started while the node directory was locked"
+    finally:
+        os.close(fd)
+    assert json.loads(proc.stdout.readline()) == {"waiting": True}
+
+
+@pytest.mark.parametrize("named", ["index", "uuid", "cdi annotation", "device node"])
+def test_runc_each_way_of_naming_the_gpu_is_counted(tmp_path, runc_node, named):
+    first, _ = runc_node("a", WAIT, {"VGPULIMIT_MEMORY": "10GiB", "NVIDIA_VISIBLE_DEVICES": "1"})
+    assert first == {"waiting": True}
+    uuid = json.loads(subprocess.run(
+        vgpulimit_cmd("status", "--all", str(tmp_path / "node"), "--json", "--interval", "0"),
+        capture_output=True, text=True, env=node_env(tmp_path), check=True).stdout)["gpus"][1]["uuid"]
+    env, annotations = {"VGPULIMIT_MEMORY": "8GiB"}, {}
+    if named == "index":
+        env["NVIDIA_VISIBLE_DEVICES"] = "1"
+    elif named == "uuid":
+        env["NVIDIA_VISIBLE_DEVICES"] = uuid
+    elif named == "cdi annotation":
+        annotations["cdi.k8s.io/vgpulimit-test"] = "nvidia.com/gpu=1"
+        env["NVIDIA_VISIBLE_DEVICES"] = "void"   # as CDI-mode images set it
+    code, err = runc_node("b", WAIT, env, annotations,
+                          devices=["/dev/nvidia1"] if named == "device node" else ())
+    assert code != 0
+    assert f"would over-commit GPU 1 ({uuid}" in refused(err)
