@@ -33,8 +33,10 @@ POD = {"io.kubernetes.pod.name": "trainer-0", "io.kubernetes.pod.namespace": "te
 
 def node_env(tmp_path) -> dict[str, str]:
     """What the hook and the views on the host see: the node's two GPUs."""
+    (tmp_path / "gpus").mkdir(exist_ok=True)
     return base_env(LD_LIBRARY_PATH=str(_paths.simgpu_dir()), SIMGPU_DEVICES="2",
-                    SIMGPU_STATE=str(tmp_path / "node.simgpu"), SIMGPU_CONTEXT_OVERHEAD="0")
+                    SIMGPU_STATE=str(tmp_path / "gpus" / "node.simgpu"),
+                    SIMGPU_CONTEXT_OVERHEAD="0")
 
 
 def admitting_hook(tmp_path, *flags: str) -> dict:
@@ -52,8 +54,16 @@ def runc_node(tmp_path):
     pytest.importorskip("cuda.bindings")
     bundles, running = [], []
 
-    def start(name, args, env, annotations=None, flags=(), wait=True, devices=()):
+    def start(name, args, env, annotations=None, flags=(), wait=True, devices=(), shared=False):
+        """``shared``: the container's processes use the node's simulated GPUs
+        (its state file, mounted), not a GPU of their own."""
+        if shared:
+            env = {**env, **{k: node_env(tmp_path)[k] for k in ("SIMGPU_STATE", "SIMGPU_DEVICES")}}
         bundle = make_bundle(tmp_path / name, list(map(str, args)), env)
+        if shared:
+            gpus = str(tmp_path / "gpus")
+            bundle.config["mounts"].append({"destination": gpus, "type": "bind", "source": gpus,
+                                            "options": ["rbind", "rw"]})
         bundle.config["annotations"] = dict(annotations or {})
         for path in devices:   # a GPU's device file (NVIDIA's major number, 195)
             minor = int(path.removeprefix("/dev/nvidia"))
@@ -165,6 +175,27 @@ def test_runc_pod_labels_in_metrics(tmp_path, runc_node):
     committed = {s.labels["gpu"]: s.value for s in samples["vgpulimit_gpu_memory_committed_bytes"]}
     assert committed == {"0": 4 * GiB, "1": 0}
     assert report["before"]["total"] == 4 * GiB
+
+
+def test_runc_a_containers_process_is_found_on_the_driver_by_its_host_pid(tmp_path, runc_node):
+    """The container has a /proc of its own: its processes know only their pid
+    in it.  The node view finds them on the host (their pid there and their
+    start time), so the driver's figures join the region's: nothing of theirs
+    is outside any cap."""
+    report, _ = runc_node("a", HOLD, {"VGPULIMIT_MEMORY": "4GiB", "NVIDIA_VISIBLE_DEVICES": "0"},
+                          POD, shared=True)
+    assert report["allocs"] == ["CUDA_SUCCESS"]
+    view = json.loads(subprocess.run(
+        vgpulimit_cmd("status", "--all", str(tmp_path / "node"), "--json", "--interval", "0"),
+        capture_output=True, text=True, env=node_env(tmp_path), check=True).stdout)
+    gpu = view["gpus"][0]
+    assert (gpu["used_bytes"], gpu["regions_used_bytes"]) == (256 * MiB, 256 * MiB)
+    assert (gpu["outside_bytes"], gpu["outside_processes"]) == (0, [])
+    [container] = gpu["containers"]
+    assert container["identity"]["pod"] == "trainer-0" and container["cap_bytes"] == 4 * GiB
+    [proc] = view["regions"][0]["processes"]
+    assert proc["pid"] == report["pid"] and proc["host_pid"] not in (None, report["pid"])
+    assert "cuda_fill.py" in proc["host"]["command"] and not proc["gone"]
 
 
 @pytest.fixture

@@ -285,8 +285,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if directory is None:
         sample = status.take(paths, directory, args.interval)
         [view] = sample.views
-        sys.stdout.write(status.render_json(view, sample.details) if args.json
-                         else status.render_text(view, sample.details))
+        sys.stdout.write(status.render_json(view, sample) if args.json
+                         else status.render_text(view, sample))
         return 0
     from vgpulimit import node
 

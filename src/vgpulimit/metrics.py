@@ -128,12 +128,13 @@ class RegionCollector(Collector):
                     share.add_metric(labels, view.share_pct[dev.index])
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
                 for proc in snap.processes:
-                    details = sample.details.get(proc.host_pid or -1)
+                    host = sample.host_pid(proc)
+                    details = sample.details.get(host or -1)
                     if details is not None and details.gone:
                         continue   # never memory for a process that is gone
                     if dev.index in proc.used_bytes:
                         process_used.add_metric(
-                            [*labels, str(proc.pid), str(proc.host_pid or ""), proc.comm],
+                            [*labels, str(proc.pid), str(host or ""), proc.comm],
                             proc.used_bytes[dev.index])
         yield from (readable, limit, used, process_used, refusals, cores, policy, share, throttled)
         if gpus is not None:

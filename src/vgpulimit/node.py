@@ -223,7 +223,7 @@ def build(sample: Sample, gpus: Sequence[Gpu]) -> NodeView:
     inside: set[int] = set()
     for view in sample.views:
         identity = read_identity(view.path)
-        inside.update(p.host_pid for p in view.snapshot.processes if p.host_pid)
+        inside.update(pid for p in view.snapshot.processes if (pid := sample.host_pid(p)))
         for uuid, tenant in _placements(view, identity, by_uuid):
             if uuid in on:
                 on[uuid].append(tenant)

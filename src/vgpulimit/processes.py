@@ -99,6 +99,38 @@ def format_age(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def host_pids() -> dict[tuple[int, int], int]:
+    """(pid, start time) -> host pid, for every process on the machine under
+    each pid it has (NSpid: the host's, then each namespace's down to its
+    own): how a slot that knows only its pid in the container (its container
+    has a /proc of its own) is found among the host's processes, and in the
+    driver's process list.  The start time tells apart two processes of one
+    pid in different containers.  Empty where our /proc is not the host's."""
+    found: dict[tuple[int, int], int] = {}
+    if not in_initial_pid_namespace():
+        return found
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdecimal():
+            continue
+        start = _start_ticks(int(name))
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue   # exited meanwhile
+        if start is None:
+            continue
+        for line in status.splitlines():
+            if line.startswith(b"NSpid:"):
+                for pid in line.split()[1:]:
+                    found[(int(pid), start)] = int(name)
+    return found
+
+
 def in_initial_pid_namespace() -> bool:
     try:
         return os.stat("/proc/self/ns/pid").st_ino == 0xEFFFFFFC

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from vgpulimit import identity
 from vgpulimit.limits import format_bytes
-from vgpulimit.processes import ProcessDetails, ProcessWatcher, format_age, in_initial_pid_namespace
+from vgpulimit.processes import (
+    ProcessDetails,
+    ProcessWatcher,
+    format_age,
+    host_pids,
+    in_initial_pid_namespace,
+)
 from vgpulimit.region import (
     DeviceSnapshot,
     ProcessSnapshot,
@@ -58,6 +64,13 @@ class Sample:
     errors: tuple[tuple[str, str], ...] = ()  # (path, why) of region files that could not be read
     details: Mapping[int, ProcessDetails] = field(default_factory=dict)  # host pid -> the host's
                                               # figures of each listed process; absent: not known
+    found_host_pids: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (pid, start
+                                              # time) -> host pid, for slots that know no host pid
+
+    def host_pid(self, proc: ProcessSnapshot) -> int | None:
+        """The process's pid on the host: its slot's, or found by its pid in
+        its container and its start time."""
+        return proc.host_pid or self.found_host_pids.get((proc.pid, proc.start_ticks))
 
 
 def find_regions(directory: str | os.PathLike) -> list[str]:
@@ -132,14 +145,20 @@ class Sampler:
         self.watcher.forget_others(self._looked)
         self._looked = set()
         details = {}
+        found = {}
         if self._host_view:
+            if any(not p.host_pid and p.start_ticks for v in views for p in v.snapshot.processes):
+                host = host_pids()
+                found = {(p.pid, p.start_ticks): host[(p.pid, p.start_ticks)]
+                         for v in views for p in v.snapshot.processes
+                         if not p.host_pid and (p.pid, p.start_ticks) in host}
             for view in views:
                 for proc in view.snapshot.processes:
-                    if proc.host_pid:
-                        details[proc.host_pid] = self.watcher.details(proc.host_pid,
-                                                                      proc.start_ticks)
+                    pid = proc.host_pid or found.get((proc.pid, proc.start_ticks))
+                    if pid:
+                        details[pid] = self.watcher.details(pid, proc.start_ticks)
         self._looked.update(details)
-        return Sample(tuple(views), tuple(errors), details)
+        return Sample(tuple(views), tuple(errors), details, found)
 
     def look(self, pids: Iterable[int]) -> dict[int, ProcessDetails]:
         """The host's figures of further processes (the driver's, in no region);
@@ -251,10 +270,11 @@ def _cores_text(cores_pct: int, policy: str) -> str:
     return f"{cores_pct}%" + ("" if policy == "hard" else f" {policy}")
 
 
-def process_row(proc: ProcessSnapshot, details: ProcessDetails | None) -> tuple[str, ...]:
+def process_row(proc: ProcessSnapshot, details: ProcessDetails | None,
+                host_pid: int | None = None) -> tuple[str, ...]:
     """PID, HOST PID, USER, CPU, RSS, AGE, USED, COMMAND; a process that is
     gone shows no memory."""
-    host = str(proc.host_pid or "-")
+    host = str(host_pid or proc.host_pid or "-")
     if details is not None and details.gone:
         return (str(proc.pid), host, "-", "-", "-", "-", "gone", proc.comm)
     if details is None:
@@ -272,8 +292,8 @@ def _cut(line: str, width: int) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def render_text(view: ContainerView | RegionSnapshot,
-                details: Mapping[int, ProcessDetails] | None = None, width: int = 80) -> str:
+def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = None,
+                width: int = 80) -> str:
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
@@ -291,7 +311,11 @@ def render_text(view: ContainerView | RegionSnapshot,
         lines.append("no limits set and no device seen yet")
     lines.append("")
     if snap.processes:
-        rows = [process_row(p, (details or {}).get(p.host_pid or -1)) for p in snap.processes]
+        sample = sample or Sample(())
+        rows = []
+        for proc in snap.processes:
+            host = sample.host_pid(proc)
+            rows.append(process_row(proc, sample.details.get(host or -1), host))
         lines += [_cut(line, width) for line in _table(PROCESS_HEADER, rows)]
     else:
         lines.append("no processes attached")
@@ -308,7 +332,7 @@ def render_text_all(sample: Sample, node: NodeView | None = None) -> str:
         head = render_node(node, sample)
     if not sample.views and not sample.errors:
         return head + "\n" * bool(head) + "no regions found\n"
-    blocks = [head] * bool(head) + [render_text(view, sample.details) for view in sample.views]
+    blocks = [head] * bool(head) + [render_text(view, sample) for view in sample.views]
     blocks += [f"region {path}: {why}\n" for path, why in sample.errors]
     return "\n".join(blocks)
 
@@ -319,11 +343,13 @@ def identity_json(who: identity.Identity) -> dict[str, Any]:
             "gpus": None if who.gpus is None else list(who.gpus)}
 
 
-def _process_json(proc: ProcessSnapshot, details: ProcessDetails | None) -> dict[str, Any]:
+def _process_json(proc: ProcessSnapshot, sample: Sample) -> dict[str, Any]:
+    host = sample.host_pid(proc)
+    details = sample.details.get(host or -1)
     gone = details is not None and details.gone
     return {
         "pid": proc.pid,
-        "host_pid": proc.host_pid,
+        "host_pid": host,
         "comm": proc.comm,
         "gone": gone,
         "used_bytes": None if gone else proc.total_used_bytes,
@@ -333,8 +359,7 @@ def _process_json(proc: ProcessSnapshot, details: ProcessDetails | None) -> dict
     }
 
 
-def to_json(view: ContainerView | RegionSnapshot,
-            details: Mapping[int, ProcessDetails] | None = None) -> dict[str, Any]:
+def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> dict[str, Any]:
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
@@ -364,14 +389,12 @@ def to_json(view: ContainerView | RegionSnapshot,
             }
             for dev in snap.devices
         ],
-        "processes": [_process_json(proc, (details or {}).get(proc.host_pid or -1))
-                      for proc in snap.processes],
+        "processes": [_process_json(proc, sample or Sample(())) for proc in snap.processes],
     }
 
 
-def render_json(view: ContainerView | RegionSnapshot,
-                details: Mapping[int, ProcessDetails] | None = None) -> str:
-    return json.dumps(to_json(view, details), indent=2) + "\n"
+def render_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> str:
+    return json.dumps(to_json(view, sample), indent=2) + "\n"
 
 
 def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
@@ -381,7 +404,7 @@ def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
 
         document |= node_json(node, sample)
     document |= {
-        "regions": [to_json(view, sample.details) for view in sample.views],
+        "regions": [to_json(view, sample) for view in sample.views],
         "errors": [{"region": path, "error": why} for path, why in sample.errors],
     }
     return json.dumps(document, indent=2) + "\n"

@@ -20,7 +20,7 @@ import sys
 import termios
 import time
 import tty
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -118,41 +118,37 @@ def _short(command: str) -> str:
     return f"{os.path.basename(program) or program} {rest}".rstrip()
 
 
-def _sort_key(sort: str, details: Mapping[int, ProcessDetails]):
-    def key(item: tuple[int, int | None]):
-        pid, gpu_bytes = item
-        cpu = (details.get(pid) or ProcessDetails(pid)).cpu_pct or 0.0
+def _sorted(rows: list[tuple[int, ProcessDetails | None, int | None, str]], sort: str):
+    """(pid, details, GPU bytes, fallback name) rows in the chosen order."""
+    def key(row):
+        pid, details, gpu_bytes, _ = row
+        cpu = (details.cpu_pct if details is not None else None) or 0.0
         return {"memory": (-(gpu_bytes or 0), pid), "cpu": (-cpu, pid), "pid": (pid,)}[sort]
-    return key
+    return sorted(rows, key=key)
 
 
-def _processes(view: ContainerView, details: Mapping[int, ProcessDetails],
-               sort: str = "memory") -> RenderableType:
+def _region_rows(procs: Sequence[ProcessSnapshot], sample: Sample, device: int | None):
+    """A row per process: its host pid where known (else its pid in the
+    container), and its bytes on ``device`` (None: on every device)."""
+    rows = []
+    for proc in procs:
+        host = sample.host_pid(proc)
+        used = proc.total_used_bytes if device is None else proc.used_bytes.get(device, 0)
+        rows.append((host or proc.pid, sample.details.get(host or -1), used, proc.comm))
+    return rows
+
+
+def _processes(view: ContainerView, sample: Sample, sort: str = "memory") -> RenderableType:
     procs = view.snapshot.processes
     if not procs:
         return Text("no processes attached")
-    by_pid = {p.host_pid or p.pid: p for p in procs}
-    order = sorted(((pid, p.total_used_bytes) for pid, p in by_pid.items()),
-                   key=_sort_key(sort, details))
     lines = [Text(_PROCESS_HEAD, style="bold", no_wrap=True, overflow="ellipsis")]
-    for pid, used in order:
-        proc = by_pid[pid]
-        lines.append(_process_line(pid, details.get(proc.host_pid or -1), used, proc.comm))
+    lines += [_process_line(*row) for row in _sorted(_region_rows(procs, sample, None), sort)]
     return Group(*lines)
 
 
 def _indented(line: Text) -> Text:
     return Text("  ", no_wrap=True, overflow="ellipsis").append(line)
-
-
-def _container_processes(procs: Sequence[ProcessSnapshot], index: int,
-                         details: Mapping[int, ProcessDetails], sort: str) -> list[Text]:
-    by_pid = {p.host_pid or p.pid: p for p in procs}
-    order = sorted(((pid, p.used_bytes.get(index, 0)) for pid, p in by_pid.items()),
-                   key=_sort_key(sort, details))
-    return [_indented(_process_line(pid, details.get(by_pid[pid].host_pid or -1), used,
-                                            by_pid[pid].comm))
-            for pid, used in order]
 
 
 def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
@@ -181,13 +177,12 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
         lines.append(Text(f" {tail(t.name, 30):<30} {t.index:>3} "
                           f"{format_bytes(t.used_bytes) + ' / ' + cap:>19} {share:>5} "
                           f"{t.throttled_ns / 1e9:>7.1f} s", no_wrap=True, overflow="ellipsis"))
-        lines += _container_processes(t.view.snapshot.processes, t.index, sample.details, sort)
+        rows = _region_rows(t.view.snapshot.processes, sample, t.index)
+        lines += [_indented(_process_line(*row)) for row in _sorted(rows, sort)]
     if gpu.outside:
         lines.append(Text(" outside any cap:", style="bold", no_wrap=True))
-        order = sorted(((p.pid, p.used_bytes) for p in gpu.outside),
-                       key=_sort_key(sort, sample.details))
-        lines += [_indented(_process_line(pid, sample.details.get(pid), used, ""))
-                  for pid, used in order]
+        rows = [(p.pid, sample.details.get(p.pid), p.used_bytes, "") for p in gpu.outside]
+        lines += [_indented(_process_line(*row)) for row in _sorted(rows, sort)]
     return lines
 
 
@@ -217,7 +212,7 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
         if view.path in placed:
             continue
         parts += [Text(""), Text(f"region {view.path}", overflow="fold"), _devices(view),
-                  _processes(view, sample.details, choice.sort)]
+                  _processes(view, sample, choice.sort)]
     for path, why in sample.errors:
         parts.append(Text(f"region {path}: {why}", overflow="fold"))
     return Group(*parts)
