@@ -11,7 +11,7 @@ up are what is committed on it; above its memory, the GPU is over-committed.
 A region is placed on a GPU by the UUID its processes recorded for a device
 and, for devices no process has used yet, by the GPUs the hook found the
 container was given (identity.py).  Reads only; a node without a driver is
-one line (``GpuReading.error``), not a failure."""
+one line (``NodeView.error``), not a failure."""
 
 from __future__ import annotations
 
