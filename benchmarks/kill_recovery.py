@@ -27,10 +27,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(tmp) / "core_test"
-        src = ROOT / "shim" / "src"
+        src, base = ROOT / "shim" / "src", ROOT / "base"
         subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'shim' / 'include'}",
-                        f"-I{src}", "-o", str(binary), str(ROOT / "tests" / "c" / "core_test.c"),
-                        *(str(src / f) for f in ("limits.c", "region.c", "ledger.c", "log.c")),
+                        f"-I{src}", f"-I{base}", "-o", str(binary), str(ROOT / "tests" / "c" / "core_test.c"),
+                        *(str(src / f) for f in ("limits.c", "region.c", "slot_owner.c", "ledger.c", "log.c")),
+                        *(str(base / f) for f in ("identity.c", "robust.c", "create.c", "number.c")),
                         "-lpthread"], check=True)
         for run in range(args.runs):
             scratch = Path(tmp) / f"run{run}"

@@ -266,6 +266,37 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAlloca
     return cuArray3DCreate_v2(pHandle, &d);
 }
 
+/* CUDA 2.x's entry points, with 32-bit sizes. */
+CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray)
+{
+    SIM_CALLED();
+    if (!pAllocateArray)
+        return cuArrayCreate_v2(pHandle, NULL);
+    CUDA_ARRAY_DESCRIPTOR d = {
+        .Width = pAllocateArray->Width,
+        .Height = pAllocateArray->Height,
+        .Format = pAllocateArray->Format,
+        .NumChannels = pAllocateArray->NumChannels,
+    };
+    return cuArrayCreate_v2(pHandle, &d);
+}
+
+CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
+{
+    SIM_CALLED();
+    if (!pAllocateArray)
+        return cuArray3DCreate_v2(pHandle, NULL);
+    CUDA_ARRAY3D_DESCRIPTOR d = {
+        .Width = pAllocateArray->Width,
+        .Height = pAllocateArray->Height,
+        .Depth = pAllocateArray->Depth,
+        .Format = pAllocateArray->Format,
+        .NumChannels = pAllocateArray->NumChannels,
+        .Flags = pAllocateArray->Flags,
+    };
+    return cuArray3DCreate_v2(pHandle, &d);
+}
+
 /* A level of a mipmapped array goes with its mipmapped array only. */
 CUresult cuArrayDestroy(CUarray hArray)
 {

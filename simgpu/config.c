@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "state.h"
-#include "vgpulimit/limits.h"
+#include "base.h"
 
 enum {
     SIM_DEFAULT_DEVICES = 1,
@@ -138,10 +138,10 @@ static void sim_config_load(void)
     c->memory_bytes = SIM_DEFAULT_MEMORY;
     text = sim_env("SIMGPU_MEMORY");
     if (text) {
-        struct vgl_mem_limit lim;
         /* Only absolute sizes: a share of the device means nothing for the device itself. */
-        if (vgl_parse_memory(text, &lim) == 0 && lim.bytes > 0 && lim.ppm == 0) {
-            c->memory_bytes = lim.bytes;
+        uint64_t bytes;
+        if (vgl_parse_size(text, &bytes) == 0) {
+            c->memory_bytes = bytes;
         } else {
             sim_log("SIMGPU_MEMORY=%s: expected an absolute size per device, such as 16GiB, 80G, "
                     "24000MiB or a number of bytes",
@@ -153,11 +153,11 @@ static void sim_config_load(void)
     c->context_overhead_bytes = SIM_DEFAULT_CONTEXT_OVERHEAD;
     text = sim_env("SIMGPU_CONTEXT_OVERHEAD");
     if (text) {
-        struct vgl_mem_limit lim;
+        uint64_t bytes;
         if (strcmp(text, "0") == 0) {
             c->context_overhead_bytes = 0;
-        } else if (vgl_parse_memory(text, &lim) == 0 && lim.ppm == 0) {
-            c->context_overhead_bytes = lim.bytes;
+        } else if (vgl_parse_size(text, &bytes) == 0) {
+            c->context_overhead_bytes = bytes;
         } else {
             sim_log("SIMGPU_CONTEXT_OVERHEAD=%s: expected an absolute size, such as 500MiB, or 0",
                     text);

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "state.h"
-#include "vgpulimit/region.h"
+#include "base.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the file reserves 64 bytes for its mutex");
 _Static_assert(sizeof(struct sim_file_device) == 256, "device layout moved");
@@ -68,60 +68,13 @@ static struct {
  *     the kernel's ceiling on pid_max (PID_MAX_LIMIT), the same for the same
  *     process in every lister, so that no one takes it for a pid of theirs. */
 
-/* The initial pid namespace's inode (PROC_PID_INIT_INO, fixed since Linux 3.8). */
-#define SIM_INIT_PID_NS 0xEFFFFFFCu
-
-static uint64_t sim_pidns_of(const char *ns_link)
-{
-    struct stat st;
-    return stat(ns_link, &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-/* The NSpid line of a /proc/<pid>/status: the pid in the namespace of that
- * /proc first, then in each namespace down to the process's own.  Returns how
- * many there are (0: unreadable). */
-static int sim_nspid(const char *status_path, int32_t *first, int32_t *last)
-{
-    char buf[8192];
-    int fd = open(status_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *s = strstr(buf, "\nNSpid:");
-    if (!s)
-        return 0;
-    s += strlen("\nNSpid:");
-    int count = 0;
-    for (;;) {
-        while (*s == ' ' || *s == '\t')
-            s++;
-        char *end;
-        long pid = strtol(s, &end, 10);
-        if (end == s || pid <= 0 || pid > INT32_MAX)
-            return count;
-        if (count++ == 0)
-            *first = (int32_t)pid;
-        *last = (int32_t)pid;
-        s = end;
-    }
-}
-
 struct sim_pid sim_state_self(void)
 {
     pid_t me = getpid();
     if (sim_st.who_pid == me)
         return sim_st.who;
-    struct sim_pid who = {.ns = sim_pidns_of("/proc/self/ns/pid"), .pid = me};
-    int32_t first, last;
-    if (who.ns == SIM_INIT_PID_NS)
-        who.host_pid = me;
-    else if (sim_nspid("/proc/self/status", &first, &last) > 1 &&
-             sim_pidns_of("/proc/1/ns/pid") == SIM_INIT_PID_NS)
-        who.host_pid = first; /* our /proc is the host's: its pid 1 is the host's */
+    struct sim_pid who = {.ns = vgl_pid_ns_of("/proc/self/ns/pid"), .pid = me,
+                          .host_pid = vgl_host_pid_self()};
     sim_st.who = who;
     sim_st.who_pid = me;
     return who;
@@ -143,10 +96,10 @@ static void sim_scan_host(struct sim_host_pids *host)
         char path[64];
         snprintf(path, sizeof path, "/proc/%ld/status", pid);
         int32_t first, last;
-        if (sim_nspid(path, &first, &last) < 2)
+        if (vgl_nspid(path, &first, &last) < 2)
             continue; /* in the initial namespace: it knew its own pid */
         snprintf(path, sizeof path, "/proc/%ld/ns/pid", pid);
-        struct sim_pid found = {.ns = sim_pidns_of(path), .pid = last, .host_pid = (int32_t)pid};
+        struct sim_pid found = {.ns = vgl_pid_ns_of(path), .pid = last, .host_pid = (int32_t)pid};
         if (!found.ns)
             continue; /* gone, or not ours to inspect */
         if (host->count == room) {
@@ -178,7 +131,7 @@ uint32_t sim_driver_pid(const struct sim_pid *who, struct sim_host_pids *host)
         return (uint32_t)who->host_pid;
     if (!host->scanned) {
         host->scanned = true;
-        if (sim_pidns_of("/proc/self/ns/pid") == SIM_INIT_PID_NS)
+        if (vgl_pid_ns_of("/proc/self/ns/pid") == VGL_INIT_PID_NS)
             sim_scan_host(host); /* our /proc is the host's */
     }
     for (uint32_t i = 0; i < host->count; i++)
@@ -195,8 +148,10 @@ void sim_host_pids_free(struct sim_host_pids *host)
 
 /* ---- opening ---------------------------------------------------------------- */
 
-static int sim_init_file(struct sim_file *f, const struct sim_config *cfg)
+static int sim_init_file(void *map, void *arg)
 {
+    struct sim_file *f = map;
+    const struct sim_config *cfg = arg;
     memset(f, 0, sizeof *f);
     memcpy(f->magic, SIM_STATE_MAGIC, sizeof f->magic);
     f->version = SIM_STATE_VERSION;
@@ -206,58 +161,7 @@ static int sim_init_file(struct sim_file *f, const struct sim_config *cfg)
     f->max_procs = SIM_MAX_PROCS;
     for (uint32_t d = 0; d < cfg->device_count; d++)
         f->devices[d].total_bytes = cfg->memory_bytes;
-
-    pthread_mutexattr_t attr;
-    int rc = pthread_mutexattr_init(&attr);
-    if (rc)
-        return -rc;
-    rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    if (!rc)
-        rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    if (!rc)
-        rc = pthread_mutex_init(&f->lock.u.mutex, &attr);
-    pthread_mutexattr_destroy(&attr);
-    return -rc;
-}
-
-/* Creates the file complete under a temporary name and links it into place, so
- * that no process ever maps a half-made file.  1: we made it and `*fd_out` /
- * `*map_out` are ours; 0: another process was first (open theirs); -errno. */
-static int sim_create(const struct sim_config *cfg, int *fd_out, struct sim_file **map_out)
-{
-    char tmp[sizeof sim_st.path + 16];
-    snprintf(tmp, sizeof tmp, "%s.XXXXXX", cfg->state_path);
-    int fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600: one simulated machine per user */
-    if (fd < 0)
-        return -errno;
-    int rc = 0;
-    struct sim_file *f = MAP_FAILED;
-    if (ftruncate(fd, sizeof *f) != 0) {
-        rc = -errno;
-        goto fail;
-    }
-    f = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (f == MAP_FAILED) {
-        rc = -errno;
-        goto fail;
-    }
-    rc = sim_init_file(f, cfg);
-    if (rc)
-        goto fail;
-    if (link(tmp, cfg->state_path) != 0) {
-        rc = errno == EEXIST ? 0 : -errno;
-        goto fail;
-    }
-    unlink(tmp);
-    *fd_out = fd;
-    *map_out = f;
-    return 1;
-fail:
-    if (f != MAP_FAILED)
-        munmap(f, sizeof *f);
-    close(fd);
-    unlink(tmp);
-    return rc;
+    return vgl_robust_init(&f->lock.u.mutex);
 }
 
 /* Maps an existing file after checking that it is a state file of this layout
@@ -333,8 +237,10 @@ int sim_state_open(const struct sim_config *cfg)
                 goto out;
             }
         } else if (errno == ENOENT) {
-            rc = sim_create(cfg, &fd, &f);
-            if (rc < 0) {
+            /* Made whole, then opened as the winner's (ours or another's).
+             * Mode 0600: one simulated machine per user. */
+            rc = vgl_create_linked(cfg->state_path, 0600, sizeof *f, sim_init_file, (void *)cfg, NULL);
+            if (rc < 0 && rc != -EEXIST) {
                 sim_log("%s: cannot create the state file: %s", cfg->state_path, strerror(-rc));
                 goto out;
             }
@@ -382,8 +288,8 @@ static void sim_repair(struct sim_file *f)
 
 static int sim_lock(struct sim_file *f)
 {
-    int rc = pthread_mutex_lock(&f->lock.u.mutex);
-    if (rc == EOWNERDEAD) {
+    int rc = vgl_robust_lock(&f->lock.u.mutex);
+    if (rc == 1) {
         sim_repair(f);
         pthread_mutex_consistent(&f->lock.u.mutex);
         return 0;
@@ -392,9 +298,9 @@ static int sim_lock(struct sim_file *f)
         static int logged;
         if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
             sim_log("%s: the state file's lock is unusable (%s); remove the file when no process uses it",
-                    sim_st.path, strerror(rc));
+                    sim_st.path, strerror(-rc));
     }
-    return -rc;
+    return rc;
 }
 
 static void sim_unlock(struct sim_file *f)
@@ -437,13 +343,12 @@ static off_t sim_entry_offset(int i)
     return (off_t)(offsetof(struct sim_file, procs) + (size_t)i * sizeof(struct sim_file_proc));
 }
 
-static bool sim_entry_lock(int i, short type)
+static bool sim_entry_lock(int i, bool hold)
 {
     int fd = sim_own_fd();
     if (fd < 0)
         return false;
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = sim_entry_offset(i), .l_len = 1};
-    return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+    return (hold ? vgl_hold_byte : vgl_release_byte)(fd, sim_entry_offset(i)) == 0;
 }
 
 static bool sim_entry_dead(const struct sim_file_proc *p, int i)
@@ -460,8 +365,7 @@ static bool sim_entry_dead(const struct sim_file_proc *p, int i)
     if (!(p->flags & SIM_PROC_LOCKED))
         return false; /* cannot tell: never take what may be a live process's memory */
     int fd = sim_own_fd();
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = sim_entry_offset(i), .l_len = 1};
-    return fd >= 0 && fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+    return fd >= 0 && vgl_byte_held(fd, sim_entry_offset(i)) == 0;
 }
 
 static void sim_drop_entry(struct sim_file *f, int i)
@@ -501,7 +405,7 @@ static int sim_claim_self(struct sim_file *f)
             memset(p, 0, sizeof *p);
             p->who = sim_state_self();
             p->start_time = vgl_proc_start_time(me);
-            p->flags = sim_entry_lock(i, F_WRLCK) ? SIM_PROC_LOCKED : 0;
+            p->flags = sim_entry_lock(i, true) ? SIM_PROC_LOCKED : 0;
             vgl_proc_comm_self(p->comm);
             p->state = SIM_PROC_LIVE;
             sim_st.self = i;
@@ -534,7 +438,7 @@ static void sim_release_self_if_idle(struct sim_file *f)
         if (p->used_bytes[d])
             return;
     if (p->flags & SIM_PROC_LOCKED)
-        sim_entry_lock(sim_st.self, F_UNLCK);
+        sim_entry_lock(sim_st.self, false);
     memset(p, 0, sizeof *p);
     sim_st.self = -1;
 }
@@ -712,7 +616,7 @@ __attribute__((destructor)) static void sim_state_at_exit(void)
     struct sim_file_proc *p = sim_self_entry(f);
     if (p) {
         if (p->flags & SIM_PROC_LOCKED)
-            sim_entry_lock(sim_st.self, F_UNLCK);
+            sim_entry_lock(sim_st.self, false);
         sim_drop_entry(f, sim_st.self);
         sim_st.self = -1;
     }

@@ -18,6 +18,7 @@ ROOT = TESTS.parent
 C_DIR = TESTS / "c"
 SHIM_INCLUDE = ROOT / "shim" / "include"
 SHIM_SRC = ROOT / "shim" / "src"
+BASE = ROOT / "base"
 CC = os.environ.get("CC", "cc")
 MiB = 1 << 20
 GiB = 1 << 30
@@ -25,7 +26,7 @@ GiB = 1 << 30
 
 def compile_c(output: Path, sources: list[Path], *flags: str, cc: str = CC) -> Path:
     cmd = [cc, "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
-           f"-I{SHIM_INCLUDE}", f"-I{SHIM_SRC}", "-o", str(output), *map(str, sources), *flags]
+           f"-I{SHIM_INCLUDE}", f"-I{SHIM_SRC}", f"-I{BASE}", "-o", str(output), *map(str, sources), *flags]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         pytest.fail(f"compiling {output.name} failed:\n{' '.join(cmd)}\n{result.stderr}")
@@ -52,6 +53,7 @@ def cbin(tmp_path_factory, simgpu_dir) -> Path:
     compile_c(out / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{out}", "-lcuda", "-ldl")
     compile_c(out / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{out}", "-lcuda")
     compile_c(out / "racer", [C_DIR / "racer.c"], f"-L{out}", "-lcuda")
+    compile_c(out / "legacy_arrays", [C_DIR / "legacy_arrays.c"], "-ldl")
     compile_c(out / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
     compile_c(out / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
     compile_c(out / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
@@ -72,9 +74,12 @@ def base_env(**extra: str) -> dict[str, str]:
 def sim_env(tmp_path, simgpu_dir) -> dict[str, str]:
     """An environment on a fresh simulated GPU of this test's own (16 GiB, one
     device), whose contexts cost no memory: each test's arithmetic is about its
-    own allocations (tests of the context's cost set SIMGPU_CONTEXT_OVERHEAD)."""
+    own allocations (tests of the context's cost set SIMGPU_CONTEXT_OVERHEAD).
+    Its runtime directory exists, as a login manager makes it."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
     return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_CONTEXT_OVERHEAD="0",
-                    LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(tmp_path / "run"))
+                    LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(runtime))
 
 
 def vgpulimit_cmd(*args: str) -> list[str]:

@@ -50,12 +50,14 @@ class Podman:
     from a rootfs of its own, named after it."""
 
     base: Path
+    host_paths: list[Path] | None = None   # default: runc_bundle.host_dirs
     names: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.hooks_dir = self.base / "hooks.d"
         self.hooks_dir.mkdir(parents=True, exist_ok=True)
-        self._mounts = [a for d in host_dirs(self.base) for a in ("-v", f"{d}:{d}:ro")]
+        hosts = self.host_paths if self.host_paths is not None else host_dirs(self.base)
+        self._mounts = [a for d in hosts for a in ("-v", f"{d}:{d}:ro")]
         # podman refuses a runroot of more than 50 characters.
         self._runroot = tempfile.mkdtemp(prefix="vgl-podman-")
 

@@ -21,6 +21,24 @@ def families(sim_env, family, block=256 * MiB, count=5, cap="1GiB"):
     return json.loads(run(cmd, sim_env).stdout)
 
 
+@pytest.mark.parametrize("mode", ["dlsym", "procaddr"])
+def test_cuda_2_arrays_with_32_bit_sizes_are_charged(sim_env, cbin, mode):
+    """cuArrayCreate and cuArray3DCreate of CUDA 2.x are still exported and
+    still handed out for version 2000: an array past the cap is refused by
+    either, one under it is charged."""
+    def arrays(side: int) -> dict[str, list[str]]:
+        cmd = vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
+                            cbin / "legacy_arrays", mode, str(side), str(side))
+        return {line.split()[0]: line.split()[1:] for line in run(cmd, sim_env).stdout.splitlines()}
+
+    big = arrays(9000)     # 9000 x 9000 float4: 1.2 GiB before any padding
+    assert (big["array2d"], big["array3d"]) == (["2"], ["2"])  # CUDA_ERROR_OUT_OF_MEMORY
+    small = arrays(1024)   # 16 MiB each
+    assert (small["array2d"], small["array3d"]) == (["0"], ["0"])
+    free, total = map(int, small["meminfo"])
+    assert total == GiB and total - free >= 32 * MiB
+
+
 def test_managed_memory(sim_env):
     got = families(sim_env, "managed")
     assert got["results"] == [OK] * 4 + [OOM]

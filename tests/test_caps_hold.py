@@ -57,6 +57,35 @@ def test_a_new_limit_in_the_environment_alone_is_the_one_that_holds(sim_env, shi
     run([*HOLD, "900"], dict(env, VGPULIMIT_MEMORY="1GiB"))
 
 
+@pytest.mark.parametrize("runtime", ["exists", "missing"])
+def test_the_shim_and_run_pick_the_same_runtime_directory(sim_env, shim_path, tmp_path, runtime):
+    """Limits in the environment alone: the shim keeps its region in the first
+    runtime directory it may make (paths.h), the one `vgpulimit run` picks; an
+    XDG_RUNTIME_DIR that does not exist is passed over by both."""
+    from vgpulimit._paths import runtime_dirs
+
+    xdg, tmp = tmp_path / "xdg", tmp_path / "tmp"
+    tmp.mkdir()
+    if runtime == "exists":
+        xdg.mkdir(mode=0o700)
+    # A limit of its own: a region no other test or run has made.
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY=f"{GiB + os.getpid()}",
+               XDG_RUNTIME_DIR=str(xdg), TMPDIR=str(tmp))
+    expected = [d for d in runtime_dirs(env) if d != xdg / "vgpulimit" or runtime == "exists"]
+    expected = expected[0] if os.access(expected[0].parent, os.W_OK) else expected[1]
+    before = set(expected.glob("env-v*.region"))
+    run([*HOLD, "100"], env)
+    made = set(expected.glob("env-v*.region")) - before
+    try:
+        assert len(made) == 1, f"no new region in {expected}"
+        ask = "from vgpulimit.supervisor import runtime_base; print(runtime_base())"
+        picked = run([sys.executable, "-c", ask], env).stdout.strip()
+        assert Path(picked) == expected
+    finally:
+        for path in made:
+            path.unlink()
+
+
 def test_a_region_of_the_environment_left_behind_takes_the_next_limits(sim_env, shim_path,
                                                                         tmp_path):
     # A device plugin names the path (HAMi's cache file) and the limit; the pod
@@ -103,7 +132,7 @@ def test_a_nested_run_tightens_the_outer_cap(sim_env):
     refused = nested(600)
     assert refused.returncode == 1
     assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in refused.stderr
-    assert "cap 512.00 MiB" in refused.stderr and "looser" not in refused.stderr
+    assert "cap 512 MiB" in refused.stderr and "looser" not in refused.stderr
 
 
 def test_what_a_nested_run_uses_counts_in_the_outer_cap(sim_env, tmp_path):
@@ -198,7 +227,7 @@ def test_a_nested_run_in_a_container_of_the_hook_tightens_its_cap(runtime_region
                    sim_env, check=False)
     refused = nested("512MiB", 600)
     assert refused.returncode == 1
-    assert "cap 512.00 MiB" in refused.stderr and "ignored" not in refused.stderr
+    assert "cap 512 MiB" in refused.stderr and "ignored" not in refused.stderr
     loosened = nested("8GiB", 2000)
     assert loosened.returncode == 1
     assert "--memory 8GiB is looser than the 1 GiB of the region /.vgpulimit/region" in loosened.stderr

@@ -8,9 +8,10 @@ import re
 import subprocess
 
 import pytest
-from conftest import C_DIR, SHIM_SRC, base_env, compile_c, cuda_toolkit_include, have, run
+from conftest import BASE, C_DIR, SHIM_SRC, base_env, compile_c, cuda_toolkit_include, have, run
 
-CORE_SOURCES = [SHIM_SRC / name for name in ("limits.c", "region.c", "ledger.c", "log.c")]
+CORE_SOURCES = [*(SHIM_SRC / name for name in ("limits.c", "region.c", "slot_owner.c", "ledger.c", "log.c")),
+                *(BASE / name for name in ("identity.c", "robust.c", "create.c", "number.c"))]
 
 
 def test_core_under_sanitizers(tmp_path):
@@ -77,6 +78,22 @@ def test_simgpu_binds_its_own_symbols_like_a_real_driver(simgpu_dir, name):
     assert f"Library soname: [{name}]" in dynamic
     assert "SYMBOLIC" in dynamic
     assert all(not n.startswith(("sim_", "vgl_")) for n in exported(simgpu_dir / name))
+
+
+@pytest.mark.skipif(not have("nm"), reason="binutils (nm) is not installed")
+@pytest.mark.parametrize("name", ["libcuda.so.1", "libnvidia-ml.so.1"])
+def test_simgpu_links_the_base_and_none_of_the_shim(simgpu_dir, name):
+    """The test bench shares no code with what it tests: every vgl_ function in
+    simgpu is one of the neutral base's (base/base.h, base/glibc_floor.h)."""
+    declared = set()
+    for header in ("base.h", "glibc_floor.h"):
+        declared |= set(re.findall(r"\b(vgl_\w+)\(", (BASE / header).read_text()))
+    out = subprocess.run(["nm", str(simgpu_dir / name)], capture_output=True, text=True,
+                         check=True).stdout
+    linked = {line.split()[-1] for line in out.splitlines()
+              if line.split()[-1].startswith("vgl_") and line.split()[1] in "tTdDbBrR"}
+    assert "vgl_robust_lock" in linked   # the shared state file's lock: the base is linked
+    assert linked - declared == set()
 
 
 @pytest.mark.parametrize("target", ["fuzz_limits", "fuzz_region"])

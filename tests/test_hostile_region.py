@@ -18,7 +18,7 @@ from pathlib import Path
 import pexpect
 import pytest
 from conftest import GiB, MiB, base_env, run, vgpulimit_cmd
-from test_views import scrape
+from test_views import scrape, series
 
 from vgpulimit.limits import parse_memory
 from vgpulimit.region import REGION_BYTES, Region, ffi
@@ -185,17 +185,13 @@ def test_metrics_serve_the_good_beside_the_truncated(sim_env, regions):
     finally:
         server.terminate()
         _, stderr = server.communicate(timeout=30)
-    def who(region):   # no identity beside these regions: empty names
-        return (("container", ""), ("namespace", ""), ("pod", ""), ("pod_uid", ""),
-                ("region", str(region)))
-
-    assert samples[("vgpulimit_region_readable", who(good))] == 1
-    assert samples[("vgpulimit_region_readable", who(bad))] == 0
-    dev = tuple(sorted((*who(good), ("device", "0"), ("uuid", ""))))
+    assert samples[("vgpulimit_region_readable", series(good))] == 1
+    assert samples[("vgpulimit_region_readable", series(bad))] == 0
+    dev = series(good, device="0", uuid="")
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 256 * MiB
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == GiB
     about_bad = [k for k in samples if ("region", str(bad)) in k[1]]
-    assert about_bad == [("vgpulimit_region_readable", who(bad))]
+    assert about_bad == [("vgpulimit_region_readable", series(bad))]
     # Logged once, though scraped twice.
     assert stderr.splitlines() == [f"vgpulimit metrics: region {bad}: {TRUNCATED}"]
 

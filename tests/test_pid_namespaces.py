@@ -7,6 +7,8 @@ another namespace's process (its memory, its context) for one of its own."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -207,3 +209,33 @@ def test_status_from_the_node_shows_no_process_gone_from_a_container(sim_env, sh
     data = json.loads(run(vgpulimit_cmd("status", "--json", "--region", str(region)), env).stdout)
     assert data["processes"] == []
     assert data["devices"][0]["used_bytes"] == 0
+
+
+def test_two_containers_of_one_pod_share_a_region_and_its_cap(sim_env, shim_path, tmp_path,
+                                                                tenants):
+    """Two containers of one pod, each in a pid namespace of its own, share one
+    region (as HAMi's device plugin shares a pod's cache file): their processes
+    have the same pids in their namespaces.  Neither takes the other's process
+    for a dead one of its own: what A holds stays counted when B hits the cap."""
+    region = tmp_path / "pod-region"
+    a = tenants(sim_env, 768 * MiB, own_pid_namespace=True,
+                limits=["--memory", "1GiB", "--region", region])
+    assert a.report["allocs"] == [OK]
+    # B's client is pid 2 in its namespace, under a shell, as A's is under `vgpulimit run`.
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region))
+    client = f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {256 * MiB} 2; exit $?"
+    b = json.loads(run([*OWN_PID_NAMESPACE, "sh", "-c", client], env, timeout=60).stdout)
+    assert b["pid"] == a.report["pid"]
+    assert b["allocs"] == [OK, OOM]
+    with Region.open(region) as shared:
+        assert shared.snapshot().devices[0].used_bytes == 768 * MiB
+    # A's process is killed: from B's namespace its death is seen all the same,
+    # and what it held is B's to use.
+    os.kill(a.host_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{a.host_pid}").exists():  # its supervisor reaps it
+        assert time.monotonic() < deadline, "A's process outlived SIGKILL by 30 s"
+        time.sleep(0.01)
+    client = f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {256 * MiB} 5; exit $?"
+    b = json.loads(run([*OWN_PID_NAMESPACE, "sh", "-c", client], env, timeout=60).stdout)
+    assert b["allocs"] == [OK] * 4 + [OOM]

@@ -92,7 +92,6 @@ def test_hami_variables_alone(sim_env, shim_path):
 
 
 def test_fresh_region_on_a_node_is_removed_after(sim_env, tmp_path):
-    (tmp_path / "run").mkdir()
     result = verify(sim_env, "--simulate", "--memory", "1GiB", "--cores", "30", "--quick",
                     "--json")
     assert result.returncode == 0, result.stdout + result.stderr

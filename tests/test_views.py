@@ -71,6 +71,14 @@ def test_status_bad_input_is_one_line(sim_env, args, says):
     assert result.stderr.count("\n") == 1 and says in result.stderr
 
 
+def series(region, **labels: str) -> tuple:
+    """The labels of a series about ``region``, as scrape() keys them: a
+    region in no engine's layout names no pod, container or claim."""
+    who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": "", "pod": "",
+           "namespace": ""}
+    return tuple(sorted({**who, **labels}.items()))
+
+
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
     with urllib.request.urlopen(url, timeout=30) as response:
         text = response.read().decode()
@@ -95,10 +103,8 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
         uuid = json.loads(status(sim_env, "--json", "--interval", "0", "--region",
                                  str(region)).stdout)["devices"][0]["uuid"]
     assert holder["allocs"].count("CUDA_SUCCESS") == 4
-    who = (("container", ""), ("namespace", ""), ("pod", ""), ("pod_uid", ""),
-           ("region", str(region)))
-    dev = tuple(sorted((*who, ("device", "0"), ("uuid", uuid))))
-    assert samples[("vgpulimit_region_readable", who)] == 1
+    dev = series(region, device="0", uuid=uuid)
+    assert samples[("vgpulimit_region_readable", series(region))] == 1
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_oom_refusals_total", dev)] == 1

@@ -86,7 +86,7 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
         uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);
         if (VGL_UNLIKELY(vgl_config.broken))
             cap = 0;
-        if (vgl_ledger_reserve(link.region, link.slot, device, bytes, cap) < 0) {
+        if (vgl_region_reserve(link.region, link.slot, device, bytes, cap) < 0) {
             if (refused)
                 *refused = i;
             while (i--)
@@ -101,6 +101,14 @@ void vgl_release(uint32_t device, uint64_t bytes)
 {
     for (uint32_t i = 0; i < vgl_links(); i++)
         vgl_ledger_release(vgl_link_at(i).region, vgl_link_at(i).slot, device, bytes);
+}
+
+void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
+{
+    if (reserved < charged)
+        vgl_release(device, charged - reserved);
+    else if (reserved > charged)
+        vgl_reserve(device, reserved - charged, true, NULL);
 }
 
 bool vgl_ready(void)

@@ -115,6 +115,48 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *
     return rc;
 }
 
+/* CUDA 2.x's, with 32-bit sizes: still exported, and handed out by
+ * cuGetProcAddress for version 2000, so charged like the others. */
+CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
+        return vgl_real.cuArrayCreate(pHandle, pAllocateArray);
+    const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = {
+        .Width = pAllocateArray->Width,
+        .Height = pAllocateArray->Height,
+        .Format = pAllocateArray->Format,
+        .NumChannels = pAllocateArray->NumChannels,
+    };
+    struct vgl_charge c;
+    CUresult rc = charge_array("cuArrayCreate", &shape, 1, false, &c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = vgl_real.cuArrayCreate(pHandle, pAllocateArray);
+    vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+    return rc;
+}
+
+CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
+        return vgl_real.cuArray3DCreate(pHandle, pAllocateArray);
+    const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = {
+        .Width = pAllocateArray->Width,
+        .Height = pAllocateArray->Height,
+        .Depth = pAllocateArray->Depth,
+        .Format = pAllocateArray->Format,
+        .NumChannels = pAllocateArray->NumChannels,
+        .Flags = pAllocateArray->Flags,
+    };
+    struct vgl_charge c;
+    CUresult rc = charge_array("cuArray3DCreate", &shape, 1, false, &c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = vgl_real.cuArray3DCreate(pHandle, pAllocateArray);
+    vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+    return rc;
+}
+
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels)
 {

@@ -10,7 +10,8 @@
  *     run` inside the container) may be named: it can only tighten.
  *  2. VGPULIMIT_REGION, else HAMi's CUDA_DEVICE_MEMORY_SHARED_CACHE: the
  *     region of an enclosing `vgpulimit run`, or a path a device plugin
- *     chose.
+ *     chose; else the file KAI's resource isolator implies
+ *     (CONTAINER_VGPU_MOUNT, POD_UID, CONTAINER_NAME).
  *  3. Limits in the environment alone: a region of the shim's own, named
  *     after those limits, so that it never meets a process that asks for
  *     others.
@@ -64,26 +65,32 @@ static uint64_t limits_hash(const struct vgl_env *env)
     return h;
 }
 
-/* The directory for regions the shim makes itself, as `vgpulimit run` picks
- * its own (supervisor.runtime_base): $XDG_RUNTIME_DIR/vgpulimit, else
- * /run/vgpulimit where writable, else /tmp/vgpulimit-<uid>. */
+/* The directory for regions the shim makes itself: the first of the runtime
+ * directories (paths.h, as `vgpulimit run` picks its own) whose parent lets
+ * this process make it. */
 static void own_region_path(const struct vgl_env *env)
 {
-    const char *runtime = NULL;
-    for (char **e = environ; e && *e; e++)
-        if (strncmp(*e, "XDG_RUNTIME_DIR=/", 17) == 0)
-            runtime = *e + 16;
     char *out = vgl_config.region_path;
     size_t len = sizeof vgl_config.region_path;
-    int n;
-    if (runtime)
-        n = snprintf(out, len, "%s/vgpulimit/", runtime);
-    else if (access("/run", W_OK) == 0)
-        n = snprintf(out, len, "/run/vgpulimit/");
-    else
-        n = snprintf(out, len, "/tmp/vgpulimit-%u/", (unsigned)getuid());
-    vgl_config.own_dir_len = (size_t)n < len ? (size_t)n - 1 : 0;
-    snprintf(out + vgl_config.own_dir_len + 1, len - vgl_config.own_dir_len - 1, "env-%016llx.region",
+    /* None usable: the last, where making the region says why. */
+    int last = 0;
+    while (vgl_runtime_dir(environ, last + 1, out, len) == 0)
+        last++;
+    for (int i = 0; i <= last; i++) {
+        if (vgl_runtime_dir(environ, i, out, len) != 0)
+            continue;
+        char *slash = strrchr(out, '/');
+        *slash = '\0';
+        bool usable = access(slash == out ? "/" : out, W_OK | X_OK) == 0;
+        *slash = '/';
+        if (usable || i == last)
+            break;
+    }
+    size_t dir = strlen(out);
+    vgl_config.own_dir_len = dir;
+    /* Named by the layout version too: a file another version left (an
+     * upgrade, two installations) is not this one's, and is not in its way. */
+    snprintf(out + dir, len - dir, "/env-v%d-%016llx.region", (int)VGL_REGION_VERSION,
              (unsigned long long)limits_hash(env));
 }
 
@@ -129,6 +136,15 @@ void vgl_config_load(void)
                     "container's limits are set up by its runtime (%s)", VGL_CONTAINER_REGION);
             vgl_config.said_ignored = true;
         }
+        if (env->control_disabled)
+            vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true ignored: this container's limits are set up "
+                    "by its runtime (%s)", VGL_CONTAINER_REGION);
+        return;
+    }
+    if (env->control_disabled) {
+        /* HAMi's switch, honoured as HAMi-core honours it: said, not silent
+         * (and nothing else about limits that do not apply). */
+        vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true: no limit is enforced in this process");
         return;
     }
     report(env);

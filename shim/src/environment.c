@@ -13,7 +13,7 @@
 #include "vgpulimit/region.h"
 
 enum kind { MEMORY, CORES };
-enum tier { HAMI, OURS, TIERS };
+enum tier { PORTION, HAMI, OURS, TIERS };
 
 /* The limit variables: ours first, then HAMi-core's, as HAMi's device plugin
  * sets them, so that vgpulimit drops in where libvgpu.so was. */
@@ -32,6 +32,11 @@ static const char OUR_REGION[] = "VGPULIMIT_REGION";
 static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 static const char OUR_POLICY[] = "VGPULIMIT_CORES_POLICY";
 static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
+static const char HAMI_DISABLE[] = "CUDA_DISABLE_CONTROL";
+static const char KAI_PORTION[] = "GPU_PORTION";
+static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
+
+static const char *lookup(char **envp, const char *name);
 
 /* One value for one device, before the tiers are merged. */
 struct candidate {
@@ -125,13 +130,139 @@ static bool same(const struct candidate *a, const struct candidate *b, enum kind
     return a->memory.bytes == b->memory.bytes && a->memory.ppm == b->memory.ppm;
 }
 
+/* -- the forms of HAMi's DRA driver and of KAI ----------------------------------------------- */
+
+/* KAI's GPU_PORTION: the share of each device's memory, always a fraction
+ * ("0.5"; "1" is the whole device), never a size. */
+static void read_portion(struct reading *r, const char *value)
+{
+    struct candidate c = {.set = true};
+    char text[32];
+    size_t len = strlen(value);
+    bool fraction_form = len > 0 && strspn(value, "0123456789.") == len && len + 3 <= sizeof text;
+    int err = -EINVAL;
+    if (fraction_form) {
+        snprintf(text, sizeof text, "%s%s", value, strchr(value, '.') ? "" : ".0");
+        err = vgl_parse_memory(text, &c.memory);
+    }
+    if (err || !c.memory.ppm) {
+        say(r->out, true, "%s: '%s' is %s; accepted: a fraction of the GPU from 0 to 1 (0.5)", KAI_PORTION,
+            value, err == -ERANGE ? "out of range (zero, or more than the GPU)" : "not a fraction of the GPU");
+        return;
+    }
+    c.origin.source = VGL_ENV_PORTION;
+    snprintf(c.origin.name, sizeof c.origin.name, "%s", KAI_PORTION);
+    snprintf(c.origin.text, sizeof c.origin.text, "%s", value);
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        r->found[MEMORY][PORTION][i] = c;
+}
+
+/* HAMi's DRA driver numbers the devices of a claim in the order it walks
+ * them, not as CUDA numbers the container's devices, and every claim of a
+ * container numbers from 0.  So in its form (the cache file under
+ * .../vgpu/claims/<claim>/) an index names no device: each indexed limit is
+ * applied to every device, the tightest winning, which never gives a device
+ * more than its claim was given. */
+static bool tighter(const struct candidate *a, const struct candidate *b, enum kind kind)
+{
+    if (kind == CORES)
+        return a->cores_pct < b->cores_pct;
+    if (a->memory.bytes && b->memory.bytes)
+        return a->memory.bytes < b->memory.bytes;
+    if (a->memory.ppm && b->memory.ppm)
+        return a->memory.ppm < b->memory.ppm;
+    return a->memory.bytes != 0; /* a size against a share: the driver writes sizes */
+}
+
+static void spread_claim_indices(struct reading *r)
+{
+    const char *cache = r->region[HAMI];
+    if (!cache || !strstr(cache, "/vgpu/claims/"))
+        return;
+    for (int kind = MEMORY; kind <= CORES; kind++) {
+        struct candidate *found = r->found[kind][HAMI];
+        const struct candidate *tightest = NULL;
+        bool differ = false;
+        for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+            if (found[i].origin.source != VGL_ENV_HAMI_DEVICE)
+                continue;
+            if (tightest && !same(&found[i], tightest, kind))
+                differ = true;
+            if (!tightest || tighter(&found[i], tightest, kind))
+                tightest = &found[i];
+        }
+        if (!tightest)
+            continue;
+        struct candidate use = *tightest;
+        if (differ)
+            say(r->out, false, "%s=\"%s\" applies to every device: the indices of HAMi's DRA form (%s under "
+                "/vgpu/claims/) need not be the container's device numbers, and the tightest is kept",
+                use.origin.name, use.origin.text, HAMI_REGION);
+        for (int i = 0; i < VGL_MAX_DEVICES; i++)
+            if (found[i].origin.source <= VGL_ENV_HAMI_DEVICE)
+                found[i] = use;
+    }
+}
+
+/* KAI's resource isolator names no cache file: it gives the container the
+ * node's vgpu directory at CONTAINER_VGPU_MOUNT with POD_UID and
+ * CONTAINER_NAME, and the library keeps its file in
+ * <mount>/containers/<pod uid>_<container>/, where the node's monitor looks. */
+static void kai_region(char **envp, struct vgl_env *out)
+{
+    const char *mount = lookup(envp, KAI_MOUNT), *pod = lookup(envp, "POD_UID"),
+               *name = lookup(envp, "CONTAINER_NAME");
+    if (!mount || !pod || !name || out->region_path[0] || !out->asks)
+        return;
+    /* Joined by '_', neither name can be "." or ".." on its own. */
+    bool usable = mount[0] == '/' && pod[0] && name[0] && !strchr(pod, '/') && !strchr(name, '/');
+    int n = usable ? snprintf(out->region_path, sizeof out->region_path, "%s/containers/%s_%s/vgpulimit.cache",
+                              mount, pod, name) : -1;
+    if (n < 0 || (size_t)n >= sizeof out->region_path) {
+        out->region_path[0] = '\0';
+        say(out, false, "%s=\"%s\" with POD_UID=\"%s\" and CONTAINER_NAME=\"%s\" make no region path "
+            "(an absolute directory, and names without '/'); the region is the shim's own", KAI_MOUNT, mount,
+            pod, name);
+        return;
+    }
+    out->region_dir_len = (uint32_t)strlen(mount);
+    snprintf(out->region_from, sizeof out->region_from, "%s", KAI_MOUNT);
+}
+
+/* HAMi's CUDA_DISABLE_CONTROL, read as its device plugin reads it (Go's
+ * strconv.ParseBool): true, and the plugin mounts no preload; a shim loaded
+ * anyway enforces nothing, as HAMi-core.  It is the tenant's own switch in
+ * HAMi's forms; limits vgpulimit set up (any VGPULIMIT_ variable) it cannot
+ * turn off. */
+static void read_disable(struct vgl_env *out, const char *value, const char *ours)
+{
+    static const char *const YES[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const NO[] = {"0", "f", "F", "FALSE", "false", "False"};
+    for (int i = 0; i < 6; i++) {
+        if (strcmp(value, NO[i]) == 0)
+            return;
+        if (strcmp(value, YES[i]) != 0)
+            continue;
+        if (ours)
+            say(out, false, "%s=%s ignored: %s is set, and limits vgpulimit sets up cannot be turned off",
+                HAMI_DISABLE, value, ours);
+        else
+            out->control_disabled = 1;
+        return;
+    }
+    say(out, false, "%s=\"%s\" is neither true nor false; limits are enforced", HAMI_DISABLE, value);
+}
+
+/* -- merging ---------------------------------------------------------------------------------- */
+
 static void merge(struct reading *r)
 {
     struct vgl_env *out = r->out;
+    spread_claim_indices(r);
     for (int kind = MEMORY; kind <= CORES; kind++) {
         for (int i = 0; i < VGL_MAX_DEVICES; i++) {
             const struct candidate *ours = &r->found[kind][OURS][i], *hami = &r->found[kind][HAMI][i];
-            const struct candidate *use = ours->set ? ours : hami;
+            const struct candidate *use = ours->set ? ours : hami->set ? hami : &r->found[kind][PORTION][i];
             if (!use->set)
                 continue;
             if (ours->set && hami->set && !same(ours, hami, kind))
@@ -220,6 +351,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", policy_name, policy,
             vgl_cores_policy_forms());
     }
+    const char *ours = NULL; /* a VGPULIMIT_ variable that sets something up */
     const char *hami_policy = lookup(envp, HAMI_POLICY);
     bool hami_cores_off = hami_policy && strcasecmp(hami_policy, "DISABLE") == 0;
 
@@ -231,8 +363,12 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         const char *value = eq + 1;
         char name[VGL_ENV_NAME_LEN];
         snprintf(name, sizeof name, "%.*s", (int)len, entry);
-        if (lookup(envp, name) != value || strcmp(name, OUR_POLICY) == 0)
-            continue; /* a second entry of one name: getenv sees the first; the policy is read above */
+        if (lookup(envp, name) != value)
+            continue; /* a second entry of one name: getenv sees the first */
+        if (strcmp(name, OUR_POLICY) == 0) {
+            ours = OUR_POLICY; /* read above */
+            continue;
+        }
         const struct family *f = NULL;
         int device = -2;
         for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
@@ -246,16 +382,29 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             /* HAMi-core reads an empty value or 0 as "no limit". */
             bool hami_none = f->tier == HAMI && (!value[0] || strcmp(value, "0") == 0);
             out->asks = 1;
+            if (f->tier == OURS)
+                ours = f->stem;
             if (!hami_none && !(f->tier == HAMI && f->kind == CORES && hami_cores_off))
                 read_limit(&r, f, name, device, value);
         } else if (strcmp(name, OUR_REGION) == 0 || strcmp(name, HAMI_REGION) == 0) {
             enum tier tier = name[0] == 'V' ? OURS : HAMI;
             out->asks = 1;
+            if (tier == OURS)
+                ours = OUR_REGION;
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
             say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], "
                             "VGPULIMIT_CORES_POLICY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
+    const char *portion = lookup(envp, KAI_PORTION);
+    if (portion) {
+        out->asks = 1;
+        read_portion(&r, portion);
+    }
     merge(&r);
+    kai_region(envp, out);
+    const char *disable = lookup(envp, HAMI_DISABLE);
+    if (disable)
+        read_disable(out, disable, ours);
 }

@@ -86,17 +86,14 @@ static bool pool_attribute(int device, CUgraphMem_attribute attr, uint64_t *valu
     return true;
 }
 
-/* Brings a device's charge to its pool's reserve, whatever the cap says: the
- * driver already holds that memory.  Under gm.lock, with the slot. */
+/* Brings a device's charge to its graph pool's reserve.  Under gm.lock, with
+ * the slot. */
 static void settle(int device)
 {
     uint64_t reserved, charged = gm.charged[device];
     if (!pool_attribute(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved == charged)
         return;
-    if (reserved < charged)
-        vgl_release((uint32_t)device, charged - reserved);
-    else
-        vgl_reserve((uint32_t)device, reserved - charged, true, NULL);
+    vgl_follow_reserve((uint32_t)device, charged, reserved);
     gm.charged[device] = reserved;
 }
 

@@ -54,6 +54,22 @@ static void make_own_dir(void)
     mkdir(dir, 0700);
 }
 
+/* KAI's layout (environment.c kai_region): <mount>/containers/<pod>_<ctr>/.
+ * The mount is the node's, shared by every pod, so containers/ is open to
+ * all and sticky, as /tmp is; a container's own directory is private. */
+static void make_kai_dirs(void)
+{
+    char dir[sizeof vgl_config.region_path];
+    strcpy(dir, vgl_config.region_path);
+    *strrchr(dir, '/') = '\0';
+    char *own = strrchr(dir, '/');
+    *own = '\0';
+    if (mkdir(dir, 0700) == 0)
+        chmod(dir, 01777);
+    *own = '/';
+    mkdir(dir, 0700);
+}
+
 static bool same_limit(const struct vgl_mem_limit *a, const struct vgl_mem_limit *b)
 {
     return a->bytes == b->bytes && a->ppm == b->ppm;
@@ -168,6 +184,8 @@ static struct vgl_region *open_region(void)
         /* No supervisor made one: the first process of the container does. */
         if (vgl_config.own_dir_len)
             make_own_dir();
+        else if (env->region_dir_len)
+            make_kai_dirs();
         err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT, NULL);
         bool made = !err;
         if (!err || err == -EEXIST)
@@ -203,47 +221,6 @@ static struct vgl_region *open_region(void)
     return region;
 }
 
-/* The kernel's inode number of the initial pid namespace (PROC_PID_INIT_INO,
- * fixed since Linux 3.8). */
-#define INIT_PID_NS_INODE 0xEFFFFFFCu
-
-static bool in_initial_pid_ns(const char *ns_link)
-{
-    struct stat st;
-    return stat(ns_link, &st) == 0 && st.st_ino == INIT_PID_NS_INODE;
-}
-
-/* Our pid as the host knows it (and as the NVIDIA driver reports it), or 0
- * when this process cannot know it.  In the host's pid namespace it is our
- * own.  Below it, NSpid in /proc/self/status lists our pid in the namespace
- * of the mounted /proc first, then in each namespace down to ours: the first
- * is the host's when that /proc is the host's (its pid 1 lives in the initial
- * namespace).  A container with a /proc of its own sees one entry: unknown;
- * the supervisor or an outside view must then match processes otherwise. */
-static int32_t host_pid_of_self(void)
-{
-    if (in_initial_pid_ns("/proc/self/ns/pid"))
-        return vgl_self.pid;
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *line = strstr(buf, "\nNSpid:");
-    if (!line)
-        return 0;
-    char *end;
-    long outer = strtol(line + 7, &end, 10);
-    bool nested = *end == ' ' || *end == '\t';
-    if (!nested || outer <= 0 || outer > INT32_MAX || !in_initial_pid_ns("/proc/1/ns/pid"))
-        return 0;
-    return (int32_t)outer;
-}
-
 static bool map_region_locked(void)
 {
     if (!vgl_self.region)
@@ -266,7 +243,7 @@ bool vgl_attach(void)
     static unsigned failures;
     pthread_mutex_lock(&attach_lock);
     if (map_region_locked() && !vgl_self.slot) {
-        int32_t host_pid = host_pid_of_self();
+        int32_t host_pid = vgl_host_pid_self();
         struct vgl_slot *slot;
         int err = vgl_region_attach(vgl_self.region, vgl_self.pid, host_pid, &slot);
         bool outer = false;

@@ -7,10 +7,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base.h"
 #include "vgpulimit/cuda_abi.h"
 #include "vgpulimit/environment.h"
 #include "vgpulimit/limits.h"
 #include "vgpulimit/nvml_abi.h"
+#include "vgpulimit/paths.h"
 #include "vgpulimit/region.h"
 
 #define VGL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -33,23 +35,28 @@ void vgl_log_bounded(enum vgl_log_level level, unsigned *count, const char *fmt,
         if (VGL_UNLIKELY((level) <= vgl_log_level))      \
             vgl_log((level), __VA_ARGS__);               \
     } while (0)
-/* "1.50 GiB": a human size into buf. */
-const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len);
 
-/* region.c (also region.h) */
-/* Locks a process-shared robust mutex.  Returns true when its previous owner
- * died holding it: the caller repairs what it guards, then calls
- * vgl_lock_consistent() before unlocking. */
-bool vgl_lock_acquire(struct vgl_lock *lock);
-void vgl_lock_consistent(struct vgl_lock *lock);
-void vgl_lock_release(struct vgl_lock *lock);
-/* Takes the region lock.  A holder that died may have left the ledger's
- * totals half recounted: then, or when a device is left frozen, the totals
- * are recounted first. */
-void vgl_region_lock(struct vgl_region *region);
-void vgl_region_unlock(struct vgl_region *region);
+/* slot_owner.c — whether a slot's process runs, asked from any pid namespace. */
+/* Keeps `fd` (this process's own descriptor of the file mapped at `region`,
+ * handed over) for the slot locks; forgotten (closed) when it is unmapped. */
+void vgl_owner_keep(const struct vgl_region *region, int fd);
+void vgl_owner_forget(const struct vgl_region *region);
+/* Marks `slot` as this process's: its pid namespace, and its lock when it
+ * can be taken.  Before the slot is made live. */
+void vgl_owner_claim(const struct vgl_region *region, struct vgl_slot *slot);
+void vgl_owner_release(const struct vgl_region *region, struct vgl_slot *slot);
+/* Whether `slot` names this very process image (pid, start time, namespace). */
+bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_time);
+/* Whether the slot's process still runs; true when that cannot be told. */
+bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
 
 /* ledger.c (also region.h) */
+/* Takes the region lock (it guards slot claims, limit changes and
+ * recounts): 0, or -errno when it is unusable and was not taken.  A holder
+ * that died may have left the totals half recounted: then, or when a device
+ * is left frozen, they are recounted first. */
+int vgl_ledger_lock(struct vgl_region *region);
+void vgl_ledger_unlock(struct vgl_region *region);
 /* Under the region lock: sets every device's total to the sum of the slots'
  * counts, with every change held off meanwhile; the counts of a dead slot
  * (VGL_SLOT_DEAD) that was in the middle of a change (busy) are dropped
@@ -58,9 +65,6 @@ void vgl_region_unlock(struct vgl_region *region);
 bool vgl_ledger_recount(struct vgl_region *region);
 
 /* config.c — the configuration, decided once at load. */
-/* Where `vgpulimit oci-hook` mounts a container's region (vgpulimit/oci/__init__.py
- * CONTAINER_REGION). */
-#define VGL_CONTAINER_REGION "/.vgpulimit/region"
 struct vgl_config {
     bool enabled;        /* a region or a limit applies to this process */
     bool broken;         /* a variable could not be used: fail closed */
@@ -137,7 +141,8 @@ struct vgl_hook {
     void **real;
     void *lazy;
 };
-/* The hook whose name is `name`, or NULL (binary search over the sorted table). */
+/* The hook whose name is `name`, or NULL (a scan: dlsym and cuGetProcAddress
+ * look names up at start, not per call). */
 const struct vgl_hook *vgl_hook_by_name(const char *name);
 /* Maps a pointer the real library handed out for `name` to our wrapper of
  * that same variant; returns `real` itself when it is not one we hook (and
@@ -189,6 +194,10 @@ uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t to
 int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused);
 /* Returns `bytes` on `device` to the process's region and each it is nested in. */
 void vgl_release(uint32_t device, uint64_t bytes);
+/* Brings a charge of `charged` bytes on `device` to `reserved`, what the
+ * driver says a pool of it holds: whatever the cap says, for the driver
+ * already holds that memory (memory pools, graph memory). */
+void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
 /* Maps the region and claims this process's slot if not done yet. */
 bool vgl_ready(void);
 /* A reservation; `device` < 0 when nothing was charged. */

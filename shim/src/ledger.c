@@ -40,7 +40,7 @@
  * until the totals are written, so a recounter that dies in between leaves
  * the slot to be dropped again by the next.  One that dies at any point
  * leaves the region lock to its next taker, who is told (a robust mutex) and
- * recounts again (vgl_region_lock); frozen flags found set by the holder of
+ * recounts again (vgl_ledger_lock); frozen flags found set by the holder of
  * the region lock are such leftovers too.  So no death, at any instruction,
  * leaves the totals off past the next reclaim, or anyone waiting on a
  * process that is gone.
@@ -52,7 +52,9 @@
  * gives up, having written nothing: the totals keep over-stating what the
  * dead held, and its slot stays for a later reclaim to try again. */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <string.h>
 #include <time.h>
 
 #include "internal.h"
@@ -71,11 +73,50 @@ static bool begin_change(struct vgl_region *region, struct vgl_slot *slot, uint3
 /* Both counts are written: a recounter that sees busy drop sees them. */
 static void end_change(struct vgl_slot *slot) { __atomic_sub_fetch(&slot->busy, 1, __ATOMIC_RELEASE); }
 
-/* The recounter holds the region lock until it is done. */
-static void wait_for_recount(struct vgl_region *region)
+static pthread_mutex_t *region_mutex(struct vgl_region *region)
 {
-    vgl_region_lock(region);
-    vgl_region_unlock(region);
+    return (pthread_mutex_t *)(void *)region->lock.opaque;
+}
+
+static bool any_frozen(const struct vgl_region *region)
+{
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+        if (__atomic_load_n(&region->devices[d].frozen, __ATOMIC_RELAXED))
+            return true;
+    return false;
+}
+
+/* Slot claims and limits are written so that a half-done change is harmless
+ * (a slot's state is set last); the totals are not (a recount cut short,
+ * devices left frozen), so they are recounted. */
+int vgl_ledger_lock(struct vgl_region *region)
+{
+    int err = vgl_robust_lock(region_mutex(region));
+    if (err < 0) {
+        /* Not from vgpulimit, which makes every EOWNERDEAD consistent: the
+         * lock's bytes were written by something else.  Nothing it guards is
+         * touched. */
+        static unsigned said;
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "region lock unusable: %s", strerror(-err));
+        return err;
+    }
+    /* Only the lock's holder freezes, and it thaws before it lets go. */
+    if (err == 1 || any_frozen(region))
+        vgl_ledger_recount(region);
+    if (err == 1)
+        pthread_mutex_consistent(region_mutex(region));
+    return 0;
+}
+
+void vgl_ledger_unlock(struct vgl_region *region) { pthread_mutex_unlock(region_mutex(region)); }
+
+/* The recounter holds the region lock until it is done. */
+static int wait_for_recount(struct vgl_region *region)
+{
+    int err = vgl_ledger_lock(region);
+    if (!err)
+        vgl_ledger_unlock(region);
+    return err;
 }
 
 /* 0, -ENOMEM, or -EAGAIN: frozen, nothing done. */
@@ -98,26 +139,17 @@ static int try_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_
     return 0;
 }
 
-static int reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
-                   uint64_t bytes, uint64_t cap)
-{
-    int err;
-    while ((err = try_reserve(region, slot, device, bytes, cap)) == -EAGAIN)
-        wait_for_recount(region);
-    return err;
-}
-
 int vgl_ledger_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
                        uint64_t bytes, uint64_t cap)
 {
     if (device >= VGL_MAX_DEVICES)
         return -EINVAL;
-    int err = reserve(region, slot, device, bytes, cap);
-    /* Short of room: the bytes of processes that died are the first to take back. */
-    if (err == -ENOMEM && vgl_region_reclaim(region) > 0)
-        err = reserve(region, slot, device, bytes, cap);
-    if (err == -ENOMEM)
-        __atomic_add_fetch(&region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
+    int err;
+    while ((err = try_reserve(region, slot, device, bytes, cap)) == -EAGAIN) {
+        int broken = wait_for_recount(region);
+        if (broken)
+            return broken;
+    }
     return err;
 }
 
@@ -150,8 +182,10 @@ void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot, uint32
 {
     if (device >= VGL_MAX_DEVICES)
         return;
+    /* With the lock broken, the bytes stay counted: over-stated, never passed. */
     while (!try_release(region, slot, device, bytes))
-        wait_for_recount(region);
+        if (wait_for_recount(region))
+            return;
 }
 
 /* How long a recount waits for a change under way to end. */
@@ -167,7 +201,7 @@ static uint64_t now_ns(void)
 /* Waits until no change of `slot`'s is under way: true, or false when it
  * stays under way for RECOUNT_WAIT_NS.  A slot whose process is found gone
  * is dead: its change under way never ends, and the recount drops it. */
-static bool settle(struct vgl_slot *slot)
+static bool settle(const struct vgl_region *region, struct vgl_slot *slot)
 {
     uint64_t deadline = 0;
     for (unsigned tries = 0; __atomic_load_n(&slot->busy, __ATOMIC_SEQ_CST) != 0; tries++) {
@@ -175,7 +209,7 @@ static bool settle(struct vgl_slot *slot)
             return true;
         if (tries < 64)
             continue; /* a change is a few instructions */
-        if (tries % 256 == 64 && !vgl_proc_running(slot->pid, slot->start_time)) {
+        if (tries % 256 == 64 && !vgl_owner_running(region, slot)) {
             __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
             return true;
         }
@@ -213,7 +247,7 @@ bool vgl_ledger_recount(struct vgl_region *region)
     bool settled = true;
     for (uint32_t i = 0; i < VGL_MAX_SLOTS && settled; i++)
         if (counted(&region->slots[i]))
-            settled = settle(&region->slots[i]);
+            settled = settle(region, &region->slots[i]);
     if (settled) {
         for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
             if (torn(&region->slots[i]))

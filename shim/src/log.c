@@ -56,19 +56,3 @@ void vgl_log_bounded(enum vgl_log_level level, unsigned *count, const char *fmt,
     vlog(level, fmt, ap);
     va_end(ap);
 }
-
-const char *vgl_format_bytes(uint64_t bytes, char *buf, unsigned len)
-{
-    static const char *const UNITS[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    unsigned unit = 0;
-    double value = (double)bytes;
-    while (value >= 1024.0 && unit + 1 < sizeof UNITS / sizeof UNITS[0]) {
-        value /= 1024.0;
-        unit++;
-    }
-    if (unit == 0)
-        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-    else
-        snprintf(buf, len, "%.2f %s", value, UNITS[unit]);
-    return buf;
-}

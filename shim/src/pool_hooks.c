@@ -47,18 +47,13 @@ static uint64_t pool_charge(CUmemoryPool pool)
     return charged;
 }
 
-/* Brings a pool's charge to its reserve, whatever the cap says: the driver
- * already holds that memory.  Under pools_lock. */
+/* Brings a pool's charge to its reserve.  Under pools_lock. */
 static void settle(CUmemoryPool pool, int device)
 {
     uint64_t reserved, charged = pool_charge(pool);
     if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved == charged)
         return;
-    uint32_t dev = (uint32_t)device;
-    if (reserved < charged)
-        vgl_release(dev, charged - reserved);
-    else
-        vgl_reserve(dev, reserved - charged, true, NULL);
+    vgl_follow_reserve((uint32_t)device, charged, reserved);
     vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, reserved, 0);
 }
 
@@ -94,8 +89,12 @@ static CUresult pool_alloc(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, C
     int device = pool ? pool_device(pool) : vgl_current_device();
     if (!pool && device >= 0 && vgl_real.cuDeviceGetMemPool(&source, device) != CUDA_SUCCESS)
         source = NULL;
-    if (!source || device < 0 || device >= VGL_MAX_DEVICES)
+    if (!source || device < 0)
         return call_driver(v, dptr, bytes, pool, stream); /* the driver will say what is wrong */
+    if (device >= VGL_MAX_DEVICES) {
+        struct vgl_charge refused;
+        return vgl_charge_begin(call, device, bytes, &refused); /* refuses, and says why */
+    }
 
     pthread_mutex_lock(&pools_lock);
     settle(source, device);

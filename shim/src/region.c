@@ -31,63 +31,21 @@ _Static_assert(sizeof(((struct vgl_region *)0)->slots) / sizeof(struct vgl_slot)
                "region slots");
 _Static_assert(sizeof(((struct vgl_slot *)0)->comm) == VGL_COMM_LEN, "slot comm");
 
-static pthread_mutex_t *as_mutex(struct vgl_lock *lock) { return (pthread_mutex_t *)(void *)lock->opaque; }
+struct region_init {
+    const struct vgl_mem_limit *limits;
+    const uint32_t *cores_pct;
+    uint32_t flags;
+    const char *parent;
+};
 
-static int lock_init(struct vgl_lock *lock)
+static int init_region(void *map, void *arg)
 {
-    pthread_mutexattr_t attr;
-    int err = pthread_mutexattr_init(&attr);
-    if (!err)
-        err = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    if (!err)
-        err = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    if (!err)
-        err = pthread_mutex_init(as_mutex(lock), &attr);
-    pthread_mutexattr_destroy(&attr);
-    return -err;
-}
-
-bool vgl_lock_acquire(struct vgl_lock *lock)
-{
-    int err = pthread_mutex_lock(as_mutex(lock));
-    if (err == EOWNERDEAD)
-        return true;
-    if (err)
-        /* ENOTRECOVERABLE cannot happen: every EOWNERDEAD is made consistent. */
-        vgl_log(VGL_LOG_ERROR, "region lock failed: %s", strerror(err));
-    return false;
-}
-
-void vgl_lock_consistent(struct vgl_lock *lock) { pthread_mutex_consistent(as_mutex(lock)); }
-
-void vgl_lock_release(struct vgl_lock *lock) { pthread_mutex_unlock(as_mutex(lock)); }
-
-static bool any_frozen(const struct vgl_region *region)
-{
-    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
-        if (__atomic_load_n(&region->devices[d].frozen, __ATOMIC_RELAXED))
-            return true;
-    return false;
-}
-
-/* Slot claims and limits are written so that a half-done change is harmless
- * (a slot's state is set last); the ledger's totals are not (a recount cut
- * short, devices left frozen), so they are recounted. */
-void vgl_region_lock(struct vgl_region *region)
-{
-    bool owner_died = vgl_lock_acquire(&region->lock);
-    /* Only the lock's holder freezes, and it thaws before it lets go. */
-    if (owner_died || any_frozen(region))
-        vgl_ledger_recount(region);
-    if (owner_died)
-        vgl_lock_consistent(&region->lock);
-}
-
-void vgl_region_unlock(struct vgl_region *region) { vgl_lock_release(&region->lock); }
-
-static int init_region(struct vgl_region *region, const struct vgl_mem_limit *limits,
-                       const uint32_t *cores_pct, uint32_t flags, const char *parent)
-{
+    struct vgl_region *region = map;
+    const struct region_init *how = arg;
+    const struct vgl_mem_limit *limits = how->limits;
+    const uint32_t *cores_pct = how->cores_pct;
+    const char *parent = how->parent;
+    uint32_t flags = how->flags;
     if (parent)
         strcpy(region->parent, parent);
     memcpy(region->magic, MAGIC, sizeof MAGIC);
@@ -96,7 +54,7 @@ static int init_region(struct vgl_region *region, const struct vgl_mem_limit *li
     region->file_size = sizeof *region;
     region->generation = 1;
     region->flags = flags;
-    int err = lock_init(&region->lock);
+    int err = vgl_robust_init((pthread_mutex_t *)(void *)region->lock.opaque);
     for (uint32_t i = 0; i < VGL_MAX_DEVICES && !err; i++) {
         struct vgl_device_state *dev = &region->devices[i];
         if (limits)
@@ -112,34 +70,10 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
 {
     if (parent && strlen(parent) >= VGL_PARENT_LEN)
         return -ENAMETOOLONG;
-    /* Build the whole file under a temporary name and link() it into place:
-     * nobody ever maps a half-initialised region, and of two creators
-     * exactly one wins. */
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
-        return -ENAMETOOLONG;
+    /* Of two creators exactly one wins: the other is told -EEXIST. */
+    struct region_init how = {limits, cores_pct, flags, parent};
     mode_t mode = flags & VGL_REGION_GROUP_SHARED ? 0660 : 0600;
-    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd < 0)
-        return -errno;
-    int err = 0;
-    void *map = MAP_FAILED;
-    if (fchmod(fd, mode) < 0 || ftruncate(fd, sizeof(struct vgl_region)) < 0)
-        err = -errno;
-    if (!err) {
-        map = mmap(NULL, sizeof(struct vgl_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (map == MAP_FAILED)
-            err = -errno;
-    }
-    if (!err)
-        err = init_region(map, limits, cores_pct, flags, parent);
-    if (map != MAP_FAILED)
-        munmap(map, sizeof(struct vgl_region));
-    if (!err && link(tmp, path) < 0)
-        err = -errno;
-    unlink(tmp);
-    close(fd);
-    return err;
+    return vgl_create_linked(path, mode, sizeof(struct vgl_region), init_region, &how, NULL);
 }
 
 /* No device, nor a process's share of one, comes near a pebibyte: a larger
@@ -170,7 +104,8 @@ static bool plausible(const struct vgl_region *region)
             return false;
         if (slot->state == VGL_SLOT_FREE)
             continue;
-        if (slot->pid <= 0 || slot->host_pid < 0)
+        if (slot->pid <= 0 || slot->host_pid < 0 || (slot->flags & ~(uint32_t)VGL_SLOT_LOCKED) ||
+            slot->reserved)
             return false;
         for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
             if (slot->used_bytes[d] > PLAUSIBLE_BYTES)
@@ -227,12 +162,13 @@ int vgl_region_open(const char *path, struct vgl_region **out)
     }
     if (!err && (st.st_mode & S_IWOTH))
         err = -EPERM; /* anyone could rewrite its limits */
-    close(fd);
     if (err) {
+        close(fd);
         if (map != MAP_FAILED)
             munmap(map, sizeof(struct vgl_region));
         return err;
     }
+    vgl_owner_keep(map, fd); /* for the lock of the slot this process may claim */
     *out = map;
     return 0;
 }
@@ -258,8 +194,10 @@ int vgl_region_read_parent(const char *path, char *out)
 
 void vgl_region_close(struct vgl_region *region)
 {
-    if (region)
+    if (region) {
+        vgl_owner_forget(region);
         munmap(region, sizeof *region);
+    }
 }
 
 const char *vgl_region_strerror(int err)
@@ -285,69 +223,12 @@ const char *vgl_region_strerror(int err)
         return "a region file already exists there";
     case -ENOSPC:
         return "every process slot of the region is taken";
+    case -ENOTRECOVERABLE:
+        return "its lock is unusable (its bytes were written by something other than vgpulimit); "
+               "make a new region";
     default:
         return strerror(-err);
     }
-}
-
-/* /proc/<pid>/stat's state letter and starttime; false if unreadable. */
-static bool read_stat(int32_t pid, char *state, uint64_t *start_time)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    /* comm may hold spaces and parentheses: fields resume after the last ')'.
-     * p starts on the blank before field 3 (state); starttime is field 22. */
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ' || !p[2])
-        return false;
-    p++;
-    *state = p[1];
-    for (int field = 3; field < 22 && p; field++)
-        p = strchr(p + 1, ' ');
-    if (!p)
-        return false;
-    *start_time = strtoull(p + 1, NULL, 10);
-    return true;
-}
-
-uint64_t vgl_proc_start_time(int32_t pid)
-{
-    char state;
-    uint64_t start;
-    return read_stat(pid, &state, &start) ? start : 0;
-}
-
-int vgl_proc_running(int32_t pid, uint64_t start_time)
-{
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return 0;
-    char state;
-    uint64_t start;
-    if (!read_stat(pid, &state, &start))
-        return 1; /* another pid namespace, hidepid: kill() is all we know */
-    if (state == 'Z' || state == 'X')
-        return 0;
-    return start_time == 0 || start == start_time;
-}
-
-void vgl_proc_comm_self(char comm[VGL_COMM_LEN])
-{
-    memset(comm, 0, VGL_COMM_LEN);
-    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, comm, VGL_COMM_LEN - 1);
-    close(fd);
-    if (n > 0 && comm[n - 1] == '\n')
-        comm[n - 1] = '\0';
 }
 
 /* Returns a slot's bytes to the device totals. */
@@ -387,13 +268,15 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
     uint64_t start = vgl_proc_start_time(pid);
     for (int attempt = 0; attempt < 2; attempt++) {
         struct vgl_slot *found = NULL;
-        vgl_region_lock(region);
+        int err = vgl_ledger_lock(region);
+        if (err)
+            return err;
         /* The same process again, after exec: the driver dropped its memory
          * with the old image, whose slot goes as a dead one's (its other
          * threads were ended wherever they were, in a change maybe). */
         for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
             struct vgl_slot *slot = &region->slots[i];
-            if (slot->state == VGL_SLOT_LIVE && slot->pid == pid && slot->start_time == start)
+            if (slot->state == VGL_SLOT_LIVE && vgl_owner_same(slot, pid, start))
                 __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
         }
         free_dead(region);
@@ -405,10 +288,11 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
             found->pid = pid;
             found->host_pid = host_pid;
             found->start_time = start;
+            vgl_owner_claim(region, found);
             vgl_proc_comm_self(found->comm);
             __atomic_store_n(&found->state, VGL_SLOT_LIVE, __ATOMIC_RELEASE);
         }
-        vgl_region_unlock(region);
+        vgl_ledger_unlock(region);
         if (found) {
             *out = found;
             return 0;
@@ -422,31 +306,48 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
 void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
 {
     slot_release_all(region, slot);
-    vgl_region_lock(region);
+    /* Even with the lock broken: a claim takes only a free slot, and this one
+     * is not free until this store. */
+    bool locked = vgl_ledger_lock(region) == 0;
+    vgl_owner_release(region, slot);
     __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
-    vgl_region_unlock(region);
+    if (locked)
+        vgl_ledger_unlock(region);
 }
 
 int vgl_region_reclaim(struct vgl_region *region)
 {
-    vgl_region_lock(region);
+    if (vgl_ledger_lock(region) != 0)
+        return 0;
     /* Marked first: a reclaimer that dies on the way leaves the next one
      * slots it need not ask about (their pids may name others by then). */
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
         struct vgl_slot *slot = &region->slots[i];
-        if (slot->state == VGL_SLOT_LIVE && !vgl_proc_running(slot->pid, slot->start_time))
+        if (slot->state == VGL_SLOT_LIVE && !vgl_owner_running(region, slot))
             __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
     }
     int reclaimed = free_dead(region);
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     return reclaimed;
+}
+
+int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
+                       uint64_t bytes, uint64_t cap)
+{
+    int err = vgl_ledger_reserve(region, slot, device, bytes, cap);
+    if (err == -ENOMEM && vgl_region_reclaim(region) > 0)
+        err = vgl_ledger_reserve(region, slot, device, bytes, cap);
+    if (err == -ENOMEM)
+        __atomic_add_fetch(&region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
+    return err;
 }
 
 int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
                      const uint32_t *cores_pct)
 {
     vgl_region_reclaim(region);
-    vgl_region_lock(region);
+    if (vgl_ledger_lock(region) != 0)
+        return 0;
     bool held = false;
     for (uint32_t i = 0; i < VGL_MAX_SLOTS && !held; i++)
         held = __atomic_load_n(&region->slots[i].state, __ATOMIC_ACQUIRE) == VGL_SLOT_LIVE;
@@ -459,7 +360,7 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
         }
         __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     }
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     return !held;
 }
 
@@ -468,12 +369,14 @@ int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
 {
     if (device >= VGL_MAX_DEVICES || cores_pct > 100)
         return -EINVAL;
-    vgl_region_lock(region);
+    int err = vgl_ledger_lock(region);
+    if (err)
+        return err;
     struct vgl_device_state *dev = &region->devices[device];
     __atomic_store_n(&dev->limit.bytes, limit->bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->limit.ppm, limit->ppm, __ATOMIC_RELAXED);
     __atomic_store_n(&dev->cores_pct, cores_pct, __ATOMIC_RELAXED);
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     return 0;
 }

@@ -1,7 +1,9 @@
-"""Where the installed package keeps its native parts."""
+"""Where the installed package keeps its native parts, and where vgpulimit's
+files go (paths.h: the shim and Python read the same C)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 _LIB_DIR = Path(__file__).resolve().parent / "_lib"
@@ -47,3 +49,24 @@ def core():
             "built or installed right (install it with 'pip install .')"
         ) from exc
     return ffi, lib
+
+
+def container_region() -> str:
+    """Where `vgpulimit oci-hook` mounts a container's region, as the shim looks for it."""
+    ffi, lib = core()
+    return ffi.string(lib.vgl_container_region()).decode()
+
+
+def runtime_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """The directories for a process's own regions, best first, as the shim
+    picks them: $XDG_RUNTIME_DIR/vgpulimit, /run/vgpulimit, $TMPDIR (else
+    /tmp)/vgpulimit-<uid>."""
+    ffi, lib = core()
+    entries = [ffi.new("char[]", f"{name}={value}".encode("utf-8", errors="surrogateescape"))
+               for name, value in environ.items() if "\0" not in name + value and "=" not in name]
+    envp = ffi.new("char *[]", [*entries, ffi.NULL])
+    out = ffi.new("char[]", 4096)
+    dirs = []
+    while lib.vgl_runtime_dir(envp, len(dirs), out, 4096) == 0:
+        dirs.append(Path(ffi.string(out).decode("utf-8", errors="surrogateescape")))
+    return dirs

@@ -67,8 +67,9 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--region", metavar="PATH",
                         help="the region file (default: $VGPULIMIT_REGION)")
-    source.add_argument("--all", metavar="DIR",
-                        help="every region file under DIR (e.g. the run directory of a node)")
+    source.add_argument("--all", metavar="DIR", action="append",
+                        help="every region file under DIR (e.g. the run directory of a node); "
+                             "repeat for several, e.g. vgpulimit's and HAMi's /usr/local/vgpu")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -134,6 +135,10 @@ def _build_parser() -> argparse.ArgumentParser:
                     "under a directory, at http://HOST:PORT/metrics.")
     metrics.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:9400",
                          help="where to serve (default 127.0.0.1:9400; port 0: any free port)")
+    metrics.add_argument("--pod-logs", metavar="DIR",
+                         help="the kubelet's pod log directory (/var/log/pods), whose "
+                              "<namespace>_<pod>_<uid> entries name the pods of HAMi's and KAI's "
+                              "regions (default: none)")
     _add_view_sources(metrics)
 
     set_ = commands.add_parser(
@@ -272,8 +277,9 @@ def _region_path(args: argparse.Namespace) -> str:
 def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
     """The region files a view reads: --all DIR, else --region / $VGPULIMIT_REGION."""
     if args.all is not None:
-        if not os.path.isdir(args.all):
-            raise UsageError(f"--all {args.all}: not a directory")
+        for directory in args.all:
+            if not os.path.isdir(directory):
+                raise UsageError(f"--all {directory}: not a directory")
         return [], args.all
     return [_region_path(args)], None
 
@@ -311,8 +317,10 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import metrics
 
+    if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
+        raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     try:
-        metrics.serve(args.listen, paths, directory)
+        metrics.serve(args.listen, paths, directory, args.pod_logs)
     except metrics.ListenError as exc:
         raise UsageError(str(exc)) from None
     except metrics.ServeError as exc:

@@ -3,7 +3,8 @@
 hook make of a process's variables exactly what the shim in it would.
 
 Precedence (strongest first): a flag or an annotation (layered on by the
-caller), VGPULIMIT_<X>_<i>, VGPULIMIT_<X>, HAMi's <Y>_<i>, HAMi's <Y>.
+caller), VGPULIMIT_<X>_<i>, VGPULIMIT_<X>, HAMi's <Y>_<i>, HAMi's <Y>, and
+for memory KAI's GPU_PORTION.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ class Environment:
     cores: Mapping[int, Setting] = field(default_factory=dict)    # value: percent
     cores_policy: Setting | None = None   # value: "hard", "borrow" or "none"
     region_path: str | None = None
-    region_source: str | None = None   # VGPULIMIT_REGION or CUDA_DEVICE_MEMORY_SHARED_CACHE
+    region_source: str | None = None   # VGPULIMIT_REGION, CUDA_DEVICE_MEMORY_SHARED_CACHE or
+                                       # CONTAINER_VGPU_MOUNT (KAI's isolator)
     asks: bool = False                 # a limit or region variable is present
+    control_disabled: bool = False     # HAMi's CUDA_DISABLE_CONTROL=true: nothing is enforced
     errors: tuple[str, ...] = ()       # variables that cannot be used, one line each
     warnings: tuple[str, ...] = ()
 
@@ -74,6 +77,7 @@ def read(environ: Mapping[str, str]) -> Environment:
     return Environment(
         memory=memory, cores=cores, cores_policy=policy, region_path=region,
         region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
+        control_disabled=bool(out.control_disabled),
         errors=tuple(line for line, error in lines if error),
         warnings=tuple(line for line, error in lines if not error),
     )

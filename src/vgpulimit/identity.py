@@ -5,8 +5,12 @@ given, as the OCI hook found them when it set the container up.
 The hook writes them as a small JSON file beside the region, in the
 container's directory on the node (the region's layout is the shim's C ABI
 and carries no names).  The views read it as they read a region: a file they
-cannot believe is no identity, never a crash.  ``identity_labels`` is the one
-place that turns a region into the labels every view and metric carries."""
+cannot believe is no identity, never a crash.
+
+``of_region`` and ``region_labels`` are the one place that says who a region
+belongs to for every view and metric: what the hook recorded, and where it
+recorded nothing (a device plugin set the container up), what the engine's
+directories say (layouts.py)."""
 
 from __future__ import annotations
 
@@ -15,12 +19,13 @@ import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+
+from vgpulimit import layouts
 
 IDENTITY_NAME = "identity.json"
 
-# The labels, in this order, of every series about a container (values "" when
-# not known).  pod_uid is what HAMi names its directories by.
+# What the hook records of a container's Kubernetes identity.
 LABELS = ("pod", "namespace", "container", "pod_uid")
 
 # Where each label's value is in the OCI config's annotations: CRI-O's names
@@ -100,10 +105,23 @@ def read(region_path: str) -> Identity:
     return Identity(**values)
 
 
-def identity_labels(region_path: str) -> dict[str, str]:
-    """The labels of every series about the container whose region is at
-    ``region_path``: LABELS, each "" when not known."""
-    return read(region_path).labels()
+def of_region(region_path: str,
+              pods: Mapping[str, tuple[str, str]] | None = None) -> Identity:
+    """Who the region's container is: what the hook recorded beside it, each
+    name it left empty taken from the engine's directories (``pods``:
+    layouts.pod_names)."""
+    recorded = read(region_path)
+    found = layouts.layout_labels(region_path, pods)
+    return replace(recorded, **{k: found[k] for k in LABELS if not getattr(recorded, k)})
+
+
+def region_labels(region_path: str,
+                  pods: Mapping[str, tuple[str, str]] | None = None) -> dict[str, str]:
+    """The labels every series about the container carries, layouts.LABELS
+    in their order, each "" where nothing says."""
+    recorded = read(region_path).labels()
+    found = layouts.layout_labels(region_path, pods)
+    return {k: recorded.get(k) or found[k] for k in layouts.LABELS}
 
 
 def _read_small(path: str) -> bytes:

@@ -17,8 +17,6 @@ ffi, lib = core()
 _UINT64_MAX = 2**64 - 1
 _PPM_PER_PERCENT = 10_000
 
-_BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-
 
 class LimitError(ValueError):
     """A limit that the parser refused.  The message names where the text came
@@ -33,15 +31,11 @@ class LimitError(ValueError):
 
 
 def format_bytes(count: int) -> str:
-    """A byte count for people: exact in the largest binary unit that holds it
-    whole ("1 GiB", "3000 MiB"), else to one decimal ("1.5 GiB")."""
-    for unit, size in _BINARY_UNITS:
-        if count >= size and count % size == 0 and count // size < 10_000:
-            return f"{count // size} {unit}"
-    for unit, size in _BINARY_UNITS:
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"
+    """A byte count for people, as the shim writes it in its messages: exact in
+    the largest binary unit that holds it whole ("1 GiB", "3000 MiB"), else to
+    one decimal ("1.5 GiB")."""
+    buf = ffi.new("char[]", 32)
+    return ffi.string(lib.vgl_format_bytes(count, buf, 32)).decode()
 
 
 def _one_line(text: str) -> str:

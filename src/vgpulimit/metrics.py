@@ -1,15 +1,18 @@
 """`vgpulimit metrics`: the regions' limits and usage in Prometheus' exposition
 format, read afresh on every scrape.  Reads only.
 
-Every series about a container is labelled with its region file (``region``)
-and who it is (``pod``, ``namespace``, ``container``, ``pod_uid``: what the
-OCI hook found in the container's annotations, "" where none were given; see
-identity.py), and those about a device with the device index as the container
-numbers it and the device's UUID ("" until a process of the container has
-seen the device).  Devices a container has not used yet are left out.  The
-compute utilisation is the share of the whole GPU that the container's
-kernels took since the previous scrape (since the server started, for the
-first).  Per-process memory is its own family, so that a sum over
+Every series is labelled with the container's region file (``region``) and
+who it is: ``pod``, ``namespace``, ``container`` and ``pod_uid`` as the OCI
+hook found them in the container's annotations (identity.py), else the pod
+UID, container name and claim UID that the file's directories give in the
+layouts of HAMi and KAI, and the pod's name and namespace where the kubelet's
+log directories name that UID (layouts.py); "" where nothing says.  Series
+about a device also carry the device index as the container numbers it, and
+the device's UUID ("" until a process of the container has seen the device).
+Devices a container has not used yet are left out.  The compute utilisation
+is the share of the whole GPU that the container's kernels took since the
+previous scrape (since the server started, for the first).  Per-process
+memory is its own family, so that a sum over
 vgpulimit_memory_used_bytes counts each byte once.  A region file that cannot
 be read (truncated, garbled, gone) has vgpulimit_region_readable 0 and no
 other series, its reason is logged once, and the scrape serves the others.
@@ -33,8 +36,8 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from vgpulimit.identity import LABELS as IDENTITY_LABELS
-from vgpulimit.identity import identity_labels
+from vgpulimit.identity import region_labels
+from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -63,8 +66,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class RegionCollector(Collector):
-    def __init__(self, sampler: Sampler, physical: bool = False) -> None:
+    def __init__(self, sampler: Sampler, pod_logs: str | None = None,
+                 physical: bool = False) -> None:
         self._sampler = sampler
+        self._pod_logs = pod_logs
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
@@ -77,19 +82,21 @@ class RegionCollector(Collector):
                 sample, gpus = node.take(self._sampler)
             else:
                 sample, gpus = self._sampler.sample(strict=False), None
-        container_labels = ["region", *IDENTITY_LABELS]
+        pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
+
+        def _who(path: str) -> list[str]:
+            return [path, *region_labels(path, pods).values()]
+
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
                                      "scrape (0: truncated, garbled or unreadable; no other series)",
-                                     labels=container_labels)
-        who = {view.path: [view.path, *identity_labels(view.path).values()]
-               for view in sample.views}
+                                     labels=["region", *LABELS])
         for view in sample.views:
-            readable.add_metric(who[view.path], 1)
+            readable.add_metric(_who(view.path), 1)
         for path, why in sample.errors:
-            readable.add_metric([path, *identity_labels(path).values()], 0)
+            readable.add_metric(_who(path), 0)
             self._complain(f"region {path}: {why}")
-        device_labels = [*container_labels, "device", "uuid"]
+        device_labels = ["region", *LABELS, "device", "uuid"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
@@ -116,7 +123,7 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [*who[snap.path], str(dev.index), dev.uuid or ""]
+                labels = [*_who(snap.path), str(dev.index), dev.uuid or ""]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -192,7 +199,8 @@ class RegionCollector(Collector):
             print(f"vgpulimit metrics: {line}", file=sys.stderr, flush=True)
 
 
-def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) -> None:
+def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
+          pod_logs: str | None = None) -> None:
     """Serves /metrics until interrupted.  A named region that cannot be read
     is an error at start; later, and for regions found under ``directory``,
     problems are logged once and the scrape goes on without them."""
@@ -200,7 +208,7 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | None = None) 
     sampler = Sampler(paths, directory)
     sampler.sample()   # the start of the first utilisation window; raises for a bad --region
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RegionCollector(sampler, physical=directory is not None))
+    registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None))
     shown = f"[{host}]" if ":" in host else host
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)

@@ -21,8 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpulimit.identity import Identity
-from vgpulimit.identity import read as read_identity
+from vgpulimit.identity import Identity, of_region
 from vgpulimit.limits import format_bytes
 from vgpulimit.processes import format_age
 from vgpulimit.region import DeviceSnapshot
@@ -222,7 +221,7 @@ def build(sample: Sample, gpus: Sequence[Gpu]) -> NodeView:
     elsewhere = []
     inside: set[int] = set()
     for view in sample.views:
-        identity = read_identity(view.path)
+        identity = of_region(view.path)
         inside.update(pid for p in view.snapshot.processes if (pid := sample.host_pid(p)))
         for uuid, tenant in _placements(view, identity, by_uuid):
             if uuid in on:

@@ -266,7 +266,7 @@ class Region:
         """Reserves bytes in the ledger as the shim does for an allocation;
         False (and a refusal counted) when they do not fit under the cap."""
         cap = 2**64 - 1 if cap_bytes is None else cap_bytes
-        err = self._outcome(lib.vgl_ledger_reserve(self._mapped, slot._cdata, device, nbytes, cap))
+        err = self._outcome(lib.vgl_region_reserve(self._mapped, slot._cdata, device, nbytes, cap))
         if err == -errno.ENOMEM:
             return False
         if err < 0:

@@ -117,9 +117,11 @@ class Sampler:
     ``directory`` as containers come and go.  Each sample measures the
     compute share since the one before."""
 
-    def __init__(self, paths: Sequence[str] = (), directory: str | None = None) -> None:
+    def __init__(self, paths: Sequence[str] = (),
+                 directory: str | Sequence[str] | None = None) -> None:
         self._paths = [os.fspath(p) for p in paths]
-        self._directory = directory
+        # Several: a node may keep regions in vgpulimit's layout and in HAMi's.
+        self._directories = [directory] if isinstance(directory, str) else list(directory or ())
         self._previous: dict[str, RegionSnapshot] = {}
         self.watcher = ProcessWatcher()
         self._looked: set[int] = set()
@@ -131,7 +133,7 @@ class Sampler:
         ``strict``, a named one raises RegionError instead."""
         views: list[ContainerView] = []
         errors: list[tuple[str, str]] = []
-        found = [] if self._directory is None else find_regions(self._directory)
+        found = sorted({p for d in self._directories for p in find_regions(d)})
         for path in set(self._previous) - set(found) - set(self._paths):
             del self._previous[path]
         for path in self._paths + [p for p in found if p not in self._paths]:
@@ -297,7 +299,7 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
-    who = identity.read(snap.path)
+    who = identity.of_region(snap.path)
     named = f" - {who.name}" if who.name else ""
     lines = [f"region {snap.path} (generation {snap.generation}){named}", ""]
     if snap.devices:
@@ -365,7 +367,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
     snap = view.snapshot
     return {
         "region": snap.path,
-        "identity": identity_json(identity.read(snap.path)),
+        "identity": identity_json(identity.of_region(snap.path)),
         "generation": snap.generation,
         "devices": [
             {
@@ -410,7 +412,7 @@ def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def take(paths: Iterable[str] = (), directory: str | None = None, interval_s: float = 0.0) -> Sample:
+def take(paths: Iterable[str] = (), directory: str | Sequence[str] | None = None, interval_s: float = 0.0) -> Sample:
     """One reading for `status`: two samples ``interval_s`` apart, so that
     the compute share is measured (none with 0)."""
     sampler = Sampler(list(paths), directory)

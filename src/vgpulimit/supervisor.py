@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpulimit import environment
-from vgpulimit._paths import libpath, simgpu_dir
+from vgpulimit._paths import container_region, libpath, runtime_dirs, simgpu_dir
 from vgpulimit.environment import Setting
 from vgpulimit.limits import (
     MemoryLimit,
@@ -193,14 +193,9 @@ def _private_dir(path: Path) -> Path:
 
 
 def runtime_base() -> Path:
-    """The private directory for run regions: $XDG_RUNTIME_DIR/vgpulimit,
-    else /run/vgpulimit where we may write, else /tmp/vgpulimit-<uid>."""
-    candidates = []
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isabs(xdg):
-        candidates.append(Path(xdg, "vgpulimit"))
-    candidates.append(Path("/run/vgpulimit"))
-    candidates.append(Path(tempfile.gettempdir(), f"vgpulimit-{os.getuid()}"))
+    """The private directory for run regions: the first of the runtime
+    directories the shim would also pick (paths.h) that we can make ours."""
+    candidates = runtime_dirs(os.environ)
     failures = []
     for candidate in candidates:
         try:
@@ -382,8 +377,8 @@ def _warn(line: str) -> None:
     print(f"vgpulimit: warning: {line}", file=sys.stderr)
 
 
-# Where `vgpulimit oci-hook` mounts a container's region (shim/src/config.c).
-CONTAINER_REGION = "/.vgpulimit/region"
+# Where `vgpulimit oci-hook` mounts a container's region (paths.h).
+CONTAINER_REGION = container_region()
 
 
 def enclosing_region(environ: Mapping[str, str]) -> str | None:

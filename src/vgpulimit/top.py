@@ -246,8 +246,8 @@ def _wait_for_key(fd: int | None, timeout_s: float) -> str | None:
     return None
 
 
-def run(paths: Sequence[str] = (), directory: str | None = None, interval_s: float = 1.0,
-        once: bool = False) -> int:
+def run(paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
+        interval_s: float = 1.0, once: bool = False) -> int:
     sampler = Sampler(paths, directory)
     choice = Choice()
 

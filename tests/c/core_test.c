@@ -18,6 +18,13 @@
 #include "check.h"
 #include "internal.h"
 
+/* The region lock as a process dying in the middle of its work holds it:
+ * taken, without the repairs vgl_ledger_lock makes. */
+static void raw_lock(struct vgl_region *region)
+{
+    pthread_mutex_lock((pthread_mutex_t *)(void *)region->lock.opaque);
+}
+
 /* fork() for a test child that must not outlive the test, whatever happens
  * to the test (a timeout kills only the parent). */
 static pid_t fork_child(void)
@@ -186,7 +193,7 @@ static void *race(void *arg)
     for (int round = 0; r->rounds ? round < r->rounds : !__atomic_load_n(r->stop, __ATOMIC_RELAXED);
          round++) {
         uint64_t bytes = (uint64_t)(rand_r(&r->seed) % 256 + 1) * MIB;
-        if (n < HELD && vgl_ledger_reserve(r->region, r->slot, 0, bytes, r->cap) == 0)
+        if (n < HELD && vgl_region_reserve(r->region, r->slot, 0, bytes, r->cap) == 0)
             held[n++] = bytes;
         if (__atomic_load_n(&r->region->devices[0].used_bytes, __ATOMIC_RELAXED) > r->cap)
             r->over = true;
@@ -240,9 +247,9 @@ static int run_race(struct vgl_region *region, uint64_t cap, int rounds, int rec
     while (__atomic_load_n(&race_state->ready, __ATOMIC_RELAXED) < PROCS)
         sched_yield();
     for (int i = 0; i < recounts; i++) {
-        vgl_region_lock(region);
+        vgl_ledger_lock(region);
         vgl_ledger_recount(region);
-        vgl_region_unlock(region);
+        vgl_ledger_unlock(region);
     }
     __atomic_store_n(&race_state->stop, 1, __ATOMIC_RELAXED);
     int worst = 0, status;
@@ -264,7 +271,7 @@ static void test_racing_processes(struct vgl_region *region)
     struct vgl_slot *self;
     CHECK(vgl_region_attach(region, getpid(), 0, &self) == 0, "attach");
     forget_start_time(self);
-    CHECK(vgl_ledger_reserve(region, self, 0, mine, GIB) == 0, "reserve");
+    CHECK(vgl_region_reserve(region, self, 0, mine, GIB) == 0, "reserve");
     int err = run_race(region, GIB, 200, 0);
     CHECK(err == 0, "racing for the cap: %d", err);
     CHECK(region->devices[0].used_bytes == mine, "left %llu", (unsigned long long)region->devices[0].used_bytes);
@@ -295,7 +302,7 @@ static struct vgl_slot *attach_holding(struct vgl_region *region, uint32_t dev)
 {
     struct vgl_slot *slot;
     if (vgl_region_attach(region, getpid(), 0, &slot) != 0 ||
-        vgl_ledger_reserve(region, slot, dev, 256 * MIB, GIB) != 0)
+        vgl_region_reserve(region, slot, dev, 256 * MIB, GIB) != 0)
         _exit(3);
     return slot;
 }
@@ -347,7 +354,7 @@ static void die_mid_change(struct vgl_region *region, uint32_t dev, enum death d
         if (!dead)
             _exit(3);
         /* vgl_region_reclaim's steps, and vgl_ledger_recount's. */
-        vgl_lock_acquire(&region->lock);
+        raw_lock(region);
         __atomic_store_n(&dead->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
         if (death == DIES_RECLAIMING) {
             __atomic_add_fetch(&dead->busy, 1, __ATOMIC_SEQ_CST);
@@ -377,7 +384,7 @@ static void test_death_mid_change(struct vgl_region *region)
     const uint64_t mine = 200 * MIB;
     struct vgl_slot *self;
     CHECK(vgl_region_attach(region, getpid(), 0, &self) == 0, "attach");
-    CHECK(vgl_ledger_reserve(region, self, DEV, mine, GIB) == 0, "reserve");
+    CHECK(vgl_region_reserve(region, self, DEV, mine, GIB) == 0, "reserve");
     for (int death = 0; death < DEATHS; death++) {
         pid_t child = fork_child();
         if (child == 0)
@@ -387,10 +394,10 @@ static void test_death_mid_change(struct vgl_region *region)
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "death %d: the child failed (%d)",
               death, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         /* The room under the cap comes back with the next reservation that needs it. */
-        CHECK(vgl_ledger_reserve(region, self, DEV, GIB - mine, GIB) == 0,
+        CHECK(vgl_region_reserve(region, self, DEV, GIB - mine, GIB) == 0,
               "death %d: the dead child's bytes were not all taken back: %llu in use", death,
               (unsigned long long)region->devices[DEV].used_bytes);
-        CHECK(vgl_ledger_reserve(region, self, DEV, 1, GIB) == -ENOMEM, "death %d: the cap holds", death);
+        CHECK(vgl_region_reserve(region, self, DEV, 1, GIB) == -ENOMEM, "death %d: the cap holds", death);
         vgl_ledger_release(region, self, DEV, GIB - mine);
         CHECK(region->devices[DEV].used_bytes == mine && live_sum(region, DEV) == mine,
               "death %d: used %llu, the live slots hold %llu", death,
@@ -420,7 +427,7 @@ static void test_stopped_mid_change(struct vgl_region *region)
     const uint64_t mine = 200 * MIB, change = 64 * MIB;
     struct vgl_slot *self;
     CHECK(vgl_region_attach(region, getpid(), 0, &self) == 0, "attach");
-    CHECK(vgl_ledger_reserve(region, self, DEV, mine, GIB) == 0, "reserve");
+    CHECK(vgl_region_reserve(region, self, DEV, mine, GIB) == 0, "reserve");
     pid_t child = fork_child();
     if (child == 0) {
         struct vgl_slot *slot = attach_holding(region, DEV);
@@ -437,9 +444,9 @@ static void test_stopped_mid_change(struct vgl_region *region)
     int status;
     waitpid(child, &status, WUNTRACED);
     CHECK(WIFSTOPPED(status), "the child did not stop");
-    vgl_region_lock(region);
+    vgl_ledger_lock(region);
     CHECK(!vgl_ledger_recount(region), "a recount went past a change under way");
-    vgl_region_unlock(region);
+    vgl_ledger_unlock(region);
     CHECK(region->devices[DEV].used_bytes == mine + 256 * MIB + change, "used %llu",
           (unsigned long long)region->devices[DEV].used_bytes);
     CHECK(!region->devices[DEV].frozen, "left frozen");
@@ -461,7 +468,7 @@ static void test_exec_attaches_again(struct vgl_region *region)
     enum { DEV = 5 };
     struct vgl_slot *before, *after;
     CHECK(vgl_region_attach(region, getpid(), 0, &before) == 0, "attach");
-    CHECK(vgl_ledger_reserve(region, before, DEV, 256 * MIB, GIB) == 0, "reserve");
+    CHECK(vgl_region_reserve(region, before, DEV, 256 * MIB, GIB) == 0, "reserve");
     __atomic_add_fetch(&before->busy, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&region->devices[DEV].used_bytes, 64 * MIB, __ATOMIC_RELAXED);
     CHECK(vgl_region_attach(region, getpid(), 0, &after) == 0, "attach after exec");
@@ -480,7 +487,7 @@ static void test_dead_holders(struct vgl_region *region)
     if (child == 0) {
         struct vgl_slot *slot;
         vgl_region_attach(region, getpid(), 0, &slot);
-        vgl_ledger_reserve(region, slot, 1, 768 * MIB, GIB);
+        vgl_region_reserve(region, slot, 1, 768 * MIB, GIB);
         _exit(0); /* never released */
     }
     waitpid(child, NULL, 0);
@@ -488,21 +495,51 @@ static void test_dead_holders(struct vgl_region *region)
     struct vgl_slot *self;
     CHECK(vgl_region_attach(region, getpid(), 0, &self) == 0, "attach");
     /* Short of room, the ledger takes back what the dead held. */
-    CHECK(vgl_ledger_reserve(region, self, 1, 512 * MIB, GIB) == 0, "reserve after a death");
+    CHECK(vgl_region_reserve(region, self, 1, 512 * MIB, GIB) == 0, "reserve after a death");
     CHECK(region->devices[1].used_bytes == 512 * MIB, "used %llu", (unsigned long long)region->devices[1].used_bytes);
     CHECK(region->devices[1].oom_refusals == 0, "no refusal counted");
 
     child = fork_child();
     if (child == 0) {
-        vgl_lock_acquire(&region->lock);
+        vgl_ledger_lock(region);
         raise(SIGKILL); /* dies holding the lock */
     }
     waitpid(child, NULL, 0);
-    CHECK(vgl_ledger_reserve(region, self, 1, 512 * MIB, GIB) == 0, "reserve after a lock holder died");
-    CHECK(vgl_ledger_reserve(region, self, 1, 1, GIB) == -ENOMEM, "the cap holds");
+    CHECK(vgl_region_reserve(region, self, 1, 512 * MIB, GIB) == 0, "reserve after a lock holder died");
+    CHECK(vgl_region_reserve(region, self, 1, 1, GIB) == -ENOMEM, "the cap holds");
     CHECK(region->devices[1].oom_refusals == 1, "the refusal is counted");
     vgl_region_detach(region, self);
     CHECK(region->devices[1].used_bytes == 0, "detach returns everything");
+}
+
+/* A region lock made unusable (its bytes are in every tenant's hands): no
+ * call that needs it changes what it guards as if it held it. */
+static void test_broken_lock(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/broken", dir);
+    struct vgl_region *region;
+    CHECK(vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && vgl_region_open(path, &region) == 0,
+          "cannot make %s", path);
+    pthread_mutex_t *mutex = (pthread_mutex_t *)(void *)region->lock.opaque;
+    pid_t child = fork_child();
+    if (child == 0) {
+        pthread_mutex_lock(mutex);
+        raise(SIGKILL);
+    }
+    waitpid(child, NULL, 0);
+    /* Unlocked without being made consistent: unrecoverable for good. */
+    CHECK(pthread_mutex_lock(mutex) == EOWNERDEAD, "the holder died");
+    pthread_mutex_unlock(mutex);
+    struct vgl_slot *slot = NULL;
+    CHECK(vgl_region_attach(region, getpid(), 0, &slot) == -ENOTRECOVERABLE, "attach refused");
+    CHECK(slot == NULL, "no slot claimed");
+    struct vgl_mem_limit limit = {.bytes = GIB};
+    uint64_t generation = region->generation;
+    CHECK(vgl_region_set_limits(region, 0, &limit, 50) == -ENOTRECOVERABLE, "limits refused");
+    CHECK(region->devices[0].limit.bytes == 0 && region->generation == generation, "nothing changed");
+    CHECK(vgl_region_reclaim(region) == 0, "nothing reclaimed");
+    vgl_region_close(region);
 }
 
 static uint64_t now_ns(void)
@@ -544,7 +581,7 @@ static void test_kill_storm(struct vgl_region *region)
                     usleep(50);
             }
             uint64_t t0 = now_ns();
-            if (vgl_ledger_reserve(region, slot, DEV, survivor_share, cap) == 0)
+            if (vgl_region_reserve(region, slot, DEV, survivor_share, cap) == 0)
                 vgl_ledger_release(region, slot, DEV, survivor_share);
             uint64_t took = now_ns() - t0;
             worst = took > worst ? took : worst;
@@ -568,7 +605,7 @@ static void test_kill_storm(struct vgl_region *region)
             int n = 0;
             for (;;) {
                 uint64_t bytes = (uint64_t)(rand() % 64 + 1) * MIB;
-                if (n < 64 && vgl_ledger_reserve(region, slot, DEV, bytes, cap - survivor_share) == 0)
+                if (n < 64 && vgl_region_reserve(region, slot, DEV, bytes, cap - survivor_share) == 0)
                     held[n++] = bytes;
                 else if (n > 0)
                     vgl_ledger_release(region, slot, DEV, held[--n]);
@@ -579,7 +616,7 @@ static void test_kill_storm(struct vgl_region *region)
         /* Not reaped yet: the dead holder is a zombie, as it is until its parent waits. */
         uint64_t t0 = now_ns(), waited;
         bool ok;
-        while (!(ok = vgl_ledger_reserve(region, self, DEV, cap - survivor_share, cap) == 0) &&
+        while (!(ok = vgl_region_reserve(region, self, DEV, cap - survivor_share, cap) == 0) &&
                now_ns() - t0 < 2000000000u)
             ;
         waited = now_ns() - t0;
@@ -629,7 +666,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: core_test SCRATCH_DIR [parser|start_time|region_files|racing|"
-                        "death_mid_change|stopped_mid_change|exec_again|dead_holders|kill_storm]...\n");
+                        "death_mid_change|stopped_mid_change|exec_again|dead_holders|broken_lock|kill_storm]...\n");
         return 2;
     }
     vgl_log_level = VGL_LOG_ERROR;
@@ -639,6 +676,8 @@ int main(int argc, char **argv)
         test_start_time();
     if (wanted(argc, argv, "region_files"))
         test_region_files(argv[1]);
+    if (wanted(argc, argv, "broken_lock"))
+        test_broken_lock(argv[1]);
     char path[512];
     snprintf(path, sizeof path, "%s/race", argv[1]);
     struct vgl_region *region = NULL;

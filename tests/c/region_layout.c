@@ -20,7 +20,7 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 4);
+    PIN(VGL_REGION_VERSION, 5);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
     PIN(sizeof(struct vgl_device_state), 112);
@@ -37,13 +37,15 @@ int main(void)
     PIN(offsetof(struct vgl_device_state, cores_policy), 80);
     PIN(offsetof(struct vgl_device_state, lend_until_ns), 88);
     PIN(offsetof(struct vgl_device_state, uuid), 96);
-    PIN(sizeof(struct vgl_slot), 168);
+    PIN(sizeof(struct vgl_slot), 184);
     PIN(offsetof(struct vgl_slot, pid), 4);
     PIN(offsetof(struct vgl_slot, host_pid), 8);
     PIN(offsetof(struct vgl_slot, busy), 12);
     PIN(offsetof(struct vgl_slot, start_time), 16);
-    PIN(offsetof(struct vgl_slot, used_bytes), 24);
-    PIN(offsetof(struct vgl_slot, comm), 152);
+    PIN(offsetof(struct vgl_slot, pid_ns), 24);
+    PIN(offsetof(struct vgl_slot, flags), 32);
+    PIN(offsetof(struct vgl_slot, used_bytes), 40);
+    PIN(offsetof(struct vgl_slot, comm), 168);
     PIN(offsetof(struct vgl_region, version), 8);
     PIN(offsetof(struct vgl_region, header_size), 12);
     PIN(offsetof(struct vgl_region, file_size), 16);
@@ -53,6 +55,6 @@ int main(void)
     PIN(offsetof(struct vgl_region, lock), 296);
     PIN(offsetof(struct vgl_region, devices), 360);
     PIN(offsetof(struct vgl_region, slots), 360 + 16 * 112);
-    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 168);
+    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 184);
     return failed;
 }

@@ -17,6 +17,12 @@ import time
 from cuda.bindings import driver as cu
 
 
+def say(report) -> None:
+    """One line in one write(2): clients of one container share a pipe, and a
+    line written in pieces could be cut by another's."""
+    os.write(sys.stdout.fileno(), (json.dumps(report) + "\n").encode())
+
+
 def check(result):
     err, *values = result
     if err != cu.CUresult.CUDA_SUCCESS:
@@ -41,7 +47,7 @@ def main():
     free, total = check(cu.cuMemGetInfo())
     report["before"] = {"free": int(free), "total": int(total)}
     if start:
-        print(json.dumps({"ready": os.getpid()}), flush=True)
+        say({"ready": os.getpid()})
         wait_for(start)
     held, results = [], []
     for _ in range(count):
@@ -53,7 +59,7 @@ def main():
     free, total = check(cu.cuMemGetInfo())
     report["after"] = {"free": int(free), "total": int(total)}
     if hold:
-        print(json.dumps(report), flush=True)
+        say(report)
         wait_for(hold)
         return
     if held:
@@ -64,7 +70,7 @@ def main():
             held.append(ptr)
     for ptr in held:
         check(cu.cuMemFree(ptr))
-    print(json.dumps(report), flush=True)
+    say(report)
 
 
 main()

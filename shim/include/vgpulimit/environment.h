@@ -23,13 +23,18 @@
 /* The compute policy (VGPULIMIT_CORES_POLICY > HAMi's GPU_CORE_UTILIZATION_POLICY)
  * is one for all devices.
  *
+ * Below every variable of HAMi's, KAI's GPU_PORTION (a fraction such as 0.5)
+ * caps each device's memory at that share of it: KAI always sets it, and its
+ * CUDA_DEVICE_MEMORY_LIMIT only where the node carries its GPU memory label.
+ *
  * Where a device's value came from, weakest first: a stronger one replaces it. */
 enum vgl_env_source {
     VGL_ENV_UNSET = 0,
-    VGL_ENV_HAMI = 1,          /* CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT */
-    VGL_ENV_HAMI_DEVICE = 2,   /* CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i> */
-    VGL_ENV_OURS = 3,          /* VGPULIMIT_MEMORY, VGPULIMIT_CORES */
-    VGL_ENV_OURS_DEVICE = 4,   /* VGPULIMIT_MEMORY_<i>, VGPULIMIT_CORES_<i> */
+    VGL_ENV_PORTION = 1,       /* KAI's GPU_PORTION (memory only) */
+    VGL_ENV_HAMI = 2,          /* CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT */
+    VGL_ENV_HAMI_DEVICE = 3,   /* CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i> */
+    VGL_ENV_OURS = 4,          /* VGPULIMIT_MEMORY, VGPULIMIT_CORES */
+    VGL_ENV_OURS_DEVICE = 5,   /* VGPULIMIT_MEMORY_<i>, VGPULIMIT_CORES_<i> */
 };
 
 enum {
@@ -50,11 +55,15 @@ struct vgl_env {
     struct vgl_env_origin memory_from[16];
     struct vgl_env_origin cores_from[16];
     char region_path[4096];                /* "": none named */
-    char region_from[64];                  /* VGPULIMIT_REGION or CUDA_DEVICE_MEMORY_SHARED_CACHE */
+    char region_from[64];                  /* VGPULIMIT_REGION, CUDA_DEVICE_MEMORY_SHARED_CACHE,
+                                              or CONTAINER_VGPU_MOUNT (KAI's isolator) */
+    uint32_t region_dir_len;               /* > 0: the region's directory may be made, from
+                                              region_path[region_dir_len] on (KAI's layout) */
     int32_t log_level;                     /* 0 error .. 3 debug; -1: not set */
     int32_t cores_policy;                  /* enum vgl_cores_policy; -1: not set */
     struct vgl_env_origin cores_policy_from;
     uint32_t asks;                         /* a limit or region variable is present */
+    uint32_t control_disabled;             /* HAMi's CUDA_DISABLE_CONTROL=true: enforce nothing */
     uint32_t errors;                       /* variables that cannot be used: fail closed */
     uint32_t lines;                        /* lines below, at most VGL_ENV_MAX_LINES */
     uint32_t line_is_error[8];

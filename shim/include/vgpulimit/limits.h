@@ -32,6 +32,9 @@ const char *vgl_memory_forms(void);
 const char *vgl_cores_forms(void);
 const char *vgl_cores_policy_forms(void);
 
+/* A byte count for people, into `buf`: exact in the largest binary unit that
+ * holds it whole ("1 GiB", "3000 MiB"), else to one decimal ("1.5 GiB"). */
+const char *vgl_format_bytes(uint64_t bytes, char *buf, uint32_t len);
 /* The cap in bytes for a device of `total_bytes` (never above it); UINT64_MAX: none. */
 uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes);
 

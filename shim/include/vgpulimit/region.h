@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 4,
+    VGL_REGION_VERSION = 5,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -42,6 +42,13 @@ enum vgl_slot_state {
     /* Its process is gone (or exec'd: the new image has another slot), its
      * bytes not yet given back to the devices' totals (ledger.c). */
     VGL_SLOT_DEAD = 2,
+};
+
+enum vgl_slot_flags {
+    /* Its process holds a lock on the slot's first byte in the region file
+     * (region.c): the kernel drops it when the process dies, so a process of
+     * another pid namespace, where the slot's pid means nothing, can tell. */
+    VGL_SLOT_LOCKED = 1,
 };
 
 /* Storage for a process-shared robust pthread mutex; opaque to readers. */
@@ -80,6 +87,9 @@ struct vgl_slot {
     int32_t host_pid;            /* 0: unknown */
     uint32_t busy;               /* changes of used_bytes under way (ledger.c), one per thread */
     uint64_t start_time;         /* /proc/<pid>/stat starttime: a reused pid is not the dead one */
+    uint64_t pid_ns;             /* inode of the pid namespace `pid` is in; 0: unknown */
+    uint32_t flags;              /* enum vgl_slot_flags */
+    uint32_t reserved;           /* 0 */
     uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
     char comm[16];
 };
@@ -138,16 +148,10 @@ int vgl_region_reclaim(struct vgl_region *region);
  * 1; 0 when a live process holds it, and nothing changed. */
 int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limits,
                      const uint32_t *cores_pct);
-/* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
- * (a reused pid has another).  0 when it cannot be read. */
-uint64_t vgl_proc_start_time(int32_t pid);
-/* This process's command name (/proc/self/comm), NUL-terminated, in 16 bytes. */
-void vgl_proc_comm_self(char comm[16]);
-/* Whether the process `pid` that started at `start_time` (0: unknown) still
- * runs: 0 once it has exited, even before its parent reaps it (its memory is
- * already back with the driver), and when the pid now names another process.
- * A pid we cannot inspect (another pid namespace) counts as running. */
-int vgl_proc_running(int32_t pid, uint64_t start_time);
+/* An allocation's reservation (vgl_ledger_reserve): short of room, the
+ * bytes of processes that died are taken back first; a refusal is counted. */
+int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
+                       uint64_t bytes, uint64_t cap);
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);
@@ -167,8 +171,8 @@ int vgl_region_broken(const struct vgl_region *region);
 
 /* ledger.c — the per-device byte count, exact under races. */
 
-/* Reserves `bytes` on `device` for `slot` if they fit under `cap`: 0, or
- * -ENOMEM (and the refusal counted) when they do not. */
+/* Reserves `bytes` on `device` for `slot` if they fit under `cap`: 0,
+ * -ENOMEM when they do not, or the error of an unusable region lock. */
 int vgl_ledger_reserve(struct vgl_region *region, struct vgl_slot *slot,
                        uint32_t device, uint64_t bytes, uint64_t cap);
 void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot,

@@ -40,13 +40,14 @@ be undone), install (install and remove), hook (the command), hooks_d (the
 podman/CRI-O entry).  This module holds the names they share.
 """
 
-# Where things go in the container.  The shim looks for CONTAINER_REGION
-# itself (VGL_CONTAINER_REGION, shim/src/internal.h).
-CONTAINER_DIR = ".vgpulimit"
+from vgpulimit._paths import container_region
+
+# Where things go in the container: the region where the shim looks for it
+# (paths.h), the shim beside it.
+CONTAINER_REGION = container_region()
+CONTAINER_DIR, REGION_NAME = CONTAINER_REGION.strip("/").split("/")
 SHIM_NAME = "libvgpulimit.so"
-REGION_NAME = "region"
 SHIM_PATH = f"/{CONTAINER_DIR}/{SHIM_NAME}"
-CONTAINER_REGION = f"/{CONTAINER_DIR}/{REGION_NAME}"
 PRELOAD = ("etc", "ld.so.preload")
 
 # The node view: one directory per container holding its region.

@@ -4,10 +4,10 @@
  * image whose glibc lacks a version the shim names, so the shim must not
  * name the versions of the glibc it happens to be built on.
  *
- * The build includes this file before every source of the shim and its core
- * (-include).  Each function used that a newer glibc gave a new version is
- * pinned to the version it first had; the link still resolves against the
- * build machine's libc, which keeps those versions for old binaries.  On
+ * The build includes this file before every source of the shim, its core and
+ * the base they link (-include).  Each function used that a newer glibc gave
+ * a new version is pinned to the version it first had; the link still
+ * resolves against the build machine's libc, which keeps those versions for old binaries.  On
  * glibc < 2.34 the dl* functions live in libdl.so.2 and the pthread ones in
  * libpthread.so.0: the shim lists both as needed (shim/meson.build), and the
  * loader finds a versioned symbol by version, in whichever library has it.
@@ -42,6 +42,10 @@ VGL_GLIBC_PIN(pthread_mutexattr_destroy, VGL_GLIBC_FIRST);
 VGL_GLIBC_PIN(pthread_mutexattr_setpshared, VGL_GLIBC_FIRST);
 VGL_GLIBC_PIN(pthread_mutexattr_setrobust, VGL_GLIBC_ROBUST);
 VGL_GLIBC_PIN(pthread_mutex_consistent, VGL_GLIBC_ROBUST);
+
+/* With 64-bit file offsets (meson's default), glibc 2.28's headers name
+ * fcntl fcntl64, a version new in 2.28; on a 64-bit target it is fcntl. */
+__asm__(".symver fcntl64,fcntl@" VGL_GLIBC_FIRST);
 
 /* stat and fstat became functions of libc only in 2.33 (before, the headers
  * turned them into calls of __xstat64 and friends, since removed from the

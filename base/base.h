@@ -1,0 +1,87 @@
+/* The neutral base: what the shim and the simulated driver both need and
+ * neither owns.  Linking it brings no CUDA, no hooks and no region: simgpu,
+ * the test bench, shares no code with what it tests above this line.
+ * Prototypes grouped by defining file; 0 or a negative errno unless said. */
+#ifndef VGL_BASE_H
+#define VGL_BASE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* identity.c — a process over time and across pid namespaces. */
+
+/* The kernel's inode number of the initial pid namespace (PROC_PID_INIT_INO,
+ * fixed since Linux 3.8). */
+#define VGL_INIT_PID_NS 0xEFFFFFFCu
+/* The inode of the pid namespace at `ns_link` (/proc/<pid>/ns/pid); 0: unknown. */
+uint64_t vgl_pid_ns_of(const char *ns_link);
+/* The NSpid line of a /proc/<pid>/status: the pid in the namespace of that
+ * /proc first, then in each namespace down to the process's own.  Returns how
+ * many there are (0: unreadable). */
+int vgl_nspid(const char *status_path, int32_t *first, int32_t *last);
+/* This process's pid as the host knows it (and as the NVIDIA driver reports
+ * it), or 0 when it cannot know it: a container with a /proc of its own. */
+int32_t vgl_host_pid_self(void);
+/* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
+ * (a reused pid has another).  0 when it cannot be read. */
+uint64_t vgl_proc_start_time(int32_t pid);
+/* Whether the process `pid` that started at `start_time` (0: unknown) still
+ * runs: 0 once it has exited, even before its parent reaps it (its memory is
+ * already back with the driver), and when the pid now names another process.
+ * A pid we cannot inspect (hidepid) counts as running.  Only for a pid of the
+ * caller's own pid namespace: see vgl_hold_byte for the others. */
+int vgl_proc_running(int32_t pid, uint64_t start_time);
+/* This process's command name (/proc/self/comm), NUL-terminated, in 16 bytes. */
+void vgl_proc_comm_self(char comm[16]);
+/* Liveness that crosses pid namespaces: a process holds an open-file-description
+ * lock on one byte of a shared file (`fd` opened by itself, not inherited) for
+ * as long as it lives; the kernel drops it when the process dies, whatever
+ * namespace the one asking is in.  vgl_hold_byte: 0 or -errno;
+ * vgl_byte_held: 1 held, 0 free, -errno unknown. */
+int vgl_hold_byte(int fd, off_t at);
+int vgl_release_byte(int fd, off_t at);
+int vgl_byte_held(int fd, off_t at);
+
+/* robust.c — a process-shared robust mutex in a shared mapping: a process
+ * killed while holding it leaves it to the next locker, who is told. */
+
+int vgl_robust_init(pthread_mutex_t *mutex);
+/* 0: locked; 1: locked, and the last holder died holding it (repair what it
+ * guards, then pthread_mutex_consistent); -errno: not locked. */
+int vgl_robust_lock(pthread_mutex_t *mutex);
+
+/* create.c — a shared file made whole before anyone can open it. */
+
+/* Creates `path` (`mode`) of `size` bytes, initialised through a mapping by
+ * `init` (0 or -errno), under a temporary name linked into place: nobody
+ * ever maps a half-made file, and of two creators exactly one wins (the other
+ * gets -EEXIST).  With `fd_out`, the open descriptor (O_RDWR) is handed over. */
+int vgl_create_linked(const char *path, mode_t mode, size_t size, int (*init)(void *map, void *arg),
+                      void *arg, int *fd_out);
+
+/* number.c — numbers as people write them. */
+
+/* A decimal number "123" or "12.5" as whole and up to 9 fraction digits. */
+struct vgl_decimal {
+    uint64_t whole;
+    uint64_t nano; /* the fraction, in 10^-9 */
+    bool has_point;
+};
+/* Parses a decimal at `s`: returns where it ends, or NULL with `*err` set. */
+const char *vgl_parse_decimal(const char *s, struct vgl_decimal *out, int *err);
+/* Copies `text` without surrounding blanks and leading zeros before another
+ * digit ("0030" is 30, "000" 0, "0.5" 0.5) into `buf` of `len` bytes. */
+int vgl_trimmed(const char *text, char *buf, size_t len);
+#define VGL_SIZE_FORMS                                                                           \
+    "bytes (1073741824), binary units (4Gi, 4GiB, 512Mi; k/m/g/t in lower case as HAMi and "      \
+    "Docker: 3000m = 3000 MiB), decimal units (4G, 4GB = 4*10^9)"
+/* A size in bytes with an optional unit (VGL_SIZE_FORMS), no
+ * fraction of a byte, above 0 and below 2^63: 0, -EINVAL or -ERANGE. */
+int vgl_parse_size(const char *text, uint64_t *bytes);
+/* The parsed number `d` with unit `suffix` in bytes, as vgl_parse_size. */
+int vgl_size_of(const struct vgl_decimal *d, const char *suffix, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,21 @@
+/* Where vgpulimit's files are, for the shim and the Python package alike.
+ *
+ * Also the cffi declaration of the binding (src/vgpulimit/_cffi_build.py
+ * reads it without its preprocessor lines). */
+#ifndef VGPULIMIT_PATHS_H
+#define VGPULIMIT_PATHS_H
+
+#include <stddef.h>
+
+/* Where `vgpulimit oci-hook` mounts a container's region: the shim looks
+ * there first, and a process that finds one there runs under it. */
+#define VGL_CONTAINER_REGION "/.vgpulimit/region"
+const char *vgl_container_region(void);
+
+/* The directories for a process's own regions, best first:
+ * $XDG_RUNTIME_DIR/vgpulimit (when absolute), /run/vgpulimit, and
+ * $TMPDIR/vgpulimit-<uid> (an absolute TMPDIR, else /tmp).  Writes the
+ * `index`th (from 0) into `out`: 0, -ENOENT past the last, or -ENAMETOOLONG. */
+int vgl_runtime_dir(char **envp, int index, char *out, size_t len);
+
+#endif
