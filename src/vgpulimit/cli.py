@@ -110,7 +110,10 @@ def _build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser(
         "status", help="show limits, usage and processes of a region",
         description="Show each device's cap, use, free memory, compute cap, measured compute "
-                    "share, throttled time and OOM refusals, and each process's use.")
+                    "share, throttled time and OOM refusals, and each process's use, user, CPU, "
+                    "RSS, age and command line.  With --all, the node's physical GPUs first "
+                    "(NVML): memory as the driver counts it, the containers on each, memory "
+                    "outside any cap and the caps committed against the GPU's memory.")
     status.add_argument("--json", action="store_true", help="machine-readable, bytes as integers")
     _add_view_sources(status)
     status.add_argument("--interval", metavar="SECONDS", type=_measure_interval, default=0.5,
