@@ -55,7 +55,7 @@ class Choice:
         elif key == "g" and gpu_count:
             self.gpu = 0 if self.gpu is None else (self.gpu + 1 if self.gpu + 1 < gpu_count
                                                    else None)
-        elif key.isdigit() and int(key) < gpu_count:
+        elif len(key) == 1 and key in "0123456789" and int(key) < gpu_count:
             self.gpu = int(key)
 
 
