@@ -152,9 +152,17 @@ def test_runc_containers_starting_at_once_cannot_all_take_the_gpu(tmp_path, runc
         assert "caps there already 10 GiB" in refused(err)
 
 
-def test_runc_pod_labels_in_metrics(tmp_path, runc_node):
+# containerd's CRI plugin names the same things otherwise.
+CONTAINERD_POD = {"io.kubernetes.cri.sandbox-name": "trainer-0",
+                  "io.kubernetes.cri.sandbox-namespace": "team-a",
+                  "io.kubernetes.cri.container-name": "main",
+                  "io.kubernetes.cri.sandbox-uid": "4f1c-77"}
+
+
+@pytest.mark.parametrize("annotations", [POD, CONTAINERD_POD], ids=["cri-o", "containerd"])
+def test_runc_pod_labels_in_metrics(tmp_path, runc_node, annotations):
     report, _ = runc_node("a", HOLD, {"VGPULIMIT_MEMORY": "4GiB", "NVIDIA_VISIBLE_DEVICES": "0"},
-                          POD)
+                          annotations)
     server = subprocess.Popen(
         vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--all", str(tmp_path / "node")),
         env=node_env(tmp_path), stderr=subprocess.PIPE, text=True)
