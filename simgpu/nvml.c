@@ -255,6 +255,14 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
     return NVML_SUCCESS;
 }
 
+/* The N of /dev/nvidiaN, by which a runtime gives a container the GPU: the
+ * driver numbers the device files in the order it found the boards, as the
+ * index here. */
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    return nvmlDeviceGetIndex(device, minorNumber);
+}
+
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     uint32_t i;

@@ -26,19 +26,19 @@ def can_unshare_pid() -> bool:
         return False
 
 
-def fill_cmd(block: int, count: int, release: Path) -> list[str]:
+def fill_cmd(block: int, count: int, release: Path, device: int = 0) -> list[str]:
     return [sys.executable, str(CLIENTS / "cuda_fill.py"), str(block), str(count), "--hold",
-            str(release)]
+            str(release), "--device", str(device)]
 
 
 @contextmanager
-def container(sim_env, region: Path, limits: list[str], clients: list[tuple[int, int]]):
-    """Runs one cuda_fill client per (block, count) in one container with its
-    region at `region`; yields their reports once all have allocated, and
-    lets them go at the end."""
+def container(sim_env, region: Path, limits: list[str], clients: list[tuple[int, ...]]):
+    """Runs one cuda_fill client per (block, count[, device]) in one container
+    with its region at `region`; yields their reports once all have
+    allocated, and lets them go at the end."""
     region.parent.mkdir(parents=True, exist_ok=True)
     release = region.parent / "release"
-    script = " & ".join(" ".join(fill_cmd(block, count, release)) for block, count in clients)
+    script = " & ".join(" ".join(fill_cmd(*client[:2], release, *client[2:])) for client in clients)
     proc = subprocess.Popen(
         list(map(str, vgpulimit_cmd("run", "--simulate", *limits, "--region", region, "--",
                                     "sh", "-c", f"{script} & wait"))),
@@ -52,11 +52,11 @@ def container(sim_env, region: Path, limits: list[str], clients: list[tuple[int,
 
 
 @contextmanager
-def outsider(sim_env, tmp_path: Path, block: int):
+def outsider(sim_env, tmp_path: Path, block: int, device: int = 0):
     """A cuda_fill client on the same simulated GPU, in no container."""
     release = tmp_path / "outsider.release"
-    proc = subprocess.Popen(fill_cmd(block, 1, release), env=sim_env, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(fill_cmd(block, 1, release, device), env=sim_env,
+                            stdout=subprocess.PIPE, text=True)
     try:
         yield json.loads(proc.stdout.readline())
     finally:

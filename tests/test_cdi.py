@@ -48,6 +48,14 @@ def test_the_spec_gives_the_limits_the_shim_and_the_hook(shim_path):
         assert hook["args"][-1] == "oci-hook"
 
 
+def test_the_spec_can_ask_the_hook_to_admit():
+    spec = spec_of("--memory", "4GiB", "--admit")
+    hooks = spec["devices"][0]["containerEdits"]["hooks"]
+    assert all(hook["args"][-2:] == ["oci-hook", "--admit"] for hook in hooks)
+    result = generate("--memory", "4GiB", "--admit-uncapped")
+    assert result.returncode == 2 and "--admit-uncapped goes with --admit" in result.stderr
+
+
 @pytest.mark.parametrize("args, name", [
     (["--memory", "1GiB"], "1GiB"),
     (["--memory", "50%", "--cores", "30%"], "50pct-cores30"),

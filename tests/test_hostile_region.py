@@ -244,6 +244,23 @@ def test_grown_and_random_files(sim_env, tmp_path, content, says):
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="needs root and setpriv to run status as another user")
+@pytest.mark.parametrize("identity", [b"not json", b'{"pod": ["x"], "gpus": "GPU-0"}', None])
+def test_a_garbled_identity_is_no_identity(sim_env, tmp_path, identity):
+    """What a view reads beside a region, it believes no more than the region:
+    garbage, wrong types or a FIFO there leave the container unnamed."""
+    good = make_region(tmp_path / "run" / "c" / "region")
+    beside = good.parent / "identity.json"
+    if identity is None:
+        os.mkfifo(beside)
+    else:
+        beside.write_bytes(identity)
+    data = json.loads(status(sim_env, "--json", "--all", str(tmp_path / "run")).stdout)
+    [shown] = data["regions"]
+    assert shown["identity"] == {"container_id": None, "pod": None, "namespace": None,
+                                 "container": None, "pod_uid": None, "gpus": None}
+    assert shown["devices"][0]["used_bytes"] == 256 * MiB
+
+
 def test_status_needs_read_access_only(sim_env):
     """A region file its reader may read but not write (0400, owned by an
     unprivileged user: root would be let write anyway) still shows."""

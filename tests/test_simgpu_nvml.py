@@ -99,6 +99,7 @@ def test_two_devices_with_distinct_uuids(sim_env):
     assert cuda[0]["uuid"] != cuda[1]["uuid"]
     assert [d["uuid"] for d in nvml] == [nvml_uuid(d["uuid"]) for d in cuda]
     assert [d["index_by_uuid"] for d in nvml] == [0, 1]
+    assert [d["minor"] for d in nvml] == [0, 1]   # /dev/nvidia0, /dev/nvidia1
     assert seen["cuda"]["device_past_the_end"] == "CUDA_ERROR_INVALID_DEVICE"
 
 

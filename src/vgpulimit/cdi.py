@@ -58,7 +58,8 @@ def default_name(memory: str | None, cores: str | None) -> str:
 
 
 def generate(name: str | None = None, memory: str | None = None, cores: str | None = None,
-             node_dir: str | None = None, cores_policy: str | None = None) -> dict[str, Any]:
+             node_dir: str | None = None, cores_policy: str | None = None,
+             admit: bool = False, admit_uncapped: bool = False) -> dict[str, Any]:
     """The spec, as a JSON-ready dict.  Limits are checked by the one parser and
     kept as the user wrote them, as `vgpulimit run` passes them on."""
     from vgpulimit._paths import libpath
@@ -81,7 +82,7 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         env.append(f"VGPULIMIT_CORES={cores}")
     if cores_policy is not None:
         env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
-    args = hook_command(node_dir)
+    args = hook_command(node_dir, admit, admit_uncapped)
     edits: dict[str, Any] = {"env": env} if env else {}
     edits |= {
         "mounts": [{"hostPath": str(libpath()), "containerPath": SHIM_PATH,

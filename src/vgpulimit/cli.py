@@ -11,6 +11,7 @@ import contextlib
 import os
 import stat
 import sys
+import time
 from collections.abc import Sequence
 
 from vgpulimit import __version__
@@ -109,7 +110,10 @@ def _build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser(
         "status", help="show limits, usage and processes of a region",
         description="Show each device's cap, use, free memory, compute cap, measured compute "
-                    "share, throttled time and OOM refusals, and each process's use.")
+                    "share, throttled time and OOM refusals, and each process's use, user, CPU, "
+                    "RSS, age and command line.  With --all, the node's physical GPUs first "
+                    "(NVML): memory as the driver counts it, the containers on each, memory "
+                    "outside any cap and the caps committed against the GPU's memory.")
     status.add_argument("--json", action="store_true", help="machine-readable, bytes as integers")
     _add_view_sources(status)
     status.add_argument("--interval", metavar="SECONDS", type=_measure_interval, default=0.5,
@@ -119,10 +123,14 @@ def _build_parser() -> argparse.ArgumentParser:
     top = commands.add_parser(
         "top", help="live view of containers' memory, compute share and processes",
         description="Redraw each container's memory, compute share and processes every "
-                    "interval; q or Ctrl-C quits.")
+                    "interval; with --all, each physical GPU first, its containers under it and "
+                    "their processes under each.  Keys: q or Ctrl-C quits, s changes the order, "
+                    "g (or 0-9) shows one GPU, a all of them.")
     _add_view_sources(top)
     top.add_argument("--interval", metavar="SECONDS", type=_redraw_interval, default=1.0,
                      help=f"redraw every SECONDS, {MIN_INTERVAL_S:g} to 3600 (default 1)")
+    top.add_argument("-1", "--once", action="store_true",
+                     help="print one frame to stdout and exit (for logs and scripts)")
 
     metrics = commands.add_parser(
         "metrics", help="serve Prometheus metrics of containers",
@@ -198,6 +206,7 @@ def _add_container_commands(commands) -> None:
     hook.add_argument("--node-dir", metavar="DIR", default=oci.NODE_DIR,
                       help="where each container's region is kept for the node view "
                            "(default: %(default)s)")
+    _add_admit_flags(hook)
 
     install = commands.add_parser(
         "install-hook", help="install the OCI hook for podman and CRI-O (hooks.d)",
@@ -207,6 +216,7 @@ def _add_container_commands(commands) -> None:
                          help="the hooks.d directory (default: %(default)s)")
     install.add_argument("--node-dir", metavar="DIR",
                          help="the hook's node directory (default: its own)")
+    _add_admit_flags(install)
 
     cdi = commands.add_parser("cdi", help="write a CDI spec (Container Device Interface)")
     cdi_commands = cdi.add_subparsers(dest="cdi_action", metavar="COMMAND", parser_class=_Parser)
@@ -224,6 +234,18 @@ def _add_container_commands(commands) -> None:
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
+    _add_admit_flags(generate)
+
+
+def _add_admit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--admit", action="store_true",
+                        help="refuse a container whose memory cap would push the caps on one of "
+                             "its GPUs (NVIDIA_VISIBLE_DEVICES, CDI annotations, /dev/nvidiaN) "
+                             "past the GPU's memory, and one that asks for a GPU with no cap; "
+                             "a container that names no GPU is not counted")
+    parser.add_argument("--admit-uncapped", action="store_true",
+                        help="with --admit, let containers with no memory cap start (they "
+                             "commit nothing)")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -269,13 +291,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from vgpulimit import status
 
     paths, directory = _view_sources(args)
-    sample = status.take(paths, directory, args.interval)
-    if directory is not None:
-        sys.stdout.write(status.render_json_all(sample) if args.json
-                         else status.render_text_all(sample))
-    else:
+    if directory is None:
+        sample = status.take(paths, directory, args.interval)
         [view] = sample.views
-        sys.stdout.write(status.render_json(view) if args.json else status.render_text(view))
+        sys.stdout.write(status.render_json(view, sample) if args.json
+                         else status.render_text(view, sample))
+        return 0
+    from vgpulimit import node
+
+    sampler = status.Sampler(paths, directory)
+    sample, gpus = node.take(sampler)
+    if args.interval > 0:
+        time.sleep(args.interval)
+        sample, gpus = node.take(sampler)
+    sys.stdout.write(status.render_json_all(sample, gpus) if args.json
+                     else status.render_text_all(sample, gpus))
     return 0
 
 
@@ -283,7 +313,7 @@ def _cmd_top(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import top
 
-    return top.run(paths, directory, args.interval)
+    return top.run(paths, directory, args.interval, once=args.once)
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
@@ -367,7 +397,15 @@ def _cmd_oci_hook(args: argparse.Namespace) -> int:
     from vgpulimit.oci import hook
 
     _absolute_node_dir("oci-hook", args.node_dir)
-    return hook.run(sys.stdin, Path(args.node_dir))
+    return hook.run(sys.stdin, Path(args.node_dir), _admission(args))
+
+
+def _admission(args: argparse.Namespace):
+    from vgpulimit.oci.admit import Admission
+
+    if args.admit_uncapped and not args.admit:
+        raise UsageError("--admit-uncapped goes with --admit")
+    return Admission(allow_uncapped=args.admit_uncapped) if args.admit else None
 
 
 def _absolute_node_dir(command: str, node_dir: str | None) -> None:
@@ -387,7 +425,9 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
         raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
                          f"(default {hooks_d.HOOKS_D_DIR})")
     try:
-        print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir))
+        admission = _admission(args)
+        print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir, admission is not None,
+                                      args.admit_uncapped))
     except OSError as exc:
         raise _CannotWrite(f"install-hook: cannot write {exc.filename or args.dir}: "
                            f"{exc.strerror}") from None
@@ -400,7 +440,9 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     from vgpulimit import cdi
 
     _absolute_node_dir("cdi generate", args.node_dir)
-    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy)
+    admission = _admission(args)
+    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
+                        admission is not None, args.admit_uncapped)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -1,18 +1,29 @@
 """`vgpulimit metrics`: the regions' limits and usage in Prometheus' exposition
 format, read afresh on every scrape.  Reads only.
 
-Every series is labelled with the container's region file (``region``), the
-pod UID, container name and claim UID that the file's directories give in the
+Every series is labelled with the container's region file (``region``) and
+who it is: ``pod``, ``namespace``, ``container`` and ``pod_uid`` as the OCI
+hook found them in the container's annotations (identity.py), else the pod
+UID, container name and claim UID that the file's directories give in the
 layouts of HAMi and KAI, and the pod's name and namespace where the kubelet's
-log directories name that UID ("" elsewhere; layouts.py), the device index as the
-container numbers it, and the device's UUID ("" until a process of the
-container has seen the device).  Devices a container has not used yet
-are left out.  The compute utilisation is the share of the whole GPU that the
-container's kernels took since the previous scrape (since the server started,
-for the first).  Per-process memory is its own family, so that a sum over
+log directories name that UID (layouts.py); "" where nothing says.  Series
+about a device also carry the device index as the container numbers it, and
+the device's UUID ("" until a process of the container has seen the device).
+Devices a container has not used yet are left out.  The compute utilisation
+is the share of the whole GPU that the container's kernels took since the
+previous scrape (since the server started, for the first).  Per-process
+memory is its own family, so that a sum over
 vgpulimit_memory_used_bytes counts each byte once.  A region file that cannot
-be read (truncated, garbled, gone) has vgpulimit_region_readable 0 and no other
-series, its reason is logged once, and the scrape serves the others."""
+be read (truncated, garbled, gone) has vgpulimit_region_readable 0 and no
+other series, its reason is logged once, and the scrape serves the others.
+
+With --all, the physical GPUs as the driver counts them (vgpulimit_gpu_*,
+labelled by the GPU's UUID, index and name): its memory, what the driver
+counts as used, the caps committed on it and their ratio to its memory (above
+1: over-committed), and what is used outside any cap -- in all, and per
+process the driver lists that is in no region.  Without a driver, these are
+left out and the reason logged once.
+"""
 
 from __future__ import annotations
 
@@ -25,10 +36,13 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from vgpulimit.layouts import LABELS, layout_labels, pod_names
+from vgpulimit.identity import region_labels
+from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
+# A command line as a label value: enough to tell processes apart, not a whole argv.
+_COMMAND_CHARS = 120
 _LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})")
 
 
@@ -52,19 +66,26 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 class RegionCollector(Collector):
-    def __init__(self, sampler: Sampler, pod_logs: str | None = None) -> None:
+    def __init__(self, sampler: Sampler, pod_logs: str | None = None,
+                 physical: bool = False) -> None:
         self._sampler = sampler
         self._pod_logs = pod_logs
+        self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            sample = self._sampler.sample(strict=False)
+            if self._physical:
+                from vgpulimit import node
+
+                sample, gpus = node.take(self._sampler)
+            else:
+                sample, gpus = self._sampler.sample(strict=False), None
         pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
 
         def _who(path: str) -> list[str]:
-            return [path, *layout_labels(path, pods).values()]
+            return [path, *region_labels(path, pods).values()]
 
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
@@ -114,11 +135,62 @@ class RegionCollector(Collector):
                     share.add_metric(labels, view.share_pct[dev.index])
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
                 for proc in snap.processes:
+                    host = sample.host_pid(proc)
+                    details = sample.details.get(host or -1)
+                    if details is not None and details.gone:
+                        continue   # never memory for a process that is gone
                     if dev.index in proc.used_bytes:
                         process_used.add_metric(
-                            [*labels, str(proc.pid), str(proc.host_pid or ""), proc.comm],
+                            [*labels, str(proc.pid), str(host or ""), proc.comm],
                             proc.used_bytes[dev.index])
         yield from (readable, limit, used, process_used, refusals, cores, policy, share, throttled)
+        if gpus is not None:
+            yield from self._physical_families(gpus, sample)
+
+    def _physical_families(self, node, sample) -> Iterator[Metric]:
+        if node.error is not None:
+            self._complain(f"no physical GPU view: {node.error}")
+            return
+        gpu_labels = ["uuid", "gpu", "name"]
+
+        def gauge(name: str, text: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=[*gpu_labels, *extra])
+
+        total = gauge("vgpulimit_gpu_memory_total_bytes", "Memory of the GPU")
+        used = gauge("vgpulimit_gpu_memory_used_bytes", "Memory of the GPU in use, as the driver "
+                     "counts it")
+        committed = gauge("vgpulimit_gpu_memory_committed_bytes",
+                          "The memory caps of the containers on the GPU, added up")
+        ratio = gauge("vgpulimit_gpu_memory_committed_ratio",
+                      "Committed over the GPU's memory (above 1: over-committed)")
+        uncapped = gauge("vgpulimit_gpu_uncapped_containers",
+                         "Containers on the GPU with no memory cap")
+        unaccounted = gauge("vgpulimit_gpu_memory_unaccounted_bytes",
+                            "Memory the driver counts as used that no container's region holds "
+                            "(outside any cap)")
+        outside = gauge("vgpulimit_gpu_process_unaccounted_bytes",
+                        "Memory a process the driver lists holds outside any cap (in no region)",
+                        ("host_pid", "command"))
+        util = gauge("vgpulimit_gpu_utilization_percent",
+                     "Share of the last sample period the GPU was busy, as the driver says")
+        for view in node.gpus:
+            g = view.gpu
+            labels = [g.uuid, str(g.index), g.name]
+            total.add_metric(labels, g.total_bytes)
+            used.add_metric(labels, g.used_bytes)
+            committed.add_metric(labels, view.committed_bytes)
+            ratio.add_metric(labels, view.commit_ratio)
+            uncapped.add_metric(labels, view.uncapped)
+            unaccounted.add_metric(labels, view.outside_bytes)
+            if g.utilization_pct is not None:
+                util.add_metric(labels, g.utilization_pct)
+            for proc in view.outside:
+                details = sample.details.get(proc.pid)
+                if proc.used_bytes is None or (details is not None and details.gone):
+                    continue   # never memory for a process that is gone
+                command = details.command[:_COMMAND_CHARS] if details is not None else ""
+                outside.add_metric([*labels, str(proc.pid), command], proc.used_bytes)
+        yield from (total, used, committed, ratio, uncapped, unaccounted, outside, util)
 
     def _complain(self, line: str) -> None:
         """Once per distinct problem: a scrape loop must not flood the log."""
@@ -136,7 +208,7 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str]
     sampler = Sampler(paths, directory)
     sampler.sample()   # the start of the first utilisation window; raises for a bad --region
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RegionCollector(sampler, pod_logs))
+    registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None))
     shown = f"[{host}]" if ":" in host else host
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)

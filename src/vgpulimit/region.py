@@ -84,6 +84,7 @@ class ProcessSnapshot:
     host_pid: int | None        # None: unknown
     comm: str
     used_bytes: Mapping[int, int] = field(default_factory=dict)  # device -> bytes, non-zero only
+    start_ticks: int = 0        # /proc/<pid>/stat starttime (0: not known): a reused pid is another
 
     @property
     def total_used_bytes(self) -> int:
@@ -377,6 +378,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 host_pid=int(slot.host_pid) or None,
                 comm=ffi.string(slot.comm).decode(errors="replace"),
                 used_bytes=used,
+                start_ticks=int(slot.start_time),
             )
         )
     return RegionSnapshot(

@@ -16,9 +16,17 @@ import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from vgpulimit import identity
 from vgpulimit.limits import format_bytes
+from vgpulimit.processes import (
+    ProcessDetails,
+    ProcessWatcher,
+    format_age,
+    host_pids,
+    in_initial_pid_namespace,
+)
 from vgpulimit.region import (
     DeviceSnapshot,
     ProcessSnapshot,
@@ -26,6 +34,9 @@ from vgpulimit.region import (
     RegionSnapshot,
     read_snapshot,
 )
+
+if TYPE_CHECKING:
+    from vgpulimit.node import NodeView
 
 _MAGIC = b"VGPULIM\0"
 
@@ -51,6 +62,15 @@ class ContainerView:
 class Sample:
     views: tuple[ContainerView, ...]
     errors: tuple[tuple[str, str], ...] = ()  # (path, why) of region files that could not be read
+    details: Mapping[int, ProcessDetails] = field(default_factory=dict)  # host pid -> the host's
+                                              # figures of each listed process; absent: not known
+    found_host_pids: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (pid, start
+                                              # time) -> host pid, for slots that know no host pid
+
+    def host_pid(self, proc: ProcessSnapshot) -> int | None:
+        """The process's pid on the host: its slot's, or found by its pid in
+        its container and its start time."""
+        return proc.host_pid or self.found_host_pids.get((proc.pid, proc.start_ticks))
 
 
 def find_regions(directory: str | os.PathLike) -> list[str]:
@@ -103,6 +123,10 @@ class Sampler:
         # Several: a node may keep regions in vgpulimit's layout and in HAMi's.
         self._directories = [directory] if isinstance(directory, str) else list(directory or ())
         self._previous: dict[str, RegionSnapshot] = {}
+        self.watcher = ProcessWatcher()
+        self._looked: set[int] = set()
+        # Host pids are ours to look up only where our /proc is the host's.
+        self._host_view = in_initial_pid_namespace()
 
     def sample(self, strict: bool = True) -> Sample:
         """Regions that cannot be read are reported in ``errors``; with
@@ -120,7 +144,30 @@ class Sampler:
                     raise
                 self._previous.pop(path, None)
                 errors.append((path, exc.reason))
-        return Sample(tuple(views), tuple(errors))
+        self.watcher.forget_others(self._looked)
+        self._looked = set()
+        details = {}
+        found = {}
+        if self._host_view:
+            if any(not p.host_pid and p.start_ticks for v in views for p in v.snapshot.processes):
+                host = host_pids()
+                found = {(p.pid, p.start_ticks): host[(p.pid, p.start_ticks)]
+                         for v in views for p in v.snapshot.processes
+                         if not p.host_pid and (p.pid, p.start_ticks) in host}
+            for view in views:
+                for proc in view.snapshot.processes:
+                    pid = proc.host_pid or found.get((proc.pid, proc.start_ticks))
+                    if pid:
+                        details[pid] = self.watcher.details(pid, proc.start_ticks)
+        self._looked.update(details)
+        return Sample(tuple(views), tuple(errors), details, found)
+
+    def look(self, pids: Iterable[int]) -> dict[int, ProcessDetails]:
+        """The host's figures of further processes (the driver's, in no region);
+        what was kept of processes no longer looked at is dropped."""
+        found = {pid: self.watcher.details(pid) for pid in pids} if self._host_view else {}
+        self._looked.update(found)
+        return found
 
     def _view(self, path: str, snap: RegionSnapshot) -> ContainerView:
         before = self._previous.get(path)
@@ -225,11 +272,36 @@ def _cores_text(cores_pct: int, policy: str) -> str:
     return f"{cores_pct}%" + ("" if policy == "hard" else f" {policy}")
 
 
-def render_text(view: ContainerView | RegionSnapshot) -> str:
+def process_row(proc: ProcessSnapshot, details: ProcessDetails | None,
+                host_pid: int | None = None) -> tuple[str, ...]:
+    """PID, HOST PID, USER, CPU, RSS, AGE, USED, COMMAND; a process that is
+    gone shows no memory."""
+    host = str(host_pid or proc.host_pid or "-")
+    if details is not None and details.gone:
+        return (str(proc.pid), host, "-", "-", "-", "-", "gone", proc.comm)
+    if details is None:
+        return (str(proc.pid), host, "-", "-", "-", "-", _process_used(proc), proc.comm)
+    return (str(proc.pid), host, details.user or "-",
+            "-" if details.cpu_pct is None else f"{details.cpu_pct:.0f}%",
+            _bytes_or_dash(details.rss_bytes), format_age(details.age_s), _process_used(proc),
+            details.command or proc.comm)
+
+
+PROCESS_HEADER = ("PID", "HOST PID", "USER", "CPU", "RSS", "AGE", "GPU MEMORY", "COMMAND")
+
+
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = None,
+                width: int = 80) -> str:
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
-    lines = [f"region {snap.path} (generation {snap.generation})", ""]
+    who = identity.of_region(snap.path)
+    named = f" - {who.name}" if who.name else ""
+    lines = [f"region {snap.path} (generation {snap.generation}){named}", ""]
     if snap.devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "OOM REFUSED"),
                         _device_rows(snap.devices))
@@ -241,29 +313,61 @@ def render_text(view: ContainerView | RegionSnapshot) -> str:
         lines.append("no limits set and no device seen yet")
     lines.append("")
     if snap.processes:
-        rows = [(str(p.pid), str(p.host_pid or "-"), p.comm, _process_used(p))
-                for p in snap.processes]
-        lines += _table(("PID", "HOST PID", "COMMAND", "USED"), rows)
+        sample = sample or Sample(())
+        rows = []
+        for proc in snap.processes:
+            host = sample.host_pid(proc)
+            rows.append(process_row(proc, sample.details.get(host or -1), host))
+        lines += [_cut(line, width) for line in _table(PROCESS_HEADER, rows)]
     else:
         lines.append("no processes attached")
     return "\n".join(lines) + "\n"
 
 
-def render_text_all(sample: Sample) -> str:
-    """Every container, one block each; unreadable region files at the end."""
+def render_text_all(sample: Sample, node: NodeView | None = None) -> str:
+    """The physical GPUs first (with ``node``), then every container, one
+    block each; unreadable region files at the end."""
+    head = ""
+    if node is not None:
+        from vgpulimit.node import render_text as render_node
+
+        head = render_node(node, sample)
     if not sample.views and not sample.errors:
-        return "no regions found\n"
-    blocks = [render_text(view) for view in sample.views]
+        return head + "\n" * bool(head) + "no regions found\n"
+    blocks = [head] * bool(head) + [render_text(view, sample) for view in sample.views]
     blocks += [f"region {path}: {why}\n" for path, why in sample.errors]
     return "\n".join(blocks)
 
 
-def to_json(view: ContainerView | RegionSnapshot) -> dict[str, Any]:
+def identity_json(who: identity.Identity) -> dict[str, Any]:
+    return {"container_id": who.container_id or None,
+            **{label: value or None for label, value in who.labels().items()},
+            "gpus": None if who.gpus is None else list(who.gpus)}
+
+
+def _process_json(proc: ProcessSnapshot, sample: Sample) -> dict[str, Any]:
+    host = sample.host_pid(proc)
+    details = sample.details.get(host or -1)
+    gone = details is not None and details.gone
+    return {
+        "pid": proc.pid,
+        "host_pid": host,
+        "comm": proc.comm,
+        "gone": gone,
+        "used_bytes": None if gone else proc.total_used_bytes,
+        "devices": [] if gone else [{"index": d, "used_bytes": n}
+                                    for d, n in sorted(proc.used_bytes.items())],
+        "host": None if details is None else details.to_json(),
+    }
+
+
+def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> dict[str, Any]:
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
     return {
         "region": snap.path,
+        "identity": identity_json(identity.of_region(snap.path)),
         "generation": snap.generation,
         "devices": [
             {
@@ -287,29 +391,25 @@ def to_json(view: ContainerView | RegionSnapshot) -> dict[str, Any]:
             }
             for dev in snap.devices
         ],
-        "processes": [
-            {
-                "pid": proc.pid,
-                "host_pid": proc.host_pid,
-                "comm": proc.comm,
-                "used_bytes": proc.total_used_bytes,
-                "devices": [{"index": d, "used_bytes": n}
-                            for d, n in sorted(proc.used_bytes.items())],
-            }
-            for proc in snap.processes
-        ],
+        "processes": [_process_json(proc, sample or Sample(())) for proc in snap.processes],
     }
 
 
-def render_json(view: ContainerView | RegionSnapshot) -> str:
-    return json.dumps(to_json(view), indent=2) + "\n"
+def render_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> str:
+    return json.dumps(to_json(view, sample), indent=2) + "\n"
 
 
-def render_json_all(sample: Sample) -> str:
-    return json.dumps({
-        "regions": [to_json(view) for view in sample.views],
+def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
+    document: dict[str, Any] = {}
+    if node is not None:
+        from vgpulimit.node import node_json
+
+        document |= node_json(node, sample)
+    document |= {
+        "regions": [to_json(view, sample) for view in sample.views],
         "errors": [{"region": path, "error": why} for path, why in sample.errors],
-    }, indent=2) + "\n"
+    }
+    return json.dumps(document, indent=2) + "\n"
 
 
 def take(paths: Iterable[str] = (), directory: str | Sequence[str] | None = None, interval_s: float = 0.0) -> Sample:

@@ -2,11 +2,12 @@
 through dlopen + dlsym("cuGetProcAddress_v2")): allocates BLOCK bytes COUNT
 times, frees one and allocates once more, and prints what it saw as JSON.
 
-    python cuda_fill.py BLOCK COUNT [--hold FILE] [--start FILE]
+    python cuda_fill.py BLOCK COUNT [--hold FILE] [--start FILE] [--device I]
 
 With --hold, it keeps its memory until FILE exists (for tests that run several
 clients at once). With --start, it sets up its context, prints {"ready": PID}
-and waits until FILE exists before it allocates (for clients that race)."""
+and waits until FILE exists before it allocates (for clients that race).  With
+--device, it allocates on device I as the process numbers it (default 0)."""
 
 import json
 import os
@@ -39,7 +40,7 @@ def main():
     options = dict(zip(sys.argv[3::2], sys.argv[4::2]))
     hold, start = options.get("--hold"), options.get("--start")
     check(cu.cuInit(0))
-    device = check(cu.cuDeviceGet(0))
+    device = check(cu.cuDeviceGet(int(options.get("--device", 0))))
     context = check(cu.cuDevicePrimaryCtxRetain(device))
     check(cu.cuCtxSetCurrent(context))
     report = {"pid": os.getpid(), "total_mem": int(check(cu.cuDeviceTotalMem(device)))}

@@ -28,6 +28,7 @@ for index in range(pynvml.nvmlDeviceGetCount()):
         "name": pynvml.nvmlDeviceGetName(handle),
         "uuid": uuid,
         "index_by_uuid": pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(uuid)),
+        "minor": pynvml.nvmlDeviceGetMinorNumber(handle),
         "total": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
         "utilization": [utilization.gpu, utilization.memory],
     })

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import IO
 
 from vgpulimit.oci import HookError
+from vgpulimit.oci.admit import Admission
 from vgpulimit.oci.install import install, remove
 from vgpulimit.oci.state import load_config, read_state
 
@@ -16,7 +17,7 @@ _INSTALL_STATUSES = frozenset({"creating", "created"})
 _REMOVE_STATUSES = frozenset({"stopped"})
 
 
-def run(stream: IO[str] | None, node_dir: Path) -> int:
+def run(stream: IO[str] | None, node_dir: Path, admission: Admission | None = None) -> int:
     state = read_state(stream)
     if state.status in _REMOVE_STATUSES:
         remove(state, node_dir)
@@ -24,5 +25,5 @@ def run(stream: IO[str] | None, node_dir: Path) -> int:
     if state.status not in _INSTALL_STATUSES:
         raise HookError(f"container status {state.status!r}: the hook runs at createRuntime or "
                         "prestart (status creating or created) and poststop (stopped)")
-    install(state, load_config(state.bundle), node_dir)
+    install(state, load_config(state.bundle), node_dir, admission)
     return 0

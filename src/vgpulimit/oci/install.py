@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Mapping
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vgpulimit import identity
+from vgpulimit.identity import Identity
 from vgpulimit.oci import (
     CONTAINER_DIR,
     CONTAINER_REGION,
@@ -18,6 +21,7 @@ from vgpulimit.oci import (
     SHIM_PATH,
     HookError,
 )
+from vgpulimit.oci.admit import Admission, given_gpus, node_lock
 from vgpulimit.oci.elf import check_architecture, check_glibc, elf_kind
 from vgpulimit.oci.manifest import Manifest
 from vgpulimit.oci.mounts import (
@@ -35,6 +39,7 @@ from vgpulimit.oci.preload import preload_tokens, with_line, without_line
 from vgpulimit.oci.request import requested
 from vgpulimit.oci.rootfs import Rootfs, split_path
 from vgpulimit.oci.state import State, rootfs_of
+from vgpulimit.oci.state import annotations as config_annotations
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,8 @@ def _open_dir(path: Path) -> int:
     return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
-def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int]) -> _Prepared:
+def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
+                  who: Identity) -> _Prepared:
     from vgpulimit._paths import libpath
     from vgpulimit.region import Region, RegionError
 
@@ -62,6 +68,13 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int]) -> 
     entry = node_dir / name
     entry.mkdir(mode=0o700, exist_ok=True)
     region_path = entry / REGION_NAME
+    entry_fd = _open_dir(entry)
+    try:
+        # Before the region: a view that finds the region finds who it is.
+        identity.write(entry_fd, who)
+    except OSError:
+        os.close(entry_fd)
+        raise
     if not region_path.exists():
         try:
             with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
@@ -71,7 +84,7 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int]) -> 
         except RegionError as exc:
             raise HookError(str(exc)) from None
         os.chown(region_path, *owner)
-    return _Prepared(node_fd=_open_dir(node_dir), entry_fd=_open_dir(entry),
+    return _Prepared(node_fd=_open_dir(node_dir), entry_fd=entry_fd,
                      tree=clone_mount(str(region_path)), region=os.stat(region_path), shim=shim)
 
 
@@ -83,7 +96,8 @@ def _remove_entry(node_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     try:
-        for file in (REGION_NAME, MANIFEST, f".{MANIFEST}.tmp"):
+        for file in (REGION_NAME, MANIFEST, f".{MANIFEST}.tmp", identity.IDENTITY_NAME,
+                     f".{identity.IDENTITY_NAME}.tmp"):
             try:
                 os.unlink(file, dir_fd=entry_fd)
             except FileNotFoundError:
@@ -204,10 +218,15 @@ def _lock(rootfs: Rootfs, read_only_root: bool) -> None:
             os.close(fd)
 
 
-def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
-    """Installs the shim if the container asks for limits."""
+def install(state: State, config: Mapping[str, Any], node_dir: Path,
+            admission: Admission | None = None) -> None:
+    """Installs the shim if the container asks for limits; with
+    ``admission``, first refuses a container that does not fit."""
     limits = requested(config)
     if limits is None:
+        if admission is not None:
+            with node_lock(node_dir):
+                admission.check(state.id, config, None, node_dir)
         return
     if state.pid is None:
         raise HookError(f"the container state has no pid (status {state.status!r}): run the "
@@ -224,8 +243,12 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path) -> None:
     elif manifest.locked:
         return   # installed by an earlier run of the hook (prestart, then createRuntime)
     try:
-        prepared = _prepare_node(node_dir, state.id, limits, owner)
-        manifest.save(prepared.entry_fd)
+        with node_lock(node_dir) if admission is not None else contextlib.nullcontext():
+            gpus = (admission.check(state.id, config, limits, node_dir) if admission is not None
+                    else given_gpus(config))
+            who = identity.from_annotations(state.id, config_annotations(config), gpus)
+            prepared = _prepare_node(node_dir, state.id, limits, owner, who)
+            manifest.save(prepared.entry_fd)
     except (HookError, OSError) as exc:
         if node_dir.is_dir():
             node_fd = _open_dir(node_dir)

@@ -1,0 +1,370 @@
+"""The node as its operator sees it: every physical GPU as the NVIDIA driver
+counts it (NVML, through nvidia-ml-py), and on each the containers whose
+regions use it, joined with the driver's own figures.
+
+Per GPU: what the driver says is used, what the regions on it use, and the
+difference, "outside any cap" -- split into processes the driver lists that
+are in no region (another tenant, a process that escaped the shim) and the
+rest (the driver's own, processes it does not list).  The caps on a GPU added
+up are what is committed on it; above its memory, the GPU is over-committed.
+
+A region is placed on a GPU by the UUID its processes recorded for a device
+and, for devices no process has used yet, by the GPUs the hook found the
+container was given (identity.py).  Reads only; a node without a driver is
+one line (``NodeView.error``), not a failure."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpulimit.identity import Identity, of_region
+from vgpulimit.limits import format_bytes
+from vgpulimit.processes import format_age
+from vgpulimit.region import DeviceSnapshot
+from vgpulimit.status import ContainerView, Sample, Sampler
+
+
+class NvmlError(RuntimeError):
+    """NVML cannot be loaded or answered; the message is one line."""
+
+
+@dataclass(frozen=True)
+class DriverProcess:
+    pid: int                      # in the host's pid namespace
+    used_bytes: int | None        # None: the driver does not say (NVML_VALUE_NOT_AVAILABLE)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as NVML reports it."""
+
+    index: int
+    uuid: str
+    name: str
+    bus_id: str
+    total_bytes: int
+    used_bytes: int               # as the driver counts it
+    utilization_pct: int | None   # None: not supported
+    processes: tuple[DriverProcess, ...] = ()
+    minor: int | None = None      # /dev/nvidia<minor>; None: not known
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@contextlib.contextmanager
+def nvml() -> Iterator:
+    """pynvml, initialised for the block."""
+    try:
+        import pynvml
+    except ImportError:
+        raise NvmlError("nvidia-ml-py (pynvml) is not installed") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise NvmlError(f"NVML: {exc} (is the NVIDIA driver loaded?)") from None
+    try:
+        yield pynvml
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def read_gpus() -> tuple[Gpu, ...]:
+    """Every GPU of the node; NvmlError when NVML cannot say."""
+    with nvml() as pynvml:
+        def optional(call, *args):
+            try:
+                return call(*args)
+            except pynvml.NVMLError:
+                return None
+
+        gpus = []
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            for index in range(count):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                pci = optional(pynvml.nvmlDeviceGetPciInfo, handle)
+                util = optional(pynvml.nvmlDeviceGetUtilizationRates, handle)
+                procs: dict[int, DriverProcess] = {}
+                for lister in (pynvml.nvmlDeviceGetComputeRunningProcesses,
+                               pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+                    for p in optional(lister, handle) or []:
+                        procs.setdefault(int(p.pid), DriverProcess(
+                            int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)))
+                gpus.append(Gpu(
+                    index=index,
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    bus_id=_text(pci.busId) if pci is not None else "",
+                    total_bytes=int(memory.total),
+                    used_bytes=int(memory.used),
+                    utilization_pct=None if util is None else int(util.gpu),
+                    processes=tuple(procs.values()),
+                    minor=optional(pynvml.nvmlDeviceGetMinorNumber, handle),
+                ))
+        except pynvml.NVMLError as exc:
+            raise NvmlError(f"NVML: {exc}") from None
+        return tuple(gpus)
+
+
+# -- regions on GPUs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One container's part of one GPU."""
+
+    view: ContainerView
+    identity: Identity
+    index: int                    # the device as the container numbers it
+    device: DeviceSnapshot | None  # None: given to the container, no cap, not used yet
+    cap_bytes: int | None         # None: no cap
+
+    @property
+    def used_bytes(self) -> int:
+        return self.device.used_bytes if self.device is not None else 0
+
+    @property
+    def share_pct(self) -> float | None:
+        return self.view.share_pct.get(self.index)
+
+    @property
+    def throttled_ns(self) -> int:
+        return self.device.throttled_ns if self.device is not None else 0
+
+    @property
+    def name(self) -> str:
+        return self.identity.name or self.view.path
+
+
+@dataclass(frozen=True)
+class GpuView:
+    gpu: Gpu
+    tenants: tuple[Tenant, ...]
+    outside: tuple[DriverProcess, ...]   # the driver's processes that are in no region
+
+    @property
+    def committed_bytes(self) -> int:
+        """The caps on this GPU added up (containers with no cap count nothing)."""
+        return sum(t.cap_bytes or 0 for t in self.tenants)
+
+    @property
+    def uncapped(self) -> int:
+        return sum(1 for t in self.tenants if t.cap_bytes is None)
+
+    @property
+    def commit_ratio(self) -> float:
+        """Committed over the GPU's memory; above 1: over-committed."""
+        return self.committed_bytes / self.gpu.total_bytes if self.gpu.total_bytes else 0.0
+
+    @property
+    def overcommitted(self) -> bool:
+        return self.committed_bytes > self.gpu.total_bytes
+
+    @property
+    def regions_used_bytes(self) -> int:
+        return sum(t.used_bytes for t in self.tenants)
+
+    @property
+    def outside_bytes(self) -> int:
+        """What the driver counts as used that no region holds; negative only
+        when the two were read a moment apart while memory moved."""
+        return self.gpu.used_bytes - self.regions_used_bytes
+
+    @property
+    def outside_processes_bytes(self) -> int:
+        return sum(p.used_bytes or 0 for p in self.outside)
+
+    @property
+    def outside_other_bytes(self) -> int:
+        """Outside any cap and in no process the driver lists: the driver's own."""
+        return self.outside_bytes - self.outside_processes_bytes
+
+
+@dataclass(frozen=True)
+class NodeView:
+    gpus: tuple[GpuView, ...] = ()
+    error: str | None = None      # why there is no physical view (no driver); None: there is
+    elsewhere: tuple[tuple[ContainerView, int], ...] = field(default=())   # (region, device)
+                                  # on a GPU that NVML does not list (another node's, or gone)
+
+
+def _placements(view: ContainerView, identity: Identity,
+                by_uuid: dict[str, Gpu]) -> Iterator[tuple[str | None, Tenant]]:
+    """(GPU UUID, tenant) for each device of the region; the UUID is None
+    for a device with a cap that no process has used and that the container
+    may not have (VGPULIMIT_MEMORY caps all sixteen)."""
+    devices = {dev.index: dev for dev in view.snapshot.devices}
+    given = identity.gpus or ()
+    for index in sorted(set(devices) | set(range(len(given)))):
+        dev = devices.get(index)
+        uuid = dev.uuid if dev is not None and dev.uuid else (
+            given[index] if index < len(given) else None)
+        total = by_uuid[uuid].total_bytes if uuid in by_uuid else 0
+        cap = None
+        if dev is not None and dev.limit is not None:
+            cap = dev.cap_bytes if dev.cap_bytes is not None else (
+                dev.limit.cap_bytes(total) if total else None)
+        yield uuid, Tenant(view, identity, index, dev, cap)
+
+
+def build(sample: Sample, gpus: Sequence[Gpu]) -> NodeView:
+    by_uuid = {gpu.uuid: gpu for gpu in gpus}
+    on: dict[str, list[Tenant]] = {gpu.uuid: [] for gpu in gpus}
+    elsewhere = []
+    inside: set[int] = set()
+    for view in sample.views:
+        identity = of_region(view.path)
+        inside.update(pid for p in view.snapshot.processes if (pid := sample.host_pid(p)))
+        for uuid, tenant in _placements(view, identity, by_uuid):
+            if uuid in on:
+                on[uuid].append(tenant)
+            elif uuid is not None:
+                elsewhere.append((view, tenant.index))
+    views = tuple(
+        GpuView(gpu, tuple(on[gpu.uuid]), tuple(p for p in gpu.processes if p.pid not in inside))
+        for gpu in gpus)
+    return NodeView(views, None, tuple(elsewhere))
+
+
+def take(sampler: Sampler) -> tuple[Sample, NodeView]:
+    """A sample of the regions and the node view of it, the GPUs read just
+    after; the driver's processes outside any region are looked up too
+    (their figures join the sample's)."""
+    sample = sampler.sample(strict=False)
+    try:
+        gpus = read_gpus()
+    except NvmlError as exc:
+        return sample, NodeView(error=str(exc))
+    node = build(sample, gpus)
+    outside = {p.pid for gpu in node.gpus for p in gpu.outside}
+    details = {**sample.details, **sampler.look(outside)}
+    return dataclasses.replace(sample, details=details), node
+
+
+# -- rendering (status) ----------------------------------------------------------------------------
+
+
+def tail(text: str, width: int) -> str:
+    """The end of ``text`` in ``width`` characters: a path's end tells it apart."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+
+
+def commit_text(gpu: GpuView) -> str:
+    """"committed 18 GiB of 16 GiB (1.12x, over-committed); 1 container without a cap"."""
+    text = (f"committed {format_bytes(gpu.committed_bytes)} of "
+            f"{format_bytes(gpu.gpu.total_bytes)} ({gpu.commit_ratio:.2f}x"
+            + (", OVER-COMMITTED)" if gpu.overcommitted else ")"))
+    if gpu.uncapped:
+        text += f"; {gpu.uncapped} container{'s' * (gpu.uncapped != 1)} without a cap"
+    return text
+
+
+def outside_text(gpu: GpuView) -> str:
+    count = len(gpu.outside)
+    return (f"outside any cap {format_bytes(max(gpu.outside_bytes, 0))}: "
+            f"{format_bytes(gpu.outside_processes_bytes)} in {count} "
+            f"process{'es' * (count != 1)}, {format_bytes(max(gpu.outside_other_bytes, 0))} other")
+
+
+def _share(tenant: Tenant) -> str:
+    share = tenant.share_pct
+    return "n/a" if share is None else f"{share:.0f}%"
+
+
+def render_text(node: NodeView, sample: Sample, width: int = 80) -> str:
+    from vgpulimit.status import PROCESS_HEADER, _table
+
+    if node.error is not None:
+        return f"no physical view: {node.error}\n"
+    lines: list[str] = []
+    for gpu in node.gpus:
+        g = gpu.gpu
+        util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
+        count = len(gpu.tenants)
+        lines += [f"GPU {g.index}: {g.name}, bus {g.bus_id or '-'}, utilisation {util}",
+                  f"  {g.uuid}",
+                  f"  used {format_bytes(g.used_bytes)} of {format_bytes(g.total_bytes)} as the "
+                  + f"driver counts it: {format_bytes(gpu.regions_used_bytes)} in {count} "
+                  + f"container{'s' * (count != 1)}",
+                  f"  {outside_text(gpu)}",
+                  f"  {commit_text(gpu)}"]
+        if gpu.tenants:
+            rows = [(tail(t.name, 32), str(t.index), _bytes(t.cap_bytes, "none"),
+                     format_bytes(t.used_bytes), _share(t), f"{t.throttled_ns / 1e9:.1f} s")
+                    for t in gpu.tenants]
+            lines += ["  " + line for line in
+                      _table(("CONTAINER", "DEV", "CAP", "USED", "SHARE", "THROTTLED"), rows)]
+        if gpu.outside:
+            looked = sample.details
+            rows = [_outside_row(p, looked.get(p.pid)) for p in gpu.outside]
+            lines += ["  outside any cap:"]
+            lines += [_cut("  " + line, width) for line in _table(PROCESS_HEADER[1:], rows)]
+        lines.append("")
+    for view, index in node.elsewhere:
+        lines.append(f"region {view.path} device {index}: on a GPU this node's driver does "
+                     "not list")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _bytes(count: int | None, none: str = "-") -> str:
+    return none if count is None else format_bytes(count)
+
+
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def _outside_row(proc: DriverProcess, details) -> tuple[str, ...]:
+    if details is not None and details.gone:
+        return (str(proc.pid), "-", "-", "-", "-", "gone", "")
+    used = _bytes(proc.used_bytes, "n/a")
+    if details is None:
+        return (str(proc.pid), "-", "-", "-", "-", used, "")
+    return (str(proc.pid), details.user or "-",
+            "-" if details.cpu_pct is None else f"{details.cpu_pct:.0f}%",
+            _bytes(details.rss_bytes), format_age(details.age_s), used, details.command)
+
+
+def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
+    from vgpulimit.status import identity_json
+
+    if node.error is not None:
+        return {"gpus": None, "gpus_error": node.error}
+    gpus = []
+    for gpu in node.gpus:
+        g = gpu.gpu
+        outside = []
+        for p in gpu.outside:
+            details = sample.details.get(p.pid)
+            gone = details is not None and details.gone
+            outside.append({"pid": p.pid, "gone": gone,
+                            "used_bytes": None if gone else p.used_bytes,
+                            "host": None if details is None else details.to_json()})
+        gpus.append({
+            "index": g.index, "uuid": g.uuid, "name": g.name, "bus_id": g.bus_id,
+            "total_bytes": g.total_bytes, "used_bytes": g.used_bytes,
+            "utilization_pct": g.utilization_pct,
+            "regions_used_bytes": gpu.regions_used_bytes,
+            "outside_bytes": gpu.outside_bytes,
+            "outside_processes_bytes": gpu.outside_processes_bytes,
+            "outside_other_bytes": gpu.outside_other_bytes,
+            "committed_bytes": gpu.committed_bytes,
+            "commit_ratio": gpu.commit_ratio,
+            "overcommitted": gpu.overcommitted,
+            "uncapped": gpu.uncapped,
+            "containers": [{"region": t.view.path, "device": t.index,
+                            "identity": identity_json(t.identity),
+                            "cap_bytes": t.cap_bytes, "used_bytes": t.used_bytes,
+                            "compute_share_pct": t.share_pct, "throttled_ns": t.throttled_ns}
+                           for t in gpu.tenants],
+            "outside_processes": outside,
+        })
+    return {"gpus": gpus, "gpus_error": None}

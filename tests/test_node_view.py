@@ -1,0 +1,216 @@
+"""The node as its operator sees it (issue 13): every simulated GPU as NVML
+counts it, the containers on each joined with the driver's figures, memory
+outside any cap, caps committed against the GPU's memory, and the host's
+figures of each process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pexpect
+import pytest
+from conftest import GiB, MiB, run, vgpulimit_cmd
+from containers import container, outsider
+from test_views import scrape
+
+
+def node_json(env, node) -> dict:
+    return json.loads(run(vgpulimit_cmd("status", "--all", node, "--json", "--interval", "0"),
+                          env).stdout)
+
+
+def adds_up(gpu) -> None:
+    """What the regions hold and what is outside any cap make what the driver counts."""
+    regions = sum(c["used_bytes"] for c in gpu["containers"])
+    assert regions == gpu["regions_used_bytes"]
+    assert regions + gpu["outside_bytes"] == gpu["used_bytes"]
+    outside = sum(p["used_bytes"] for p in gpu["outside_processes"])
+    assert outside + gpu["outside_other_bytes"] == gpu["outside_bytes"]
+
+
+def test_one_gpu_two_regions_and_a_process_outside_add_up(sim_env, tmp_path):
+    node = tmp_path / "node"
+    with outsider(sim_env, tmp_path, 1 * GiB) as other, \
+            container(sim_env, node / "a" / "region", ["--memory", "8GiB"], [(256 * MiB, 2)]), \
+            container(sim_env, node / "b" / "region", ["--memory", "4GiB"], [(512 * MiB, 1)]):
+        data = node_json(sim_env, node)
+        text = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), sim_env).stdout
+    [gpu] = data["gpus"]
+    assert gpu["name"] and gpu["uuid"].startswith("GPU-") and gpu["bus_id"]
+    assert gpu["total_bytes"] == 16 * GiB
+    assert gpu["used_bytes"] == 2 * GiB
+    used = {c["region"]: (c["cap_bytes"], c["used_bytes"]) for c in gpu["containers"]}
+    assert used == {str(node / "a" / "region"): (8 * GiB, 512 * MiB),
+                    str(node / "b" / "region"): (4 * GiB, 512 * MiB)}
+    adds_up(gpu)
+    [outside] = gpu["outside_processes"]
+    assert (outside["pid"], outside["used_bytes"], outside["gone"]) == (other["pid"], GiB, False)
+    assert "cuda_fill.py" in outside["host"]["command"]
+    assert gpu["outside_other_bytes"] == 0
+    assert (gpu["committed_bytes"], gpu["commit_ratio"], gpu["overcommitted"]) == \
+           (12 * GiB, 0.75, False)
+    assert "committed 12 GiB of 16 GiB (0.75x)" in text
+    assert "outside any cap 1 GiB: 1 GiB in 1 process, 0 B other" in text
+    gpus_part = text.split("\nregion ")[0]
+    assert max(len(line) for line in gpus_part.splitlines()) <= 80
+
+
+def test_two_gpus_three_regions_over_commit_one(sim_env, tmp_path):
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    node = tmp_path / "node"
+    with outsider(env, tmp_path, 512 * MiB, device=1) as other, \
+            container(env, node / "a" / "region", ["--memory-device", "0=8GiB"],
+                      [(256 * MiB, 1, 0)]), \
+            container(env, node / "b" / "region", ["--memory-device", "0=10GiB"],
+                      [(512 * MiB, 1, 0)]), \
+            container(env, node / "c" / "region", ["--memory-device", "1=4GiB"],
+                      [(128 * MiB, 1, 1)]):
+        data = node_json(env, node)
+        text = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), env).stdout
+    gpu0, gpu1 = data["gpus"]
+    assert gpu0["uuid"] != gpu1["uuid"] and gpu0["bus_id"] != gpu1["bus_id"]
+    for gpu in (gpu0, gpu1):
+        adds_up(gpu)
+    capped0 = {c["region"]: c["cap_bytes"] for c in gpu0["containers"] if c["cap_bytes"]}
+    assert capped0 == {str(node / "a" / "region"): 8 * GiB, str(node / "b" / "region"): 10 * GiB}
+    assert (gpu0["committed_bytes"], gpu0["commit_ratio"], gpu0["overcommitted"]) == \
+           (18 * GiB, 1.125, True)
+    assert (gpu0["used_bytes"], gpu0["outside_bytes"]) == (768 * MiB, 0)
+    capped1 = {c["region"]: c["cap_bytes"] for c in gpu1["containers"] if c["cap_bytes"]}
+    assert capped1 == {str(node / "c" / "region"): 4 * GiB}
+    assert (gpu1["committed_bytes"], gpu1["overcommitted"]) == (4 * GiB, False)
+    assert gpu1["used_bytes"] == 640 * MiB
+    assert [(p["pid"], p["used_bytes"]) for p in gpu1["outside_processes"]] == \
+           [(other["pid"], 512 * MiB)]
+    assert "committed 18 GiB of 16 GiB (1.12x, OVER-COMMITTED)" in text
+    assert "committed 4 GiB of 16 GiB (0.25x)" in text
+
+
+def test_metrics_of_the_node(sim_env, tmp_path):
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    node = tmp_path / "node"
+    with outsider(env, tmp_path, 1 * GiB) as other, \
+            container(env, node / "a" / "region", ["--memory-device", "0=12GiB"],
+                      [(256 * MiB, 1)]), \
+            container(env, node / "b" / "region", ["--memory-device", "0=8GiB"],
+                      [(256 * MiB, 1)]):
+        uuids = [g["uuid"] for g in node_json(env, node)["gpus"]]
+        server = subprocess.Popen(
+            list(map(str, vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--all", node))),
+            env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            url = server.stderr.readline().split()[-1]
+            samples = scrape(url)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    def gpu(name, index):
+        [value] = [v for (n, labels), v in samples.items()
+                   if n == name and dict(labels)["uuid"] == uuids[index]]
+        return value
+
+    assert gpu("vgpulimit_gpu_memory_total_bytes", 0) == 16 * GiB
+    assert gpu("vgpulimit_gpu_memory_used_bytes", 0) == 1536 * MiB
+    assert gpu("vgpulimit_gpu_memory_committed_bytes", 0) == 20 * GiB
+    assert gpu("vgpulimit_gpu_memory_committed_ratio", 0) == 1.25
+    assert gpu("vgpulimit_gpu_memory_unaccounted_bytes", 0) == 1 * GiB
+    assert gpu("vgpulimit_gpu_memory_committed_bytes", 1) == 0
+    [(labels, value)] = [(dict(labels), v) for (n, labels), v in samples.items()
+                         if n == "vgpulimit_gpu_process_unaccounted_bytes"]
+    assert (labels["host_pid"], labels["gpu"], value) == (str(other["pid"]), "0", GiB)
+    assert "cuda_fill.py" in labels["command"]
+    # Regions without an identity (not set up by the hook) carry empty names.
+    region_used = {dict(labels)["region"]: (dict(labels)["pod"], v)
+                   for (n, labels), v in samples.items() if n == "vgpulimit_memory_used_bytes"}
+    assert region_used == {str(node / "a" / "region"): ("", 256 * MiB),
+                           str(node / "b" / "region"): ("", 256 * MiB)}
+
+
+def test_a_vanished_process_is_never_listed_with_memory(sim_env, tmp_path):
+    node = tmp_path / "node"
+    with outsider(sim_env, tmp_path, 1 * GiB) as other, \
+            container(sim_env, node / "a" / "region", ["--memory", "8GiB"],
+                      [(256 * MiB, 1), (128 * MiB, 1)]) as reports:
+        victim = reports[0]["pid"]
+        for pid in (victim, other["pid"]):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        data = node_json(sim_env, node)
+        text = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), sim_env).stdout
+    listed = [p for r in data["regions"] for p in r["processes"]]
+    listed += [p for g in data["gpus"] for p in g["outside_processes"]]
+    for proc in listed:
+        if proc["pid"] in (victim, other["pid"]) or proc.get("host_pid") == victim:
+            assert proc["gone"] and proc["used_bytes"] is None
+    [region] = data["regions"]
+    held = sum(p["used_bytes"] for p in region["processes"] if not p["gone"])
+    assert region["devices"][0]["used_bytes"] == held
+    assert held in (128 * MiB, 256 * MiB)   # the other one's
+    for line in text.splitlines():
+        if f" {victim} " in f" {line} " or f" {other['pid']} " in f" {line} ":
+            assert "gone" in line and "MiB" not in line and "GiB" not in line, line
+
+
+def test_a_process_that_exited_is_gone(tmp_path):
+    from vgpulimit.processes import ProcessWatcher
+
+    watcher = ProcessWatcher()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = watcher.details(proc.pid)
+        assert not alive.gone and "time.sleep(60)" in alive.command and alive.rss_bytes > 0
+        # Its slot recorded another start time: the pid is another process's now.
+        assert watcher.details(proc.pid, start_ticks=1).gone
+    finally:
+        proc.kill()
+        proc.wait()
+    assert watcher.details(proc.pid).gone
+
+
+def test_without_a_driver_the_node_view_is_one_line(sim_env, tmp_path):
+    env = {k: v for k, v in sim_env.items() if k != "LD_LIBRARY_PATH"}
+    (tmp_path / "node").mkdir()
+    result = run(vgpulimit_cmd("status", "--all", tmp_path / "node", "--interval", "0"), env)
+    assert result.stdout.startswith("no physical view: NVML")
+    assert result.stdout.count("\n") == 3   # that line, a blank one, "no regions found"
+
+
+@pytest.mark.parametrize("size", [(30, 80)])
+def test_top_shows_gpus_containers_and_processes_at_80_columns(sim_env, tmp_path, size):
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    node = tmp_path / "node"
+    with outsider(env, tmp_path, 1 * GiB) as other, \
+            container(env, node / "a" / "region", ["--memory-device", "0=12GiB"],
+                      [(256 * MiB, 1)]) as [holder], \
+            container(env, node / "b" / "region", ["--memory-device", "0=8GiB"],
+                      [(512 * MiB, 1)]):
+        top = pexpect.spawn(sys.executable, ["-m", "vgpulimit", "top", "--all", str(node)],
+                            env=dict(env, TERM="xterm"), dimensions=size,
+                            encoding="utf-8", timeout=30)
+        try:
+            top.expect_exact("OVER-COMMITTED")
+            top.expect_exact(str(holder["pid"]))
+            top.send("s")
+            top.expect_exact("order (by cpu)")
+            top.send("1")
+            top.expect_exact("showing GPU 1")
+            top.expect_exact("committed 0 B of 16 GiB")
+            top.send("q")
+            top.expect(pexpect.EOF)
+        finally:
+            top.close(force=True)
+        once = run(vgpulimit_cmd("top", "-1", "--all", node), dict(env, COLUMNS="80")).stdout
+    assert top.exitstatus == 0
+    lines = once.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    gpu0 = next(i for i, line in enumerate(lines) if line.startswith("GPU 0"))
+    gpu1 = next(i for i, line in enumerate(lines) if line.startswith("GPU 1"))
+    block0 = "\n".join(lines[gpu0:gpu1])
+    assert "20 GiB of 16 GiB" in block0 and "OVER-COMMITTED" in block0
+    assert str(holder["pid"]) in block0 and str(other["pid"]) in block0
