@@ -273,6 +273,11 @@ def test_the_daemonset_installs_the_hook_and_serves_metrics(manifests):
     assert port["containerPort"] == listen_port
     [service_port] = service["spec"]["ports"]
     assert service_port["targetPort"] == port["name"]
+    # The node view joins the driver's host pids and sees every GPU through NVML.
+    assert pod["spec"]["hostPID"] is True
+    env = {e["name"]: e["value"] for e in by_name["metrics"]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert "utility" in env["NVIDIA_DRIVER_CAPABILITIES"].split(",")
 
 
 def test_the_kubernetes_page_names_the_paths_the_manifests_install(manifests):

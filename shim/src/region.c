@@ -200,6 +200,8 @@ void vgl_region_close(struct vgl_region *region)
     }
 }
 
+const char *vgl_region_magic(void) { return MAGIC; }
+
 const char *vgl_region_strerror(int err)
 {
     switch (err) {

@@ -30,6 +30,7 @@ MAX_DEVICES: int = lib.VGL_MAX_DEVICES
 PARENT_LEN: int = lib.VGL_PARENT_LEN
 MAX_SLOTS: int = lib.VGL_MAX_SLOTS
 REGION_BYTES: int = ffi.sizeof("struct vgl_region")
+MAGIC: bytes = bytes(ffi.buffer(lib.vgl_region_magic(), 8))
 
 
 class RegionError(OSError):

@@ -28,6 +28,7 @@ from vgpulimit.processes import (
     in_initial_pid_namespace,
 )
 from vgpulimit.region import (
+    MAGIC,
     DeviceSnapshot,
     ProcessSnapshot,
     RegionError,
@@ -37,8 +38,6 @@ from vgpulimit.region import (
 
 if TYPE_CHECKING:
     from vgpulimit.node import NodeView
-
-_MAGIC = b"VGPULIM\0"
 
 
 # -- reading regions -------------------------------------------------------------------------------
@@ -97,7 +96,7 @@ def _starts_like_a_region(path: str) -> bool:
     except OSError:
         return False
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(_MAGIC)) == _MAGIC
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC)) == MAGIC
     except OSError:
         return False
     finally:

@@ -135,6 +135,8 @@ int vgl_region_check(const void *image, uint64_t size);
 void vgl_region_close(struct vgl_region *region);
 /* One line saying what a negative result of create/open means for `path`. */
 const char *vgl_region_strerror(int err);
+/* The 8 bytes every region file starts with ("VGPULIM" and a NUL). */
+const char *vgl_region_magic(void);
 
 /* Claims a free slot for `pid` (host_pid 0 if unknown). */
 int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid,
