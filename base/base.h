@@ -10,6 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
+
+/* clock.c — `clock` (CLOCK_MONOTONIC, ..._COARSE where a read must be cheap,
+ * CLOCK_REALTIME for the driver's timestamps) in nanoseconds. */
+uint64_t vgl_clock_ns(clockid_t clock);
 
 /* identity.c — a process over time and across pid namespaces. */
 

@@ -31,7 +31,7 @@ def main() -> None:
         subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'shim' / 'include'}",
                         f"-I{src}", f"-I{base}", "-o", str(binary), str(ROOT / "tests" / "c" / "core_test.c"),
                         *(str(src / f) for f in ("limits.c", "region.c", "slot_owner.c", "ledger.c", "log.c")),
-                        *(str(base / f) for f in ("identity.c", "robust.c", "create.c", "number.c")),
+                        *(str(base / f) for f in ("clock.c", "identity.c", "robust.c", "create.c", "number.c")),
                         "-lpthread"], check=True)
         for run in range(args.runs):
             scratch = Path(tmp) / f"run{run}"

@@ -11,7 +11,7 @@ import pytest
 from conftest import BASE, C_DIR, SHIM_SRC, base_env, compile_c, cuda_toolkit_include, have, run
 
 CORE_SOURCES = [*(SHIM_SRC / name for name in ("limits.c", "region.c", "slot_owner.c", "ledger.c", "log.c")),
-                *(BASE / name for name in ("identity.c", "robust.c", "create.c", "number.c"))]
+                *(BASE / name for name in ("clock.c", "identity.c", "robust.c", "create.c", "number.c"))]
 
 
 def test_core_under_sanitizers(tmp_path):

@@ -191,13 +191,6 @@ void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot, uint32
 /* How long a recount waits for a change under way to end. */
 #define RECOUNT_WAIT_NS 100000000ULL
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Waits until no change of `slot`'s is under way: true, or false when it
  * stays under way for RECOUNT_WAIT_NS.  A slot whose process is found gone
  * is dead: its change under way never ends, and the recount drops it. */
@@ -213,7 +206,7 @@ static bool settle(const struct vgl_region *region, struct vgl_slot *slot)
             __atomic_store_n(&slot->state, VGL_SLOT_DEAD, __ATOMIC_RELEASE);
             return true;
         }
-        uint64_t now = now_ns();
+        uint64_t now = vgl_clock_ns(CLOCK_MONOTONIC);
         if (!deadline)
             deadline = now + RECOUNT_WAIT_NS;
         else if (now > deadline)

@@ -457,13 +457,6 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     return rc;
 }
 
-static unsigned long long now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u;
-}
-
 /* The driver's device figure, attributed to the container by its processes'
  * part of the per-process samples of the last second (the driver knows its
  * own window and sample period; their ratio needs neither), then scaled to
@@ -478,7 +471,8 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
         return rc;
     nvmlProcessUtilizationSample_t *samples;
     unsigned int n;
-    nvmlReturn_t got = all_samples(device, now_us() - UTILIZATION_WINDOW_US, &samples, &n);
+    unsigned long long now_us = vgl_clock_ns(CLOCK_REALTIME) / 1000u; /* the driver's timestamps */
+    nvmlReturn_t got = all_samples(device, now_us - UTILIZATION_WINDOW_US, &samples, &n);
     if (got != NVML_SUCCESS && got != NVML_ERROR_NOT_FOUND)
         return rc;
     unsigned long long sm_all = 0, sm_own = 0, mem_all = 0, mem_own = 0;
@@ -505,7 +499,8 @@ bool vgl_others_busy(int device, unsigned long long window_us)
         return true;
     nvmlProcessUtilizationSample_t *samples;
     unsigned int n;
-    nvmlReturn_t rc = all_samples(visible.handle[device], now_us() - window_us, &samples, &n);
+    unsigned long long now_us = vgl_clock_ns(CLOCK_REALTIME) / 1000u;
+    nvmlReturn_t rc = all_samples(visible.handle[device], now_us - window_us, &samples, &n);
     if (rc == NVML_ERROR_NOT_FOUND)
         return false; /* nothing ran at all */
     if (rc != NVML_SUCCESS) {

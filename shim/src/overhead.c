@@ -56,24 +56,17 @@ static bool nvml_usage(int device, uint64_t *bytes)
     return false;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void vgl_overhead_check(int device)
 {
     uint64_t last = __atomic_load_n(&checked_at[device], __ATOMIC_RELAXED);
-    if (VGL_LIKELY(last && now_ns() - last < RECHECK_NS))
+    if (VGL_LIKELY(last && vgl_clock_ns(CLOCK_MONOTONIC_COARSE) - last < RECHECK_NS))
         return;
     vgl_overhead_check_now(device);
 }
 
 void vgl_overhead_check_now(int device)
 {
-    uint64_t now = now_ns();
+    uint64_t now = vgl_clock_ns(CLOCK_MONOTONIC_COARSE);
     pthread_mutex_lock(&lock);
     __atomic_store_n(&checked_at[device], now, __ATOMIC_RELAXED);
     uint64_t reported;
