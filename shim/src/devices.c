@@ -10,7 +10,8 @@
  *     ("GPU-…", a unique prefix is enough) exactly, indices in NVML's PCI
  *     order (CUDA's own order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on a
  *     machine of identical GPUs); the list ends at the first entry CUDA would
- *     reject (unknown, repeated, MIG-…).  Unset: every device.
+ *     reject (unknown, MIG-…), and a device listed twice leaves none.  Unset:
+ *     every device.
  * The shim never calls cuInit for this: a process that initialises CUDA
  * before fork() cannot use CUDA in the child, which is why frameworks ask
  * NVML first. */
@@ -120,7 +121,7 @@ static bool from_environment(struct vgl_visible *out)
             int index = entry_index(p, len, count);
             for (unsigned j = 0; j < n && index >= 0; j++)
                 if (indices[j] == index)
-                    index = -1;
+                    n = 0, index = -1; /* listed twice: CUDA sees no device (simgpu/devices.c) */
             if (index < 0)
                 break;
             indices[n++] = index;
