@@ -123,6 +123,47 @@ static void read_limit(struct reading *r, const struct family *f, const char *na
     }
 }
 
+/* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid>: a limit for the
+ * device with that UUID, whatever CUDA in the container calls it (applied
+ * when the shim learns the UUID's ordinal: shim/src/devices.c).  True when
+ * `name` is such a name (read, or said as an error). */
+static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const char *name, const char *value)
+{
+    const char *suffix = name + strlen(f->stem);
+    if (f->tier != OURS || strncmp(suffix, "_GPU-", 5) != 0)
+        return false;
+    out->asks = 1;
+    uint8_t uuid[16];
+    if (vgl_parse_uuid(suffix + 1, uuid) != 0) {
+        say(out, true, "%s: \"%s\" is not a GPU UUID; accepted: %s_GPU- and the UUID as nvidia-smi -L "
+                       "prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name, suffix + 1, f->stem);
+        return true;
+    }
+    struct vgl_uuid_limit got = {.flags = f->kind == MEMORY ? VGL_UUID_MEMORY : VGL_UUID_CORES};
+    memcpy(got.uuid, uuid, sizeof uuid);
+    int err = f->kind == MEMORY ? vgl_parse_memory(value, &got.limit) : vgl_parse_cores(value, &got.cores_pct);
+    if (err) {
+        say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
+            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
+            f->kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+        return true;
+    }
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        struct vgl_uuid_limit *u = &out->by_uuid[i];
+        if (u->flags && memcmp(u->uuid, uuid, sizeof uuid) != 0)
+            continue;
+        memcpy(u->uuid, uuid, sizeof uuid);
+        u->flags |= got.flags;
+        if (f->kind == MEMORY)
+            u->limit = got.limit;
+        else
+            u->cores_pct = got.cores_pct;
+        return true;
+    }
+    say(out, true, "%s: more than %d devices have limits by UUID", name, VGL_MAX_DEVICES);
+    return true;
+}
+
 static bool same(const struct candidate *a, const struct candidate *b, enum kind kind)
 {
     if (kind == CORES)
@@ -374,7 +415,10 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
             if ((device = device_of(entry, len, FAMILIES[i].stem)) != -2)
                 f = &FAMILIES[i];
-        if (f && device == -3) {
+        if (f && device == -3 && read_uuid_limit(out, f, name, value)) {
+            ours = f->stem;
+            continue;
+        } else if (f && device == -3) {
             out->asks = 1;
             say(out, true, "%s: \"%s\" is not a device index; accepted: %s_0 to %s_%d (ASCII digits)",
                 name, name + strlen(f->stem) + 1, f->stem, f->stem, VGL_MAX_DEVICES - 1);
@@ -393,7 +437,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
                 ours = OUR_REGION;
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
-            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], "
+            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
                             "VGPULIMIT_CORES_POLICY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
