@@ -150,6 +150,23 @@ def parse_cores(text: str, source: str = "--cores") -> int:
     return int(out[0])
 
 
+def parse_uuid(text: str, source: str) -> str:
+    """A GPU's UUID as nvidia-smi -L prints it ("GPU-8932f937-d72c-4106-c12f-
+    20bd9faed9f6", either case), in the lower case NVML and CUDA report."""
+    out = ffi.new("uint8_t[16]")
+    data = text.strip().encode("ascii", errors="replace")
+    if b"\0" in data or lib.vgl_parse_uuid(data, out) != 0:
+        raise LimitError(source, text, "not a GPU UUID",
+                         "GPU- and 32 hex digits as nvidia-smi -L prints it: GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
+    return format_uuid(bytes(out))
+
+
+def format_uuid(raw: bytes) -> str:
+    text = ffi.new("char[41]")
+    lib.vgl_format_uuid(raw, text)
+    return ffi.string(text).decode()
+
+
 CORES_POLICIES = ("hard", "borrow", "none")   # enum vgl_cores_policy, in order
 
 
