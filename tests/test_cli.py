@@ -435,8 +435,24 @@ def test_status_text_fits_80_columns(busy_region):
     lines = result.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines if not line.startswith("region "))
     dev0 = next(line for line in lines if line.startswith("0 "))
-    assert dev0.split() == ["0", "1", "GiB", "768", "MiB", "256", "MiB", "-", "1"]
+    # TOTAL is what the container may use (the cap), PHYSICAL the device's size (no process saw it).
+    assert dev0.split() == ["0", "1", "GiB", "768", "MiB", "256", "MiB", "1", "GiB", "-", "1"]
     assert any(line.split()[:1] == [str(os.getpid())] and "768 MiB on 0" in line for line in lines)
+
+
+def test_status_total_is_the_cap_and_physical_the_device(tmp_path):
+    """nvidia-smi in a container reads Total as what it may use: status says
+    the same, and gives the device's own size a column of its own."""
+    path = tmp_path / "region"
+    with Region.create(path, {0: parse_memory("1GiB"), 1: parse_memory("25%")}) as region:
+        for index in (0, 1, 2):
+            region._mapped.devices[index].total_bytes = 16 * GiB   # as the shim writes it once seen
+        lines = vgpulimit("status", "--region", str(path), "--interval", "0").stdout.splitlines()
+    assert lines[2].split() == ["DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM", "REFUSED"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[3:6]}
+    assert rows["0"] == ["1", "GiB", "0", "B", "1", "GiB", "1", "GiB", "16", "GiB", "0"]
+    assert rows["1"] == ["4", "GiB", "(25%)", "0", "B", "4", "GiB", "4", "GiB", "16", "GiB", "0"]
+    assert rows["2"] == ["none", "0", "B", "16", "GiB", "16", "GiB", "16", "GiB", "0"]
 
 
 def test_status_of_a_running_command_from_the_environment():
