@@ -503,3 +503,45 @@ def test_run_takes_a_cap_in_gpushare_units(tmp_path):
     assert "not both" in one_error_line(both, 2)
     bad = vgpulimit("run", "--memory-units", "2", "--unit", "half", "--", "true")
     assert one_error_line(bad, 2).startswith("vgpulimit: error: --unit: 'half'")
+
+
+# -- what a person reads: limit errors and `set` -----------------------------------------------
+
+
+def test_a_unitless_number_above_one_asks_what_it_is():
+    line = one_error_line(vgpulimit("run", "--memory", "1.5", "--", "true"), 2)
+    assert line == "vgpulimit: error: --memory 1.5: 1.5 what? (a fraction is 0–1; sizes need a unit, e.g. 1.5GiB)"
+
+
+@pytest.mark.parametrize("args, env", [
+    (["run", "--memory", "lots", "--", "true"], {}),
+    (["run", "--memory-device", "1=8 gigabytes of the best", "--", "true"], {}),
+    (["run", "--cores", "250", "--", "true"], {}),
+    (["run", "--", "true"], {"VGPULIMIT_MEMORY": "4 gigs"}),
+    (["run", "--", "true"], {"CUDA_DEVICE_MEMORY_LIMIT_1": "lots"}),
+    (["set", "--memory", "12XB", "--region", "/nonexistent"], {}),
+])
+def test_a_bad_limit_is_one_terminal_line_and_help_has_every_form(args, env):
+    line = one_error_line(vgpulimit(*args, env=clean_env() | env), 2)
+    assert len(line) <= 160, line
+    assert "accepted forms:" in line or "out of range" in line
+    full = vgpulimit(args[0], "--help").stdout
+    for form in ("1073741824", "4GiB", "3000m = 3000 MiB", "4*10^9", "50%", "0.5", "GPU-<uuid>"):
+        assert form in " ".join(full.split()), form
+
+
+def test_set_prints_what_it_changed(tmp_path):
+    path = tmp_path / "region"
+    with Region.create(path, {0: parse_memory("4GiB"), 1: parse_memory("50%")}, {0: 50}):
+        pass
+    result = vgpulimit("set", "--region", str(path), "--memory-device", "0=2GiB", "--cores", "30")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "device 0: memory 4 GiB → 2 GiB, cores 50% → 30%",
+        "devices 1-15: cores no share → 30%",
+    ]
+    again = vgpulimit("set", "--region", str(path), "--memory-device", "0=2GiB")
+    assert again.stdout == "nothing changed: the limits were already these\n"
+    uuid = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+    by_uuid = vgpulimit("set", "--region", str(path), "--memory-device", f"{uuid}=1GiB")
+    assert by_uuid.stdout == f"{uuid} (no process has used it yet): memory 1 GiB\n"

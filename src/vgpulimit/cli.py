@@ -17,6 +17,13 @@ from collections.abc import Sequence
 from vgpulimit import __version__
 
 PROG = "vgpulimit"
+# Every form a SIZE may take; errors name the common ones and point here.
+SIZE_FORMS = ("SIZE is bytes (1073741824); binary units Ki, Mi, Gi, Ti with or without B (4Gi, 4GiB, "
+              "512Mi); k, m, g, t in lower case as HAMi and Docker mean them (3000m = 3000 MiB); decimal "
+              "units K, M, G, T with or without B (4G = 4*10^9 bytes); a percentage of the device (50%%) "
+              "or a fraction of it from 0 to 1 (0.5).  PCT is a whole percentage from 1 to 100 (30 or 30%%).  "
+              "A device is I, its index as CUDA numbers it in the container, or GPU-<uuid>, the whole "
+              "UUID as nvidia-smi -L prints it.")
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -83,7 +90,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "run", help="run a command under GPU limits",
         description="Run CMD with the shim preloaded and the limits in a fresh region file. "
                     "Limits not given as flags are taken from VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>] "
-                    "and VGPULIMIT_CORES[_<i>|_GPU-<uuid>] in the environment.")
+                    "and VGPULIMIT_CORES[_<i>|_GPU-<uuid>] in the environment.",
+        epilog=SIZE_FORMS)
     run.add_argument("--memory", metavar="SIZE",
                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
     run.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
@@ -150,7 +158,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "set", help="change the limits of a running container",
         description="Change the limits in a region file; its processes apply them to their next "
                     "allocation or kernel launch.  Lowering a cap below what is in use frees "
-                    "nothing: new allocations are refused until usage falls under it.")
+                    "nothing: new allocations are refused until usage falls under it.  Prints what "
+                    "changed, old → new.",
+        epilog=SIZE_FORMS)
     set_.add_argument("--memory", metavar="SIZE",
                       help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
     set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
@@ -364,6 +374,8 @@ def _cmd_set(args: argparse.Namespace) -> int:
     cores_by_uuid = {u: cores(text, f"--cores-device {u}") for u, text in cores_uuids.items()}
     policy = parse_cores_policy(args.cores_policy) if args.cores_policy is not None else None
     changes: list[str] = []
+    unnamed: dict[str, list[int]] = {}
+    pending: list[str] = []
     with Region.open(_region_path(args)) as region:
         before = region.snapshot(all_devices=True)
         if policy is not None:
@@ -381,8 +393,11 @@ def _cmd_set(args: argparse.Namespace) -> int:
                 pct = cores_by_uuid[device.uuid]
             if limit != device.limit or pct != device.cores_pct:
                 region.set_limits(index, limit, pct)
-                changes.append(_change_line(f"device {index}", device.uuid, device.limit, limit,
-                                            device.cores_pct, pct))
+                what = _change_line(device.limit, limit, device.cores_pct, pct)
+                if device.uuid:
+                    changes.append(f"device {index} ({device.uuid}): {what}")
+                else:   # devices no process has used yet: alike ones share a line
+                    unnamed.setdefault(what, []).append(index)
         bound = {d.uuid for d in before.devices if d.uuid}
         for uuid in dict.fromkeys([*memory_by_uuid, *cores_by_uuid]):
             region.set_uuid_limits(uuid, memory_by_uuid.get(uuid), cores_by_uuid.get(uuid),
@@ -390,7 +405,12 @@ def _cmd_set(args: argparse.Namespace) -> int:
             if uuid not in bound:
                 new = [f"memory {_memory_text(memory_by_uuid[uuid])}"] if uuid in memory_by_uuid else []
                 new += [f"cores {_cores_text(cores_by_uuid[uuid])}"] if uuid in cores_by_uuid else []
-                changes.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
+                pending.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
+    from vgpulimit.status import _index_ranges
+
+    grouped = [f"device{'s' if len(indices) > 1 else ''} {_index_ranges(indices)}: {what}"
+               for what, indices in unnamed.items()]
+    changes = changes + grouped + pending
     print("\n".join(changes) if changes else "nothing changed: the limits were already these")
     return 0
 
@@ -403,14 +423,14 @@ def _cores_text(pct: int) -> str:
     return f"{pct}%" if pct else "no share"
 
 
-def _change_line(what: str, uuid: str | None, old_limit, new_limit, old_pct: int, new_pct: int) -> str:
-    """"device 1 (GPU-…): memory 4 GiB → 2 GiB, cores 50% → 30%": only what changed."""
+def _change_line(old_limit, new_limit, old_pct: int, new_pct: int) -> str:
+    """"memory 4 GiB → 2 GiB, cores 50% → 30%": only what changed."""
     parts = []
     if old_limit != new_limit:
         parts.append(f"memory {_memory_text(old_limit)} → {_memory_text(new_limit)}")
     if old_pct != new_pct:
         parts.append(f"cores {_cores_text(old_pct)} → {_cores_text(new_pct)}")
-    return f"{what}{f' ({uuid})' if uuid else ''}: {', '.join(parts)}"
+    return ", ".join(parts)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
