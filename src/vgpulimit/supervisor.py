@@ -83,6 +83,11 @@ class Limits:
     def cores_per_device(self) -> list[int]:
         return [_value(self.cores.get(i)) or 0 for i in range(MAX_DEVICES)]
 
+    def by_uuid(self) -> dict[str, dict]:
+        """The limits by UUID, as Region.create takes them."""
+        return {"memory_by_uuid": {u: s.value for u, s in self.memory_by_uuid.items()},
+                "cores_by_uuid": {u: s.value for u, s in self.cores_by_uuid.items()}}
+
 
 def _value(setting: Setting | None):
     return None if setting is None else setting.value
@@ -507,8 +512,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     try:
         limits = options.limits
         with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(), parent=outer,
-                           memory_by_uuid={u: s.value for u, s in limits.memory_by_uuid.items()},
-                           cores_by_uuid={u: s.value for u, s in limits.cores_by_uuid.items()}) as region:
+                           **limits.by_uuid()) as region:
             if options.limits.cores_policy is not None:
                 region.set_cores_policy(options.limits.cores_policy.value)
             env = child_environment(environ, region_path, options.simulate)
