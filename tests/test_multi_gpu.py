@@ -162,5 +162,6 @@ def test_a_bad_uuid_limit_is_one_line(sim_env, tmp_path):
     result = run(vgpulimit_cmd("run", "--simulate", "--memory-device", "GPU-12=1GiB", "--", "true"), sim_env,
                  check=False)
     assert result.returncode == 2
-    assert result.stderr.splitlines() == ["vgpulimit: error: --memory-device: 'GPU-12' is not a GPU UUID (GPU- and 32 "
-                                          "hex digits, as nvidia-smi -L prints it)"]
+    expected = ("vgpulimit: error: --memory-device: 'GPU-12' is not a GPU UUID (GPU- and 32 hex digits, "
+                "as nvidia-smi -L prints it)")
+    assert result.stderr.splitlines() == [expected]
