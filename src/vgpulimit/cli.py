@@ -406,13 +406,22 @@ def _cmd_set(args: argparse.Namespace) -> int:
                 new = [f"memory {_memory_text(memory_by_uuid[uuid])}"] if uuid in memory_by_uuid else []
                 new += [f"cores {_cores_text(cores_by_uuid[uuid])}"] if uuid in cores_by_uuid else []
                 pending.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
-    from vgpulimit.status import _index_ranges
-
-    grouped = [f"device{'s' if len(indices) > 1 else ''} {_index_ranges(indices)}: {what}"
+    grouped = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}"
                for what, indices in unnamed.items()]
     changes = changes + grouped + pending
     print("\n".join(changes) if changes else "nothing changed: the limits were already these")
     return 0
+
+
+def _ranges(indices: list[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3,5"."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _memory_text(limit) -> str:
