@@ -165,3 +165,17 @@ def test_a_bad_uuid_limit_is_one_line(sim_env, tmp_path):
     expected = ("vgpulimit: error: --memory-device: 'GPU-12' is not a GPU UUID (GPU- and 32 hex digits, "
                 "as nvidia-smi -L prints it)")
     assert result.stderr.splitlines() == [expected]
+
+
+def test_a_process_that_numbers_devices_otherwise_is_warned(sim_env, shim_path):
+    """The container's first process bound ordinal 0 to machine 1; a later one
+    given CUDA_VISIBLE_DEVICES=0,1 calls machine 0 its device 0."""
+    env = sim_env | MACHINE | {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "VGPULIMIT_MEMORY": "1GiB",
+                               "LD_PRELOAD": str(shim_path)}
+    uuids = machine_uuids(sim_env | MACHINE)
+    first = run([sys.executable, CLIENTS / "multi_device.py", "0.1"], env | {"CUDA_VISIBLE_DEVICES": "1,0"})
+    assert "numbers" not in first.stderr
+    second = run([sys.executable, CLIENTS / "multi_device.py", "0.1"], env | {"CUDA_VISIBLE_DEVICES": "0,1"})
+    warning = (f"device 0 is {uuids[0]} here but {uuids[1]} to other processes of the container "
+               "(CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ)")
+    assert warning in second.stderr
