@@ -513,6 +513,13 @@ def test_a_unitless_number_above_one_asks_what_it_is():
     assert line == "vgpulimit: error: --memory 1.5: 1.5 what? (a fraction is 0–1; sizes need a unit, e.g. 1.5GiB)"
 
 
+def test_a_unitless_variable_above_one_asks_what_it_is_too():
+    line = one_error_line(vgpulimit("run", "--", "true", env=clean_env() | {"VGPULIMIT_MEMORY_1": "2.5"}), 2)
+    assert line == "vgpulimit: error: VGPULIMIT_MEMORY_1=2.5: 2.5 what? (a fraction is 0-1; sizes need a unit, e.g. 2.5GiB)"
+    # A fraction up to 1 is a fraction of the device, as ever.
+    assert vgpulimit("run", "--", "true", env=clean_env() | {"VGPULIMIT_MEMORY_1": "1.000"}).returncode == 0
+
+
 @pytest.mark.parametrize("args, env", [
     (["run", "--memory", "lots", "--", "true"], {}),
     (["run", "--memory-device", "1=8 gigabytes of the best", "--", "true"], {}),

@@ -99,16 +99,43 @@ static int device_of(const char *name, size_t len, const char *stem)
     return index < VGL_MAX_DEVICES ? index : -3;
 }
 
+/* "1.5", "12.0": digits, a point, digits, no unit: read as a fraction of the
+ * device and refused as more than all of it, though a size was meant. */
+static bool unitless_above_one(const char *value)
+{
+    size_t whole = strspn(value, "0123456789");
+    const char *frac = value + whole + 1;
+    if (whole == 0 || value[whole] != '.' || frac[strspn(frac, "0123456789")])
+        return false;
+    while (whole > 1 && *value == '0') {
+        value++;
+        whole--;
+    }
+    if (whole > 1 || *value > '1')
+        return true;
+    return *value == '1' && frac[strspn(frac, "0")] != '\0';
+}
+
+/* The one line for a value of `name` that the parser refused with `err`,
+ * worded as the Python side words a bad flag (limits.py LimitError). */
+static void refuse(struct vgl_env *out, enum kind kind, const char *name, const char *value, int err)
+{
+    if (kind == MEMORY && err == -ERANGE && unitless_above_one(value))
+        say(out, true, "%s=%s: %s what? (a fraction is 0-1; sizes need a unit, e.g. %sGiB)", name, value,
+            value, value);
+    else
+        say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
+            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
+            kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+}
+
 static void read_limit(struct reading *r, const struct family *f, const char *name, int device,
                        const char *value)
 {
     struct candidate c = {.set = true};
     int err = f->kind == MEMORY ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
     if (err) {
-        /* Worded as the Python side words a bad flag (limits.py LimitError). */
-        say(r->out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
-            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
-            f->kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+        refuse(r->out, f->kind, name, value, err);
         return;
     }
     c.origin.source = f->tier == OURS ? (device < 0 ? VGL_ENV_OURS : VGL_ENV_OURS_DEVICE)
@@ -143,9 +170,7 @@ static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const c
     memcpy(got.uuid, uuid, sizeof uuid);
     int err = f->kind == MEMORY ? vgl_parse_memory(value, &got.limit) : vgl_parse_cores(value, &got.cores_pct);
     if (err) {
-        say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
-            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
-            f->kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+        refuse(out, f->kind, name, value, err);
         return true;
     }
     for (int i = 0; i < VGL_MAX_DEVICES; i++) {
