@@ -266,9 +266,6 @@ bool vgl_attach(void)
                             outer ? " is nested in" : "", vgl_region_strerror(err));
         else
             __atomic_store_n(&vgl_self.slot, slot, __ATOMIC_RELEASE);
-        /* Before the first allocation or launch is weighed against a cap
-         * that a limit by UUID may set. */
-        vgl_devices_note_all();
         /* With no supervisor, a process starting is the moment to take back
          * what the dead left: a run of programs one after another must find
          * the cap as the first one did. */
