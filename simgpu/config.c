@@ -4,6 +4,11 @@
  *   SIMGPU_DEVICES         number of devices, 1-16 (default 1)
  *   SIMGPU_MEMORY          memory per device, an absolute size (default 16GiB),
  *                          parsed by the project's one size parser
+ *   SIMGPU_SMS             streaming multiprocessors per device: one number for
+ *                          all, or one per device, comma-separated, 1-1024
+ *                          (default 132, an H100 SXM; 114 is an H100 PCIe).  A
+ *                          device with fewer is slower, so CUDA's default order
+ *                          puts it later (devices.c)
  *   SIMGPU_CONTEXT_OVERHEAD  device memory each process's first context on a device
  *                          costs, shown in NVML as the process's (default 500MiB)
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
@@ -51,6 +56,8 @@ enum {
      * memory, and about 1.5 TB/s copying within its HBM3 (read and write). */
     SIM_DEFAULT_COPY_GBPS = 50,
     SIM_DEFAULT_DEVICE_COPY_GBPS = 1500,
+    SIM_DEFAULT_SMS = 132,
+    SIM_MAX_SMS = 1024,
 };
 #define SIM_DEFAULT_MEMORY (16ULL << 30)
 /* What a CUDA 12/13 context costs on an H100 before the application has
@@ -126,6 +133,28 @@ static bool sim_default_state_path(struct sim_config *c)
     return n > 0 && (size_t)n < sizeof c->state_path;
 }
 
+/* SIMGPU_SMS: "132" for every device, or "132,114,132" one per device. */
+static bool sim_parse_sms(const char *text, struct sim_config *c)
+{
+    char buf[SIM_MAX_DEVICES * 6];
+    if (strlen(text) >= sizeof buf)
+        return false;
+    strcpy(buf, text);
+    uint32_t n = 0;
+    long v;
+    for (char *item = buf, *comma; item; item = comma ? comma + 1 : NULL) {
+        if ((comma = strchr(item, ',')))
+            *comma = '\0';
+        if (n == SIM_MAX_DEVICES || !sim_parse_int(item, 1, SIM_MAX_SMS, &v))
+            return false;
+        c->sms[n++] = (uint32_t)v;
+    }
+    if (n == 1)
+        for (uint32_t d = 1; d < SIM_MAX_DEVICES; d++)
+            c->sms[d] = c->sms[0];
+    return n == 1 || n == c->device_count;
+}
+
 static void sim_config_load(void)
 {
     struct sim_config *c = &sim_config_value;
@@ -141,6 +170,16 @@ static void sim_config_load(void)
             sim_log("SIMGPU_DEVICES=%s: expected a number of devices from 1 to %d", text, SIM_MAX_DEVICES);
             ok = false;
         }
+    }
+
+    for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
+        c->sms[d] = SIM_DEFAULT_SMS;
+    text = sim_env("SIMGPU_SMS");
+    if (text && !sim_parse_sms(text, c)) {
+        sim_log("SIMGPU_SMS=%s: expected streaming multiprocessors per device, from 1 to %d: one number "
+                "for every device, or one per device (%u), comma-separated, such as 132,114",
+                text, SIM_MAX_SMS, c->device_count);
+        ok = false;
     }
 
     c->memory_bytes = SIM_DEFAULT_MEMORY;

@@ -147,7 +147,8 @@ static void sim_ctx_deactivate(CUcontext ctx)
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!pctx)
@@ -155,7 +156,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     pthread_mutex_lock(&sim_drv.mutex);
     struct sim_primary *p = &sim_drv.primary[dev];
     if (!p->ctx)
-        p->ctx = sim_ctx_new((uint32_t)dev, true, p->flags);
+        p->ctx = sim_ctx_new(index, true, p->flags);
     if (!p->ctx)
         res = CUDA_ERROR_OUT_OF_MEMORY;
     else if (p->refcount == 0)
@@ -274,7 +275,8 @@ static CUresult sim_stack_push(CUcontext ctx)
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!pctx || (flags & ~(unsigned int)CU_CTX_FLAGS_MASK))
@@ -282,7 +284,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
     if (sim_stack_depth() == SIM_CTX_STACK_MAX)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_drv.mutex);
-    CUcontext ctx = sim_ctx_new((uint32_t)dev, false, flags);
+    CUcontext ctx = sim_ctx_new(index, false, flags);
     res = ctx ? sim_ctx_activate(ctx) : CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&sim_drv.mutex);
     if (res != CUDA_SUCCESS)
@@ -470,7 +472,7 @@ CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
         return res;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    *device = (CUdevice)c->device;
+    *device = sim_device_ordinal(c->device);
     return CUDA_SUCCESS;
 }
 
@@ -492,4 +494,75 @@ CUresult cuCtxSynchronize(void)
 {
     SIM_CALLED();
     return cuCtxSynchronize_v2(NULL);
+}
+
+/* ---- peer access ------------------------------------------------------------------------
+ *
+ * The simulated devices share one NVLink domain, as the GPUs of an HGX H100
+ * board do: any two of them can reach each other's memory, a device never
+ * counts as its own peer.  Every allocation lives in this process's address
+ * space, so enabling access changes what is allowed, not what works. */
+
+enum { SIM_MAX_PEERS = 8 }; /* cuda.h: CUDA_ERROR_TOO_MANY_PEERS past the hardware's limit (8) */
+
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    SIM_CALLED();
+    uint32_t a, b;
+    CUresult res = sim_device_index(dev, &a);
+    if (res == CUDA_SUCCESS)
+        res = sim_device_index(peerDev, &b);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!canAccessPeer)
+        return CUDA_ERROR_INVALID_VALUE;
+    *canAccessPeer = a != b;
+    return CUDA_SUCCESS;
+}
+
+/* The errors in the order cuda.h gives them for cuCtxEnablePeerAccess. */
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    SIM_CALLED();
+    CUcontext self;
+    CUresult res = sim_current_context(&self);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (peerContext == self || sim_check_live_context(peerContext) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (peerContext->device == self->device)
+        return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    pthread_mutex_lock(&sim_drv.mutex);
+    for (uint32_t i = 0; i < self->npeers && res == CUDA_SUCCESS; i++)
+        if (self->peers[i] == peerContext)
+            res = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    if (res == CUDA_SUCCESS && self->npeers == SIM_MAX_PEERS)
+        res = CUDA_ERROR_TOO_MANY_PEERS;
+    if (res == CUDA_SUCCESS)
+        self->peers[self->npeers++] = peerContext;
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    SIM_CALLED();
+    CUcontext self;
+    CUresult res = sim_current_context(&self);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (sim_check_context(peerContext) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&sim_drv.mutex);
+    res = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    for (uint32_t i = 0; i < self->npeers; i++)
+        if (self->peers[i] == peerContext) {
+            self->peers[i] = self->peers[--self->npeers];
+            res = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return res;
 }

@@ -1,18 +1,154 @@
 /* simgpu's devices: count, names, UUIDs, memory, PCI bus ids and attributes,
- * from the configured profile (config.c). */
+ * from the configured profile (config.c), numbered as CUDA numbers them.
+ *
+ * Inside libcuda a device is the machine's index (NVML's, the state file's);
+ * a CUdevice is CUDA's ordinal, which the real driver derives in cuInit from
+ * two variables, and NVML ignores both (nvml.c keeps the machine's order):
+ *
+ *   CUDA_DEVICE_ORDER     PCI_BUS_ID: by PCI bus id, the machine's order.
+ *                         FASTEST_FIRST (the default, and any other value): the
+ *                         fastest first; here the one with more SMs
+ *                         (SIMGPU_SMS), ties by bus id.
+ *   CUDA_VISIBLE_DEVICES  unset: every device in that order.  Else the devices
+ *                         listed, in the order listed, as indices into that
+ *                         order or as UUIDs ("GPU-...", any prefix that names
+ *                         one device).  The list ends at the first entry that
+ *                         names no device (-1, 7 on a 4-device machine, an
+ *                         ambiguous prefix, an index in a list of UUIDs or the
+ *                         reverse); an index is read as strtoul would ("1gpu"
+ *                         is 1); a device listed twice before that end makes
+ *                         the list empty;
+ *                         so does "" and a MIG-... list (simgpu has no MIG).
+ *                         No device left: cuInit fails with CUDA_ERROR_NO_DEVICE.
+ *
+ * The rules are the CUDA Programming Guide's ("CUDA Environment Variables",
+ * 5.2.1.1: order of the sequence, the end at an invalid index, UUID prefixes,
+ * "" for none) and, where it is silent (duplicates, strtoul, mixed lists),
+ * those PyTorch mirrors from the driver to count devices without initialising
+ * CUDA (torch/cuda/__init__.py, _parse_visible_devices: "Repeated ordinal
+ * results in empty set", "Negative value aborts the sequence";
+ * _transform_uuid_to_ordinals: "Duplicates result in empty set"). */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
 
-CUresult sim_check_device(CUdevice dev)
+/* Set by cuInit, read-only afterwards. */
+static struct {
+    uint32_t count;
+    uint32_t machine[SIM_MAX_DEVICES]; /* ordinal -> the machine's index */
+} sim_visible;
+
+/* The machine's devices in CUDA_DEVICE_ORDER. */
+static uint32_t sim_cuda_order(const struct sim_config *cfg, uint32_t order[SIM_MAX_DEVICES])
+{
+    const char *how = getenv("CUDA_DEVICE_ORDER");
+    bool by_bus = how && strcmp(how, "PCI_BUS_ID") == 0;
+    uint32_t n = cfg->device_count;
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    /* Insertion sort, stable: equal speeds keep the bus order. */
+    for (uint32_t i = 1; i < n && !by_bus; i++)
+        for (uint32_t j = i; j > 0 && cfg->sms[order[j]] > cfg->sms[order[j - 1]]; j--) {
+            uint32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return n;
+}
+
+/* The leading digits of an entry, as strtoul reads them; -1: none, or a sign. */
+static long sim_entry_index(const char *entry, size_t len)
+{
+    while (len && (*entry == ' ' || *entry == '\t')) {
+        entry++;
+        len--;
+    }
+    if (len && *entry == '+') {
+        entry++;
+        len--;
+    }
+    long v = -1;
+    for (size_t i = 0; i < len && entry[i] >= '0' && entry[i] <= '9' && v < 100000; i++)
+        v = (v < 0 ? 0 : v * 10) + (entry[i] - '0');
+    return v;
+}
+
+/* The machine's index of the one device whose UUID starts with the entry; -1: none, or several. */
+static long sim_entry_uuid(const struct sim_config *cfg, const char *entry, size_t len)
+{
+    long found = -1;
+    for (uint32_t d = 0; d < cfg->device_count; d++) {
+        char uuid[41];
+        sim_device_uuid_string(d, uuid);
+        if (len <= 40 && strncmp(uuid, entry, len) == 0) {
+            if (found >= 0)
+                return -1;
+            found = d;
+        }
+    }
+    return found;
+}
+
+CUresult sim_devices_enumerate(const struct sim_config *cfg)
+{
+    uint32_t order[SIM_MAX_DEVICES];
+    uint32_t total = sim_cuda_order(cfg, order), n = 0;
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    if (!list) {
+        memcpy(sim_visible.machine, order, sizeof order);
+        n = total;
+    } else if (strncmp(list, "MIG-", 4) != 0) {
+        bool uuids = strncmp(list, "GPU-", 4) == 0;
+        for (const char *p = list; *p;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            long d = -1;
+            if (uuids && strncmp(p, "GPU-", 4) == 0)
+                d = sim_entry_uuid(cfg, p, len);
+            else if (!uuids && (d = sim_entry_index(p, len)) >= 0)
+                d = d < (long)total ? (long)order[d] : -1;
+            if (d < 0)
+                break;
+            for (uint32_t i = 0; i < n; i++)
+                if (sim_visible.machine[i] == (uint32_t)d)
+                    n = 0, d = -1; /* listed twice: nothing is visible */
+            if (d < 0)
+                break;
+            sim_visible.machine[n++] = (uint32_t)d;
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+    }
+    sim_visible.count = n;
+    return n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+CUresult sim_device_index(CUdevice dev, uint32_t *index)
 {
     if (!sim_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (dev < 0 || (uint32_t)dev >= sim_driver_config()->device_count)
+    if (dev < 0 || (uint32_t)dev >= sim_visible.count)
         return CUDA_ERROR_INVALID_DEVICE;
+    *index = sim_visible.machine[dev];
     return CUDA_SUCCESS;
+}
+
+CUdevice sim_device_ordinal(uint32_t index)
+{
+    for (uint32_t i = 0; i < sim_visible.count; i++)
+        if (sim_visible.machine[i] == index)
+            return (CUdevice)i;
+    return -1;
+}
+
+CUresult sim_check_device(CUdevice dev)
+{
+    uint32_t index;
+    return sim_device_index(dev, &index);
 }
 
 CUresult cuDeviceGetCount(int *count)
@@ -22,7 +158,7 @@ CUresult cuDeviceGetCount(int *count)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
-    *count = (int)sim_driver_config()->device_count;
+    *count = (int)sim_visible.count;
     return CUDA_SUCCESS;
 }
 
@@ -54,13 +190,14 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
     uint8_t bytes[SIM_UUID_LEN];
-    sim_device_uuid((uint32_t)dev, bytes);
+    sim_device_uuid(index, bytes);
     memcpy(uuid->bytes, bytes, sizeof uuid->bytes);
     return CUDA_SUCCESS;
 }
@@ -100,19 +237,20 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!pciBusId || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", sim_device_pci_bus((uint32_t)dev));
+    snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", sim_device_pci_bus(index));
     return CUDA_SUCCESS;
 }
 
 /* An H100 SXM's values, except that features whose entry points simgpu lacks
  * (managed memory, memory pools) read 0, so that clients which check before
  * use take their other path.  Its copy engines are simgpu's three (copies.c). */
-static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
+static bool sim_attribute(CUdevice_attribute attrib, uint32_t index, int *out)
 {
     switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *out = 1024; return true;
@@ -129,13 +267,13 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *out = 65536; return true;
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *out = 1980000; return true; /* kHz */
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *out = 512; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = 132; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = (int)sim_driver_config()->sms[index]; return true;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *out = 0; return true; /* default: shared */
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *out = (int)sim_device_pci_bus((uint32_t)dev); return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *out = (int)sim_device_pci_bus(index); return true;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *out = 2619000; return true; /* kHz */
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *out = 5120; return true;
@@ -165,10 +303,11 @@ static bool sim_attribute(CUdevice_attribute attrib, CUdevice dev, int *out)
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
-    return sim_attribute(attrib, dev, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return sim_attribute(attrib, index, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

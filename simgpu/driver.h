@@ -93,6 +93,9 @@ SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device);
 SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSynchronize(void);
 SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx);
+SIM_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+SIM_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+SIM_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
 
 /* ---- modules.c: modules, libraries, kernels ------------------------------------ */
 
@@ -348,6 +351,8 @@ struct CUctx_st {
     unsigned int generation;        /* the process generation it was made in (fork) */
     uint64_t last_work;             /* the ticket of its last work, on any stream (atomic; timeline.c) */
     uint64_t legacy_last_work;      /* that of its legacy default stream's last work (atomic) */
+    uint32_t npeers;
+    CUcontext peers[8];             /* contexts whose memory it may reach (cuCtxEnablePeerAccess) */
 };
 
 /* instruments.c */
@@ -374,8 +379,16 @@ bool sim_initialized(void);
 const struct sim_config *sim_driver_config(void);
 
 /* devices.c */
+/* For cuInit: CUDA's numbering of the devices, from CUDA_VISIBLE_DEVICES and
+ * CUDA_DEVICE_ORDER; CUDA_ERROR_NO_DEVICE when they leave none. */
+CUresult sim_devices_enumerate(const struct sim_config *cfg);
 /* CUDA_SUCCESS for a device of the configuration, else NOT_INITIALIZED / INVALID_DEVICE. */
 CUresult sim_check_device(CUdevice dev);
+/* The same, and the machine's index of CUDA's ordinal `dev` (what the state
+ * file, the timelines and a context's `device` count in). */
+CUresult sim_device_index(CUdevice dev, uint32_t *index);
+/* CUDA's ordinal of the machine's device `index`; -1: not visible. */
+CUdevice sim_device_ordinal(uint32_t index);
 
 /* contexts.c */
 /* The current context for a call that needs one: CUDA_SUCCESS, or

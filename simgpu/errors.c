@@ -34,6 +34,7 @@ static const char *sim_error_text(CUresult error)
     case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
     case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
     case CUDA_ERROR_NO_BINARY_FOR_GPU: return "no kernel image is available for execution on the device";
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: return "peer access is not supported between these two devices";
     case CUDA_ERROR_INVALID_PTX: return "a PTX JIT compilation failed";
     case CUDA_ERROR_INVALID_SOURCE: return "device kernel image is invalid";
     case CUDA_ERROR_FILE_NOT_FOUND: return "file not found";
@@ -44,8 +45,11 @@ static const char *sim_error_text(CUresult error)
     case CUDA_ERROR_NOT_READY: return "device not ready";
     case CUDA_ERROR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
     case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "too many resources requested for launch";
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: return "peer access is already enabled";
+    case CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: return "peer access has not been enabled";
     case CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: return "primary context active";
     case CUDA_ERROR_CONTEXT_IS_DESTROYED: return "context is destroyed";
+    case CUDA_ERROR_TOO_MANY_PEERS: return "peer mapping resources exhausted";
     case CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
     case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
         return "part or all of the requested memory range is already mapped";

@@ -268,15 +268,15 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const C
 CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
     SIM_CALLED();
-    CUdevice checked;
-    CUresult res = cuDeviceGet(&checked, device);
+    uint32_t index;
+    CUresult res = sim_device_index(device, &index);
     if (res != CUDA_SUCCESS)
         return res;
     sim_mem_lock();
-    uint64_t spare = sim_graph_memory.device[device].reserved - sim_graph_memory.device[device].used;
+    uint64_t spare = sim_graph_memory.device[index].reserved - sim_graph_memory.device[index].used;
     if (spare)
-        sim_state_uncharge((uint32_t)device, spare);
-    sim_graph_memory.device[device].reserved -= spare;
+        sim_state_uncharge(index, spare);
+    sim_graph_memory.device[index].reserved -= spare;
     sim_mem_unlock();
     return CUDA_SUCCESS;
 }
@@ -284,21 +284,21 @@ CUresult cuDeviceGraphMemTrim(CUdevice device)
 CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     SIM_CALLED();
-    CUdevice checked;
-    CUresult res = cuDeviceGet(&checked, device);
+    uint32_t index;
+    CUresult res = sim_device_index(device, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!value)
         return CUDA_ERROR_INVALID_VALUE;
     sim_mem_lock();
     switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = sim_graph_memory.device[device].used; break;
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = sim_graph_memory.device[device].used_high; break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = sim_graph_memory.device[index].used; break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = sim_graph_memory.device[index].used_high; break;
     case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
-        *(cuuint64_t *)value = sim_graph_memory.device[device].reserved;
+        *(cuuint64_t *)value = sim_graph_memory.device[index].reserved;
         break;
     case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
-        *(cuuint64_t *)value = sim_graph_memory.device[device].reserved_high;
+        *(cuuint64_t *)value = sim_graph_memory.device[index].reserved_high;
         break;
     default: res = CUDA_ERROR_INVALID_VALUE;
     }
@@ -311,17 +311,17 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
 CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     SIM_CALLED();
-    CUdevice checked;
-    CUresult res = cuDeviceGet(&checked, device);
+    uint32_t index;
+    CUresult res = sim_device_index(device, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!value || *(const cuuint64_t *)value != 0)
         return CUDA_ERROR_INVALID_VALUE;
     sim_mem_lock();
     if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
-        sim_graph_memory.device[device].used_high = sim_graph_memory.device[device].used;
+        sim_graph_memory.device[index].used_high = sim_graph_memory.device[index].used;
     else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
-        sim_graph_memory.device[device].reserved_high = sim_graph_memory.device[device].reserved;
+        sim_graph_memory.device[index].reserved_high = sim_graph_memory.device[index].reserved;
     else
         res = CUDA_ERROR_INVALID_VALUE;
     sim_mem_unlock();

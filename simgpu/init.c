@@ -65,12 +65,14 @@ CUresult cuInit(unsigned int Flags)
         int rc = cfg ? sim_state_open(cfg) : -EINVAL;
         if (rc == 0) {
             sim_drv.cfg = cfg;
-            sim_drv.init_result = CUDA_SUCCESS;
+            /* Read here, as the real driver reads CUDA_VISIBLE_DEVICES: a
+             * value the program set before cuInit counts. */
+            sim_drv.init_result = sim_devices_enumerate(cfg);
         } else {
             sim_drv.init_result = rc == -EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
         }
         sim_drv.init_done = true;
-        __atomic_store_n(&sim_drv.initialized, rc == 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&sim_drv.initialized, sim_drv.init_result == CUDA_SUCCESS, __ATOMIC_RELEASE);
     }
     CUresult res = sim_drv.init_result;
     pthread_mutex_unlock(&sim_drv.mutex);

@@ -212,11 +212,7 @@ CUresult sim_mem_location(const CUmemLocation *location, uint32_t *device)
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }
-    CUdevice dev;
-    CUresult res = cuDeviceGet(&dev, location->id);
-    if (res == CUDA_SUCCESS)
-        *device = (uint32_t)dev;
-    return res;
+    return sim_device_index(location->id, device);
 }
 
 /* `low` asks for an address below 4 GiB, for the 32-bit calls of CUDA 2.0:

@@ -514,14 +514,14 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 
 static CUresult sim_device_pool(CUmemoryPool *out, CUdevice dev, bool current)
 {
-    CUdevice checked;
-    CUresult res = cuDeviceGet(&checked, dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     sim_mem_lock();
-    CUmemoryPool p = current ? sim_current_pool((uint32_t)dev) : sim_default_pool((uint32_t)dev);
+    CUmemoryPool p = current ? sim_current_pool(index) : sim_default_pool(index);
     sim_mem_unlock();
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -545,13 +545,13 @@ CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
     SIM_CALLED();
-    CUdevice checked;
-    CUresult res = cuDeviceGet(&checked, dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     sim_mem_lock();
-    if (sim_pool_valid(pool) && pool->device == (uint32_t)dev)
-        sim_pools.current[dev] = pool;
+    if (sim_pool_valid(pool) && pool->device == index)
+        sim_pools.current[index] = pool;
     else
         res = CUDA_ERROR_INVALID_VALUE;
     sim_mem_unlock();

@@ -179,6 +179,7 @@ struct sim_file {
 struct sim_config {
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-16 */
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
+    uint32_t sms[SIM_MAX_DEVICES];     /* SIMGPU_SMS: streaming multiprocessors of each device */
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */

@@ -435,8 +435,24 @@ def test_status_text_fits_80_columns(busy_region):
     lines = result.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines if not line.startswith("region "))
     dev0 = next(line for line in lines if line.startswith("0 "))
-    assert dev0.split() == ["0", "1", "GiB", "768", "MiB", "256", "MiB", "-", "1"]
+    # TOTAL is what the container may use (the cap), PHYSICAL the device's size (no process saw it).
+    assert dev0.split() == ["0", "1", "GiB", "768", "MiB", "256", "MiB", "1", "GiB", "-", "1"]
     assert any(line.split()[:1] == [str(os.getpid())] and "768 MiB on 0" in line for line in lines)
+
+
+def test_status_total_is_the_cap_and_physical_the_device(tmp_path):
+    """nvidia-smi in a container reads Total as what it may use: status says
+    the same, and gives the device's own size a column of its own."""
+    path = tmp_path / "region"
+    with Region.create(path, {0: parse_memory("1GiB"), 1: parse_memory("25%")}) as region:
+        for index in (0, 1, 2):
+            region._mapped.devices[index].total_bytes = 16 * GiB   # as the shim writes it once seen
+        lines = vgpulimit("status", "--region", str(path), "--interval", "0").stdout.splitlines()
+    assert lines[2].split() == ["DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM", "REFUSED"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[3:6]}
+    assert rows["0"] == ["1", "GiB", "0", "B", "1", "GiB", "1", "GiB", "16", "GiB", "0"]
+    assert rows["1"] == ["4", "GiB", "(25%)", "0", "B", "4", "GiB", "4", "GiB", "16", "GiB", "0"]
+    assert rows["2"] == ["none", "0", "B", "16", "GiB", "16", "GiB", "16", "GiB", "0"]
 
 
 def test_status_of_a_running_command_from_the_environment():
@@ -487,3 +503,52 @@ def test_run_takes_a_cap_in_gpushare_units(tmp_path):
     assert "not both" in one_error_line(both, 2)
     bad = vgpulimit("run", "--memory-units", "2", "--unit", "half", "--", "true")
     assert one_error_line(bad, 2).startswith("vgpulimit: error: --unit: 'half'")
+
+
+# -- what a person reads: limit errors and `set` -----------------------------------------------
+
+
+def test_a_unitless_number_above_one_asks_what_it_is():
+    line = one_error_line(vgpulimit("run", "--memory", "1.5", "--", "true"), 2)
+    assert line == "vgpulimit: error: --memory 1.5: 1.5 what? (a fraction is 0–1; sizes need a unit, e.g. 1.5GiB)"
+
+
+def test_a_unitless_variable_above_one_asks_what_it_is_too():
+    line = one_error_line(vgpulimit("run", "--", "true", env=clean_env() | {"VGPULIMIT_MEMORY_1": "2.5"}), 2)
+    assert line == "vgpulimit: error: VGPULIMIT_MEMORY_1=2.5: 2.5 what? (a fraction is 0-1; sizes need a unit, e.g. 2.5GiB)"
+    # A fraction up to 1 is a fraction of the device, as ever.
+    assert vgpulimit("run", "--", "true", env=clean_env() | {"VGPULIMIT_MEMORY_1": "1.000"}).returncode == 0
+
+
+@pytest.mark.parametrize("args, env", [
+    (["run", "--memory", "lots", "--", "true"], {}),
+    (["run", "--memory-device", "1=8 gigabytes of the best", "--", "true"], {}),
+    (["run", "--cores", "250", "--", "true"], {}),
+    (["run", "--", "true"], {"VGPULIMIT_MEMORY": "4 gigs"}),
+    (["run", "--", "true"], {"CUDA_DEVICE_MEMORY_LIMIT_1": "lots"}),
+    (["set", "--memory", "12XB", "--region", "/nonexistent"], {}),
+])
+def test_a_bad_limit_is_one_terminal_line_and_help_has_every_form(args, env):
+    line = one_error_line(vgpulimit(*args, env=clean_env() | env), 2)
+    assert len(line) <= 160, line
+    assert "accepted forms:" in line or "out of range" in line
+    full = vgpulimit(args[0], "--help").stdout
+    for form in ("1073741824", "4GiB", "3000m = 3000 MiB", "4*10^9", "50%", "0.5", "GPU-<uuid>"):
+        assert form in " ".join(full.split()), form
+
+
+def test_set_prints_what_it_changed(tmp_path):
+    path = tmp_path / "region"
+    with Region.create(path, {0: parse_memory("4GiB"), 1: parse_memory("50%")}, {0: 50}):
+        pass
+    result = vgpulimit("set", "--region", str(path), "--memory-device", "0=2GiB", "--cores", "30")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "device 0: memory 4 GiB → 2 GiB, cores 50% → 30%",
+        "devices 1-15: cores no share → 30%",
+    ]
+    again = vgpulimit("set", "--region", str(path), "--memory-device", "0=2GiB")
+    assert again.stdout == "nothing changed: the limits were already these\n"
+    uuid = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+    by_uuid = vgpulimit("set", "--region", str(path), "--memory-device", f"{uuid}=1GiB")
+    assert by_uuid.stdout == f"{uuid} (no process has used it yet): memory 1 GiB\n"

@@ -60,7 +60,7 @@ def test_rejects_what_is_not_a_size(text):
     assert str(info.value).startswith(f"--memory: {text!r} is not a valid value; accepted forms: ")
 
 
-@pytest.mark.parametrize("text", ["0", "0%", "101%", "1.5", "99999999999999999999999"])
+@pytest.mark.parametrize("text", ["0", "0%", "101%", "99999999999999999999999"])
 def test_rejects_what_is_out_of_range(text):
     with pytest.raises(LimitError, match="out of range"):
         parse_memory(text)

@@ -314,6 +314,13 @@ def test_hami_variables_ask_as_ours_do(bundles):
     assert report_of(bundle.run())["allocs"] == FOUR_THEN_OOM
 
 
+def test_a_limit_by_uuid_asks_and_caps_that_device(bundles):
+    """A device plugin that knows the GPU's UUID, not the container's numbering."""
+    simgpu_device_0 = "GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920"   # fixed by simgpu/config.c
+    bundle = bundles(fill(256 * MiB, 5), {f"VGPULIMIT_MEMORY_{simgpu_device_0}": "1GiB"})
+    assert report_of(bundle.run())["allocs"] == FOUR_THEN_OOM
+
+
 def libm_path() -> str:
     with open("/proc/self/maps") as maps:
         for line in maps:

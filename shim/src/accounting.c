@@ -110,10 +110,20 @@ void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
         vgl_reserve(device, reserved - charged, true, NULL);
 }
 
+/* The first attach binds the devices to their UUIDs, before the first
+ * allocation is weighed against a cap that a limit by UUID may set. */
+static bool attach(void)
+{
+    bool attached = vgl_attach();
+    if (attached)
+        vgl_devices_note_all();
+    return attached;
+}
+
 bool vgl_ready(void)
 {
     return !VGL_UNLIKELY(vgl_config.broken) && !vgl_region_lost() &&
-           (VGL_LIKELY(vgl_self.slot != NULL) || vgl_attach());
+           (VGL_LIKELY(vgl_self.slot != NULL) || attach());
 }
 
 /* The capped view of a device whose driver reports (free, total): total

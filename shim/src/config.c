@@ -57,9 +57,10 @@ static uint64_t limits_hash(const struct vgl_env *env)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
     const unsigned char *parts[] = {(const void *)env->memory, (const void *)env->cores_pct,
-                                    (const void *)&env->cores_policy};
-    size_t sizes[] = {sizeof env->memory, sizeof env->cores_pct, sizeof env->cores_policy};
-    for (int p = 0; p < 3; p++)
+                                    (const void *)&env->cores_policy, (const void *)env->by_uuid};
+    size_t sizes[] = {sizeof env->memory, sizeof env->cores_pct, sizeof env->cores_policy,
+                      sizeof env->by_uuid};
+    for (int p = 0; p < 4; p++)
         for (size_t i = 0; i < sizes[p]; i++)
             h = (h ^ parts[p][i]) * 0x100000001b3ULL;
     return h;
@@ -100,7 +101,7 @@ static const char *limit_variable(const struct vgl_env *env)
     for (int i = 0; i < VGL_MAX_DEVICES; i++)
         if (env->memory_from[i].source || env->cores_from[i].source)
             return env->memory_from[i].source ? env->memory_from[i].name : env->cores_from[i].name;
-    return NULL;
+    return env->by_uuid[0].flags ? "the limits by UUID" : NULL;
 }
 
 static void report(const struct vgl_env *env)

@@ -10,10 +10,12 @@
  *     ("GPU-…", a unique prefix is enough) exactly, indices in NVML's PCI
  *     order (CUDA's own order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on a
  *     machine of identical GPUs); the list ends at the first entry CUDA would
- *     reject (unknown, repeated, MIG-…).  Unset: every device.
+ *     reject (unknown, MIG-…), and a device listed twice leaves none.  Unset:
+ *     every device.
  * The shim never calls cuInit for this: a process that initialises CUDA
  * before fork() cannot use CUDA in the child, which is why frameworks ask
  * NVML first. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,7 +122,7 @@ static bool from_environment(struct vgl_visible *out)
             int index = entry_index(p, len, count);
             for (unsigned j = 0; j < n && index >= 0; j++)
                 if (indices[j] == index)
-                    index = -1;
+                    n = 0, index = -1; /* listed twice: CUDA sees no device (simgpu/devices.c) */
             if (index < 0)
                 break;
             indices[n++] = index;
@@ -182,9 +184,29 @@ void vgl_device_note(int device)
     CUuuid uuid;
     if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
         return;
-    /* Every process writes the same 16 bytes; a reader may catch a moment
-     * where only some are there, never a wrong identity for long. */
-    if (memcmp(region->devices[device].uuid, uuid.bytes, sizeof uuid.bytes) != 0)
-        memcpy(region->devices[device].uuid, uuid.bytes, sizeof uuid.bytes);
+    /* Binding the ordinal to its UUID applies a limit given by UUID, in the
+     * process's region and in each it is nested in. */
+    for (uint32_t i = 0; i < vgl_links(); i++) {
+        struct vgl_region *link = vgl_link_at(i).region;
+        if (vgl_region_bind_device(link, (uint32_t)device, (const uint8_t *)uuid.bytes) == -EEXIST) {
+            static unsigned said;
+            char mine[UUID_TEXT_LEN], theirs[UUID_TEXT_LEN];
+            uuid_text((const unsigned char *)uuid.bytes, mine);
+            uuid_text(link->devices[device].uuid, theirs);
+            vgl_log_bounded(VGL_LOG_WARN, &said, "device %d is %s here but %s to other processes of the "
+                            "container (CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ); it is counted "
+                            "as theirs", device, mine, theirs);
+        }
+    }
     __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
+}
+
+void vgl_devices_note_all(void)
+{
+    int count;
+    /* Before cuInit there is nothing to note; CUDA asks again when it is. */
+    if (vgl_real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+        return;
+    for (int i = 0; i < count && i < VGL_MAX_DEVICES; i++)
+        vgl_device_note(i);
 }

@@ -99,16 +99,43 @@ static int device_of(const char *name, size_t len, const char *stem)
     return index < VGL_MAX_DEVICES ? index : -3;
 }
 
+/* "1.5", "12.0": digits, a point, digits, no unit: read as a fraction of the
+ * device and refused as more than all of it, though a size was meant. */
+static bool unitless_above_one(const char *value)
+{
+    size_t whole = strspn(value, "0123456789");
+    const char *frac = value + whole + 1;
+    if (whole == 0 || value[whole] != '.' || frac[strspn(frac, "0123456789")])
+        return false;
+    while (whole > 1 && *value == '0') {
+        value++;
+        whole--;
+    }
+    if (whole > 1 || *value > '1')
+        return true;
+    return *value == '1' && frac[strspn(frac, "0")] != '\0';
+}
+
+/* The one line for a value of `name` that the parser refused with `err`,
+ * worded as the Python side words a bad flag (limits.py LimitError). */
+static void refuse(struct vgl_env *out, enum kind kind, const char *name, const char *value, int err)
+{
+    if (kind == MEMORY && err == -ERANGE && unitless_above_one(value))
+        say(out, true, "%s=%s: %s what? (a fraction is 0-1; sizes need a unit, e.g. %sGiB)", name, value,
+            value, value);
+    else
+        say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
+            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
+            kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+}
+
 static void read_limit(struct reading *r, const struct family *f, const char *name, int device,
                        const char *value)
 {
     struct candidate c = {.set = true};
     int err = f->kind == MEMORY ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
     if (err) {
-        /* Worded as the Python side words a bad flag (limits.py LimitError). */
-        say(r->out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
-            err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
-            f->kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+        refuse(r->out, f->kind, name, value, err);
         return;
     }
     c.origin.source = f->tier == OURS ? (device < 0 ? VGL_ENV_OURS : VGL_ENV_OURS_DEVICE)
@@ -121,6 +148,45 @@ static void read_limit(struct reading *r, const struct family *f, const char *na
         if ((i == device || device < 0) && (!slot->set || slot->origin.source <= c.origin.source))
             *slot = c;
     }
+}
+
+/* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid>: a limit for the
+ * device with that UUID, whatever CUDA in the container calls it (applied
+ * when the shim learns the UUID's ordinal: shim/src/devices.c).  True when
+ * `name` is such a name (read, or said as an error). */
+static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const char *name, const char *value)
+{
+    const char *suffix = name + strlen(f->stem);
+    if (f->tier != OURS || strncmp(suffix, "_GPU-", 5) != 0)
+        return false;
+    out->asks = 1;
+    uint8_t uuid[16];
+    if (vgl_parse_uuid(suffix + 1, uuid) != 0) {
+        say(out, true, "%s: \"%s\" is not a GPU UUID; accepted: %s_GPU- and the UUID as nvidia-smi -L "
+                       "prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name, suffix + 1, f->stem);
+        return true;
+    }
+    struct vgl_uuid_limit got = {.flags = f->kind == MEMORY ? VGL_UUID_MEMORY : VGL_UUID_CORES};
+    memcpy(got.uuid, uuid, sizeof uuid);
+    int err = f->kind == MEMORY ? vgl_parse_memory(value, &got.limit) : vgl_parse_cores(value, &got.cores_pct);
+    if (err) {
+        refuse(out, f->kind, name, value, err);
+        return true;
+    }
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        struct vgl_uuid_limit *u = &out->by_uuid[i];
+        if (u->flags && memcmp(u->uuid, uuid, sizeof uuid) != 0)
+            continue;
+        memcpy(u->uuid, uuid, sizeof uuid);
+        u->flags |= got.flags;
+        if (f->kind == MEMORY)
+            u->limit = got.limit;
+        else
+            u->cores_pct = got.cores_pct;
+        return true;
+    }
+    say(out, true, "%s: more than %d devices have limits by UUID", name, VGL_MAX_DEVICES);
+    return true;
 }
 
 static bool same(const struct candidate *a, const struct candidate *b, enum kind kind)
@@ -374,7 +440,10 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
             if ((device = device_of(entry, len, FAMILIES[i].stem)) != -2)
                 f = &FAMILIES[i];
-        if (f && device == -3) {
+        if (f && device == -3 && read_uuid_limit(out, f, name, value)) {
+            ours = f->stem;
+            continue;
+        } else if (f && device == -3) {
             out->asks = 1;
             say(out, true, "%s: \"%s\" is not a device index; accepted: %s_0 to %s_%d (ASCII digits)",
                 name, name + strlen(f->stem) + 1, f->stem, f->stem, VGL_MAX_DEVICES - 1);
@@ -393,7 +462,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
                 ours = OUR_REGION;
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
-            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>], VGPULIMIT_CORES[_<i>], "
+            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
                             "VGPULIMIT_CORES_POLICY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }

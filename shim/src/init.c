@@ -71,14 +71,28 @@ static bool same_limit(const struct vgl_mem_limit *a, const struct vgl_mem_limit
     return a->bytes == b->bytes && a->ppm == b->ppm;
 }
 
+/* What the environment gives the device of `uuid` by its UUID, or NULL. */
+static const struct vgl_uuid_limit *env_uuid_limit(const struct vgl_env *env, const uint8_t uuid[16])
+{
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        if (env->by_uuid[i].flags && memcmp(env->by_uuid[i].uuid, uuid, 16) == 0)
+            return &env->by_uuid[i];
+    return NULL;
+}
+
 /* The first device whose limits the environment states otherwise than the
  * region, or -1. */
 static int differing_device(const struct vgl_region *region)
 {
     const struct vgl_env *env = &vgl_config.env;
     for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        const struct vgl_uuid_limit *by_uuid = env_uuid_limit(env, region->devices[i].uuid);
         bool memory = env->memory_from[i].source && !same_limit(&env->memory[i], &region->devices[i].limit);
         bool cores = env->cores_from[i].source && env->cores_pct[i] != region->devices[i].cores_pct;
+        if (by_uuid && (by_uuid->flags & VGL_UUID_MEMORY))
+            memory = !same_limit(&by_uuid->limit, &region->devices[i].limit);
+        if (by_uuid && (by_uuid->flags & VGL_UUID_CORES))
+            cores = by_uuid->cores_pct != region->devices[i].cores_pct;
         if (memory || cores)
             return i;
     }
@@ -182,7 +196,8 @@ static struct vgl_region *open_region(void)
             make_own_dir();
         else if (env->region_dir_len)
             make_kai_dirs();
-        err = vgl_region_create(path, env->memory, env->cores_pct, VGL_REGION_FROM_ENVIRONMENT, NULL);
+        err = vgl_region_create_with_uuids(path, env->memory, env->cores_pct, env->by_uuid,
+                                           VGL_REGION_FROM_ENVIRONMENT, NULL);
         bool made = !err;
         if (!err || err == -EEXIST)
             err = vgl_region_open(path, &region);

@@ -261,8 +261,11 @@ struct vgl_visible {
 bool vgl_visible_devices(struct vgl_visible *out);
 /* The container's index of an NVML device, or -1: not one of its devices, or unknown. */
 int vgl_container_device(nvmlDevice_t device);
-/* Records CUDA device `device`'s UUID in the region for the views (once per process). */
+/* Binds CUDA device `device` to its UUID in the region (once per process):
+ * for the views, and to apply a limit given for that UUID. */
 void vgl_device_note(int device);
+/* The same for every device CUDA has, once it is initialised. */
+void vgl_devices_note_all(void);
 
 /* nvml_hooks.c — what the real NVML says of other tenants. */
 /* Whether a process outside the container ran kernels on container device

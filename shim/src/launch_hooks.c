@@ -272,6 +272,8 @@ static void refresh(void)
         __atomic_store_n(&unlimited_generation, without_budget, __ATOMIC_RELAXED);
         return;
     }
+    /* A limit by UUID reaches a device once it is bound to its UUID. */
+    vgl_devices_note_all();
     struct vgl_region *region = vgl_self.region;
     uint64_t generation = __atomic_load_n(&region->generation, __ATOMIC_ACQUIRE);
     /* A nested run looks at every launch: its outer regions' limits change

@@ -13,8 +13,10 @@
 
 #define PPM_WHOLE 1000000u
 
+/* Short enough that a refusal naming a flag and its value fits one line of
+ * 160 columns; `vgpulimit run --help` and the README say the rest. */
 static const char MEMORY_FORMS[] =
-    VGL_SIZE_FORMS ", a percentage of the device (50%) or a fraction of it (0.5)";
+    "4GiB, 512Mi, 3000m (MiB), 4G (10^9 B), 50%, 0.5 (more in --help)";
 static const char CORES_FORMS[] = "a whole percentage of the GPU's time from 1 to 100 (30 or 30%)";
 
 const char *vgl_memory_forms(void) { return MEMORY_FORMS; }
@@ -129,4 +131,53 @@ const char *vgl_format_bytes(uint64_t bytes, char *buf, uint32_t len)
     }
     snprintf(buf, len, "%llu B", (unsigned long long)bytes);
     return buf;
+}
+
+/* ---- device UUIDs (limits given by UUID) ---------------------------------------------- */
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int vgl_parse_uuid(const char *text, uint8_t out[16])
+{
+    static const char FORM[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    if (!text || strlen(text) != sizeof FORM - 1 || strncmp(text, "GPU-", 4) != 0)
+        return -EINVAL;
+    int n = 0;
+    for (size_t i = 4; i < sizeof FORM - 1; i++) {
+        if (FORM[i] == '-') {
+            if (text[i] != '-')
+                return -EINVAL;
+            continue;
+        }
+        int hi = hex_digit(text[i]), lo = hex_digit(text[i + 1]);
+        if (hi < 0 || lo < 0 || FORM[i + 1] != 'x')
+            return -EINVAL;
+        out[n++] = (uint8_t)(hi << 4 | lo);
+        i++;
+    }
+    return 0;
+}
+
+void vgl_format_uuid(const uint8_t u[16], char out[41])
+{
+    static const char HEX[] = "0123456789abcdef";
+    static const char FORM[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    int n = 0;
+    for (size_t i = 0; i < sizeof FORM; i++) {
+        if (FORM[i] != 'x') {
+            out[i] = FORM[i];
+            continue;
+        }
+        out[i] = HEX[(u[n / 2] >> (n % 2 ? 0 : 4)) & 0xf];
+        n++;
+    }
 }

@@ -34,6 +34,7 @@ _Static_assert(sizeof(((struct vgl_slot *)0)->comm) == VGL_COMM_LEN, "slot comm"
 struct region_init {
     const struct vgl_mem_limit *limits;
     const uint32_t *cores_pct;
+    const struct vgl_uuid_limit *by_uuid;
     uint32_t flags;
     const char *parent;
 };
@@ -46,6 +47,8 @@ static int init_region(void *map, void *arg)
     const uint32_t *cores_pct = how->cores_pct;
     const char *parent = how->parent;
     uint32_t flags = how->flags;
+    if (how->by_uuid)
+        memcpy(region->by_uuid, how->by_uuid, sizeof region->by_uuid);
     if (parent)
         strcpy(region->parent, parent);
     memcpy(region->magic, MAGIC, sizeof MAGIC);
@@ -68,10 +71,17 @@ static int init_region(void *map, void *arg)
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
                       const uint32_t *cores_pct, uint32_t flags, const char *parent)
 {
+    return vgl_region_create_with_uuids(path, limits, cores_pct, NULL, flags, parent);
+}
+
+int vgl_region_create_with_uuids(const char *path, const struct vgl_mem_limit *limits,
+                                 const uint32_t *cores_pct, const struct vgl_uuid_limit *by_uuid,
+                                 uint32_t flags, const char *parent)
+{
     if (parent && strlen(parent) >= VGL_PARENT_LEN)
         return -ENAMETOOLONG;
     /* Of two creators exactly one wins: the other is told -EEXIST. */
-    struct region_init how = {limits, cores_pct, flags, parent};
+    struct region_init how = {limits, cores_pct, by_uuid, flags, parent};
     mode_t mode = flags & VGL_REGION_GROUP_SHARED ? 0660 : 0600;
     return vgl_create_linked(path, mode, sizeof(struct vgl_region), init_region, &how, NULL);
 }
@@ -95,6 +105,12 @@ static bool plausible(const struct vgl_region *region)
         if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
             dev->limit.ppm > 1000000 || dev->cores_pct > 100 || dev->cores_policy > VGL_CORES_NONE ||
             dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES)
+            return false;
+    }
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
+        const struct vgl_uuid_limit *u = &region->by_uuid[d];
+        if ((u->limit.bytes && u->limit.ppm) || u->limit.bytes > INT64_MAX || u->limit.ppm > 1000000 ||
+            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES))
             return false;
     }
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
@@ -359,6 +375,8 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
             __atomic_store_n(&dev->limit.bytes, limits[i].bytes, __ATOMIC_RELAXED);
             __atomic_store_n(&dev->limit.ppm, limits[i].ppm, __ATOMIC_RELAXED);
             __atomic_store_n(&dev->cores_pct, cores_pct[i], __ATOMIC_RELAXED);
+            /* The next process binds the devices again, limits by UUID included. */
+            memset(dev->uuid, 0, sizeof dev->uuid);
         }
         __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     }
@@ -381,4 +399,80 @@ int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     vgl_ledger_unlock(region);
     return 0;
+}
+
+/* ---- devices by UUID ------------------------------------------------------------------- */
+
+static bool no_uuid(const uint8_t uuid[16])
+{
+    static const uint8_t zero[16];
+    return memcmp(uuid, zero, sizeof zero) == 0;
+}
+
+/* Under the lock: device `d` takes what is given for its UUID. */
+static void apply_uuid_limit(struct vgl_region *region, uint32_t d, const struct vgl_uuid_limit *u)
+{
+    struct vgl_device_state *dev = &region->devices[d];
+    if (u->flags & VGL_UUID_MEMORY) {
+        __atomic_store_n(&dev->limit.bytes, u->limit.bytes, __ATOMIC_RELAXED);
+        __atomic_store_n(&dev->limit.ppm, u->limit.ppm, __ATOMIC_RELAXED);
+    }
+    if (u->flags & VGL_UUID_CORES)
+        __atomic_store_n(&dev->cores_pct, u->cores_pct, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
+}
+
+int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16])
+{
+    if (device >= VGL_MAX_DEVICES || no_uuid(uuid))
+        return -EINVAL;
+    struct vgl_device_state *dev = &region->devices[device];
+    if (memcmp(dev->uuid, uuid, sizeof dev->uuid) == 0)
+        return 0;
+    int rc = vgl_ledger_lock(region);
+    if (rc)
+        return rc;
+    if (no_uuid(dev->uuid)) {
+        memcpy(dev->uuid, uuid, sizeof dev->uuid);
+        for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++)
+            if (region->by_uuid[i].flags && memcmp(region->by_uuid[i].uuid, uuid, 16) == 0)
+                apply_uuid_limit(region, device, &region->by_uuid[i]);
+        rc = 1;
+    } else if (memcmp(dev->uuid, uuid, sizeof dev->uuid) != 0) {
+        rc = -EEXIST;
+    }
+    vgl_ledger_unlock(region);
+    return rc;
+}
+
+int vgl_region_set_uuid_limit(struct vgl_region *region, const struct vgl_uuid_limit *limit)
+{
+    if (no_uuid(limit->uuid) || limit->cores_pct > 100)
+        return -EINVAL;
+    int rc = vgl_ledger_lock(region);
+    if (rc)
+        return rc;
+    rc = -ENOSPC;
+    struct vgl_uuid_limit *free_entry = NULL;
+    for (uint32_t i = 0; i < VGL_MAX_DEVICES && rc == -ENOSPC; i++) {
+        struct vgl_uuid_limit *u = &region->by_uuid[i];
+        if (u->flags && memcmp(u->uuid, limit->uuid, 16) == 0) {
+            *u = *limit;
+            rc = 0;
+        } else if (!u->flags && !free_entry) {
+            free_entry = u;
+        }
+    }
+    if (rc == -ENOSPC && free_entry && limit->flags) {
+        *free_entry = *limit;
+        rc = 0;
+    } else if (rc == -ENOSPC && !limit->flags) {
+        rc = 0; /* nothing to remove */
+    }
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES && rc == 0; d++)
+        if (memcmp(region->devices[d].uuid, limit->uuid, 16) == 0)
+            apply_uuid_limit(region, d, limit);
+    __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
+    vgl_ledger_unlock(region);
+    return rc;
 }

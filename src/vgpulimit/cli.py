@@ -17,6 +17,13 @@ from collections.abc import Sequence
 from vgpulimit import __version__
 
 PROG = "vgpulimit"
+# Every form a SIZE may take; errors name the common ones and point here.
+SIZE_FORMS = ("SIZE is bytes (1073741824); binary units Ki, Mi, Gi, Ti with or without B (4Gi, 4GiB, "
+              "512Mi); k, m, g, t in lower case as HAMi and Docker mean them (3000m = 3000 MiB); decimal "
+              "units K, M, G, T with or without B (4G = 4*10^9 bytes); a percentage of the device (50%%) "
+              "or a fraction of it from 0 to 1 (0.5).  PCT is a whole percentage from 1 to 100 (30 or 30%%).  "
+              "A device is I, its index as CUDA numbers it in the container, or GPU-<uuid>, the whole "
+              "UUID as nvidia-smi -L prints it.")
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -82,12 +89,14 @@ def _build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="run a command under GPU limits",
         description="Run CMD with the shim preloaded and the limits in a fresh region file. "
-                    "Limits not given as flags are taken from VGPULIMIT_MEMORY[_<i>] "
-                    "and VGPULIMIT_CORES[_<i>] in the environment.")
+                    "Limits not given as flags are taken from VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>] "
+                    "and VGPULIMIT_CORES[_<i>|_GPU-<uuid>] in the environment.",
+        epilog=SIZE_FORMS)
     run.add_argument("--memory", metavar="SIZE",
                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
     run.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
-                     help="memory cap for device I (overrides --memory; repeatable)")
+                     help="memory cap for device I as CUDA numbers it in the container, or for "
+                          "the device of a UUID: GPU-<uuid>=SIZE (overrides --memory; repeatable)")
     run.add_argument("--memory-units", metavar="N",
                      help="memory cap as N units of --unit, as Alibaba's gpushare counts it "
                           "(instead of --memory)")
@@ -96,7 +105,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cores", metavar="PCT",
                      help="compute share of every device, in percent: 30 or 30%%")
     run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
-                     help="compute share of device I (overrides --cores; repeatable)")
+                     help="compute share of device I, or GPU-<uuid>=PCT (overrides --cores; "
+                          "repeatable)")
     run.add_argument("--cores-policy", metavar="POLICY",
                      help="hard (default: never past the share), borrow (past it while no other "
                           "tenant uses the device) or none (no compute limit)")
@@ -148,15 +158,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "set", help="change the limits of a running container",
         description="Change the limits in a region file; its processes apply them to their next "
                     "allocation or kernel launch.  Lowering a cap below what is in use frees "
-                    "nothing: new allocations are refused until usage falls under it.")
+                    "nothing: new allocations are refused until usage falls under it.  Prints what "
+                    "changed, old → new.",
+        epilog=SIZE_FORMS)
     set_.add_argument("--memory", metavar="SIZE",
                       help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
     set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
-                      help="memory cap for device I (overrides --memory; repeatable)")
+                      help="memory cap for device I as CUDA numbers it in the container, or for "
+                           "the device of a UUID: GPU-<uuid>=SIZE (overrides --memory; repeatable)")
     set_.add_argument("--cores", metavar="PCT",
                       help="compute share of every device: 30 or 30%%, or 'none'")
     set_.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
-                      help="compute share of device I (overrides --cores; repeatable)")
+                      help="compute share of device I, or GPU-<uuid>=PCT (overrides --cores; "
+                           "repeatable)")
     set_.add_argument("--cores-policy", metavar="POLICY",
                       help="hard, borrow or none (every device)")
     set_.add_argument("--region", metavar="PATH",
@@ -335,7 +349,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 def _cmd_set(args: argparse.Namespace) -> int:
     from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory
     from vgpulimit.region import Region
-    from vgpulimit.supervisor import parse_device_items
+    from vgpulimit.supervisor import parse_device_items, split_uuid_items
 
     def memory(text: str, source: str):
         return None if text.strip().lower() == "none" else parse_memory(text, source)
@@ -343,10 +357,12 @@ def _cmd_set(args: argparse.Namespace) -> int:
     def cores(text: str, source: str) -> int:
         return 0 if text.strip().lower() == "none" else parse_cores(text, source)
 
-    memory_device = parse_device_items(args.memory_device, "--memory-device")
-    cores_device = parse_device_items(args.cores_device, "--cores-device", "PERCENT")
+    memory_items, memory_uuids = split_uuid_items(args.memory_device, "--memory-device")
+    cores_items, cores_uuids = split_uuid_items(args.cores_device, "--cores-device")
+    memory_device = parse_device_items(memory_items, "--memory-device")
+    cores_device = parse_device_items(cores_items, "--cores-device", "PERCENT")
     if (args.memory is None and args.cores is None and args.cores_policy is None and not memory_device
-            and not cores_device):
+            and not cores_device and not memory_uuids and not cores_uuids):
         raise UsageError("set: nothing to change (give --memory, --memory-device, --cores, "
                          "--cores-device or --cores-policy)")
     # Every value is parsed before anything is written: a bad one changes nothing.
@@ -354,17 +370,76 @@ def _cmd_set(args: argparse.Namespace) -> int:
     cores_all = cores(args.cores, "--cores") if args.cores is not None else None
     memory_new = {i: memory(text, f"--memory-device {i}") for i, text in memory_device.items()}
     cores_new = {i: cores(text, f"--cores-device {i}") for i, text in cores_device.items()}
+    memory_by_uuid = {u: memory(text, f"--memory-device {u}") for u, text in memory_uuids.items()}
+    cores_by_uuid = {u: cores(text, f"--cores-device {u}") for u, text in cores_uuids.items()}
     policy = parse_cores_policy(args.cores_policy) if args.cores_policy is not None else None
+    changes: list[str] = []
+    unnamed: dict[str, list[int]] = {}
+    pending: list[str] = []
     with Region.open(_region_path(args)) as region:
+        before = region.snapshot(all_devices=True)
         if policy is not None:
+            old_policies = {d.cores_policy for d in before.devices if d.cores_pct}
             region.set_cores_policy(policy)
-        for device in region.snapshot(all_devices=True).devices:
+            if old_policies != {policy}:
+                changes.append(f"compute policy: {'/'.join(sorted(old_policies)) or 'hard'} → {policy}")
+        for device in before.devices:
             index = device.index
             limit = memory_new.get(index, memory_all if args.memory is not None else device.limit)
             pct = cores_new.get(index, cores_all if args.cores is not None else device.cores_pct)
+            if device.uuid in memory_by_uuid:
+                limit = memory_by_uuid[device.uuid]
+            if device.uuid in cores_by_uuid:
+                pct = cores_by_uuid[device.uuid]
             if limit != device.limit or pct != device.cores_pct:
                 region.set_limits(index, limit, pct)
+                what = _change_line(device.limit, limit, device.cores_pct, pct)
+                if device.uuid:
+                    changes.append(f"device {index} ({device.uuid}): {what}")
+                else:   # devices no process has used yet: alike ones share a line
+                    unnamed.setdefault(what, []).append(index)
+        bound = {d.uuid for d in before.devices if d.uuid}
+        for uuid in dict.fromkeys([*memory_by_uuid, *cores_by_uuid]):
+            region.set_uuid_limits(uuid, memory_by_uuid.get(uuid), cores_by_uuid.get(uuid),
+                                   memory_given=uuid in memory_by_uuid)
+            if uuid not in bound:
+                new = [f"memory {_memory_text(memory_by_uuid[uuid])}"] if uuid in memory_by_uuid else []
+                new += [f"cores {_cores_text(cores_by_uuid[uuid])}"] if uuid in cores_by_uuid else []
+                pending.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
+    grouped = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}"
+               for what, indices in unnamed.items()]
+    changes = changes + grouped + pending
+    print("\n".join(changes) if changes else "nothing changed: the limits were already these")
     return 0
+
+
+def _ranges(indices: list[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3,5"."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _memory_text(limit) -> str:
+    return "no cap" if limit is None else limit.describe()
+
+
+def _cores_text(pct: int) -> str:
+    return f"{pct}%" if pct else "no share"
+
+
+def _change_line(old_limit, new_limit, old_pct: int, new_pct: int) -> str:
+    """"memory 4 GiB → 2 GiB, cores 50% → 30%": only what changed."""
+    parts = []
+    if old_limit != new_limit:
+        parts.append(f"memory {_memory_text(old_limit)} → {_memory_text(new_limit)}")
+    if old_pct != new_pct:
+        parts.append(f"cores {_cores_text(old_pct)} → {_cores_text(new_pct)}")
+    return ", ".join(parts)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

@@ -36,6 +36,9 @@ class Environment:
     memory: Mapping[int, Setting] = field(default_factory=dict)   # value: MemoryLimit
     cores: Mapping[int, Setting] = field(default_factory=dict)    # value: percent
     cores_policy: Setting | None = None   # value: "hard", "borrow" or "none"
+    # By device UUID ("GPU-…", lower case), whatever CUDA numbers that device:
+    memory_by_uuid: Mapping[str, Setting] = field(default_factory=dict)   # value: MemoryLimit
+    cores_by_uuid: Mapping[str, Setting] = field(default_factory=dict)    # value: percent
     region_path: str | None = None
     region_source: str | None = None   # VGPULIMIT_REGION, CUDA_DEVICE_MEMORY_SHARED_CACHE or
                                        # CONTAINER_VGPU_MOUNT (KAI's isolator)
@@ -66,6 +69,7 @@ def read(environ: Mapping[str, str]) -> Environment:
         if out.cores_from[i].source:
             origin = out.cores_from[i]
             cores[i] = Setting(_text(origin.text), _text(origin.name), int(out.cores_pct[i]))
+    memory_by_uuid, cores_by_uuid = _by_uuid(out)
     lines = [(_text(out.line[i]), bool(out.line_is_error[i])) for i in range(out.lines)]
     region = _text(out.region_path) or None
     policy = None
@@ -76,8 +80,27 @@ def read(environ: Mapping[str, str]) -> Environment:
         policy = Setting(_text(origin.text), _text(origin.name), CORES_POLICIES[out.cores_policy])
     return Environment(
         memory=memory, cores=cores, cores_policy=policy, region_path=region,
+        memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid,
         region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
         control_disabled=bool(out.control_disabled),
         errors=tuple(line for line, error in lines if error),
         warnings=tuple(line for line, error in lines if not error),
     )
+
+
+def _by_uuid(out) -> tuple[dict[str, Setting], dict[str, Setting]]:
+    """VGPULIMIT_MEMORY_GPU-<uuid> and VGPULIMIT_CORES_GPU-<uuid>, as the reader kept them."""
+    from vgpulimit.limits import format_uuid
+
+    memory, cores = {}, {}
+    for i in range(MAX_DEVICES):
+        entry = out.by_uuid[i]
+        if not entry.flags:
+            continue
+        uuid = format_uuid(bytes(entry.uuid))
+        if entry.flags & lib.VGL_UUID_MEMORY:
+            limit = MemoryLimit._from_cdata(entry.limit)
+            memory[uuid] = Setting(limit.describe() if limit else "", f"VGPULIMIT_MEMORY_{uuid}", limit)
+        if entry.flags & lib.VGL_UUID_CORES:
+            cores[uuid] = Setting(str(entry.cores_pct), f"VGPULIMIT_CORES_{uuid}", int(entry.cores_pct))
+    return memory, cores

@@ -22,12 +22,14 @@ class LimitError(ValueError):
     """A limit that the parser refused.  The message names where the text came
     from (a flag or a variable), the text, and the forms that are accepted."""
 
-    def __init__(self, source: str, text: str, reason: str, forms: str) -> None:
+    def __init__(self, source: str, text: str, reason: str, forms: str, message: str | None = None) -> None:
         self.source = source
         self.text = text
         self.reason = reason
         self.forms = forms
-        super().__init__(f"{source}: {text!r} is {reason}; accepted forms: {forms}")
+        # One terminal line (160 columns): a long value is shown cut.
+        shown = text if len(text) <= 16 else text[:15] + "…"
+        super().__init__(message or f"{source}: {shown!r} is {reason}; accepted forms: {forms}")
 
 
 def format_bytes(count: int) -> str:
@@ -116,11 +118,25 @@ def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
     """Parses a memory limit ("4GiB", "3000m", "50%", "0.2", ...)."""
     out = ffi.new("struct vgl_mem_limit *")
     err = lib.vgl_parse_memory(_encode(text, source, memory_forms), out)
+    if err == -errno.ERANGE and _unitless_above_one(text):
+        number = text.strip()
+        raise LimitError(source, text, "a fraction above 1", memory_forms(),
+                         message=f"{source} {number}: {number} what? (a fraction is 0–1; sizes need a unit, "
+                                 f"e.g. {number}GiB)")
     if err != 0:
         raise LimitError(source, text, _reason(err), memory_forms())
     limit = MemoryLimit._from_cdata(out)
     assert limit is not None, "vgl_parse_memory accepted a limit of nothing"
     return limit
+
+
+def _unitless_above_one(text: str) -> bool:
+    """"1.5", "12.0": a number with a point and no unit, which the parser
+    reads as a fraction of the device and refuses as more than all of it."""
+    whole, point, frac = text.strip().partition(".")
+    if not (point and whole.isascii() and whole.isdigit() and (not frac or frac.isascii() and frac.isdigit())):
+        return False
+    return float(f"{whole}.{frac}0") > 1
 
 
 def memory_in_units(count_text: str, unit_text: str, count_source: str = "--memory-units",
@@ -148,6 +164,23 @@ def parse_cores(text: str, source: str = "--cores") -> int:
     if err != 0:
         raise LimitError(source, text, _reason(err), cores_forms())
     return int(out[0])
+
+
+def parse_uuid(text: str, source: str) -> str:
+    """A GPU's UUID as nvidia-smi -L prints it ("GPU-8932f937-d72c-4106-c12f-
+    20bd9faed9f6", either case), in the lower case NVML and CUDA report."""
+    out = ffi.new("uint8_t[16]")
+    data = text.strip().encode("ascii", errors="replace")
+    if b"\0" in data or lib.vgl_parse_uuid(data, out) != 0:
+        raise LimitError(source, text, "not a GPU UUID",
+                         "GPU- and 32 hex digits as nvidia-smi -L prints it: GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
+    return format_uuid(bytes(out))
+
+
+def format_uuid(raw: bytes) -> str:
+    text = ffi.new("char[41]")
+    lib.vgl_format_uuid(raw, text)
+    return ffi.string(text).decode()
 
 
 CORES_POLICIES = ("hard", "borrow", "none")   # enum vgl_cores_policy, in order

@@ -121,6 +121,26 @@ def _limit_struct(limit: MemoryLimit | None):
     return out
 
 
+def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, int]):
+    """Limits by UUID as the region's table (struct vgl_uuid_limit[MAX_DEVICES])."""
+    uuids = list(dict.fromkeys([*memory, *cores]))
+    if len(uuids) > MAX_DEVICES:
+        raise ValueError(f"limits by UUID: more than {MAX_DEVICES} devices")
+    table = ffi.new("struct vgl_uuid_limit[]", MAX_DEVICES)
+    for entry, uuid in zip(table, uuids):
+        if lib.vgl_parse_uuid(uuid.encode(), entry.uuid) != 0:
+            raise ValueError(f"{uuid!r} is not a GPU UUID")
+        if uuid in memory:
+            entry.flags |= lib.VGL_UUID_MEMORY
+            if memory[uuid] is not None:
+                entry.limit.bytes = memory[uuid].bytes
+                entry.limit.ppm = memory[uuid].ppm
+        if uuid in cores:
+            entry.flags |= lib.VGL_UUID_CORES
+            entry.cores_pct = cores[uuid]
+    return table
+
+
 def _device_list(values: Sequence | Mapping | None, default, name: str) -> list:
     """Per-device values as a full list of MAX_DEVICES: from a sequence (index
     = device) or a mapping {device: value}."""
@@ -150,11 +170,14 @@ class Region:
         cores_pct: Sequence[int] | Mapping[int, int] | None = None,
         group_shared: bool = False,
         parent: str | None = None,
+        memory_by_uuid: Mapping[str, MemoryLimit | None] | None = None,
+        cores_by_uuid: Mapping[str, int] | None = None,
     ) -> Region:
         """Creates a region file (0600, or 0660 with ``group_shared``) with
         these limits per device, nested in the region at ``parent`` (what its
-        processes use counts there too), and opens it.  Fails if the file
-        exists."""
+        processes use counts there too), and opens it.  Limits by device UUID
+        ("GPU-…") apply to the device of that UUID whatever CUDA in the
+        container numbers it.  Fails if the file exists."""
         fspath = os.fspath(path)
         occupant = _not_a_file(fspath)
         if occupant:
@@ -166,8 +189,9 @@ class Region:
                 limits[index].bytes = limit.bytes
                 limits[index].ppm = limit.ppm
         cores = ffi.new("uint32_t[]", _device_list(cores_pct, 0, "cores_pct"))
-        err = lib.vgl_region_create(os.fsencode(fspath), limits, cores, int(group_shared),
-                                    os.fsencode(parent) if parent else ffi.NULL)
+        by_uuid = _uuid_limits(memory_by_uuid or {}, cores_by_uuid or {})
+        err = lib.vgl_region_create_with_uuids(os.fsencode(fspath), limits, cores, by_uuid, int(group_shared),
+                                               os.fsencode(parent) if parent else ffi.NULL)
         if err < 0:
             raise RegionError(fspath, err, "cannot create")
         return cls.open(fspath)
@@ -247,6 +271,28 @@ class Region:
                                                       cores_pct))
         if err < 0:
             raise RegionError(self.path, err, f"cannot set the limits of device {device} in")
+
+    def set_uuid_limits(self, uuid: str, limit: MemoryLimit | None = None, cores_pct: int | None = None,
+                        memory_given: bool = False) -> None:
+        """Sets the limits of the device with ``uuid`` ("GPU-…"), bound to an
+        index or not yet: the memory cap when ``memory_given`` (None: no cap),
+        the share when ``cores_pct`` is not None (0: none)."""
+        entry = _uuid_limits({uuid: limit} if memory_given else {},
+                             {uuid: cores_pct} if cores_pct is not None else {})
+        if not entry[0].flags:
+            return
+        # The entry replaces what was given for that UUID: keep the other half.
+        for existing in self._mapped.by_uuid:
+            if existing.flags and bytes(existing.uuid) == bytes(entry[0].uuid):
+                if not memory_given and existing.flags & lib.VGL_UUID_MEMORY:
+                    entry[0].limit = existing.limit
+                    entry[0].flags |= lib.VGL_UUID_MEMORY
+                if cores_pct is None and existing.flags & lib.VGL_UUID_CORES:
+                    entry[0].cores_pct = existing.cores_pct
+                    entry[0].flags |= lib.VGL_UUID_CORES
+        err = self._outcome(lib.vgl_region_set_uuid_limit(self._mapped, entry))
+        if err < 0:
+            raise RegionError(self.path, err, f"cannot set the limits of {uuid} in")
 
     def set_cores_policy(self, policy: str) -> None:
         """What the share means on every device while others leave it idle

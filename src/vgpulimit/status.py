@@ -222,11 +222,14 @@ def _device_rows(devices: tuple[DeviceSnapshot, ...]) -> list[tuple[str, ...]]:
             _limit_text(dev),
             format_bytes(dev.used_bytes),
             _bytes_or_dash(dev.free_bytes),
+            # What the container may use, as nvidia-smi's Total reads inside it;
+            # the device's own size has its column.
+            _bytes_or_dash(dev.cap_bytes if dev.cap_bytes is not None else dev.total_bytes or None),
             _bytes_or_dash(dev.total_bytes or None),
             str(dev.oom_refusals),
         ))
     for limit_text, indices in unseen.items():
-        rows.append((_index_ranges(indices), limit_text, "-", "-", "not seen", "-"))
+        rows.append((_index_ranges(indices), limit_text, "-", "-", "-", "not seen", "-"))
     return rows
 
 
@@ -302,7 +305,7 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     named = f" - {who.name}" if who.name else ""
     lines = [f"region {snap.path} (generation {snap.generation}){named}", ""]
     if snap.devices:
-        lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "OOM REFUSED"),
+        lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),
                         _device_rows(snap.devices))
         compute = _compute_rows(view)
         if compute:

@@ -73,12 +73,20 @@ class Limits:
     cores: Mapping[int, Setting] = field(default_factory=dict)    # device -> its share
     cores_policy: Setting | None = None   # value: limits.CORES_POLICIES; None: hard
     warnings: tuple[str, ...] = ()   # what the user should know: overridden values
+    # By device UUID ("GPU-…"): the device of that UUID, whatever CUDA numbers it.
+    memory_by_uuid: Mapping[str, Setting] = field(default_factory=dict)
+    cores_by_uuid: Mapping[str, Setting] = field(default_factory=dict)
 
     def memory_per_device(self) -> list[MemoryLimit | None]:
         return [_value(self.memory.get(i)) for i in range(MAX_DEVICES)]
 
     def cores_per_device(self) -> list[int]:
         return [_value(self.cores.get(i)) or 0 for i in range(MAX_DEVICES)]
+
+    def by_uuid(self) -> dict[str, dict]:
+        """The limits by UUID, as Region.create takes them."""
+        return {"memory_by_uuid": {u: s.value for u, s in self.memory_by_uuid.items()},
+                "cores_by_uuid": {u: s.value for u, s in self.cores_by_uuid.items()}}
 
 
 def _value(setting: Setting | None):
@@ -91,6 +99,31 @@ def _device_index(text: str, source: str) -> int:
         raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1} "
                          "(ASCII digits)")
     return index
+
+
+def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[str, str]]:
+    """``GPU-<uuid>=<value>`` flags apart from ``I=<value>`` ones: the
+    latter as they are, the former as {uuid: value text}."""
+    from vgpulimit.limits import LimitError, parse_uuid
+
+    by_index: list[str] = []
+    by_uuid: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key.strip().upper().startswith("GPU-"):
+            by_index.append(item)
+            continue
+        try:
+            uuid = parse_uuid(key, flag)
+        except LimitError as exc:
+            raise UsageError(f"{flag}: {key.strip()!r} is not a GPU UUID (GPU- and 32 hex digits, as "
+                             "nvidia-smi -L prints it)") from exc
+        if not sep:
+            raise UsageError(f"{flag}: {item!r} has no '=' and a value after the UUID")
+        if uuid in by_uuid:
+            raise UsageError(f"{flag}: device {uuid} is given twice")
+        by_uuid[uuid] = value
+    return by_index, by_uuid
 
 
 def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> dict[int, str]:
@@ -152,18 +185,36 @@ def resolve_limits(
     def flag(var: str, text: str | None, source: str) -> Setting | None:
         return None if text is None else _setting(var, text, source)
 
+    memory_device, memory_uuids = split_uuid_items(memory_device, "--memory-device")
+    cores_device, cores_uuids = split_uuid_items(cores_device, "--cores-device")
     memory_flags = {i: _setting(MEMORY_VAR, text, f"--memory-device {i}")
                     for i, text in parse_device_items(memory_device, "--memory-device").items()}
     cores_flags = {i: _setting(CORES_VAR, text, f"--cores-device {i}")
                    for i, text in parse_device_items(cores_device, "--cores-device",
                                                      "PERCENT").items()}
+    memory_by_uuid = _layer_uuids(env.memory_by_uuid, MEMORY_VAR, memory_uuids, "--memory-device", warnings)
+    cores_by_uuid = _layer_uuids(env.cores_by_uuid, CORES_VAR, cores_uuids, "--cores-device", warnings)
     memory_all = layer(env.memory, flag(MEMORY_VAR, memory, "--memory"), memory_flags, warnings)
     cores_all = layer(env.cores, flag(CORES_VAR, cores, "--cores"), cores_flags, warnings)
     policy = env.cores_policy
     if cores_policy is not None:
         policy = Setting(cores_policy, "--cores-policy", parse_cores_policy(cores_policy, "--cores-policy"))
     return Limits(memory=memory_all, cores=cores_all, cores_policy=policy,
-                  warnings=tuple(dict.fromkeys(warnings)))
+                  warnings=tuple(dict.fromkeys(warnings)),
+                  memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid)
+
+
+def _layer_uuids(below: Mapping[str, Setting], var: str, flags: Mapping[str, str], flag: str,
+                 warnings: list[str]) -> dict[str, Setting]:
+    """Flags by UUID over the variables by UUID; an overridden value is said."""
+    result = dict(below)
+    for uuid, text in flags.items():
+        upper = _setting(var, text, f"{flag} {uuid}")
+        lower = result.get(uuid)
+        if lower is not None and lower.value != upper.value:
+            warnings.append(f"{upper.source} {upper.text} overrides {lower.source}={lower.text}")
+        result[uuid] = upper
+    return result
 
 
 def _setting(var: str, text: str, source: str) -> Setting:
@@ -459,8 +510,9 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         workdir = tempfile.mkdtemp(prefix="run-", dir=runtime_base())
         region_path = os.path.join(workdir, "region")
     try:
-        with Region.create(region_path, options.limits.memory_per_device(),
-                           options.limits.cores_per_device(), parent=outer) as region:
+        limits = options.limits
+        with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(), parent=outer,
+                           **limits.by_uuid()) as region:
             if options.limits.cores_policy is not None:
                 region.set_cores_policy(options.limits.cores_policy.value)
             env = child_environment(environ, region_path, options.simulate)

@@ -20,7 +20,7 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 5);
+    PIN(VGL_REGION_VERSION, 6);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
     PIN(sizeof(struct vgl_device_state), 112);
@@ -55,6 +55,11 @@ int main(void)
     PIN(offsetof(struct vgl_region, lock), 296);
     PIN(offsetof(struct vgl_region, devices), 360);
     PIN(offsetof(struct vgl_region, slots), 360 + 16 * 112);
-    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 184);
+    PIN(sizeof(struct vgl_uuid_limit), 40);
+    PIN(offsetof(struct vgl_uuid_limit, limit), 16);
+    PIN(offsetof(struct vgl_uuid_limit, cores_pct), 32);
+    PIN(offsetof(struct vgl_uuid_limit, flags), 36);
+    PIN(offsetof(struct vgl_region, by_uuid), 360 + 16 * 112 + 1024 * 184);
+    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 184 + 16 * 40);
     return failed;
 }

@@ -6,6 +6,7 @@
  * Precedence, the same for memory and cores, strongest first:
  *   VGPULIMIT_<X>_<i>  >  VGPULIMIT_<X>  >  HAMi's <Y>_<i>  >  HAMi's <Y>
  * (within one source, a device's own value beats the one for every device;
+ * a value for a device by its UUID, VGPULIMIT_<X>_GPU-<uuid>, beats them all;
  * our variable beats HAMi's for the same device).  Two sources that disagree
  * on a device are reported by a warning line naming both; the stronger
  * applies.  Flags (`vgpulimit run`) and annotations (the OCI hook) rank above
@@ -54,6 +55,8 @@ struct vgl_env {
     uint32_t cores_pct[16];                /* 0: none */
     struct vgl_env_origin memory_from[16];
     struct vgl_env_origin cores_from[16];
+    struct vgl_uuid_limit by_uuid[16];     /* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid>:
+                                              beat every variable by index for that device */
     char region_path[4096];                /* "": none named */
     char region_from[64];                  /* VGPULIMIT_REGION, CUDA_DEVICE_MEMORY_SHARED_CACHE,
                                               or CONTAINER_VGPU_MOUNT (KAI's isolator) */

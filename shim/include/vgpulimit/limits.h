@@ -35,6 +35,27 @@ const char *vgl_cores_policy_forms(void);
 /* A byte count for people, into `buf`: exact in the largest binary unit that
  * holds it whole ("1 GiB", "3000 MiB"), else to one decimal ("1.5 GiB"). */
 const char *vgl_format_bytes(uint64_t bytes, char *buf, uint32_t len);
+
+/* A limit given for one device by its UUID, not its index: a device plugin
+ * knows the UUIDs it hands a container, not how CUDA in the container will
+ * number them.  The shim applies it to whichever CUDA ordinal the driver
+ * says has that UUID (shim/src/devices.c). */
+enum vgl_uuid_limit_flags {
+    VGL_UUID_MEMORY = 1,       /* `limit` applies */
+    VGL_UUID_CORES = 2,        /* `cores_pct` applies */
+};
+struct vgl_uuid_limit {
+    uint8_t uuid[16];          /* all zero: an unused entry */
+    struct vgl_mem_limit limit;
+    uint32_t cores_pct;
+    uint32_t flags;            /* enum vgl_uuid_limit_flags */
+};
+/* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" (the whole UUID, as nvidia-smi
+ * -L and NVML print it, either case) into 16 bytes: 0, or -EINVAL. */
+int vgl_parse_uuid(const char *text, uint8_t out[16]);
+/* The same 16 bytes as text (41 bytes with the NUL). */
+void vgl_format_uuid(const uint8_t uuid[16], char out[41]);
+
 /* The cap in bytes for a device of `total_bytes` (never above it); UINT64_MAX: none. */
 uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes);
 

@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 5,
+    VGL_REGION_VERSION = 6,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -75,8 +75,10 @@ struct vgl_device_state {
     uint32_t pad2;
     uint64_t lend_until_ns;      /* CLOCK_MONOTONIC until which a borrowing container may run
                                     past its share (no other tenant was busy); 0: not now */
-    uint8_t uuid[16];            /* the device's UUID as CUDA reports it, written by the shim
-                                    for the views; all zero until a process has seen it */
+    uint8_t uuid[16];            /* the UUID of the device CUDA numbers so in the container,
+                                    written under the lock by the first process that sees it
+                                    (which then applies a limit given for that UUID, below);
+                                    all zero until then */
 };
 
 /* A process's place in the region.  Slots never move once claimed, so a
@@ -109,6 +111,10 @@ struct vgl_region {
     struct vgl_lock lock;        /* guards slot claims, limit changes and ledger recounts */
     struct vgl_device_state devices[16];  /* VGL_MAX_DEVICES */
     struct vgl_slot slots[1024];          /* VGL_MAX_SLOTS */
+    /* Limits given by device UUID (limits.h), for a device whatever CUDA
+     * calls it; copied into devices[i] when device i's UUID is first written
+     * there, so devices[] is what every reader and the ledger go by. */
+    struct vgl_uuid_limit by_uuid[16];    /* VGL_MAX_DEVICES */
 };
 
 /* region.c — every function returns 0 or a negative errno unless it says otherwise. */
@@ -119,6 +125,10 @@ struct vgl_region {
  * -ENAMETOOLONG if `parent` does not fit. */
 int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
                       const uint32_t *cores_pct, uint32_t flags, const char *parent);
+/* The same, with limits by UUID (`by_uuid`: VGL_MAX_DEVICES entries, or NULL). */
+int vgl_region_create_with_uuids(const char *path, const struct vgl_mem_limit *limits,
+                                 const uint32_t *cores_pct, const struct vgl_uuid_limit *by_uuid,
+                                 uint32_t flags, const char *parent);
 /* The parent path written in the header of the region file at `path` (read,
  * not mapped), into `out` (VGL_PARENT_LEN bytes; "" for none): 0, or the
  * errors of vgl_region_open. */
@@ -154,6 +164,16 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
  * bytes of processes that died are taken back first; a refusal is counted. */
 int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
                        uint64_t bytes, uint64_t cap);
+/* Records that the container's device `device` has `uuid` (the first
+ * process to see it does), and applies a limit given for that UUID: 1 when
+ * it wrote the UUID, 0 when it was there already, -EEXIST when the device
+ * has another UUID there (a process of the container numbers devices
+ * otherwise), -EINVAL for a device past VGL_MAX_DEVICES. */
+int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16]);
+/* Sets (or, with flags 0, removes) the limit of the device with `uuid`,
+ * and of the device bound to it if there is one; bumps the generation.
+ * -ENOSPC: VGL_MAX_DEVICES UUIDs have limits already. */
+int vgl_region_set_uuid_limit(struct vgl_region *region, const struct vgl_uuid_limit *limit);
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);

@@ -78,7 +78,7 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
     if not region_path.exists():
         try:
             with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
-                               group_shared=True) as region:
+                               group_shared=True, **limits.by_uuid()) as region:
                 if limits.cores_policy is not None:
                     region.set_cores_policy(limits.cores_policy.value)
         except RegionError as exc:

@@ -23,7 +23,8 @@ def requested(config: Mapping[str, Any]):
     env, annotations = config_environment(config), config_annotations(config)
     found = environment.read(env)
     asks_by_annotation = MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
-    if not (found.memory or found.cores or asks_by_annotation or found.errors):
+    by_uuid = found.memory_by_uuid or found.cores_by_uuid
+    if not (found.memory or found.cores or by_uuid or asks_by_annotation or found.errors):
         return None
     if found.region_path:
         # A device plugin that mounts the shim itself named the region (HAMi's
@@ -45,4 +46,5 @@ def requested(config: Mapping[str, Any]):
     memory = layer(found.memory, annotation(MEMORY_ANNOTATION, parse_memory), {}, warnings)
     cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
     policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
-    return Limits(memory=memory, cores=cores, cores_policy=policy, warnings=tuple(warnings))
+    return Limits(memory=memory, cores=cores, cores_policy=policy, warnings=tuple(warnings),
+                  memory_by_uuid=found.memory_by_uuid, cores_by_uuid=found.cores_by_uuid)
