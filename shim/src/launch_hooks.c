@@ -42,6 +42,8 @@ enum {
 };
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
+/* A kernel's cost is the least span per launch of its runs over two of these. */
+#define COST_WINDOW_NS 1000000000ULL
 /* A run closes once its launches are charged this much. */
 #define RUN_NS 20000000
 /* What runs read back may keep of what their kernels are known to cost and
@@ -242,7 +244,10 @@ static struct {
     struct tracker trackers[CONTEXTS];
     struct {
         const void *key;
-        int64_t ns;
+        int64_t ns;                 /* what a launch is charged: the least of the two windows' */
+        int64_t window_ns;          /* the least of the current window */
+        int64_t earlier_ns;         /* the least of the window before */
+        uint64_t window_from;       /* when the current window began (CLOCK_MONOTONIC) */
     } costs[COSTS];                 /* by launch target (function or graph), hashed */
 } launches = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -334,18 +339,29 @@ static bool known_cost(const void *key, int64_t *ns)
     return known;
 }
 
-/* Under the lock: a run of `key` alone took `per_launch_ns` a launch.  Spans
- * only grow with waiting (behind other contexts, or with the stream idle), so
- * the least is the cost; it creeps up to later spans slowly. */
-static void learn_cost(const void *key, int64_t per_launch_ns)
+/* Under the lock: a run of `key` alone took `per_launch_ns` a launch, read
+ * back at `now`.  Spans only grow with waiting (behind other contexts' time
+ * slices, or with the stream idle), so the cost is the least span of recent
+ * runs: of this window and the one before (COST_WINDOW_NS each), so that a
+ * kernel that became slower is charged so within two windows.  (A cost that
+ * crept up towards each span instead would, beside a busy neighbour whose
+ * slices stretch most spans, settle near the stretched span.) */
+static void learn_cost(const void *key, int64_t per_launch_ns, uint64_t now)
 {
-    uint32_t slot = cost_slot(key);
-    if (launches.costs[slot].key != key || per_launch_ns < launches.costs[slot].ns) {
-        launches.costs[slot].key = key;
-        launches.costs[slot].ns = per_launch_ns;
-    } else {
-        launches.costs[slot].ns += (per_launch_ns - launches.costs[slot].ns) / 256;
+    __typeof__(launches.costs[0]) *c = &launches.costs[cost_slot(key)];
+    if (c->key != key) {
+        *c = (__typeof__(*c)){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
+                              .earlier_ns = per_launch_ns, .window_from = now};
+        return;
     }
+    if (now - c->window_from >= COST_WINDOW_NS) {
+        c->earlier_ns = c->window_ns;
+        c->window_ns = per_launch_ns;
+        c->window_from = now;
+    } else if (per_launch_ns < c->window_ns) {
+        c->window_ns = per_launch_ns;
+    }
+    c->ns = c->window_ns < c->earlier_ns ? c->window_ns : c->earlier_ns;
 }
 
 static void drop_event(CUevent e)
@@ -441,7 +457,7 @@ static void harvest(struct tracker *t, uint64_t now)
         if (end > t->covered_ns)
             t->covered_ns = end;
         if (r->key && r->launches)
-            learn_cost(r->key, (end - start) / r->launches);
+            learn_cost(r->key, (end - start) / r->launches, now);
         /* The context's busy time, at most what its kernels are known to
          * cost: over several runs, as one stream's run may span the time
          * the other's kernels ran, while theirs adds nothing. */
@@ -453,6 +469,9 @@ static void harvest(struct tracker *t, uint64_t now)
             if (t->allowance_ns > ALLOWANCE_NS)
                 t->allowance_ns = ALLOWANCE_NS;
         }
+        VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
+                "busy %.3f ms counted, allowance %.3f ms", r->stream, r->launches, r->charged_ns / 1e6,
+                (end - start) / 1e6, busy / 1e6, t->allowance_ns / 1e6);
         settle_oldest(t, busy);
     }
 }
@@ -602,6 +621,8 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
             close_run(t, i, now, false);
         pthread_mutex_unlock(&launches.lock);
         uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device);
+        VGL_LOG(VGL_LOG_DEBUG, "launch waits %.3f ms for budget (cost %.3f ms%s)", (until - now) / 1e6,
+                cost / 1e6, known ? "" : ", not measured yet");
         for (;;) {
             uint64_t left = until > now ? until - now : 0;
             if (left)
