@@ -468,6 +468,16 @@ static void harvest(struct tracker *t, uint64_t now)
             t->allowance_ns -= busy;
             if (t->allowance_ns > ALLOWANCE_NS)
                 t->allowance_ns = ALLOWANCE_NS;
+        } else if (r->key) {
+            /* A kernel not measured before: at most what it has just been
+             * learnt to cost (the least span so far), which a span exceeds
+             * when other contexts' slices stretched it; else the processes
+             * of one container, started together, would each start owing
+             * their siblings' time. */
+            int64_t cost;
+            known_cost(r->key, &cost);
+            if (busy > cost * r->launches)
+                busy = cost * r->launches;
         }
         VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
                 "busy %.3f ms counted, allowance %.3f ms", r->stream, r->launches, r->charged_ns / 1e6,
