@@ -9,15 +9,17 @@
  * holds on a real GPU, with few driver calls: not around each launch but
  * around runs of launches per stream.  A run opens with an event recorded on
  * its stream (or at the end of the stream's previous run) and closes with
- * another, before the process sleeps for budget or after RUN_LAUNCHES
- * launches; its events are read back later, without waiting, as times
+ * another, before the process sleeps for budget, after RUN_LAUNCHES
+ * launches or RUN_NS of charged time, or after its first launch of a kernel
+ * not measured yet; its events are read back later, without waiting, as times
  * relative to one reference event per context.  A context's runs, merged in
  * time order, give the time during which any of its kernels was on the GPU,
  * counted once however many streams overlapped (the union of busy time).  A
  * run's span also holds time its kernels waited while other contexts held the
  * GPU (time slices): so runs are charged at most what their launches are
- * known to cost, each kernel's cost being the least that runs of it alone took per
- * launch (creeping up slowly, so a kernel that became slower is seen).
+ * known to cost, each kernel's cost being the least union per launch of
+ * runs of it alone (overlapping runs of several streams together) over the
+ * last second or two (so a kernel that became slower is seen).
  *
  * The budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
@@ -42,20 +44,22 @@ enum {
 };
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
-/* A kernel's cost is the least span per launch of its runs over two of these. */
+/* A kernel's cost is the least it took per launch over two of these. */
 #define COST_WINDOW_NS 1000000000ULL
-/* A run closes once its launches are charged this much. */
-#define RUN_NS 20000000
+/* A run closes once its launches are charged this much: long, so that long
+ * kernels cost few driver calls (a run ends where the process sleeps all the
+ * same). */
+#define RUN_NS 640000000
 /* What runs read back may keep of what their kernels are known to cost and
  * did not take, for later runs whose spans take more: two runs' worth, so a
  * stream's run that spans its sibling stream's kernels is charged what the
- * sibling's run (adding nothing to the union) did not take.  (Longer runs
- * would cost fewer calls with long kernels, but need a larger allowance,
- * which sibling processes' time slices, stretching spans, then use up.) */
+ * sibling's run (adding nothing to the union) did not take. */
 #define ALLOWANCE_NS (2 * RUN_NS)
 /* A launch that waited for budget waits on until the budget holds this much
- * (at most half what the container may keep), so runs are long. */
-#define RESUME_NS 20000000
+ * (at most three quarters of what the container may keep, so that sleeping
+ * a little late loses nothing to the cap), so that bursts, and runs, are
+ * long: each sleep ends the process's runs, a few driver calls. */
+#define RESUME_NS 80000000
 /* A borrowing container asks NVML whether others are busy at most this
  * often, over the driver's samples of the last LEND_WINDOW_US. */
 #define LEND_CHECK_NS 200000000ULL
@@ -230,6 +234,9 @@ struct tracker {
     CUevent reference;              /* NULL: not recorded yet */
     int64_t covered_ns;             /* busy time is counted up to here, from the reference */
     int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
+    int64_t group_start;            /* where the runs read back since covered_ns last jumped began */
+    uint32_t group_launches;        /* their launches (0: none) */
+    const void *group_key;          /* the one target they launched, or NULL for several */
     uint32_t nstreams;
     struct stream_runs streams[STREAMS];
     uint32_t head, count;
@@ -339,10 +346,12 @@ static bool known_cost(const void *key, int64_t *ns)
     return known;
 }
 
-/* Under the lock: a run of `key` alone took `per_launch_ns` a launch, read
- * back at `now`.  Spans only grow with waiting (behind other contexts' time
- * slices, or with the stream idle), so the cost is the least span of recent
- * runs: of this window and the one before (COST_WINDOW_NS each), so that a
+/* Under the lock: runs of `key` alone (one, or several overlapping on the
+ * context's streams) took `per_launch_ns` a launch, their union's length
+ * over their launches, read back at `now`.  Spans only grow with waiting
+ * (behind other contexts' time slices, or with the stream idle), so the cost
+ * is the least of recent runs: of this window and the one before
+ * (COST_WINDOW_NS each), so that a
  * kernel that became slower is charged so within two windows.  (A cost that
  * crept up towards each span instead would, beside a busy neighbour whose
  * slices stretch most spans, settle near the stretched span.) */
@@ -451,13 +460,28 @@ static void harvest(struct tracker *t, uint64_t now)
         s->last_end_ns = end;
         if (start > end)
             start = end;
+        /* Overlapping runs (of the context's streams) teach together: a
+         * kernel's cost is their union per launch, as the busy time they
+         * are counted is their union.  (A stream's span alone holds its
+         * siblings' kernels where they take turns.)  So a group teaches
+         * once a run begins after all of it has ended. */
+        if (t->group_launches && start >= t->covered_ns) {
+            if (t->group_key)
+                learn_cost(t->group_key, (t->covered_ns - t->group_start) / t->group_launches, now);
+            t->group_launches = 0;
+        }
+        if (!t->group_launches) {
+            t->group_key = r->key;
+            t->group_start = start;
+        } else if (t->group_key != r->key) {
+            t->group_key = NULL;
+        }
+        t->group_launches += r->launches;
         /* The union: what this run adds to the context's busy time so far. */
         int64_t from = start > t->covered_ns ? start : t->covered_ns;
         int64_t busy = end > from ? end - from : 0;
         if (end > t->covered_ns)
             t->covered_ns = end;
-        if (r->key && r->launches)
-            learn_cost(r->key, (end - start) / r->launches, now);
         /* The context's busy time, at most what its kernels are known to
          * cost: over several runs, as one stream's run may span the time
          * the other's kernels ran, while theirs adds nothing. */
@@ -475,8 +499,7 @@ static void harvest(struct tracker *t, uint64_t now)
              * of one container, started together, would each start owing
              * their siblings' time. */
             int64_t cost;
-            known_cost(r->key, &cost);
-            if (busy > cost * r->launches)
+            if (known_cost(r->key, &cost) && busy > cost * r->launches)
                 busy = cost * r->launches;
         }
         VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
@@ -558,7 +581,7 @@ static void sleep_ns(int64_t ns)
 }
 
 /* How long past its debt a waiting launch sleeps: until the budget holds
- * RESUME_NS, or half what the smallest share may keep. */
+ * RESUME_NS, or three quarters of what the smallest share may keep. */
 static int64_t resume_ns(int device)
 {
     struct vgl_device_state *devs[VGL_MAX_CHAIN];
@@ -568,7 +591,7 @@ static int64_t resume_ns(int device)
         if (share && share < pct)
             pct = share;
     }
-    int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 / 2);
+    int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 * 3 / 4);
     int64_t want = hold < RESUME_NS ? hold : RESUME_NS;
     return want * 100 / pct;
 }
@@ -704,7 +727,9 @@ static CUresult gate_leave(struct gate *g, CUresult rc)
     r->launches++;
     r->charged_ns += g->charged_ns;
     r->known = r->known && g->known;
-    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= RUN_NS)
+    /* A kernel not measured yet is measured alone at once: until then each
+     * of its launches is charged FIRST_COST_NS, whatever it takes. */
+    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= RUN_NS || !r->known)
         close_run(t, (uint32_t)g->stream, clock_ns(), true);
     pthread_mutex_unlock(&launches.lock);
     return rc;
