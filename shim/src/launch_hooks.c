@@ -55,11 +55,14 @@ enum {
  * stream's run that spans its sibling stream's kernels is charged what the
  * sibling's run (adding nothing to the union) did not take. */
 #define ALLOWANCE_NS (2 * RUN_NS)
-/* A launch that waited for budget waits on until the budget holds this much
- * (at most three quarters of what the container may keep, so that sleeping
- * a little late loses nothing to the cap), so that bursts, and runs, are
- * long: each sleep ends the process's runs, a few driver calls. */
-#define RESUME_NS 80000000
+/* A launch that waited for budget waits on until the budget holds this much,
+ * or RESUME_KERNELS of its kernel if more (at most three quarters of what
+ * the container may keep), so that bursts, and runs, are long: each sleep
+ * ends the process's runs, a few driver calls, and with long kernels a burst
+ * of RESUME_NS would be one kernel or two.  (Longer bursts of short kernels,
+ * from several processes at once, stretch one another's spans.) */
+#define RESUME_NS 20000000
+#define RESUME_KERNELS 4
 /* A borrowing container asks NVML whether others are busy at most this
  * often, over the driver's samples of the last LEND_WINDOW_US. */
 #define LEND_CHECK_NS 200000000ULL
@@ -580,9 +583,10 @@ static void sleep_ns(int64_t ns)
     nanosleep(&ts, NULL);
 }
 
-/* How long past its debt a waiting launch sleeps: until the budget holds
- * RESUME_NS, or three quarters of what the smallest share may keep. */
-static int64_t resume_ns(int device)
+/* How long past its debt a launch of `cost_ns` sleeps: until the budget
+ * holds RESUME_NS or RESUME_KERNELS of it, at most three quarters of what
+ * the smallest share may keep. */
+static int64_t resume_ns(int device, int64_t cost_ns)
 {
     struct vgl_device_state *devs[VGL_MAX_CHAIN];
     uint32_t pct = 100;
@@ -592,7 +596,9 @@ static int64_t resume_ns(int device)
             pct = share;
     }
     int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 * 3 / 4);
-    int64_t want = hold < RESUME_NS ? hold : RESUME_NS;
+    int64_t want = RESUME_KERNELS * cost_ns > RESUME_NS ? RESUME_KERNELS * cost_ns : RESUME_NS;
+    if (want > hold)
+        want = hold;
     return want * 100 / pct;
 }
 
@@ -653,7 +659,7 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
         for (uint32_t i = 0; t && i < t->nstreams; i++)
             close_run(t, i, now, false);
         pthread_mutex_unlock(&launches.lock);
-        uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device);
+        uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device, cost);
         VGL_LOG(VGL_LOG_DEBUG, "launch waits %.3f ms for budget (cost %.3f ms%s)", (until - now) / 1e6,
                 cost / 1e6, known ? "" : ", not measured yet");
         for (;;) {
