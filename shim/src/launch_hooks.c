@@ -354,10 +354,10 @@ static bool known_cost(const void *key, int64_t *ns)
  * over their launches, read back at `now`.  Spans only grow with waiting
  * (behind other contexts' time slices, or with the stream idle), so the cost
  * is the least of recent runs: of this window and the one before
- * (COST_WINDOW_NS each), so that a
- * kernel that became slower is charged so within two windows.  (A cost that
- * crept up towards each span instead would, beside a busy neighbour whose
- * slices stretch most spans, settle near the stretched span.) */
+ * (COST_WINDOW_NS each), so that a kernel that became slower is charged so
+ * within two windows.  (A cost that crept up towards each span instead
+ * would, beside a busy neighbour whose slices stretch most spans, settle
+ * near the stretched span.) */
 static void learn_cost(const void *key, int64_t per_launch_ns, uint64_t now)
 {
     __typeof__(launches.costs[0]) *c = &launches.costs[cost_slot(key)];
@@ -496,8 +496,8 @@ static void harvest(struct tracker *t, uint64_t now)
             if (t->allowance_ns > ALLOWANCE_NS)
                 t->allowance_ns = ALLOWANCE_NS;
         } else if (r->key) {
-            /* A kernel not measured before: at most what it has just been
-             * learnt to cost (the least span so far), which a span exceeds
+            /* A kernel not measured before: at most what it has been learnt
+             * to cost (once a later run ended the group), which a span exceeds
              * when other contexts' slices stretched it; else the processes
              * of one container, started together, would each start owing
              * their siblings' time. */
