@@ -10,16 +10,17 @@
  * around runs of launches per stream.  A run opens with an event recorded on
  * its stream (or at the end of the stream's previous run) and closes with
  * another, before the process sleeps for budget, after RUN_LAUNCHES
- * launches or RUN_NS of charged time, or after its first launch of a kernel
- * not measured yet; its events are read back later, without waiting, as times
- * relative to one reference event per context.  A context's runs, merged in
- * time order, give the time during which any of its kernels was on the GPU,
- * counted once however many streams overlapped (the union of busy time).  A
- * run's span also holds time its kernels waited while other contexts held the
- * GPU (time slices): so runs are charged at most what their launches are
- * known to cost, each kernel's cost being the least union per launch of
- * runs of it alone (overlapping runs of several streams together) over the
- * last second or two (so a kernel that became slower is seen).
+ * launches or RUN_NS (LONG_RUN_NS) of charged time, or after its first
+ * launch of a kernel not measured yet; its events are read back later,
+ * without waiting, as times relative to one reference event per context.  A
+ * context's runs, merged in time order, give the time during which any of
+ * its kernels was on the GPU, counted once however many streams overlapped
+ * (the union of busy time).  A run's span also holds time its kernels waited
+ * while other contexts held the GPU (time slices): so runs are charged at
+ * most what their launches are known to cost, each kernel's cost being the
+ * least union per launch of runs of it alone (overlapping runs of several
+ * streams together) over the last second or two (so a kernel that became
+ * slower is seen).
  *
  * The budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
@@ -46,15 +47,21 @@ enum {
 #define FIRST_COST_NS 1000000
 /* A kernel's cost is the least it took per launch over two of these. */
 #define COST_WINDOW_NS 1000000000ULL
-/* A run closes once its launches are charged this much: long, so that long
- * kernels cost few driver calls (a run ends where the process sleeps all the
- * same). */
-#define RUN_NS 640000000
+/* A run closes once its launches are charged RUN_NS, or LONG_RUN_NS where
+ * they average LONG_KERNEL_NS or more: short runs are more often free of
+ * other contexts' slices, so they teach costs better (four processes of 1 ms
+ * kernels at 50 % got 47-48 % with 64-launch runs), while a long kernel's
+ * span is long anyway, and closing its runs often costs driver calls (three
+ * a launch at 90 % with 20 ms kernels; a run ends where the process sleeps
+ * all the same). */
+#define RUN_NS 20000000
+#define LONG_KERNEL_NS 5000000
+#define LONG_RUN_NS 640000000
 /* What runs read back may keep of what their kernels are known to cost and
  * did not take, for later runs whose spans take more: two runs' worth, so a
  * stream's run that spans its sibling stream's kernels is charged what the
  * sibling's run (adding nothing to the union) did not take. */
-#define ALLOWANCE_NS (2 * RUN_NS)
+#define ALLOWANCE_NS (2 * LONG_RUN_NS)
 /* A launch that waited for budget waits on until the budget holds this much,
  * or RESUME_KERNELS of its kernel if more (at most three quarters of what
  * the container may keep), so that bursts, and runs, are long: each sleep
@@ -735,7 +742,8 @@ static CUresult gate_leave(struct gate *g, CUresult rc)
     r->known = r->known && g->known;
     /* A kernel not measured yet is measured alone at once: until then each
      * of its launches is charged FIRST_COST_NS, whatever it takes. */
-    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= RUN_NS || !r->known)
+    int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
+    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known)
         close_run(t, (uint32_t)g->stream, clock_ns(), true);
     pthread_mutex_unlock(&launches.lock);
     return rc;
