@@ -4,10 +4,10 @@
  *
  * A launch is charged what its kernel (or graph) is known to cost, and waits,
  * asleep, while the container's budget is owing; then it sleeps on until the
- * budget holds a little (RESUME_NS), so that launches go in bursts.  The GPU
- * time really used is measured, through the CUDA API alone, so the same code
- * holds on a real GPU, with few driver calls: not around each launch but
- * around runs of launches per stream.  A run opens with an event recorded on
+ * budget holds a little (RESUME_NS, or a few of its kernels), so that launches
+ * go in bursts.  The GPU time really used is measured, through the CUDA API
+ * alone, so the same code holds on a real GPU, with few driver calls: not
+ * around each launch but around runs of launches per stream.  A run opens with an event recorded on
  * its stream (or at the end of the stream's previous run) and closes with
  * another, before the process sleeps for budget, after RUN_LAUNCHES
  * launches or RUN_NS (LONG_RUN_NS) of charged time, or after its first
