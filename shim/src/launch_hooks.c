@@ -7,12 +7,13 @@
  * budget holds a little (RESUME_NS, or a few of its kernels), so that launches
  * go in bursts.  The GPU time really used is measured, through the CUDA API
  * alone, so the same code holds on a real GPU, with few driver calls: not
- * around each launch but around runs of launches per stream.  A run opens with an event recorded on
- * its stream (or at the end of the stream's previous run) and closes with
- * another, before the process sleeps for budget, after RUN_LAUNCHES
- * launches or RUN_NS (LONG_RUN_NS) of charged time, or after its first
- * launch of a kernel not measured yet; its events are read back later,
- * without waiting, as times relative to one reference event per context.  A
+ * around each launch but around runs of launches per stream.  A run opens
+ * with an event recorded on its stream (or at the end of the stream's
+ * previous run) and closes with another, before the process sleeps for
+ * budget, after RUN_LAUNCHES launches or RUN_NS (LONG_RUN_NS) of charged
+ * time, or after its first launch of a kernel not measured yet; its events
+ * are read back later, without waiting, as times relative to one reference
+ * event per context.  A
  * context's runs, merged in time order, give the time during which any of
  * its kernels was on the GPU, counted once however many streams overlapped
  * (the union of busy time).  A run's span also holds time its kernels waited
