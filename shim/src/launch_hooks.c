@@ -4,24 +4,23 @@
  *
  * A launch is charged what its kernel (or graph) is known to cost, and waits,
  * asleep, while the container's budget is owing; then it sleeps on until the
- * budget holds a little (RESUME_NS, or a few of its kernels), so that launches
- * go in bursts.  The GPU time really used is measured, through the CUDA API
- * alone, so the same code holds on a real GPU, with few driver calls: not
- * around each launch but around runs of launches per stream.  A run opens
- * with an event recorded on its stream (or at the end of the stream's
+ * budget holds a little (RESUME_NS, or a few of its kernels), so that
+ * launches go in bursts.  The GPU time really used is measured, through the
+ * CUDA API alone, so the same code holds on a real GPU, with few driver
+ * calls: not around each launch but around runs of launches per stream.  A run
+ * opens with an event recorded on its stream (or at the end of the stream's
  * previous run) and closes with another, before the process sleeps for
  * budget, after RUN_LAUNCHES launches or RUN_NS (LONG_RUN_NS) of charged
  * time, or after its first launch of a kernel not measured yet; its events
  * are read back later, without waiting, as times relative to one reference
- * event per context.  A
- * context's runs, merged in time order, give the time during which any of
- * its kernels was on the GPU, counted once however many streams overlapped
- * (the union of busy time).  A run's span also holds time its kernels waited
- * while other contexts held the GPU (time slices): so runs are charged at
- * most what their launches are known to cost, each kernel's cost being the
- * least union per launch of runs of it alone (overlapping runs of several
- * streams together) over the last second or two (so a kernel that became
- * slower is seen).
+ * event per context.  A context's runs, merged in time order, give the time
+ * during which any of its kernels was on the GPU, counted once however many
+ * streams overlapped (the union of busy time).  A run's span also holds time
+ * its kernels waited while other contexts held the GPU (time slices): so runs
+ * are charged at most what their launches are known to cost, each kernel's
+ * cost being the least union per launch of runs of it alone (overlapping runs
+ * of several streams together) over the last second or two (so a kernel that
+ * became slower is seen).
  *
  * The budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
