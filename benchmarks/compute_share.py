@@ -91,19 +91,29 @@ def share_of(output: str, kernel_us: int, start: float, end: float) -> float:
     return 100.0 * total
 
 
+# Entry points that only the launch loop calls (the shim never does on its own).
+CLIENT_ONLY = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+               "cuModuleLoadData", "cuModuleGetFunction", "cuStreamCreate", "cuStreamSynchronize",
+               "cuEventSynchronize", "cuStreamWaitEvent", "cuLaunchKernel")
+
+
 def added_calls_per_launch(calls_file: Path) -> float:
     """Driver calls per launch beyond the loop's own, over a container's
-    processes (simgpu's SIMGPU_CALLS count).  The loop makes one cuLaunchKernel
-    per launch and, per batch, one cuEventRecord and one cuEventSynchronize (none
-    for the first batch), and with several streams one cuEventRecord and one
-    cuStreamWaitEvent per other stream; its few setup calls are left in
-    (negligible over thousands of launches)."""
+    processes (simgpu's SIMGPU_CALLS count).  The loop's own: every call of an
+    entry point the shim never calls (its setup, its look-ups, its launches,
+    one cuEventSynchronize per batch and, with several streams, one
+    cuStreamWaitEvent per other stream and batch), and of those the shim
+    calls too, one cuEventRecord per batch (plus the first) and per join, and
+    one cuEventCreate per stream and per batch event.  (With 20 ms kernels a
+    process launches a few hundred times: its ~25 setup calls are not
+    negligible there.)"""
     added = launches = 0
     for line in calls_file.read_text().splitlines():
         by_name = json.loads(line)["by_name"]
         waits = by_name.get("cuEventSynchronize", 0)
         joins = by_name.get("cuStreamWaitEvent", 0)
-        own = by_name.get("cuLaunchKernel", 0) + 2 * waits + 1 + 2 * joins
+        streams = by_name.get("cuStreamCreate", 0)
+        own = sum(by_name.get(name, 0) for name in CLIENT_ONLY) + (waits + 1 + joins) + (2 + streams - 1)
         added += sum(by_name.values()) - own
         launches += by_name.get("cuLaunchKernel", 0)
     return added / launches if launches else float("nan")

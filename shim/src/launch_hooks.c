@@ -4,20 +4,23 @@
  *
  * A launch is charged what its kernel (or graph) is known to cost, and waits,
  * asleep, while the container's budget is owing; then it sleeps on until the
- * budget holds a little (RESUME_NS), so that launches go in bursts.  The GPU
- * time really used is measured, through the CUDA API alone, so the same code
- * holds on a real GPU, with few driver calls: not around each launch but
- * around runs of launches per stream.  A run opens with an event recorded on
- * its stream (or at the end of the stream's previous run) and closes with
- * another, before the process sleeps for budget or after RUN_LAUNCHES
- * launches; its events are read back later, without waiting, as times
- * relative to one reference event per context.  A context's runs, merged in
- * time order, give the time during which any of its kernels was on the GPU,
- * counted once however many streams overlapped (the union of busy time).  A
- * run's span also holds time its kernels waited while other contexts held the
- * GPU (time slices): so runs are charged at most what their launches are
- * known to cost, each kernel's cost being the least that runs of it alone took per
- * launch (creeping up slowly, so a kernel that became slower is seen).
+ * budget holds a little (RESUME_NS, or a few of its kernels), so that
+ * launches go in bursts.  The GPU time really used is measured, through the
+ * CUDA API alone, so the same code holds on a real GPU, with few driver
+ * calls: not around each launch but around runs of launches per stream.  A run
+ * opens with an event recorded on its stream (or at the end of the stream's
+ * previous run) and closes with another, before the process sleeps for
+ * budget, after RUN_LAUNCHES launches or RUN_NS (LONG_RUN_NS) of charged
+ * time, or after its first launch of a kernel not measured yet; its events
+ * are read back later, without waiting, as times relative to one reference
+ * event per context.  A context's runs, merged in time order, give the time
+ * during which any of its kernels was on the GPU, counted once however many
+ * streams overlapped (the union of busy time).  A run's span also holds time
+ * its kernels waited while other contexts held the GPU (time slices): so runs
+ * are charged at most what their launches are known to cost, each kernel's
+ * cost being the least union per launch of runs of it alone (overlapping runs
+ * of several streams together) over the last second or two (so a kernel that
+ * became slower is seen).
  *
  * The budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
@@ -42,18 +45,31 @@ enum {
 };
 /* What a kernel never measured is charged at first (then what it took). */
 #define FIRST_COST_NS 1000000
-/* A run closes once its launches are charged this much. */
+/* A kernel's cost is the least it took per launch over two of these. */
+#define COST_WINDOW_NS 1000000000ULL
+/* A run closes once its launches are charged RUN_NS, or LONG_RUN_NS where
+ * they average LONG_KERNEL_NS or more: short runs are more often free of
+ * other contexts' slices, so they teach costs better (four processes of 1 ms
+ * kernels at 50 % got 47-48 % with 64-launch runs), while a long kernel's
+ * span is long anyway, and closing its runs often costs driver calls (three
+ * a launch at 90 % with 20 ms kernels; a run ends where the process sleeps
+ * all the same). */
 #define RUN_NS 20000000
+#define LONG_KERNEL_NS 5000000
+#define LONG_RUN_NS 640000000
 /* What runs read back may keep of what their kernels are known to cost and
  * did not take, for later runs whose spans take more: two runs' worth, so a
  * stream's run that spans its sibling stream's kernels is charged what the
- * sibling's run (adding nothing to the union) did not take.  (Longer runs
- * would cost fewer calls with long kernels, but need a larger allowance,
- * which sibling processes' time slices, stretching spans, then use up.) */
-#define ALLOWANCE_NS (2 * RUN_NS)
-/* A launch that waited for budget waits on until the budget holds this much
- * (at most half what the container may keep), so runs are long. */
+ * sibling's run (adding nothing to the union) did not take. */
+#define ALLOWANCE_NS (2 * LONG_RUN_NS)
+/* A launch that waited for budget waits on until the budget holds this much,
+ * or RESUME_KERNELS of its kernel if more (at most three quarters of what
+ * the container may keep), so that bursts, and runs, are long: each sleep
+ * ends the process's runs, a few driver calls, and with long kernels a burst
+ * of RESUME_NS would be one kernel or two.  (Longer bursts of short kernels,
+ * from several processes at once, stretch one another's spans.) */
 #define RESUME_NS 20000000
+#define RESUME_KERNELS 4
 /* A borrowing container asks NVML whether others are busy at most this
  * often, over the driver's samples of the last LEND_WINDOW_US. */
 #define LEND_CHECK_NS 200000000ULL
@@ -228,6 +244,9 @@ struct tracker {
     CUevent reference;              /* NULL: not recorded yet */
     int64_t covered_ns;             /* busy time is counted up to here, from the reference */
     int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
+    int64_t group_start;            /* where the runs read back since covered_ns last jumped began */
+    uint32_t group_launches;        /* their launches (0: none) */
+    const void *group_key;          /* the one target they launched, or NULL for several */
     uint32_t nstreams;
     struct stream_runs streams[STREAMS];
     uint32_t head, count;
@@ -242,7 +261,10 @@ static struct {
     struct tracker trackers[CONTEXTS];
     struct {
         const void *key;
-        int64_t ns;
+        int64_t ns;                 /* what a launch is charged: the least of the two windows' */
+        int64_t window_ns;          /* the least of the current window */
+        int64_t earlier_ns;         /* the least of the window before */
+        uint64_t window_from;       /* when the current window began (CLOCK_MONOTONIC) */
     } costs[COSTS];                 /* by launch target (function or graph), hashed */
 } launches = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -338,18 +360,31 @@ static bool known_cost(const void *key, int64_t *ns)
     return known;
 }
 
-/* Under the lock: a run of `key` alone took `per_launch_ns` a launch.  Spans
- * only grow with waiting (behind other contexts, or with the stream idle), so
- * the least is the cost; it creeps up to later spans slowly. */
-static void learn_cost(const void *key, int64_t per_launch_ns)
+/* Under the lock: runs of `key` alone (one, or several overlapping on the
+ * context's streams) took `per_launch_ns` a launch, their union's length
+ * over their launches, read back at `now`.  Spans only grow with waiting
+ * (behind other contexts' time slices, or with the stream idle), so the cost
+ * is the least of recent runs: of this window and the one before
+ * (COST_WINDOW_NS each), so that a kernel that became slower is charged so
+ * within two windows.  (A cost that crept up towards each span instead
+ * would, beside a busy neighbour whose slices stretch most spans, settle
+ * near the stretched span.) */
+static void learn_cost(const void *key, int64_t per_launch_ns, uint64_t now)
 {
-    uint32_t slot = cost_slot(key);
-    if (launches.costs[slot].key != key || per_launch_ns < launches.costs[slot].ns) {
-        launches.costs[slot].key = key;
-        launches.costs[slot].ns = per_launch_ns;
-    } else {
-        launches.costs[slot].ns += (per_launch_ns - launches.costs[slot].ns) / 256;
+    __typeof__(launches.costs[0]) *c = &launches.costs[cost_slot(key)];
+    if (c->key != key) {
+        *c = (__typeof__(*c)){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
+                              .earlier_ns = per_launch_ns, .window_from = now};
+        return;
     }
+    if (now - c->window_from >= COST_WINDOW_NS) {
+        c->earlier_ns = c->window_ns;
+        c->window_ns = per_launch_ns;
+        c->window_from = now;
+    } else if (per_launch_ns < c->window_ns) {
+        c->window_ns = per_launch_ns;
+    }
+    c->ns = c->window_ns < c->earlier_ns ? c->window_ns : c->earlier_ns;
 }
 
 static void drop_event(CUevent e)
@@ -439,13 +474,28 @@ static void harvest(struct tracker *t, uint64_t now)
         s->last_end_ns = end;
         if (start > end)
             start = end;
+        /* Overlapping runs (of the context's streams) teach together: a
+         * kernel's cost is their union per launch, as the busy time they
+         * are counted is their union.  (A stream's span alone holds its
+         * siblings' kernels where they take turns.)  So a group teaches
+         * once a run begins after all of it has ended. */
+        if (t->group_launches && start >= t->covered_ns) {
+            if (t->group_key)
+                learn_cost(t->group_key, (t->covered_ns - t->group_start) / t->group_launches, now);
+            t->group_launches = 0;
+        }
+        if (!t->group_launches) {
+            t->group_key = r->key;
+            t->group_start = start;
+        } else if (t->group_key != r->key) {
+            t->group_key = NULL;
+        }
+        t->group_launches += r->launches;
         /* The union: what this run adds to the context's busy time so far. */
         int64_t from = start > t->covered_ns ? start : t->covered_ns;
         int64_t busy = end > from ? end - from : 0;
         if (end > t->covered_ns)
             t->covered_ns = end;
-        if (r->key && r->launches)
-            learn_cost(r->key, (end - start) / r->launches);
         /* The context's busy time, at most what its kernels are known to
          * cost: over several runs, as one stream's run may span the time
          * the other's kernels ran, while theirs adds nothing. */
@@ -456,7 +506,19 @@ static void harvest(struct tracker *t, uint64_t now)
             t->allowance_ns -= busy;
             if (t->allowance_ns > ALLOWANCE_NS)
                 t->allowance_ns = ALLOWANCE_NS;
+        } else if (r->key) {
+            /* A kernel not measured before: at most what it has been learnt
+             * to cost (once a later run ended the group), which a span exceeds
+             * when other contexts' slices stretched it; else the processes
+             * of one container, started together, would each start owing
+             * their siblings' time. */
+            int64_t cost;
+            if (known_cost(r->key, &cost) && busy > cost * r->launches)
+                busy = cost * r->launches;
         }
+        VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
+                "busy %.3f ms counted, allowance %.3f ms", r->stream, r->launches, r->charged_ns / 1e6,
+                (end - start) / 1e6, busy / 1e6, t->allowance_ns / 1e6);
         settle_oldest(t, busy);
     }
 }
@@ -532,9 +594,10 @@ static void sleep_ns(int64_t ns)
     nanosleep(&ts, NULL);
 }
 
-/* How long past its debt a waiting launch sleeps: until the budget holds
- * RESUME_NS, or half what the smallest share may keep. */
-static int64_t resume_ns(int device)
+/* How long past its debt a launch of `cost_ns` sleeps: until the budget
+ * holds RESUME_NS or RESUME_KERNELS of it, at most three quarters of what
+ * the smallest share may keep. */
+static int64_t resume_ns(int device, int64_t cost_ns)
 {
     struct vgl_device_state *devs[VGL_MAX_CHAIN];
     uint32_t pct = 100;
@@ -543,8 +606,10 @@ static int64_t resume_ns(int device)
         if (share && share < pct)
             pct = share;
     }
-    int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 / 2);
-    int64_t want = hold < RESUME_NS ? hold : RESUME_NS;
+    int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 * 3 / 4);
+    int64_t want = RESUME_KERNELS * cost_ns > RESUME_NS ? RESUME_KERNELS * cost_ns : RESUME_NS;
+    if (want > hold)
+        want = hold;
     return want * 100 / pct;
 }
 
@@ -605,7 +670,9 @@ static void gate_enter(struct gate *g, const void *key, CUstream stream)
         for (uint32_t i = 0; t && i < t->nstreams; i++)
             close_run(t, i, now, false);
         pthread_mutex_unlock(&launches.lock);
-        uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device);
+        uint64_t until = now + (uint64_t)wait + (uint64_t)resume_ns(device, cost);
+        VGL_LOG(VGL_LOG_DEBUG, "launch waits %.3f ms for budget (cost %.3f ms%s)", (until - now) / 1e6,
+                cost / 1e6, known ? "" : ", not measured yet");
         for (;;) {
             uint64_t left = until > now ? until - now : 0;
             if (left)
@@ -677,7 +744,10 @@ static CUresult gate_leave(struct gate *g, CUresult rc)
     r->launches++;
     r->charged_ns += g->charged_ns;
     r->known = r->known && g->known;
-    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= RUN_NS)
+    /* A kernel not measured yet is measured alone at once: until then each
+     * of its launches is charged FIRST_COST_NS, whatever it takes. */
+    int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
+    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known)
         close_run(t, (uint32_t)g->stream, clock_ns(), true);
     pthread_mutex_unlock(&launches.lock);
     return rc;

@@ -46,10 +46,14 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
         elapsed = VGL_BUDGET_DAY_NS;
     int64_t full = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100);
     int64_t add = (int64_t)(elapsed * pct / 100);
-    int64_t budget = __atomic_add_fetch(&dev->budget_ns, add, __ATOMIC_ACQ_REL);
-    while (budget > full && !__atomic_compare_exchange_n(&dev->budget_ns, &budget, full, true, __ATOMIC_ACQ_REL,
-                                                         __ATOMIC_ACQUIRE))
-        continue;
+    /* The cap bounds what the clock adds, not what settlements gave back:
+     * a refund for launches charged more than their kernels took (streams
+     * whose spans overlap) is kept, or the container would pay for time it
+     * did not use. */
+    int64_t budget = __atomic_load_n(&dev->budget_ns, __ATOMIC_ACQUIRE), next;
+    do
+        next = budget + add <= full ? budget + add : budget > full ? budget : full;
+    while (!__atomic_compare_exchange_n(&dev->budget_ns, &budget, next, true, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
 }
 
 int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_t cost_ns)

@@ -106,6 +106,21 @@ static void test_idle_time_is_not_hoarded(void)
     free(dev);
 }
 
+/* A refund (launches charged more than their kernels took) is kept past the
+ * cap; the clock only adds up to it. */
+static void test_a_refund_is_kept_past_the_cap(void)
+{
+    struct vgl_device_state *dev = fresh(25);
+    vgl_throttle_admit(dev, S, 0);
+    vgl_throttle_admit(dev, 2 * S, 0);
+    int64_t full = (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    vgl_throttle_settle(dev, 10 * MS, 0);
+    vgl_throttle_admit(dev, 3 * S, 0);
+    CHECK(dev->budget_ns == full + 10 * MS, "budget %lld, window %lld", (long long)dev->budget_ns,
+          (long long)full);
+    free(dev);
+}
+
 /* `vgpulimit set --cores` changes cores_pct under running processes. */
 static void test_a_live_change(void)
 {
@@ -165,6 +180,7 @@ int main(void)
     test_a_long_kernel_leaves_a_debt();
     test_settling();
     test_idle_time_is_not_hoarded();
+    test_a_refund_is_kept_past_the_cap();
     test_a_live_change();
     test_racing_drawers();
     return check_summary();
