@@ -78,10 +78,6 @@ def test_a_bad_bandwidth_is_refused_naming_the_variable(sim_env, variable):
     assert f"{variable}=50GB/s" in result.stderr and "GB/s" in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the shim's compute share (shim/src/launch_hooks.c) measures a run of launches by two events "
-    "on its stream, and a run's span holds the copies queued between its launches: they are "
-    "charged as kernel time (at --cores 50 this loop's kernels got 25 % of the GPU instead of 49 %)"))
 def test_copies_between_capped_kernels_do_not_draw_from_the_compute_share(slow_copies):
     """1 ms kernels on one stream, each followed by a 1.05 ms copy: uncapped,
     the kernels take 49 % of the GPU's time, so a share of 50 % has nothing
