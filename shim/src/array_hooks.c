@@ -83,36 +83,35 @@ static CUresult charge_array(const char *call, const CUDA_ARRAY3D_DESCRIPTOR_v2 
     return vgl_charge_begin(call, device, driver_size(d, levels, mipmapped, device), c);
 }
 
+/* Makes one array with `make` (a call of the real driver), charged its size
+ * first; returns from the hook. */
+#define CHARGED_ARRAY(call, shape, make)                                                             \
+    do {                                                                                           \
+        struct vgl_charge c;                                                                       \
+        CUresult rc = charge_array(call, shape, 1, false, &c);                                     \
+        if (rc != CUDA_SUCCESS)                                                                    \
+            return rc;                                                                             \
+        rc = (make);                                                                               \
+        vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0); \
+        return rc;                                                                                 \
+    } while (0)
+
+/* A 2D array's shape, as a 3D descriptor of depth 0. */
+#define SHAPE_2D(d) {.Width = (d)->Width, .Height = (d)->Height, .Format = (d)->Format, .NumChannels = (d)->NumChannels}
+
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v2 *pAllocateArray)
 {
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArrayCreate_v2(pHandle, pAllocateArray);
-    const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = {
-        .Width = pAllocateArray->Width,
-        .Height = pAllocateArray->Height,
-        .Format = pAllocateArray->Format,
-        .NumChannels = pAllocateArray->NumChannels,
-    };
-    struct vgl_charge c;
-    CUresult rc = charge_array("cuArrayCreate", &shape, 1, false, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuArrayCreate_v2(pHandle, pAllocateArray);
-    vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
-    return rc;
+    const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = SHAPE_2D(pAllocateArray);
+    CHARGED_ARRAY("cuArrayCreate", &shape, vgl_real.cuArrayCreate_v2(pHandle, pAllocateArray));
 }
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pAllocateArray)
 {
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArray3DCreate_v2(pHandle, pAllocateArray);
-    struct vgl_charge c;
-    CUresult rc = charge_array("cuArray3DCreate", pAllocateArray, 1, false, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuArray3DCreate_v2(pHandle, pAllocateArray);
-    vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
-    return rc;
+    CHARGED_ARRAY("cuArray3DCreate", pAllocateArray, vgl_real.cuArray3DCreate_v2(pHandle, pAllocateArray));
 }
 
 /* CUDA 2.x's, with 32-bit sizes: still exported, and handed out by
@@ -121,19 +120,8 @@ CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAlloca
 {
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArrayCreate(pHandle, pAllocateArray);
-    const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = {
-        .Width = pAllocateArray->Width,
-        .Height = pAllocateArray->Height,
-        .Format = pAllocateArray->Format,
-        .NumChannels = pAllocateArray->NumChannels,
-    };
-    struct vgl_charge c;
-    CUresult rc = charge_array("cuArrayCreate", &shape, 1, false, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuArrayCreate(pHandle, pAllocateArray);
-    vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
-    return rc;
+    const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = SHAPE_2D(pAllocateArray);
+    CHARGED_ARRAY("cuArrayCreate", &shape, vgl_real.cuArrayCreate(pHandle, pAllocateArray));
 }
 
 CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
@@ -148,13 +136,7 @@ CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAl
         .NumChannels = pAllocateArray->NumChannels,
         .Flags = pAllocateArray->Flags,
     };
-    struct vgl_charge c;
-    CUresult rc = charge_array("cuArray3DCreate", &shape, 1, false, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuArray3DCreate(pHandle, pAllocateArray);
-    vgl_charge_end(&c, rc, VGL_ALLOC_ARRAY, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
-    return rc;
+    CHARGED_ARRAY("cuArray3DCreate", &shape, vgl_real.cuArray3DCreate(pHandle, pAllocateArray));
 }
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pMipmappedArrayDesc,
