@@ -17,13 +17,12 @@
  * NVML first. */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-enum { UUID_TEXT_LEN = 41 }; /* "GPU-" + 36 + NUL */
+enum { UUID_TEXT_LEN = 41 }; /* "GPU-" + 36 + NUL, as vgl_format_uuid writes it */
 
 static struct {
     pthread_mutex_t lock;
@@ -31,13 +30,6 @@ static struct {
     bool known;
     bool from_cuda; /* final: CUDA's own numbering */
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static void uuid_text(const unsigned char u[16], char out[UUID_TEXT_LEN])
-{
-    snprintf(out, UUID_TEXT_LEN,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-}
 
 /* False while CUDA is not initialised (cuDeviceGetCount says so without
  * initialising anything) or a UUID has no NVML device (a MIG instance). */
@@ -52,7 +44,7 @@ static bool from_cuda(struct vgl_visible *out)
         char text[UUID_TEXT_LEN];
         if (vgl_real.cuDeviceGetUuid_v2(&uuid, i) != CUDA_SUCCESS)
             return false;
-        uuid_text((const unsigned char *)uuid.bytes, text);
+        vgl_format_uuid((const uint8_t *)uuid.bytes, text);
         if (vgl_real.nvmlDeviceGetHandleByUUID(text, &out->handle[i]) != NVML_SUCCESS ||
             vgl_real.nvmlDeviceGetIndex(out->handle[i], &out->nvml_index[i]) != NVML_SUCCESS)
             return false;
@@ -191,8 +183,8 @@ void vgl_device_note(int device)
         if (vgl_region_bind_device(link, (uint32_t)device, (const uint8_t *)uuid.bytes) == -EEXIST) {
             static unsigned said;
             char mine[UUID_TEXT_LEN], theirs[UUID_TEXT_LEN];
-            uuid_text((const unsigned char *)uuid.bytes, mine);
-            uuid_text(link->devices[device].uuid, theirs);
+            vgl_format_uuid((const uint8_t *)uuid.bytes, mine);
+            vgl_format_uuid(link->devices[device].uuid, theirs);
             vgl_log_bounded(VGL_LOG_WARN, &said, "device %d is %s here but %s to other processes of the "
                             "container (CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ); it is counted "
                             "as theirs", device, mine, theirs);

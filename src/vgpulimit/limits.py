@@ -178,6 +178,8 @@ def parse_uuid(text: str, source: str) -> str:
 
 
 def format_uuid(raw: bytes) -> str:
+    """16 bytes as NVML and nvidia-smi print a GPU's UUID (lower case), by the
+    core's formatter, the one the shim uses."""
     text = ffi.new("char[41]")
     lib.vgl_format_uuid(raw, text)
     return ffi.string(text).decode()

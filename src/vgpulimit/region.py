@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpulimit._paths import core
-from vgpulimit.limits import MemoryLimit
+from vgpulimit.limits import MemoryLimit, format_uuid
 
 ffi, lib = core()
 
@@ -501,10 +501,7 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
 
 def _uuid_text(raw: bytes) -> str | None:
     """16 bytes as NVML prints a GPU's UUID; None when all zero (not seen yet)."""
-    if not any(raw):
-        return None
-    h = raw.hex()
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return format_uuid(raw) if any(raw) else None
 
 
 def _cap_bytes(limit: MemoryLimit | None, total_bytes: int) -> int | None:

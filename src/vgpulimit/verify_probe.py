@@ -24,6 +24,9 @@ import time
 from importlib import resources
 from pathlib import Path
 
+# The core through cffi (the shim's own UUID formatter), never the preload library.
+from vgpulimit.limits import format_uuid
+
 CUDA_SUCCESS = 0
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_READY = 600
@@ -200,11 +203,6 @@ def nvml_facts(uuid: str | None, index: int) -> dict:
 # -- CUDA --------------------------------------------------------------------------------------
 
 
-def _uuid(raw: bytes) -> str:
-    h = raw.hex()
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 class Device:
     """One device's primary context, a stream and the spin kernel on it."""
 
@@ -236,7 +234,7 @@ class Device:
         name = c.create_string_buffer(256)
         cuda.call("cuDeviceGetName", name, len(name), self.handle)
         raw = (c.c_ubyte * 16)()
-        uuid = _uuid(bytes(raw)) if cuda.try_call("cuDeviceGetUuid", raw, self.handle) == 0 \
+        uuid = format_uuid(bytes(raw)) if cuda.try_call("cuDeviceGetUuid", raw, self.handle) == 0 \
             else None
         total = c.c_size_t()
         cuda.call("cuDeviceTotalMem_v2", c.byref(total), self.handle)

@@ -53,7 +53,9 @@ struct vgl_uuid_limit {
 /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" (the whole UUID, as nvidia-smi
  * -L and NVML print it, either case) into 16 bytes: 0, or -EINVAL. */
 int vgl_parse_uuid(const char *text, uint8_t out[16]);
-/* The same 16 bytes as text (41 bytes with the NUL). */
+/* The same 16 bytes as text, in lower case as NVML prints it (41 bytes with
+ * the NUL).  The one formatter: the shim's device mapping, the region's
+ * views (vgpulimit.limits.format_uuid) and `vgpulimit verify` use it. */
 void vgl_format_uuid(const uint8_t uuid[16], char out[41]);
 
 /* The cap in bytes for a device of `total_bytes` (never above it); UINT64_MAX: none. */
