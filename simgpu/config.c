@@ -1,7 +1,7 @@
 /* The simulated machine as the environment describes it, and the fixed identity
  * of its devices.
  *
- *   SIMGPU_DEVICES         number of devices, 1-16 (default 1)
+ *   SIMGPU_DEVICES         number of devices, 1-32 (default 1)
  *   SIMGPU_MEMORY          memory per device, an absolute size (default 16GiB),
  *                          parsed by the project's one size parser
  *   SIMGPU_SMS             streaming multiprocessors per device: one number for

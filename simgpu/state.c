@@ -26,7 +26,8 @@
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the file reserves 64 bytes for its mutex");
 _Static_assert(sizeof(struct sim_file_device) == 256, "device layout moved");
-_Static_assert(sizeof(struct sim_file_proc) == 240, "process layout moved");
+_Static_assert(sizeof(struct sim_file_proc) == 112 + 8 * SIM_MAX_DEVICES, "process layout moved");
+_Static_assert(SIM_MAX_DEVICES <= 32, "context_mask has a bit per device");
 _Static_assert(offsetof(struct sim_file, lock) == 128, "header layout moved");
 _Static_assert(offsetof(struct sim_file, devices) == 192, "header layout moved");
 _Static_assert(offsetof(struct sim_file, procs) == 192 + 256 * SIM_MAX_DEVICES, "header layout moved");

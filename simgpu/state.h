@@ -20,7 +20,10 @@
 #define SIM_EXPORT __attribute__((visibility("default"), noinline))
 
 enum {
-    SIM_MAX_DEVICES = 16,
+    /* Real machines can show CUDA more than 16 GPUs, so simgpu can too
+     * (past the 16 a vgpulimit region counts).  At most 32: a bit per device
+     * in context_mask and in vmm.c's access masks. */
+    SIM_MAX_DEVICES = 32,
     SIM_MAX_CONCURRENT = 128,       /* SIMGPU_CONCURRENT_KERNELS at most */
     SIM_UUID_LEN = 16,
 };
@@ -36,7 +39,7 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 5,
+    SIM_STATE_VERSION = 6,          /* 6: SIM_MAX_DEVICES 16 -> 32 */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -177,7 +180,7 @@ struct sim_file {
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
 struct sim_config {
-    uint32_t device_count;             /* SIMGPU_DEVICES, 1-16 */
+    uint32_t device_count;             /* SIMGPU_DEVICES, 1-SIM_MAX_DEVICES */
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
     uint32_t sms[SIM_MAX_DEVICES];     /* SIMGPU_SMS: streaming multiprocessors of each device */
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */

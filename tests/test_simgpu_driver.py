@@ -211,7 +211,7 @@ INIT_TWICE = ("from cuda.bindings import driver as cu; "
 
 
 @pytest.mark.parametrize("variable, value", [
-    ("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_MEMORY", "50%"), ("SIMGPU_DEVICES", "17"),
+    ("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_MEMORY", "50%"), ("SIMGPU_DEVICES", "33"),
     ("SIMGPU_DEVICES", "two"), ("SIMGPU_DRIVER_VERSION", "13.0"),
 ])
 def test_bad_configuration_is_one_line_and_an_init_error(sim_env, variable, value):

@@ -103,7 +103,19 @@ def test_two_devices_with_distinct_uuids(sim_env):
     assert seen["cuda"]["device_past_the_end"] == "CUDA_ERROR_INVALID_DEVICE"
 
 
-@pytest.mark.parametrize("variable, value", [("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_DEVICES", "17")])
+def test_up_to_32_devices_more_than_a_region_counts(sim_env):
+    """Real machines show CUDA more than 16 GPUs; simgpu has up to 32, so the
+    tests can show what the shim does past the region's 16."""
+    seen = client(sim_env | {"SIMGPU_DEVICES": "32"}, "devices.py")
+    cuda, nvml = seen["cuda"]["devices"], seen["nvml"]["devices"]
+    assert len(cuda) == len(nvml) == 32
+    assert len({d["uuid"] for d in cuda}) == 32
+    assert [d["uuid"] for d in nvml] == [nvml_uuid(d["uuid"]) for d in cuda]
+    assert [d["index_by_uuid"] for d in nvml] == [d["minor"] for d in nvml] == list(range(32))
+    assert [d["total"] for d in cuda] == [d["total"] for d in nvml] == [16 * GiB] * 32
+
+
+@pytest.mark.parametrize("variable, value", [("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_DEVICES", "33")])
 def test_nvml_init_fails_cleanly_on_a_bad_configuration(sim_env, variable, value):
     code = ("import pynvml\ntry:\n    pynvml.nvmlInit()\n    print('initialised')\n"
             "except pynvml.NVMLError as e:\n    print(type(e).__name__)")
