@@ -14,11 +14,15 @@ OOM = "CUDA_ERROR_OUT_OF_MEMORY"
 OK = "CUDA_SUCCESS"
 
 
-def families(sim_env, family, block=256 * MiB, count=5, cap="1GiB"):
+def run_families(sim_env, family, block=256 * MiB, count=5, cap="1GiB", device=0):
     cmd = vgpulimit_cmd("run", "--simulate", "--memory", cap, "--",
                         sys.executable, TESTS / "clients" / "families.py", family, str(block),
-                        str(count))
-    return json.loads(run(cmd, sim_env).stdout)
+                        str(count), str(device))
+    return run(cmd, sim_env)
+
+
+def families(sim_env, family, **kwargs):
+    return json.loads(run_families(sim_env, family, **kwargs).stdout)
 
 
 @pytest.mark.parametrize("mode", ["dlsym", "procaddr"])
@@ -85,3 +89,20 @@ def test_arrays_are_charged_what_the_driver_says_they_need(sim_env, family):
     assert got["results"] == [OK] * fits + [OOM] * (6 - fits)
     assert got["filled"] == GiB - fits * got["size"]
     assert got["freed"] == got["returned"] == GiB
+
+
+@pytest.mark.parametrize("family", ["plain", "async", "pool"])
+def test_a_device_past_the_sixteen_a_region_counts_is_refused(sim_env, family):
+    """CUDA may see more GPUs than the 16 a region accounts for
+    (VGL_MAX_DEVICES).  Under a cap, a pool allocation on device 16 is refused
+    as cuMemAlloc is there, out of memory with a line saying why, never
+    handed out uncharged, while device 0 keeps its cap."""
+    env = dict(sim_env, SIMGPU_DEVICES="17")
+    first = families(env, family, device=0)
+    assert first["results"] == [OK] * 4 + [OOM]
+    assert first["returned"] == GiB
+    past = run_families(env, family, device=16)
+    got = json.loads(past.stdout)
+    assert got["results"] == [OOM] * 5
+    assert got["start"] == 0  # cuMemGetInfo: nothing to allocate there
+    assert "device 16 is beyond the 16 devices a region accounts for" in past.stderr

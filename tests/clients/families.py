@@ -2,9 +2,10 @@
 (or the cap) refuses, gives it back, and prints what the device looked like
 at each step as JSON.
 
-    python families.py FAMILY BLOCK_BYTES COUNT
+    python families.py FAMILY BLOCK_BYTES COUNT [DEVICE]
 
-FAMILY: managed, async, pool, vmm, array, mipmap, graph.  Memory is reported
+FAMILY: plain (cuMemAlloc), managed, async, pool, vmm, array, mipmap, graph,
+on the device of ordinal DEVICE (default 0).  Memory is reported
 as cuMemGetInfo's free bytes ("free") after: "filled" (all allocations made),
 "freed" (freed or released, still held by a pool or a mapping), "returned"
 (trimmed, destroyed or unmapped).  For graph, each allocation is a launch of
@@ -32,11 +33,11 @@ def free_bytes():
     return int(ok(cu.cuMemGetInfo())[0])
 
 
-def device_prop():
+def device_prop(ordinal):
     prop = cu.CUmemAllocationProp()
     prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
     prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    prop.location.id = 0
+    prop.location.id = ordinal
     return prop
 
 
@@ -56,22 +57,22 @@ def driver_size(desc, levels):
     return int(size)
 
 
-def graph_alloc(graph, block, deps=()):
-    """Adds an alloc node of `block` bytes on device 0; returns it and its address."""
+def graph_alloc(graph, block, ordinal, deps=()):
+    """Adds an alloc node of `block` bytes on device `ordinal`; returns it and its address."""
     params = cu.CUDA_MEM_ALLOC_NODE_PARAMS()
     params.poolProps.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
     params.poolProps.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    params.poolProps.location.id = 0
+    params.poolProps.location.id = ordinal
     params.bytesize = block
     node = ok(cu.cuGraphAddMemAllocNode(graph, list(deps), len(deps), params))
     return node, params.dptr
 
 
-def graph_exec(block, free=False):
-    """A graph allocating `block` bytes (and freeing them, if `free`),
-    instantiated: the executable and the address."""
+def graph_exec(block, ordinal, free=False):
+    """A graph allocating `block` bytes on device `ordinal` (and freeing them,
+    if `free`), instantiated: the executable and the address."""
     graph = ok(cu.cuGraphCreate(0))
-    node, address = graph_alloc(graph, block)
+    node, address = graph_alloc(graph, block, ordinal)
     if free:
         ok(cu.cuGraphAddMemFreeNode(graph, [node], 1, address))
     return ok(cu.cuGraphInstantiate(graph, 0)), address
@@ -90,8 +91,9 @@ def array_desc(block, like=None):
 
 def main():
     family, block, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    ordinal = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     ok(cu.cuInit(0))
-    device = ok(cu.cuDeviceGet(0))
+    device = ok(cu.cuDeviceGet(ordinal))
     ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(device))))
     stream = cu.CUstream(0)
     report = {"family": family, "start": free_bytes(), "results": []}
@@ -103,25 +105,27 @@ def main():
         props = cu.CUmemPoolProps()
         props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        props.location.id = 0
+        props.location.id = ordinal
         pool = ok(cu.cuMemPoolCreate(props))
     elif family == "graph":
-        executable, _ = graph_exec(block, free=True)
+        executable, _ = graph_exec(block, ordinal, free=True)
         report["repeated"] = [name(cu.cuGraphLaunch(executable, stream)[0]) for _ in range(3)]
         ok(cu.cuStreamSynchronize(stream))
         report["reused"] = free_bytes()  # the pool keeps the block for the next launch
 
     for _ in range(count):
-        if family == "managed":
+        if family == "plain":
+            err, handle = cu.cuMemAlloc(block)
+        elif family == "managed":
             err, handle = cu.cuMemAllocManaged(block, cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL)
         elif family == "async":
             err, handle = cu.cuMemAllocAsync(block, stream)
         elif family == "pool":
             err, handle = cu.cuMemAllocFromPoolAsync(block, pool, stream)
         elif family == "vmm":
-            err, handle = cu.cuMemCreate(block, device_prop(), 0)
+            err, handle = cu.cuMemCreate(block, device_prop(ordinal), 0)
         elif family == "graph":
-            executable, handle = graph_exec(block)
+            executable, handle = graph_exec(block, ordinal)
             (err,) = cu.cuGraphLaunch(executable, stream)
         elif family in ("array", "mipmap"):
             levels = 3 if family == "mipmap" else 0
@@ -143,7 +147,7 @@ def main():
 
     mapping = None
     for handle in held:
-        if family == "managed":
+        if family in ("plain", "managed"):
             ok(cu.cuMemFree(handle))
         elif family in ("async", "pool", "graph"):
             ok(cu.cuMemFreeAsync(handle, stream))
