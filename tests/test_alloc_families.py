@@ -91,12 +91,12 @@ def test_arrays_are_charged_what_the_driver_says_they_need(sim_env, family):
     assert got["freed"] == got["returned"] == GiB
 
 
-@pytest.mark.parametrize("family", ["plain", "async", "pool"])
+@pytest.mark.parametrize("family", ["plain", "async", "pool", "graph"])
 def test_a_device_past_the_sixteen_a_region_counts_is_refused(sim_env, family):
     """CUDA may see more GPUs than the 16 a region accounts for
-    (VGL_MAX_DEVICES).  Under a cap, a pool allocation on device 16 is refused
-    as cuMemAlloc is there, out of memory with a line saying why, never
-    handed out uncharged, while device 0 keeps its cap."""
+    (VGL_MAX_DEVICES).  Under a cap, a pool allocation or a graph's alloc node
+    on device 16 is refused as cuMemAlloc is there, out of memory with a line
+    saying why, never handed out uncharged, while device 0 keeps its cap."""
     env = dict(sim_env, SIMGPU_DEVICES="17")
     first = families(env, family, device=0)
     assert first["results"] == [OK] * 4 + [OOM]
@@ -104,5 +104,6 @@ def test_a_device_past_the_sixteen_a_region_counts_is_refused(sim_env, family):
     past = run_families(env, family, device=16)
     got = json.loads(past.stdout)
     assert got["results"] == [OOM] * 5
+    assert got.get("repeated", [OOM] * 3) == [OOM] * 3  # graph: launches of one that frees what it allocates
     assert got["start"] == 0  # cuMemGetInfo: nothing to allocate there
     assert "device 16 is beyond the 16 devices a region accounts for" in past.stderr

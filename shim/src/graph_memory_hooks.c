@@ -27,6 +27,7 @@
 struct asks {
     const void *key;
     uint64_t bytes[VGL_MAX_DEVICES];
+    int beyond;                     /* a device past VGL_MAX_DEVICES a node asks memory of; 0: none */
 };
 
 struct table {
@@ -104,12 +105,13 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
     int device = nodeParams->poolProps.location.id;
-    if (nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || device < 0 ||
-        device >= VGL_MAX_DEVICES)
-        return rc; /* not device memory we account for */
+    if (nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || device < 0)
+        return rc; /* not device memory */
     pthread_mutex_lock(&gm.lock);
     struct asks *a = entry(&gm.graphs, hGraph);
-    if (a)
+    if (a && device >= VGL_MAX_DEVICES)
+        a->beyond = device; /* its launches are refused, as every allocation there */
+    else if (a)
         a->bytes[device] += nodeParams->bytesize;
     pthread_mutex_unlock(&gm.lock);
     if (!a) {
@@ -214,6 +216,10 @@ CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(
     if (!vgl_ready()) {
         pthread_mutex_unlock(&gm.lock);
         return vgl_charge_begin(call, -1, 0, &c[0]); /* refuses, and says why */
+    }
+    if (asks.beyond) {
+        pthread_mutex_unlock(&gm.lock);
+        return vgl_charge_begin(call, asks.beyond, 0, &c[0]); /* refuses, and says why */
     }
     for (int d = 0; d < VGL_MAX_DEVICES && rc == CUDA_SUCCESS; d++) {
         if (!asks.bytes[d])
