@@ -2,6 +2,8 @@
  * (overhead.c counts that cost); so as soon as the driver has made one we
  * count it, and if the container is then past its cap the context is undone
  * and the caller gets CUDA_ERROR_OUT_OF_MEMORY, as on a GPU that is full. */
+#include <pthread.h>
+
 #include "internal.h"
 
 /* After the driver made a context on `device`: whether the container (and
@@ -35,9 +37,57 @@ static void refuse(const char *call, CUdevice_v1 device)
     vgl_overhead_check_now(device); /* the undone context's cost is gone again */
 }
 
-/* A thread's current context, as the launch path keeps it, is stale after
- * any of these: on this thread when it changed the stack of current contexts,
- * on every thread when a context may have ended. */
+/* The calling thread's current context, as the launch path asks it.  Asking
+ * the driver on every launch would be most of what a compute share costs, so
+ * each thread keeps its answer until one of the calls below may have changed
+ * it: on this thread when it changed the stack of current contexts, on every
+ * thread when a context may have ended (the epoch), and in a forked child. */
+enum { RECHECK_LAUNCHES = 64 };     /* asked again after this many all the same */
+static uint64_t contexts_epoch = 1;
+static __thread struct {
+    CUcontext ctx;
+    uint64_t epoch;                 /* 0: ask the driver */
+    uint32_t uses;                  /* answers since the driver was last asked */
+} current;
+
+static void forget_in_child(void)
+{
+    __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
+}
+VGL_AFTER_FORK(forget_in_child)
+
+CUresult vgl_context_changed(bool everywhere, CUresult rc)
+{
+    if (everywhere)
+        __atomic_add_fetch(&contexts_epoch, 1, __ATOMIC_RELEASE);
+    current.epoch = 0;
+    return rc;
+}
+
+CUresult vgl_current_context(CUcontext *ctx)
+{
+    uint64_t epoch = __atomic_load_n(&contexts_epoch, __ATOMIC_ACQUIRE);
+    /* Asked again now and then all the same: a path the shim does not see
+     * (a driver-private one) would otherwise charge another device for good. */
+    if (current.epoch == epoch && ++current.uses < RECHECK_LAUNCHES) {
+        *ctx = current.ctx;
+        return CUDA_SUCCESS;
+    }
+    CUresult rc = vgl_real.cuCtxGetCurrent(ctx);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (current.epoch == epoch && current.ctx != *ctx) {
+        static unsigned logged;
+        vgl_log_bounded(VGL_LOG_WARN, &logged, "the current context changed from %p to %p by a call the "
+                        "shim does not see; up to %d launches were charged to the former's device",
+                        (void *)current.ctx, (void *)*ctx, RECHECK_LAUNCHES);
+    }
+    current.ctx = *ctx;
+    current.epoch = epoch;
+    current.uses = 0;
+    return rc;
+}
+
 #define CHANGES_CURRENT(call) vgl_context_changed(false, (call))
 #define ENDS_CONTEXT(call) vgl_context_changed(true, (call))
 

@@ -294,10 +294,56 @@ void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns);
  * refused with CUDA_ERROR_OUT_OF_MEMORY when that may pass the cap. */
 CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(CUgraphExec, CUstream));
 
-/* launch_hooks.c */
+/* share.c — the budgets a launch on a device draws from: the process's
+ * region's and each it is nested in. */
+/* Whether any of them holds a share on `device`. */
+bool vgl_share_limits(int device);
+/* 0: every budget admitted a launch of `cost_ns` and was charged it; else how
+ * many ns to wait before asking again, nothing charged. */
+int64_t vgl_share_admit(int device, uint64_t now_ns, int64_t cost_ns);
+/* How long past its debt a launch of `cost_ns` sleeps, so that launches go in bursts. */
+int64_t vgl_share_resume_ns(int device, int64_t cost_ns);
+/* Launches charged `charged_ns` took `used_ns` of GPU time: the difference is
+ * settled, and the time counted as the container's. */
+void vgl_share_used(int device, int64_t charged_ns, int64_t used_ns);
+/* A launch waited `ns` for budget. */
+void vgl_share_waited(int device, uint64_t ns);
+
+/* busy_time.c — the GPU time a process's kernels take, measured in samples. */
+struct vgl_tracker;
+/* One launch, from vgl_busy_enter to vgl_busy_leave. */
+struct vgl_launch {
+    int device;
+    const void *key;                /* what it launches: a function or a graph */
+    CUstream stream;
+    int64_t cost_ns;                /* what it is charged */
+    bool known;                     /* that is a measured cost */
+    bool measured;                  /* it joins a run of its stream */
+    struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
+    int index;                      /* its stream's in the tracker; -1: none */
+};
+/* The device of a context whose launches are measured; -1: none is. */
+int vgl_busy_device(CUcontext ctx);
+/* Before a launch of `key` on `stream` in `ctx` (current, on `device`): what
+ * it is charged.  `quiet`: a stream capture is open, and the shim's own event
+ * queries could end it (measurements are neither read nor taken). */
+void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void *key, CUstream stream,
+                    uint64_t now_ns, bool quiet);
+/* While it waits for budget: reads back what is done; `sleeps` first ends the
+ * process's runs, so that their spans hold no sleep. */
+void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet);
+/* Admitted: opens a run on its stream if a sample is due. */
+void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet);
+/* After the driver call: a refused launch gives its charge back; one that
+ * went joins its run, or counts as charged. */
+void vgl_busy_leave(struct vgl_launch *l, bool launched);
+
+/* context_hooks.c — the calling thread's current context, as launches ask it. */
+/* The driver's answer, kept per thread until a hooked call may change it. */
+CUresult vgl_current_context(CUcontext *ctx);
 /* After a call that may have changed the calling thread's current context
- * (or, `everywhere`, ended a context some thread has current): the launch
- * path asks the driver again.  Returns `rc`, the call's result. */
+ * (or, `everywhere`, ended a context some thread has current): asked again.
+ * Returns `rc`, the call's result. */
 CUresult vgl_context_changed(bool everywhere, CUresult rc);
 
 /* The exported wrappers: the driver's own names and signatures. */

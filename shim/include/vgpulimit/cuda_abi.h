@@ -205,6 +205,7 @@ typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData; /* passed through */
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
