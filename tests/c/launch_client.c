@@ -10,7 +10,8 @@
  * stream), ex (cuLaunchKernelEx), cooperative (cuLaunchCooperativeKernel),
  * graph (cuGraphLaunch of a graph built node by node), capture (cuGraphLaunch
  * of a graph captured from a stream), streams2 / streams4 (cuLaunchKernel on
- * two / four streams in turn, joined at the end of each batch).  The driver is reached as the CUDA
+ * two / four streams in turn, joined at the end of each batch), captured (cuLaunchKernel into a
+ * stream being captured, at most 1000 launches in SECONDS, never run).  The driver is reached as the CUDA
  * runtime reaches it: dlopen and cuGetProcAddress_v2.  Two batches of about
  * 2 ms of kernels are kept in flight, so the device never runs dry while the
  * loop waits for the older one. */
@@ -73,7 +74,7 @@ typedef CUresult (*graph_launch_fn)(CUgraphExec, CUstream);
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|capture|streams2|streams4 KERNEL_US SECONDS\n");
+        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|capture|captured|streams2|streams4 KERNEL_US SECONDS\n");
         return 2;
     }
     const char *path = argv[1];
@@ -130,6 +131,17 @@ int main(int argc, char **argv)
         CALL(CUresult(*)(CUstream, CUgraph *), "cuStreamEndCapture", stream, &graph);
         CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), "cuGraphInstantiateWithFlags", &exec,
              graph, 0ULL);
+    } else if (strcmp(path, "captured") == 0) {
+        /* Launches into a capture cost no GPU time: the graph would, if it
+         * were launched.  What the shim charges them shows in the region. */
+        CUgraph graph;
+        CALL(CUresult(*)(CUstream, int), "cuStreamBeginCapture", stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+        long n = 0;
+        for (double start = now_s(); n < 1000 && now_s() - start < seconds; n++)
+            CALL(launch_fn, "cuLaunchKernel", kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+        CALL(CUresult(*)(CUstream, CUgraph *), "cuStreamEndCapture", stream, &graph);
+        printf("done %d %ld %.6f\n", (int)getpid(), n, seconds);
+        return 0;
     } else if (strcmp(path, "kernel") && strcmp(path, "ptsz") && strcmp(path, "ex") &&
                strcmp(path, "cooperative") && nstreams == 1) {
         fprintf(stderr, "launch_client: unknown path %s\n", path);
