@@ -39,8 +39,11 @@ enum {
     COSTS = 256,                    /* launch targets whose GPU time a process remembers */
     RUN_LAUNCHES = 64,              /* a run closes after this many launches */
 };
-/* What a kernel never measured is charged at first (then what it took). */
+/* What a kernel never measured is charged at first (then what it took).
+ * While its first measurement is under way, for up to MEASURING_NS, its
+ * other launches are not measured, and are settled once it is known. */
 #define FIRST_COST_NS 1000000
+#define MEASURING_NS 200000000ULL
 /* A kernel's cost is the least it took per launch over two of these. */
 #define COST_WINDOW_NS 1000000000ULL
 /* Launches between samples once costs hold: one, then four times more after
@@ -50,9 +53,14 @@ enum {
 /* Samples follow one another until this many in a row moved no cost: the
  * first spans of a kernel are often stretched alike, by sibling processes
  * that started with it. */
-#define SAMPLES_HELD 3
+#define SAMPLES_HELD 2
 #define SAMPLE_EVERY 128
-/* A run closes once its launches are charged RUN_NS, or LONG_RUN_NS where
+/* A run of a context on one stream closes once its launches are charged
+ * SAMPLE_RUN_NS: a run shorter than a time slice is often free of other
+ * contexts' slices (ten times as long, beside a neighbour at 90 % nearly
+ * every run was stretched, and a container at 10 % got 6.7 %). */
+#define SAMPLE_RUN_NS 1000000
+/* On several streams, once they are charged RUN_NS, or LONG_RUN_NS where
  * they average LONG_KERNEL_NS or more: short runs are more often free of
  * other contexts' slices, so they teach costs better (four processes of 1 ms
  * kernels at 50 % got 47-48 % with 64-launch runs), while a long kernel's
@@ -66,8 +74,9 @@ enum {
  * sibling's run (adding nothing to the union) did not take. */
 #define ALLOWANCE_NS (2 * LONG_RUN_NS)
 /* Times are read as float milliseconds from the reference event, whose
- * resolution is a microsecond at 10 s: the reference is recorded afresh, when
- * nothing is in flight, once it is this old. */
+ * resolution is a microsecond at 10 s: runs that follow one another stop
+ * following once it is this old, so that nothing is in flight for a moment
+ * and the next run begins at a new reference. */
 #define REFERENCE_NS 10000000000ULL
 
 /* Launches of one stream between two events. */
@@ -123,7 +132,10 @@ static struct {
         int64_t window_ns;          /* the least of the current window */
         int64_t earlier_ns;         /* the least of the window before */
         uint64_t window_from;       /* when the current window began (CLOCK_MONOTONIC) */
-    } costs[COSTS];                 /* by launch target, hashed */
+        uint64_t measuring_ns;      /* ns 0: when its first measurement began */
+        uint32_t pending;           /* ns 0: its launches since, charged FIRST_COST_NS unmeasured */
+        int device;                 /* ... on this device */
+    } costs[COSTS];                 /* by launch target, hashed; ns 0: being measured */
 } measure = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The parent's events and measurements are not the child's. */
@@ -145,9 +157,34 @@ static uint32_t cost_slot(const void *key)
 static bool known_cost(const void *key, int64_t *ns)
 {
     uint32_t slot = cost_slot(key);
-    bool known = measure.costs[slot].key == key;
+    bool known = measure.costs[slot].key == key && measure.costs[slot].ns;
     *ns = known ? measure.costs[slot].ns : FIRST_COST_NS;
     return known;
+}
+
+/* Under the lock: launches of a kernel not measured yet were charged
+ * FIRST_COST_NS and not measured (its first measurement was under way): they
+ * are settled at what it cost, once known, or as charged. */
+static void settle_pending(__typeof__(measure.costs[0]) *c, int64_t cost_ns)
+{
+    if (c->pending)
+        vgl_share_used(c->device, FIRST_COST_NS * (int64_t)c->pending, cost_ns * (int64_t)c->pending);
+    c->pending = 0;
+}
+
+/* Under the lock: whether a launch of `key`, not measured yet, is measured
+ * (else it waits for the measurement of another launch of it, under way). */
+static bool measure_first(const void *key, int device, uint64_t now)
+{
+    __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(key)];
+    if (c->key == key && now - c->measuring_ns < MEASURING_NS)
+        return false;
+    if (c->key != key) {
+        settle_pending(c, FIRST_COST_NS);
+        *c = (__typeof__(*c)){.key = key, .device = device};
+    }
+    c->measuring_ns = now;
+    return true;
 }
 
 /* Under the lock: runs of `key` alone (one, or several overlapping on the
@@ -162,7 +199,11 @@ static bool known_cost(const void *key, int64_t *ns)
 static int learn_cost(const void *key, int64_t per_launch_ns, uint64_t now)
 {
     __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(key)];
-    if (c->key != key) {
+    if (c->key != key || !c->ns) {
+        if (c->key == key)
+            settle_pending(c, per_launch_ns);
+        else
+            settle_pending(c, FIRST_COST_NS);
         *c = (__typeof__(*c)){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
                               .earlier_ns = per_launch_ns, .window_from = now};
         return 1;
@@ -330,16 +371,8 @@ static void harvest(struct vgl_tracker *t, uint64_t now)
                 (end - start) / 1e6, busy / 1e6, t->allowance_ns / 1e6);
         settle_oldest(t, busy);
     }
-    if (any_open(t))
-        return;
-    teach(t, now);
-    if (t->reference && now - t->reference_ns >= REFERENCE_NS) {
-        spare(t, t->reference);
-        t->reference = NULL;
-        t->covered_ns = 0;
-        for (uint32_t i = 0; i < t->nstreams; i++)
-            t->streams[i].last_end_ns = 0;
-    }
+    if (!any_open(t))
+        teach(t, now);
 }
 
 /* Under the lock: closes the stream's open run with an event; the stream's
@@ -375,12 +408,12 @@ static void close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool 
 
 /* Under the lock: the sample ends, every run closed; another follows at once
  * (each stream's run beginning where its last ended) while costs are learnt,
- * unless the process is about to sleep. */
-static void end_sample(struct vgl_tracker *t, uint64_t now, bool sleeps)
+ * if `go_on`. */
+static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
 {
     if (!t->sampling)
         return;
-    bool chain = !sleeps && (t->every == 0 || t->nstreams > 1);
+    bool chain = go_on && (t->every == 0 || t->nstreams > 1) && now - t->reference_ns < REFERENCE_NS;
     for (uint32_t i = 0; i < t->nstreams; i++)
         close_run(t, i, now, chain);
     t->sampling = chain;
@@ -462,7 +495,7 @@ void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quie
         return;
     pthread_mutex_lock(&measure.lock);
     if (sleeps)
-        end_sample(l->tracker, now_ns, true);
+        end_sample(l->tracker, now_ns, false);
     if (!quiet)
         harvest(l->tracker, now_ns);
     pthread_mutex_unlock(&measure.lock);
@@ -475,15 +508,33 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         return;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index];
-    if (s->stream == l->stream && !s->open && (t->sampling || !l->known || t->since >= t->every || t->nstreams > 1)) {
-        if (!t->reference && (t->reference = mark(t, l->stream)))
-            t->reference_ns = now_ns;
-        CUevent start = t->reference ? mark(t, l->stream) : NULL;
-        if (start) {
-            s->open = true;
-            s->current = (struct run){.stream = (uint32_t)l->index, .start = start, .known = true};
-            t->sampling = true;
+    bool due = l->known ? t->sampling || t->since >= t->every || t->nstreams > 1
+                        : s->open || t->nstreams > 1 || measure_first(l->key, l->device, now_ns);
+    l->pending = !due;
+    if (s->stream == l->stream && !s->open && due) {
+        /* With nothing in flight, the run begins at a new reference: one
+         * event less to record and read, and the times read from it stay
+         * exact (float milliseconds). */
+        if (!t->count && !any_open(t)) {
+            teach(t, now_ns);
+            spare(t, t->reference);
+            if ((t->reference = mark(t, l->stream)))
+                t->reference_ns = now_ns;
+            t->covered_ns = 0;
+            for (uint32_t i = 0; i < t->nstreams; i++)
+                t->streams[i].last_end_ns = 0;
+            if (t->reference) {
+                s->open = true;
+                s->current = (struct run){.stream = (uint32_t)l->index, .known = true};
+            }
+        } else {
+            CUevent start = t->reference ? mark(t, l->stream) : NULL;
+            if (start) {
+                s->open = true;
+                s->current = (struct run){.stream = (uint32_t)l->index, .start = start, .known = true};
+            }
         }
+        t->sampling = t->sampling || s->open;
     }
     l->measured = s->stream == l->stream && s->open;
     pthread_mutex_unlock(&measure.lock);
@@ -503,11 +554,15 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched)
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index >= 0 ? l->index : 0];
     /* Not in a sample (or its run was closed meanwhile by another thread's
-     * wait): as charged. */
+     * wait): as charged, or once its kernel's cost is known. */
     if (!l->measured || !s->open) {
+        __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(l->key)];
         t->since++;
+        if (l->pending && c->key == l->key && !c->ns)
+            c->pending++;
+        else
+            vgl_share_used(l->device, l->cost_ns, l->pending && c->key == l->key ? c->ns : l->cost_ns);
         pthread_mutex_unlock(&measure.lock);
-        vgl_share_used(l->device, l->cost_ns, l->cost_ns);
         return;
     }
     struct run *r = &s->current;
@@ -517,10 +572,13 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched)
     r->known = r->known && l->known;
     /* A kernel not measured yet is measured alone at once: until then each
      * of its launches is charged FIRST_COST_NS, whatever it takes. */
-    int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
+    int64_t run_ns = t->nstreams == 1 ? SAMPLE_RUN_NS
+                     : r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
     if (!r->known)
         t->every = 0;
+    /* After a kernel not measured yet, its other launches wait for what it
+     * took (settle_pending) rather than each being measured alone. */
     if (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known)
-        end_sample(t, vgl_clock_ns(CLOCK_MONOTONIC), false);
+        end_sample(t, vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

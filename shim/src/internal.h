@@ -319,6 +319,7 @@ struct vgl_launch {
     int64_t cost_ns;                /* what it is charged */
     bool known;                     /* that is a measured cost */
     bool measured;                  /* it joins a run of its stream */
+    bool pending;                   /* not measured yet, and settled once its kernel is */
     struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
     int index;                      /* its stream's in the tracker; -1: none */
 };
