@@ -114,6 +114,9 @@ SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library);
 SIM_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
 SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+
+/* ---- kernel_attributes.c: what a kernel reports of itself ----------------------------- */
+
 SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 SIM_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 
