@@ -57,8 +57,6 @@ static struct {
     CUmipmappedArray mipmaps;
 } sim_arrays;
 
-/* ---- the size rule ------------------------------------------------------------------------ */
-
 /* Bytes per channel; 0 for a format simgpu does not simulate (normalized,
  * block-compressed and video formats). */
 static size_t sim_format_bytes(CUarray_format format)
@@ -148,8 +146,6 @@ static bool sim_round_total(uint64_t *total)
     return true;
 }
 
-/* ---- handles ------------------------------------------------------------------------------- */
-
 /* An array of this process: one made by cuArray*Create, or with `levels` also
  * a level of a mipmapped array.  Under the memory mutex. */
 static CUarray sim_array_find(CUarray h, bool levels)
@@ -212,8 +208,6 @@ void sim_arrays_forget(void)
         free(m);
     }
 }
-
-/* ---- arrays ------------------------------------------------------------------------------- */
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -379,8 +373,6 @@ CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequ
     sim_mem_unlock();
     return a ? sim_requirements(memoryRequirements, device, bytes, flags) : CUDA_ERROR_INVALID_VALUE;
 }
-
-/* ---- mipmapped arrays ------------------------------------------------------------------------ */
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels)

@@ -129,8 +129,6 @@ static CUresult sim_memset(CUdeviceptr dst, unsigned int value, unsigned int wid
     return CUDA_SUCCESS;
 }
 
-/* ---- host to device ------------------------------------------------------------------ */
-
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     SIM_CALLED();
@@ -168,8 +166,6 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost, unsign
     return cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
 }
 
-/* ---- device to host ------------------------------------------------------------------ */
-
 CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     SIM_CALLED();
@@ -206,8 +202,6 @@ CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int
     SIM_CALLED();
     return cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
 }
-
-/* ---- within the device --------------------------------------------------------------- */
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -249,8 +243,6 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, u
     return cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
 }
 
-/* ---- unified addressing: either side may be host or device memory ------------------- */
-
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     SIM_CALLED();
@@ -274,8 +266,6 @@ CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, 
     SIM_CALLED();
     return sim_copy((uintptr_t)dst, SIM_EITHER, (uintptr_t)src, SIM_EITHER, ByteCount, SIM_ASYNC_PTSZ(hStream));
 }
-
-/* ---- memsets ------------------------------------------------------------------------- */
 
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {

@@ -93,6 +93,9 @@ SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device);
 SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSynchronize(void);
 SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx);
+
+/* ---- peer_access.c: peer access between devices ------------------------------------ */
+
 SIM_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
 SIM_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
 SIM_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
@@ -111,6 +114,9 @@ SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library);
 SIM_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
 SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+
+/* ---- kernel_attributes.c: what a kernel reports of itself ----------------------------- */
+
 SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 SIM_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 
@@ -394,6 +400,14 @@ CUdevice sim_device_ordinal(uint32_t index);
 /* The current context for a call that needs one: CUDA_SUCCESS, or
  * NOT_INITIALIZED / INVALID_CONTEXT / CONTEXT_IS_DESTROYED. */
 CUresult sim_current_context(CUcontext *out);
+/* Whether `ctx` is a handle of this process that a call may make current, or
+ * (live) one that a call may act on by name; contexts.c says what each refuses. */
+CUresult sim_check_context(CUcontext ctx);
+CUresult sim_check_live_context(CUcontext ctx);
+/* contexts.c's mutex, which also guards a context's peers (peer_access.c); in
+ * the lock order after init.c's mutex and before the memory mutex. */
+void sim_contexts_lock(void);
+void sim_contexts_unlock(void);
 /* Fork handlers, called by init.c's after its own mutex and before the
  * memory mutex (the lock order).  The child has no context. */
 void sim_contexts_atfork_prepare(void);

@@ -181,8 +181,6 @@ CUresult sim_graph_memory_run(const struct sim_graph_mem_op *ops, size_t n, bool
     return res;
 }
 
-/* ---- nodes -------------------------------------------------------------------------------- */
-
 /* Device memory only, with no handle types for IPC (cuda.h). */
 CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                 size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
@@ -261,8 +259,6 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const C
     sim_graph_alloc_hold(a, -1);
     return res;
 }
-
-/* ---- the graph memory pool ---------------------------------------------------------------- */
 
 /* Releases what the pool reserves beyond what is in use. */
 CUresult cuDeviceGraphMemTrim(CUdevice device)

@@ -136,8 +136,6 @@ bool sim_host_pinned(uintptr_t addr, size_t n)
     return pinned;
 }
 
-/* ---- allocation -------------------------------------------------------------------- */
-
 static CUresult sim_host_alloc(void **pp, size_t bytesize, unsigned int flags)
 {
     CUcontext ctx;
@@ -199,8 +197,6 @@ CUresult cuMemFreeHost(void *p)
     return CUDA_SUCCESS;
 }
 
-/* ---- registration ------------------------------------------------------------------ */
-
 /* Whether every page of [addr, addr + n) is mapped: pinning touches them all. */
 static bool sim_host_mapped(uintptr_t addr, size_t n)
 {
@@ -256,8 +252,6 @@ CUresult cuMemHostUnregister(void *p)
     struct sim_host_range r;
     return sim_host_remove((uintptr_t)p, false, &r) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
-
-/* ---- queries ----------------------------------------------------------------------- */
 
 /* Any address inside a page-locked range, allocated or registered: its
  * device pointer is the same address. */

@@ -42,8 +42,6 @@ static struct {
     size_t n, cap;
 } sim_mem = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
-/* ---- the table of this process's allocations ------------------------------------- */
-
 /* The first allocation whose base is above `addr`.  Under the mutex. */
 static size_t sim_upper_bound(uintptr_t addr)
 {
@@ -191,8 +189,6 @@ void sim_mem_atfork_child(void)
     sim_arrays_forget();
     pthread_mutex_unlock(&sim_mem.mutex);
 }
-
-/* ---- allocation ------------------------------------------------------------------- */
 
 CUresult sim_mem_initialized(void)
 {

@@ -65,8 +65,6 @@ static uint64_t sim_duration_of(const char *name)
     return strtoull(name + digits, NULL, 10) * 1000;
 }
 
-/* ---- modules -------------------------------------------------------------------- */
-
 static CUresult sim_module_new(CUcontext ctx, CUmodule *module)
 {
     CUmodule m = calloc(1, sizeof *m);
@@ -182,8 +180,6 @@ CUresult sim_kernel_duration(CUfunction f, uint64_t *duration_ns)
     return CUDA_SUCCESS;
 }
 
-/* ---- libraries (context-independent loading, CUDA 12) --------------------------------- */
-
 static bool sim_library_valid(CUlibrary l)
 {
     return l && l->magic == SIM_LIBRARY_MAGIC;
@@ -271,48 +267,4 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     if (res == CUDA_SUCCESS)
         *pFunc = f;
     return res;
-}
-
-/* ---- attributes ------------------------------------------------------------------------- */
-
-/* What a small kernel compiled for sm_90 reports. */
-static CUresult sim_function_attribute(int *pi, CUfunction_attribute attrib, CUfunction f)
-{
-    uint64_t ns;
-    CUresult res = sim_kernel_duration(f, &ns);
-    if (res != CUDA_SUCCESS)
-        return res;
-    if (!pi)
-        return CUDA_ERROR_INVALID_VALUE;
-    switch (attrib) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 32; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = 90; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = 48 * 1024; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = -1; return CUDA_SUCCESS;
-    }
-    return CUDA_ERROR_INVALID_VALUE;
-}
-
-CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
-{
-    SIM_CALLED();
-    if (!sim_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    return sim_function_attribute(pi, attrib, hfunc);
-}
-
-CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
-{
-    SIM_CALLED();
-    if (!sim_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (dev < 0 || (uint32_t)dev >= sim_config()->device_count)
-        return CUDA_ERROR_INVALID_DEVICE;
-    return sim_function_attribute(pi, attrib, (CUfunction)(void *)kernel);
 }

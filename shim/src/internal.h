@@ -267,7 +267,7 @@ void vgl_device_note(int device);
 /* The same for every device CUDA has, once it is initialised. */
 void vgl_devices_note_all(void);
 
-/* nvml_hooks.c — what the real NVML says of other tenants. */
+/* nvml_utilization_hooks.c — what the real NVML says of other tenants. */
 /* Whether a process outside the container ran kernels on container device
  * `device` in the last `window_us` (the driver's per-process samples); true
  * also when NVML cannot say (a borrowing container then keeps its share). */
