@@ -402,11 +402,10 @@ def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch
 @pytest.mark.parametrize("kernel_us, seconds, least", [(1000, "2", 500), (20000, "6", 150)])
 def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client, kernel_us, seconds,
                                                          least):
-    """At 90 % the shim measures runs of launches, and asks for the current
-    context only now and then (the thread's is kept until a context call
-    changes it): well under one added driver call per launch, with 1 ms
-    kernels and with 20 ms ones (a run is long in launches, not only in time,
-    and the process's sleeps for budget are few)."""
+    """At 90 % the shim measures samples of launches, not every launch, and
+    asks for the current context only now and then (the thread's is kept
+    until a context call changes it): under a quarter of an added driver call
+    per launch, with 1 ms kernels and with 20 ms ones, setting up included."""
     calls_file = tmp_path / "calls.jsonl"
     got = run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--", launch_client, "kernel", str(kernel_us),
                             seconds), dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout
@@ -415,4 +414,4 @@ def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, laun
     assert calls["cuLaunchKernel"] == launched >= least
     assert calls.get("cuCtxGetCurrent", 0) <= launched // 32 + 5, calls
     loops_own = launched + 2 * calls["cuEventSynchronize"]
-    assert sum(calls.values()) - loops_own < launched // 2, calls
+    assert sum(calls.values()) - loops_own < launched // 4, calls

@@ -15,17 +15,21 @@
  * Between samples a launch is charged its known cost and asks the driver
  * nothing.  A sample begins once the context has launched `every` times since
  * the last one ended: 0 (every launch measured) until SAMPLES_HELD samples in
- * a row moved no cost, then SAMPLE_FIRST, four times more with each sample
- * after, up to SAMPLE_EVERY; a sample that moves a cost starts again at 0, and
- * a kernel not measured yet is measured at once, alone.  In a sample each
- * stream's next launch opens a run; the sample ends, closing every run, after
- * RUN_LAUNCHES launches or RUN_NS (LONG_RUN_NS) of charged time on a stream,
- * after a kernel not measured yet, or when the process sleeps for budget (so
- * that spans hold no sleep).  While every launch is measured, runs follow one
- * another, each beginning where the last ended.  A context that has launched
- * on several streams is measured at every launch: samples of some streams,
- * taken among others' unmeasured kernels, taught costs too low (one process
- * on two streams at 10 % got 17 %). */
+ * a row moved no cost up, then SAMPLE_FIRST, four times more with each sample
+ * after, up to SAMPLE_EVERY; a cost that moves up starts again at 0.  A
+ * kernel not measured yet is measured at once, alone; its other launches
+ * meanwhile are settled at what it took.  In a sample each stream's next
+ * launch opens a run (begun at a new reference event where nothing is in
+ * flight); the sample ends, closing every run, once a run is long enough
+ * (RUN_LAUNCHES, or SAMPLE_RUN_NS of charged time on one stream, RUN_NS or
+ * LONG_RUN_NS on several), after a kernel not measured yet, or when the
+ * process sleeps for budget (so that spans hold no sleep).  While every
+ * launch is measured, runs follow one another, each beginning where the last
+ * ended.  A context that has launched on several streams is measured at every
+ * launch: samples of some streams, taken among others' unmeasured kernels,
+ * taught costs too low (one process on two streams at 10 % got 17 %).
+ *
+ * Figures: benchmarks/compute_share.py (shares, and driver calls per launch). */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -43,17 +47,16 @@ enum {
  * While its first measurement is under way, for up to MEASURING_NS, its
  * other launches are not measured, and are settled once it is known. */
 #define FIRST_COST_NS 1000000
-#define MEASURING_NS 200000000ULL
+#define MEASURING_NS 1000000000ULL
 /* A kernel's cost is the least it took per launch over two of these. */
 #define COST_WINDOW_NS 1000000000ULL
-/* Launches between samples once costs hold: one, then four times more after
- * each sample that moves no cost up, up to SAMPLE_EVERY (a kernel that became
- * slower is seen within two of these). */
-#define SAMPLE_FIRST 4
-/* Samples follow one another until this many in a row moved no cost: the
- * first spans of a kernel are often stretched alike, by sibling processes
- * that started with it. */
+/* Samples follow one another until SAMPLES_HELD in a row moved no cost up:
+ * the first spans of a kernel are often stretched alike, by sibling processes
+ * that started with it.  Then launches between samples: SAMPLE_FIRST, four
+ * times more after each sample that moves no cost up, up to SAMPLE_EVERY (a
+ * kernel that became slower is seen within two of these). */
 #define SAMPLES_HELD 2
+#define SAMPLE_FIRST 8
 #define SAMPLE_EVERY 128
 /* A run of a context on one stream closes once its launches are charged
  * SAMPLE_RUN_NS: a run shorter than a time slice is often free of other
@@ -284,7 +287,9 @@ static void teach(struct vgl_tracker *t, uint64_t now)
         return;
     int moved = t->group_key ? learn_cost(t->group_key, (t->covered_ns - t->group_start) / t->group_launches,
                                           now) : 0;
-    t->held = moved ? 0 : t->held + 1;
+    /* A cost that fell was an earlier span stretched by other contexts'
+     * slices (a span never shrinks below the kernel): it counts as holding. */
+    t->held = moved > 0 ? 0 : t->held + 1;
     if (t->held < SAMPLES_HELD)
         t->every = 0;
     else

@@ -167,15 +167,15 @@ int vgl_container_device(nvmlDevice_t device)
     return -1;
 }
 
-void vgl_device_note(int device)
+bool vgl_device_note(int device)
 {
     static bool noted[VGL_MAX_DEVICES];
     if (device < 0 || device >= VGL_MAX_DEVICES || __atomic_load_n(&noted[device], __ATOMIC_RELAXED))
-        return;
+        return true;
     struct vgl_region *region = __atomic_load_n(&vgl_self.region, __ATOMIC_ACQUIRE);
     CUuuid uuid;
     if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
-        return;
+        return false;
     /* Binding the ordinal to its UUID applies a limit given by UUID, in the
      * process's region and in each it is nested in. */
     for (uint32_t i = 0; i < vgl_links(); i++) {
@@ -191,14 +191,18 @@ void vgl_device_note(int device)
         }
     }
     __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
+    return true;
 }
 
 void vgl_devices_note_all(void)
 {
+    static bool all;
     int count;
     /* Before cuInit there is nothing to note; CUDA asks again when it is. */
-    if (vgl_real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+    if (__atomic_load_n(&all, __ATOMIC_RELAXED) || vgl_real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
         return;
+    bool noted = true;
     for (int i = 0; i < count && i < VGL_MAX_DEVICES; i++)
-        vgl_device_note(i);
+        noted = vgl_device_note(i) && noted;
+    __atomic_store_n(&all, noted, __ATOMIC_RELAXED);
 }

@@ -262,9 +262,10 @@ bool vgl_visible_devices(struct vgl_visible *out);
 /* The container's index of an NVML device, or -1: not one of its devices, or unknown. */
 int vgl_container_device(nvmlDevice_t device);
 /* Binds CUDA device `device` to its UUID in the region (once per process):
- * for the views, and to apply a limit given for that UUID. */
-void vgl_device_note(int device);
-/* The same for every device CUDA has, once it is initialised. */
+ * for the views, and to apply a limit given for that UUID.  False: not yet
+ * (no region, or CUDA cannot say). */
+bool vgl_device_note(int device);
+/* The same for every device CUDA has, once it is initialised (then no more). */
 void vgl_devices_note_all(void);
 
 /* nvml_utilization_hooks.c — what the real NVML says of other tenants. */
