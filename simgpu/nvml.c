@@ -5,7 +5,7 @@
  * Processes are named as the NVIDIA driver names them, by their pid in the
  * host's pid namespace, wherever the caller runs; a process in a container
  * whose host pid nobody here can know gets a stand-in above PID_MAX_LIMIT,
- * never a pid of the container's own (state.c, "pids").
+ * never a pid of the container's own (pids.c).
  *
  * Functions answer NVML_ERROR_UNINITIALIZED until nvmlInit (nvmlInit is
  * counted: each needs its nvmlShutdown). */
