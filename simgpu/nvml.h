@@ -1,15 +1,12 @@
 /* simgpu's libnvidia-ml.so.1: the NVML entry points it exports, with nvml.h's
- * signatures. */
+ * signatures.  Prototypes are grouped by the file that defines them. */
 #ifndef SIMGPU_NVML_H
 #define SIMGPU_NVML_H
 
 #include "state.h"
 #include "vgpulimit/nvml_abi.h"
 
-/* Structures of functions simgpu only answers "not supported" to: never read. */
-struct nvmlTemperature_v1_st;
-struct nvmlConfComputeMemSizeInfo_st;
-struct nvmlBAR1Memory_st;
+/* ---- nvml.c: the library, its versions and the devices' handles ------------------ */
 
 SIM_EXPORT nvmlReturn_t nvmlInit(void);
 SIM_EXPORT nvmlReturn_t nvmlInit_v2(void);
@@ -29,8 +26,16 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *in
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device);
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
+
+/* ---- nvml_memory.c: a device's memory -------------------------------------------- */
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+
+/* ---- nvml_processes.c: the processes on a device --------------------------------- */
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                              nvmlProcessInfo_v1_t *infos);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
@@ -43,13 +48,6 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t de
                                                                  nvmlProcessInfo_t *infos);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                                  nvmlProcessInfo_t *infos);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
-                                                        nvmlProcessUtilizationSample_t *utilization,
-                                                        unsigned int *processSamplesCount,
-                                                        unsigned long long lastSeenTimeStamp);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                                 nvmlProcessInfo_v1_t *infos);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
@@ -58,6 +56,22 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t 
                                                                    nvmlProcessInfo_t *infos);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device,
                                                               nvmlProcessDetailList_v1_t *plist);
+
+/* ---- nvml_utilization.c: how busy a device is ------------------------------------ */
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                        nvmlProcessUtilizationSample_t *utilization,
+                                                        unsigned int *processSamplesCount,
+                                                        unsigned long long lastSeenTimeStamp);
+
+/* ---- nvml_board.c: the board itself ---------------------------------------------- */
+
+/* Structures of functions simgpu only answers "not supported" to: never read. */
+struct nvmlTemperature_v1_st;
+struct nvmlConfComputeMemSizeInfo_st;
+struct nvmlBAR1Memory_st;
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
 SIM_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice);
@@ -89,5 +103,13 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device,
                                                             struct nvmlConfComputeMemSizeInfo_st *info);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, struct nvmlBAR1Memory_st *bar1Memory);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length);
+
+/* ---- hidden internals ------------------------------------------------------------ */
+
+/* nvml.c */
+/* The index behind `device`, a handle nvml.c gave out: the check every call on
+ * a device starts with (NVML_ERROR_UNINITIALIZED before nvmlInit,
+ * NVML_ERROR_INVALID_ARGUMENT for a handle not ours). */
+nvmlReturn_t sim_nvml_device(nvmlDevice_t device, uint32_t *index);
 
 #endif

@@ -77,8 +77,6 @@ static size_t sim_round_up(size_t n, size_t to)
     return (n + to - 1) / to * to;
 }
 
-/* ---- pools --------------------------------------------------------------------------- */
-
 static CUmemoryPool sim_pool_new(uint32_t device, uint64_t max_bytes)
 {
     CUmemoryPool p = calloc(1, sizeof *p);
@@ -155,8 +153,6 @@ static void sim_pool_delete(CUmemoryPool pool)
     free(pool->chunks);
     free(pool);
 }
-
-/* ---- allocation inside a pool ---------------------------------------------------------- */
 
 /* The offset of the first gap of `size` bytes in `c`, and in `*index` where its
  * block goes; SIZE_MAX when there is none. */
@@ -299,8 +295,6 @@ void sim_pools_forget(void)
     memset(&sim_pools, 0, sizeof sim_pools);
 }
 
-/* ---- stream-ordered allocation ---------------------------------------------------------- */
-
 /* What a call on `stream` needs: a current context for a default stream (cuda.h:
  * CUDA_ERROR_INVALID_CONTEXT), an initialised driver for any other. */
 static CUresult sim_stream_ready(CUstream stream)
@@ -372,8 +366,6 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     SIM_CALLED();
     return cuMemFreeAsync(dptr, hStream);
 }
-
-/* ---- pools as objects ------------------------------------------------------------------ */
 
 /* Pinned device memory only.  The handle types a pool could be exported with
  * are accepted (exporting is a call simgpu lacks), the others refused. */
@@ -509,8 +501,6 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     sim_mem_unlock();
     return res;
 }
-
-/* ---- a device's pools ------------------------------------------------------------------- */
 
 static CUresult sim_device_pool(CUmemoryPool *out, CUdevice dev, bool current)
 {

@@ -68,7 +68,7 @@ enum sim_proc_flags {
 
 /* A process as the kernel knows it.  The driver names processes by their pid
  * in the initial pid namespace (the host's) wherever the caller runs; simgpu
- * runs inside the process, which may not know that pid (state.c, "pids"). */
+ * runs inside the process, which may not know that pid (pids.c). */
 struct sim_pid {
     uint64_t ns;                    /* inode of /proc/<pid>/ns/pid; 0: unknown */
     int32_t pid;                    /* in that namespace: as the process sees itself */
@@ -212,6 +212,22 @@ const char *sim_device_name(void);
 /* One line on stderr, prefixed "simgpu: ". */
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- pids.c: processes named as the driver names them ---------------------- */
+
+#define SIM_PID_MAX_LIMIT 4194304   /* the kernel's PID_MAX_LIMIT: no pid is above it */
+/* The pid the driver reports for `who` (see pids.c): its host pid; found in
+ * /proc when the process could not know it and our /proc is the host's; else
+ * a stand-in above SIM_PID_MAX_LIMIT.  `host` keeps one scan of /proc for a
+ * whole listing: zeroed before, given to sim_host_pids_free after.  Never
+ * under the file's mutex: the scan reads every process's status. */
+struct sim_host_pids {
+    bool scanned;
+    uint32_t count;
+    struct sim_pid *procs;          /* malloc'd: the processes of other pid namespaces */
+};
+uint32_t sim_driver_pid(const struct sim_pid *who, struct sim_host_pids *host);
+void sim_host_pids_free(struct sim_host_pids *host);
+
 /* ---- state.c: the machine-wide state file ---------------------------------- */
 
 /* One process's use of the simulated machine, as NVML reports it. */
@@ -247,19 +263,6 @@ void sim_state_forget_self(void);
 /* This process (pre-condition: the file's mutex is held). */
 struct sim_pid sim_state_self(void);
 
-#define SIM_PID_MAX_LIMIT 4194304   /* the kernel's PID_MAX_LIMIT: no pid is above it */
-/* The pid the driver reports for `who` (see "pids" in state.c): its host pid;
- * found in /proc when the process could not know it and our /proc is the
- * host's; else a stand-in above SIM_PID_MAX_LIMIT.  `host` keeps one scan of
- * /proc for a whole listing: zeroed before, given to sim_host_pids_free after.
- * Never under the file's mutex: the scan reads every process's status. */
-struct sim_host_pids {
-    bool scanned;
-    uint32_t count;
-    struct sim_pid *procs;          /* malloc'd: the processes of other pid namespaces */
-};
-uint32_t sim_driver_pid(const struct sim_pid *who, struct sim_host_pids *host);
-void sim_host_pids_free(struct sim_host_pids *host);
 /* For timeline.c: the mapped file, for what may be read without the mutex
  * (atomics); NULL when it is not open. */
 struct sim_file *sim_state_file(void);

@@ -170,8 +170,6 @@ void sim_vmm_forget(void)
     sim_vmm.fd = -1;
 }
 
-/* ---- allocations ---------------------------------------------------------------------- */
-
 /* Pinned device memory; the handle types it could be exported with are
  * accepted (exporting is a call simgpu lacks), the others refused. */
 static CUresult sim_check_prop(const CUmemAllocationProp *prop, uint32_t *device)
@@ -281,8 +279,6 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
     return res;
 }
 
-/* ---- address ranges --------------------------------------------------------------------- */
-
 /* Aligned to the granularity at least, so that the range can be mapped from
  * its start; `addr` is a hint. */
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
@@ -353,8 +349,6 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     sim_mem_unlock();
     return res;
 }
-
-/* ---- mappings ---------------------------------------------------------------------------- */
 
 /* Inside one reservation, over no other mapping, all aligned to the
  * granularity (cuda.h, cuMemMap).  The range is not accessible until

@@ -1,0 +1,232 @@
+/* simgpu's NVML answers about the board itself: what monitors ask besides
+ * memory, processes and utilisation.
+ *
+ * A simulated GPU has no sensors, clocks, fans or power rail: those answer
+ * NVML_ERROR_NOT_SUPPORTED, as NVML does for what a board lacks, and monitors
+ * show "N/A".  What is known is answered as an H100 SXM with MIG and the
+ * display off, in the default compute mode, that has never had a memory
+ * error. */
+#include <stdio.h>
+#include <string.h>
+
+#include "nvml.h"
+
+/* The device check, then "not supported". */
+static nvmlReturn_t sim_nvml_unsupported(nvmlDevice_t device)
+{
+    uint32_t index;
+    nvmlReturn_t ret = sim_nvml_device(device, &index);
+    return ret == NVML_SUCCESS ? NVML_ERROR_NOT_SUPPORTED : ret;
+}
+
+/* "0000:18:00.0", as nvmlDeviceGetPciInfo writes it and cuDeviceGetPCIBusId
+ * prints it. */
+static void sim_nvml_bus_id(uint32_t index, char out[32])
+{
+    snprintf(out, 32, "00000000:%02X:00.0", sim_device_pci_bus(index));
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    uint32_t i;
+    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    sim_nvml_bus_id(i, pci->busId);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", sim_device_pci_bus(i));
+    pci->domain = 0;
+    pci->bus = sim_device_pci_bus(i);
+    pci->device = 0;
+    pci->pciDeviceId = 0x233010DEu;   /* H100 SXM5 80GB, vendor 0x10DE */
+    pci->pciSubSystemId = 0x16C110DEu;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    uint32_t i;
+    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *major = 9; /* as cuDeviceGetAttribute says */
+    *minor = 0;
+    return NVML_SUCCESS;
+}
+
+/* Writes `value` to each non-NULL output of a known device. */
+static nvmlReturn_t sim_nvml_answer(nvmlDevice_t device, unsigned int *out, unsigned int value)
+{
+    uint32_t i;
+    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    return sim_nvml_answer(device, isMigDevice, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    nvmlReturn_t ret = sim_nvml_answer(device, currentMode, NVML_FEATURE_DISABLED);
+    return ret == NVML_SUCCESS ? sim_nvml_answer(device, pendingMode, NVML_FEATURE_DISABLED) : ret;
+}
+
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
+{
+    return sim_nvml_answer(device, (unsigned int *)isActive, NVML_FEATURE_DISABLED);
+}
+
+nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
+{
+    return sim_nvml_answer(device, (unsigned int *)display, NVML_FEATURE_DISABLED);
+}
+
+/* The state file outlives every client, which is what persistence mode keeps on a real driver. */
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    return sim_nvml_answer(device, (unsigned int *)mode, NVML_FEATURE_ENABLED);
+}
+
+/* NVML_COMPUTEMODE_DEFAULT: any number of processes may use the device. */
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
+{
+    return sim_nvml_answer(device, mode, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
+                                         unsigned long long *eccCounts)
+{
+    (void)errorType;
+    (void)counterType;
+    uint32_t i;
+    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!eccCounts)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *eccCounts = 0;
+    return NVML_SUCCESS;
+}
+
+/* The video engines never run: 0% over a one-second sampling period. */
+static nvmlReturn_t sim_nvml_idle_engine(nvmlDevice_t device, unsigned int *utilization,
+                                         unsigned int *samplingPeriodUs)
+{
+    nvmlReturn_t ret = sim_nvml_answer(device, utilization, 0);
+    return ret == NVML_SUCCESS ? sim_nvml_answer(device, samplingPeriodUs, 1000000) : ret;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs)
+{
+    return sim_nvml_idle_engine(device, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs)
+{
+    return sim_nvml_idle_engine(device, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+{
+    (void)type;
+    (void)clock;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+{
+    (void)type;
+    (void)clock;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    (void)speed;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType, unsigned int *temp)
+{
+    (void)sensorType;
+    (void)temp;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, struct nvmlTemperature_v1_st *temperature)
+{
+    (void)temperature;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    (void)power;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    (void)limit;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, unsigned int *pState)
+{
+    (void)pState;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int counter, unsigned int *value)
+{
+    (void)counter;
+    (void)value;
+    return sim_nvml_unsupported(device);
+}
+
+/* The Windows driver models: NVML answers "not supported" on Linux. */
+nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    (void)current;
+    (void)pending;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    (void)current;
+    (void)pending;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, struct nvmlConfComputeMemSizeInfo_st *info)
+{
+    (void)info;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, struct nvmlBAR1Memory_st *bar1Memory)
+{
+    (void)bar1Memory;
+    return sim_nvml_unsupported(device);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    (void)serial;
+    (void)length;
+    return sim_nvml_unsupported(device);
+}
