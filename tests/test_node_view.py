@@ -19,6 +19,15 @@ from containers import container, outsider
 from test_views import scrape
 
 
+def ended(pid: int) -> bool:
+    """Whether the kernel has ended `pid` (gone, or a zombie not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def node_json(env, node) -> dict:
     return json.loads(run(vgpulimit_cmd("status", "--all", node, "--json", "--interval", "0"),
                           env).stdout)
@@ -140,7 +149,10 @@ def test_a_vanished_process_is_never_listed_with_memory(sim_env, tmp_path):
         victim = reports[0]["pid"]
         for pid in (victim, other["pid"]):
             os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 20
+        while not all(ended(pid) for pid in (victim, other["pid"])):
+            assert time.monotonic() < deadline, "a process killed with SIGKILL still runs"
+            time.sleep(0.02)
         data = node_json(sim_env, node)
         text = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), sim_env).stdout
     listed = [p for r in data["regions"] for p in r["processes"]]
