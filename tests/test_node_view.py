@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
@@ -175,6 +176,11 @@ def test_a_process_that_exited_is_gone(tmp_path):
     watcher = ProcessWatcher()
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        # Until the child has exec'd, its command line is still its parent's.
+        deadline = time.monotonic() + 20
+        while "time.sleep(60)" not in Path(f"/proc/{proc.pid}/cmdline").read_text():
+            assert time.monotonic() < deadline, "the child never started its program"
+            time.sleep(0.01)
         alive = watcher.details(proc.pid)
         assert not alive.gone and "time.sleep(60)" in alive.command and alive.rss_bytes > 0
         # Its slot recorded another start time: the pid is another process's now.
