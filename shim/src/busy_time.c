@@ -515,7 +515,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
     struct stream_runs *s = &t->streams[l->index];
     bool due = l->known ? t->sampling || t->since >= t->every || t->nstreams > 1
                         : s->open || t->nstreams > 1 || measure_first(l->key, l->device, now_ns);
-    l->pending = !due;
+    l->pending = !l->known && !due;
     if (s->stream == l->stream && !s->open && due) {
         /* With nothing in flight, the run begins at a new reference: one
          * event less to record and read, and the times read from it stay
@@ -575,14 +575,13 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched)
     r->launches++;
     r->charged_ns += l->cost_ns;
     r->known = r->known && l->known;
-    /* A kernel not measured yet is measured alone at once: until then each
-     * of its launches is charged FIRST_COST_NS, whatever it takes. */
     int64_t run_ns = t->nstreams == 1 ? SAMPLE_RUN_NS
                      : r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
     if (!r->known)
         t->every = 0;
-    /* After a kernel not measured yet, its other launches wait for what it
-     * took (settle_pending) rather than each being measured alone. */
+    /* A kernel not measured yet is measured alone: its run ends with it, and
+     * its other launches meanwhile wait for what it took (settle_pending)
+     * rather than each being measured. */
     if (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known)
         end_sample(t, vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
