@@ -285,8 +285,9 @@ static void teach(struct vgl_tracker *t, uint64_t now)
 {
     if (!t->group_launches)
         return;
-    int moved = t->group_key ? learn_cost(t->group_key, (t->covered_ns - t->group_start) / t->group_launches,
-                                          now) : 0;
+    /* At least 1 ns: 0 is "not measured yet" (an empty graph, or a span below the timer's resolution). */
+    int64_t per_launch = (t->covered_ns - t->group_start) / t->group_launches;
+    int moved = t->group_key ? learn_cost(t->group_key, per_launch > 0 ? per_launch : 1, now) : 0;
     /* A cost that fell was an earlier span stretched by other contexts'
      * slices (a span never shrinks below the kernel): it counts as holding. */
     t->held = moved > 0 ? 0 : t->held + 1;
@@ -346,9 +347,16 @@ static void harvest(struct vgl_tracker *t, uint64_t now)
             t->group_key = NULL;
         }
         t->group_launches += r->launches;
-        /* The union: what this run adds to the context's busy time so far. */
+        /* The union: what this run adds to the context's busy time so far.
+         * Runs are read back in the order they closed, which is not always
+         * the order they began: one that began before its group did adds
+         * that stretch too. */
         int64_t from = start > t->covered_ns ? start : t->covered_ns;
         int64_t busy = end > from ? end - from : 0;
+        if (start < t->group_start) {
+            busy += (end < t->group_start ? end : t->group_start) - start;
+            t->group_start = start;
+        }
         if (end > t->covered_ns)
             t->covered_ns = end;
         /* The context's busy time, at most what its kernels are known to
@@ -499,7 +507,7 @@ void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quie
     if (!l->tracker)
         return;
     pthread_mutex_lock(&measure.lock);
-    if (sleeps)
+    if (sleeps && !quiet)
         end_sample(l->tracker, now_ns, false);
     if (!quiet)
         harvest(l->tracker, now_ns);
@@ -545,7 +553,16 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
     pthread_mutex_unlock(&measure.lock);
 }
 
-void vgl_busy_leave(struct vgl_launch *l, bool launched)
+void vgl_busy_quiesce(CUcontext ctx)
+{
+    pthread_mutex_lock(&measure.lock);
+    for (uint32_t i = 0; i < measure.ntrackers; i++)
+        if (measure.trackers[i].ctx == ctx)
+            end_sample(&measure.trackers[i], vgl_clock_ns(CLOCK_MONOTONIC), false);
+    pthread_mutex_unlock(&measure.lock);
+}
+
+void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
 {
     if (!launched) {
         vgl_share_used(l->device, l->cost_ns, 0);
@@ -560,7 +577,7 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched)
     struct stream_runs *s = &t->streams[l->index >= 0 ? l->index : 0];
     /* Not in a sample (or its run was closed meanwhile by another thread's
      * wait): as charged, or once its kernel's cost is known. */
-    if (!l->measured || !s->open) {
+    if (!l->measured || !s->open || s->stream != l->stream) {
         __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(l->key)];
         t->since++;
         if (l->pending && c->key == l->key && !c->ns)
@@ -582,7 +599,7 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched)
     /* A kernel not measured yet is measured alone: its run ends with it, and
      * its other launches meanwhile wait for what it took (settle_pending)
      * rather than each being measured. */
-    if (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known)
+    if (!quiet && (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
         end_sample(t, vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

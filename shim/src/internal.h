@@ -332,13 +332,17 @@ int vgl_busy_device(CUcontext ctx);
 void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void *key, CUstream stream,
                     uint64_t now_ns, bool quiet);
 /* While it waits for budget: reads back what is done; `sleeps` first ends the
- * process's runs, so that their spans hold no sleep. */
+ * process's runs, so that their spans hold no sleep (unless `quiet`). */
 void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet);
 /* Admitted: opens a run on its stream if a sample is due. */
 void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet);
 /* After the driver call: a refused launch gives its charge back; one that
- * went joins its run, or counts as charged. */
-void vgl_busy_leave(struct vgl_launch *l, bool launched);
+ * went joins its run, or counts as charged.  `quiet`: as above (a run stays
+ * open rather than end with an event). */
+void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet);
+/* A stream capture is about to begin: the runs of `ctx` (current) end now,
+ * their events recorded before it rather than into it. */
+void vgl_busy_quiesce(CUcontext ctx);
 
 /* context_hooks.c — the calling thread's current context, as launches ask it. */
 /* The driver's answer, kept per thread until a hooked call may change it. */

@@ -156,37 +156,48 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
 static CUresult gate_leave(struct vgl_launch *l, CUresult rc)
 {
     if (l->device >= 0)
-        vgl_busy_leave(l, rc == CUDA_SUCCESS);
+        vgl_busy_leave(l, rc == CUDA_SUCCESS, __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0);
     return rc;
 }
 
-/* A capture that begins is counted before its first launch can go into it;
- * one that ends, once the driver has ended it.  (A capture the driver ended
- * with an error stays counted: launches then ask a little more, never less.) */
+/* A capture is counted before it begins, so that no launch measures into it,
+ * and the current context's runs end first, their events recorded before it. */
+static void capture_begins(void)
+{
+    __atomic_add_fetch(&captures_open, 1, __ATOMIC_RELAXED);
+    CUcontext ctx;
+    if (vgl_current_context(&ctx) == CUDA_SUCCESS && ctx)
+        vgl_busy_quiesce(ctx);
+}
+
 static CUresult capture_began(CUresult rc)
 {
-    if (rc == CUDA_SUCCESS)
-        __atomic_add_fetch(&captures_open, 1, __ATOMIC_RELAXED);
+    if (rc != CUDA_SUCCESS)
+        __atomic_sub_fetch(&captures_open, 1, __ATOMIC_RELAXED);
     return rc;
 }
 
 CUresult cuStreamBeginCapture(CUstream hStream)
 {
+    capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture(hStream));
 }
 
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
+    capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture_ptsz(hStream));
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
+    capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture_v2(hStream, mode));
 }
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
+    capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture_v2_ptsz(hStream, mode));
 }
 
@@ -194,6 +205,7 @@ CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUg
                                      const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                      CUstreamCaptureMode mode)
 {
+    capture_begins();
     return capture_began(vgl_real.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
                                                                numDependencies, mode));
 }
@@ -202,25 +214,32 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
                                           const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                           CUstreamCaptureMode mode)
 {
+    capture_begins();
     return capture_began(vgl_real.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies,
                                                                     dependencyData, numDependencies, mode));
 }
 
-static CUresult capture_ended(CUresult rc)
+/* A capture has ended when the driver says so, and also when it failed to
+ * end one that is over (an invalidated capture ends with an error). */
+static CUresult capture_ended(CUstream stream, CUresult rc)
 {
-    if (rc == CUDA_SUCCESS && __atomic_sub_fetch(&captures_open, 1, __ATOMIC_RELAXED) < 0)
+    CUstreamCaptureStatus status;
+    if (rc != CUDA_SUCCESS && (vgl_real.cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS ||
+                               status != CU_STREAM_CAPTURE_STATUS_NONE))
+        return rc;
+    if (__atomic_sub_fetch(&captures_open, 1, __ATOMIC_RELAXED) < 0)
         __atomic_store_n(&captures_open, 0, __ATOMIC_RELAXED); /* begun before the shim was there */
     return rc;
 }
 
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    return capture_ended(vgl_real.cuStreamEndCapture(hStream, phGraph));
+    return capture_ended(hStream, vgl_real.cuStreamEndCapture(hStream, phGraph));
 }
 
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    return capture_ended(vgl_real.cuStreamEndCapture_ptsz(hStream, phGraph));
+    return capture_ended(hStream ? hStream : STREAM_PER_THREAD, vgl_real.cuStreamEndCapture_ptsz(hStream, phGraph));
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
