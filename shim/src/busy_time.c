@@ -111,7 +111,7 @@ struct vgl_tracker {
     bool sampling;                  /* each stream's next launch opens a run */
     uint32_t since;                 /* launches since the last sample ended */
     uint32_t every;                 /* ... before the next begins */
-    uint32_t held;                  /* samples in a row that moved no cost */
+    uint32_t held;                  /* samples in a row that moved no cost up */
     int64_t covered_ns;             /* busy time is counted up to here, from the reference */
     int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
     int64_t group_start;            /* where the runs read back since covered_ns last jumped began */
@@ -126,8 +126,8 @@ struct vgl_tracker {
 };
 
 static struct {
-    pthread_mutex_t lock;           /* guards all of it */
-    uint32_t ntrackers;
+    pthread_mutex_t lock;           /* guards all of it, but what vgl_busy_device reads */
+    uint32_t ntrackers;             /* a tracker's ctx and device are set before it is counted */
     struct vgl_tracker trackers[CONTEXTS];
     struct {
         const void *key;
@@ -203,10 +203,7 @@ static int learn_cost(const void *key, int64_t per_launch_ns, uint64_t now)
 {
     __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(key)];
     if (c->key != key || !c->ns) {
-        if (c->key == key)
-            settle_pending(c, per_launch_ns);
-        else
-            settle_pending(c, FIRST_COST_NS);
+        settle_pending(c, c->key == key ? per_launch_ns : FIRST_COST_NS);
         *c = (__typeof__(*c)){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
                               .earlier_ns = per_launch_ns, .window_from = now};
         return 1;
@@ -447,9 +444,10 @@ static struct vgl_tracker *tracker_for(CUcontext ctx, int device)
                         (void *)ctx, CONTEXTS);
         return NULL;
     }
-    struct vgl_tracker *t = &measure.trackers[measure.ntrackers++];
+    struct vgl_tracker *t = &measure.trackers[measure.ntrackers];
     t->ctx = ctx;
     t->device = (uint32_t)device;
+    __atomic_store_n(&measure.ntrackers, measure.ntrackers + 1, __ATOMIC_RELEASE);
     return t;
 }
 
@@ -476,15 +474,14 @@ static int stream_index(struct vgl_tracker *t, CUstream stream)
     return idle;
 }
 
+/* Without the lock (on every launch): trackers are only ever added, each
+ * published whole by the count. */
 int vgl_busy_device(CUcontext ctx)
 {
-    int device = -1;
-    pthread_mutex_lock(&measure.lock);
-    for (uint32_t i = 0; i < measure.ntrackers; i++)
+    for (uint32_t i = 0, n = __atomic_load_n(&measure.ntrackers, __ATOMIC_ACQUIRE); i < n; i++)
         if (measure.trackers[i].ctx == ctx)
-            device = (int)measure.trackers[i].device;
-    pthread_mutex_unlock(&measure.lock);
-    return device;
+            return (int)measure.trackers[i].device;
+    return -1;
 }
 
 void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void *key, CUstream stream,
