@@ -11,6 +11,9 @@
  *                          puts it later (devices.c)
  *   SIMGPU_CONTEXT_OVERHEAD  device memory each process's first context on a device
  *                          costs, shown in NVML as the process's (default 500MiB)
+ *   SIMGPU_RESERVED        device memory the driver keeps for itself on each
+ *                          device, an absolute size or 0 (default 0): in NVML
+ *                          v1's used, v2's reserved, never free
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
@@ -68,6 +71,8 @@ enum {
  * allocated anything (CUDA_MODULE_LOADING=LAZY): about this much shows as the
  * process's memory in nvidia-smi. */
 #define SIM_DEFAULT_CONTEXT_OVERHEAD (500ULL << 20)
+/* Memory the driver keeps for itself on each device (none on this default). */
+#define SIM_DEFAULT_RESERVED 0ULL
 
 static pthread_once_t sim_config_once = PTHREAD_ONCE_INIT;
 static struct sim_config sim_config_value;
@@ -123,8 +128,8 @@ static uint64_t sim_hash(const char *s)
 static bool sim_default_state_path(struct sim_config *c)
 {
     char key[128];
-    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64, SIM_STATE_VERSION,
-             c->device_count, c->memory_bytes);
+    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64 " reserved %" PRIu64,
+             SIM_STATE_VERSION, c->device_count, c->memory_bytes, c->reserved_bytes);
     uint64_t h = sim_hash(key);
     const char *dir = sim_env("XDG_RUNTIME_DIR");
     struct stat st;
@@ -157,6 +162,25 @@ static bool sim_parse_sms(const char *text, struct sim_config *c)
         for (uint32_t d = 1; d < SIM_MAX_DEVICES; d++)
             c->sms[d] = c->sms[0];
     return n == 1 || n == c->device_count;
+}
+
+/* An optional size variable: absolute ("500MiB", "80G", bytes) or 0; *out
+ * unchanged when unset.  False after logging a bad value. */
+static bool sim_parse_bytes(const char *name, const char *example, uint64_t *out)
+{
+    const char *text = sim_env(name);
+    if (!text)
+        return true;
+    uint64_t bytes;
+    if (strcmp(text, "0") == 0) {
+        *out = 0;
+    } else if (vgl_parse_size(text, &bytes) == 0) {
+        *out = bytes;
+    } else {
+        sim_log("%s=%s: expected an absolute size, such as %s, or 0", name, text, example);
+        return false;
+    }
+    return true;
 }
 
 static void sim_config_load(void)
@@ -202,18 +226,17 @@ static void sim_config_load(void)
     }
 
     c->context_overhead_bytes = SIM_DEFAULT_CONTEXT_OVERHEAD;
-    text = sim_env("SIMGPU_CONTEXT_OVERHEAD");
-    if (text) {
-        uint64_t bytes;
-        if (strcmp(text, "0") == 0) {
-            c->context_overhead_bytes = 0;
-        } else if (vgl_parse_size(text, &bytes) == 0) {
-            c->context_overhead_bytes = bytes;
-        } else {
-            sim_log("SIMGPU_CONTEXT_OVERHEAD=%s: expected an absolute size, such as 500MiB, or 0",
-                    text);
-            ok = false;
-        }
+    if (!sim_parse_bytes("SIMGPU_CONTEXT_OVERHEAD", "500MiB", &c->context_overhead_bytes))
+        ok = false;
+
+    c->reserved_bytes = SIM_DEFAULT_RESERVED;
+    if (!sim_parse_bytes("SIMGPU_RESERVED", "615MiB", &c->reserved_bytes)) {
+        ok = false;
+    } else if (c->reserved_bytes >= c->memory_bytes) {
+        sim_log("SIMGPU_RESERVED=%s: what the driver keeps would leave nothing of a device of %" PRIu64
+                " bytes; expected less than the device's memory (SIMGPU_MEMORY)", sim_env("SIMGPU_RESERVED"),
+                c->memory_bytes);
+        ok = false;
     }
 
     c->process_samples = SIM_DEFAULT_PROCESS_SAMPLES;

@@ -39,7 +39,7 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 6,          /* 6: SIM_MAX_DEVICES 16 -> 32 */
+    SIM_STATE_VERSION = 7,          /* 7: the driver's reserve (driver_bytes) */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -87,7 +87,8 @@ struct sim_file_lock {
 struct sim_file_device {
     uint64_t total_bytes;           /* device memory */
     uint64_t used_bytes;            /* = the sum of the live entries' used_bytes[this device] */
-    uint64_t reserved[30];          /* zero: the device's kernel timeline goes here */
+    uint64_t driver_bytes;          /* what the driver keeps for itself: SIMGPU_RESERVED */
+    uint64_t reserved[29];          /* zero */
 };
 
 struct sim_file_proc {
@@ -170,7 +171,8 @@ struct sim_file {
     uint64_t memory_bytes;          /* per device, as configured */
     uint32_t max_procs;             /* SIM_MAX_PROCS */
     uint32_t pad;
-    uint64_t reserved[11];          /* zero */
+    uint64_t driver_bytes;          /* per device, as configured (SIMGPU_RESERVED) */
+    uint64_t reserved[10];          /* zero */
     struct sim_file_lock lock;      /* guards everything below */
     struct sim_file_device devices[SIM_MAX_DEVICES];
     struct sim_file_proc procs[SIM_MAX_PROCS];
@@ -184,6 +186,7 @@ struct sim_config {
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
     uint32_t sms[SIM_MAX_DEVICES];     /* SIMGPU_SMS: streaming multiprocessors of each device */
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */
+    uint64_t reserved_bytes;           /* SIMGPU_RESERVED: what the driver keeps of each device */
     uint32_t process_samples;          /* the count nvmlDeviceGetProcessUtilization's size query answers */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
@@ -252,8 +255,15 @@ void sim_state_uncharge(uint32_t device, uint64_t bytes);
 /* Marks whether the calling process holds a context on `device` (NVML lists
  * processes with a context even before they allocate). */
 int sim_state_set_context(uint32_t device, bool active);
-/* Used and total bytes of `device`, after dead processes are reaped. */
-int sim_state_mem_info(uint32_t device, uint64_t *used_bytes, uint64_t *total_bytes);
+/* A device's memory, after dead processes are reaped: what processes hold
+ * (allocations, contexts, modules), what the driver keeps for itself, and
+ * the total; free is total - reserved - used. */
+struct sim_mem_info {
+    uint64_t used_bytes;
+    uint64_t reserved_bytes;
+    uint64_t total_bytes;
+};
+int sim_state_mem_info(uint32_t device, struct sim_mem_info *out);
 /* The processes with a context or memory on `device`: fills up to `max` entries
  * of `out` (which may be NULL when `max` is 0) and returns how many there are in
  * all (which may exceed `max`), or -errno. */
