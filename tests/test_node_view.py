@@ -232,3 +232,130 @@ def test_top_shows_gpus_containers_and_processes_at_80_columns(sim_env, tmp_path
     block0 = "\n".join(lines[gpu0:gpu1])
     assert "20 GiB of 16 GiB" in block0 and "OVER-COMMITTED" in block0
     assert str(holder["pid"]) in block0 and str(other["pid"]) in block0
+
+
+def serve_metrics(env, node, scrapes: int = 1) -> tuple[list[dict], str]:
+    """`vgpulimit metrics --all` scraped ``scrapes`` times: each scrape's
+    samples, and what the server logged."""
+    server = subprocess.Popen(
+        list(map(str, vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--all", node))),
+        env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        first = server.stderr.readline()
+        url = first.split()[-1]
+        samples = [scrape(url) for _ in range(scrapes)]
+    finally:
+        server.terminate()
+        _, rest = server.communicate(timeout=30)
+    return samples, first + rest
+
+
+def gpu_series(samples: dict, name: str) -> list[float]:
+    return [v for (n, _labels), v in samples.items() if n == name]
+
+
+# -- issue 23: what the driver means, and a driver that lacks a function ----------------------------
+
+
+def test_the_drivers_reserve_is_shown_as_such_never_as_use(sim_env, tmp_path):
+    """On an H200, NVML v1's used held 615 MiB the driver keeps for itself,
+    and the node view showed it as memory used outside any cap.  NVML v2
+    reports it apart (reserved): used is what processes hold."""
+    env = dict(sim_env, SIMGPU_RESERVED="615MiB")
+    node = tmp_path / "node"
+    with container(env, node / "a" / "region", ["--memory", "4GiB"], [(256 * MiB, 1)]), \
+            container(env, node / "b" / "region", ["--memory", "4GiB"], [(512 * MiB, 1)]):
+        data = node_json(env, node)
+        text = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), env).stdout
+        [samples], _ = serve_metrics(env, node)
+        once = run(vgpulimit_cmd("top", "-1", "--all", node), dict(env, COLUMNS="80")).stdout
+    [gpu] = data["gpus"]
+    assert (gpu["used_bytes"], gpu["reserved_bytes"], gpu["used_includes_reserved"]) == \
+           (768 * MiB, 615 * MiB, False)
+    assert (gpu["outside_bytes"], gpu["outside_other_bytes"]) == (0, 0)
+    adds_up(gpu)
+    assert data["nvml_unavailable"] == []
+    assert "used 768 MiB of 16 GiB as the driver counts it: 768 MiB in 2 containers" in text
+    assert "reserved by the driver 615 MiB, not counted as used" in text
+    assert "outside any cap 0 B: 0 B in 0 processes, 0 B other" in text
+    assert gpu_series(samples, "vgpulimit_gpu_memory_used_bytes") == [768 * MiB]
+    assert gpu_series(samples, "vgpulimit_gpu_memory_reserved_bytes") == [615 * MiB]
+    assert gpu_series(samples, "vgpulimit_gpu_memory_unaccounted_bytes") == [0]
+    assert "reserved by the driver 615 MiB, not counted as used" in once
+    assert "outside any cap 0 B: 0 B in 0 processes, 0 B other" in once
+
+
+def test_without_nvml_v2_used_is_said_to_hold_the_reserve(sim_env, tmp_path):
+    """A driver whose NVML has no v2 memory figures: v1's used is shown, and
+    the view says that the driver's reserve is in it, once."""
+    env = dict(sim_env, SIMGPU_RESERVED="615MiB")
+    node = tmp_path / "node"
+    view_env = dict(env, SIMGPU_NVML_ANSWER="nvmlDeviceGetMemoryInfo_v2:FUNCTION_NOT_FOUND")
+    with container(env, node / "a" / "region", ["--memory", "4GiB"], [(256 * MiB, 1)]):
+        data = node_json(view_env, node)
+        result = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), view_env)
+        [samples], log = serve_metrics(view_env, node)
+    [gpu] = data["gpus"]
+    assert (gpu["used_bytes"], gpu["reserved_bytes"], gpu["used_includes_reserved"]) == \
+           ((256 + 615) * MiB, None, True)
+    assert gpu["outside_other_bytes"] == 615 * MiB
+    adds_up(gpu)
+    assert [u["function"] for u in data["nvml_unavailable"]] == ["nvmlDeviceGetMemoryInfo_v2"]
+    text = result.stdout
+    assert "reserved by the driver: not known apart, counted in used" in text
+    assert "615 MiB other, the driver's reserve in it" in text
+    assert [line for line in text.splitlines() if "nvmlDeviceGetMemoryInfo_v2" in line] == \
+           ["NVML has no nvmlDeviceGetMemoryInfo_v2: used is v1's, with the driver's reserve"]
+    assert result.stderr == ""
+    assert gpu_series(samples, "vgpulimit_gpu_memory_used_bytes") == [(256 + 615) * MiB]
+    assert gpu_series(samples, "vgpulimit_gpu_memory_reserved_bytes") == []
+    assert log.count("nvmlDeviceGetMemoryInfo_v2") == 1
+
+
+@pytest.mark.parametrize("answer, says, shown", [
+    # pynvml's unversioned wrapper raises NVMLLibraryMismatchError for this one.
+    ("nvmlDeviceGetGraphicsRunningProcesses_v3:FUNCTION_NOT_FOUND",
+     "NVML has no nvmlDeviceGetGraphicsRunningProcesses_v3: graphics processes n/a",
+     "outside any cap 1 GiB: 1 GiB in 1 process, 0 B other"),
+    ("nvmlDeviceGetComputeRunningProcesses_v3:FUNCTION_NOT_FOUND",
+     "NVML has no nvmlDeviceGetComputeRunningProcesses_v3: processes n/a",
+     "outside any cap 1 GiB: processes n/a"),
+    ("nvmlDeviceGetComputeRunningProcesses_v3:NO_PERMISSION",
+     "NVML nvmlDeviceGetComputeRunningProcesses_v3: Insufficient Permissions: processes n/a",
+     "outside any cap 1 GiB: processes n/a"),
+    ("nvmlDeviceGetUtilizationRates:NOT_SUPPORTED",
+     "NVML nvmlDeviceGetUtilizationRates: Not Supported: utilisation n/a",
+     "utilisation n/a"),
+])
+def test_a_function_nvml_does_not_answer_is_one_line(sim_env, tmp_path, answer, says, shown):
+    """On a driver that lacks a function (or does not support it, or does not
+    permit it), status --all, top and metrics show the figure as unavailable
+    and name the function once -- on a node of two GPUs too -- never a
+    traceback."""
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    view_env = dict(env, SIMGPU_NVML_ANSWER=answer)
+    function = answer.split(":")[0]
+    node = tmp_path / "node"
+    with outsider(env, tmp_path, 1 * GiB), \
+            container(env, node / "a" / "region", ["--memory", "4GiB"], [(256 * MiB, 1)]):
+        result = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), view_env)
+        data = node_json(view_env, node)
+        once = run(vgpulimit_cmd("top", "-1", "--all", node), dict(view_env, COLUMNS="100"))
+        scrapes, log = serve_metrics(view_env, node, scrapes=2)
+    for shown_by in (result, once):
+        assert "Traceback" not in shown_by.stderr, shown_by.stderr
+        assert [line.strip() for line in shown_by.stdout.splitlines() if function in line] == \
+               [says]
+    gpu0 = result.stdout.split("GPU 1:")[0]
+    assert shown in gpu0
+    assert "committed 4 GiB of 16 GiB (0.25x)" in gpu0
+    assert len(data["gpus"]) == 2
+    [missing] = data["nvml_unavailable"]
+    assert missing["function"] == function
+    assert "Traceback" not in log
+    assert [line for line in log.splitlines() if function in line] == \
+           [f"vgpulimit metrics: {says}"]
+    for samples in scrapes:
+        assert len(gpu_series(samples, "vgpulimit_gpu_memory_total_bytes")) == 2
+        assert sorted(gpu_series(samples, "vgpulimit_gpu_memory_committed_bytes")) == \
+               [0, 4 * GiB]

@@ -19,10 +19,12 @@ other series, its reason is logged once, and the scrape serves the others.
 
 With --all, the physical GPUs as the driver counts them (vgpulimit_gpu_*,
 labelled by the GPU's UUID, index and name): its memory, what the driver
-counts as used, the caps committed on it and their ratio to its memory (above
-1: over-committed), and what is used outside any cap -- in all, and per
-process the driver lists that is in no region.  Without a driver, these are
-left out and the reason logged once.
+counts as used (NVML v2, without its own reserve) and what it reserves for
+itself, the caps committed on it and their ratio to its memory (above 1:
+over-committed), and what is used outside any cap -- in all, and per process
+the driver lists that is in no region.  Without a driver, these are left out
+and the reason logged once; a figure NVML does not give (a function it lacks
+or does not support) is left out, and the function named once in the log.
 """
 
 from __future__ import annotations
@@ -156,9 +158,15 @@ class RegionCollector(Collector):
         def gauge(name: str, text: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, text, labels=[*gpu_labels, *extra])
 
+        for missing in node.unavailable:
+            self._complain(missing.line)
         total = gauge("vgpulimit_gpu_memory_total_bytes", "Memory of the GPU")
         used = gauge("vgpulimit_gpu_memory_used_bytes", "Memory of the GPU in use, as the driver "
-                     "counts it")
+                     "counts it (NVML v2: without the driver's reserve; where NVML has no v2, "
+                     "v1's, with it, and vgpulimit_gpu_memory_reserved_bytes is absent)")
+        reserved = gauge("vgpulimit_gpu_memory_reserved_bytes",
+                         "Memory the driver keeps for itself on the GPU (NVML v2 reserved): "
+                         "neither used nor outside any cap")
         committed = gauge("vgpulimit_gpu_memory_committed_bytes",
                           "The memory caps of the containers on the GPU, added up")
         ratio = gauge("vgpulimit_gpu_memory_committed_ratio",
@@ -176,21 +184,28 @@ class RegionCollector(Collector):
         for view in node.gpus:
             g = view.gpu
             labels = [g.uuid, str(g.index), g.name]
-            total.add_metric(labels, g.total_bytes)
-            used.add_metric(labels, g.used_bytes)
+            # A figure NVML did not give is left out, never shown as 0.
+            if g.total_bytes is not None:
+                total.add_metric(labels, g.total_bytes)
+            if g.used_bytes is not None:
+                used.add_metric(labels, g.used_bytes)
+            if g.reserved_bytes is not None:
+                reserved.add_metric(labels, g.reserved_bytes)
             committed.add_metric(labels, view.committed_bytes)
-            ratio.add_metric(labels, view.commit_ratio)
+            if view.commit_ratio is not None:
+                ratio.add_metric(labels, view.commit_ratio)
             uncapped.add_metric(labels, view.uncapped)
-            unaccounted.add_metric(labels, view.outside_bytes)
+            if view.outside_bytes is not None:
+                unaccounted.add_metric(labels, view.outside_bytes)
             if g.utilization_pct is not None:
                 util.add_metric(labels, g.utilization_pct)
-            for proc in view.outside:
+            for proc in view.outside or ():
                 details = sample.details.get(proc.pid)
                 if proc.used_bytes is None or (details is not None and details.gone):
                     continue   # never memory for a process that is gone
                 command = details.command[:_COMMAND_CHARS] if details is not None else ""
                 outside.add_metric([*labels, str(proc.pid), command], proc.used_bytes)
-        yield from (total, used, committed, ratio, uncapped, unaccounted, outside, util)
+        yield from (total, used, reserved, committed, ratio, uncapped, unaccounted, outside, util)
 
     def _complain(self, line: str) -> None:
         """Once per distinct problem: a scrape loop must not flood the log."""

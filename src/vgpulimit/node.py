@@ -2,11 +2,18 @@
 counts it (NVML, through nvidia-ml-py), and on each the containers whose
 regions use it, joined with the driver's own figures.
 
-Per GPU: what the driver says is used, what the regions on it use, and the
-difference, "outside any cap" -- split into processes the driver lists that
-are in no region (another tenant, a process that escaped the shim) and the
-rest (the driver's own, processes it does not list).  The caps on a GPU added
-up are what is committed on it; above its memory, the GPU is over-committed.
+Per GPU: what the driver says is used (NVML v2's `used`), what it keeps for
+itself (v2's `reserved`, shown as such, never as anyone's use), what the
+regions on it use, and the difference, "outside any cap" -- split into
+processes the driver lists that are in no region (another tenant, a process
+that escaped the shim) and the rest (processes it does not list).  Where NVML
+has no v2, v1's `used` is shown, and said to hold the driver's reserve.  The
+caps on a GPU added up are what is committed on it; above its memory, the GPU
+is over-committed.
+
+NVML is read through nvml.py: a function the driver lacks or does not
+support leaves its figure unavailable (None, shown "n/a") and is named once
+(NodeView.unavailable), never a traceback.
 
 A region is placed on a GPU by the UUID its processes recorded for a device
 and, for devices no process has used yet, by the GPUs the hook found the
@@ -15,7 +22,6 @@ one line (``NodeView.error``), not a failure."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,13 +29,12 @@ from typing import Any
 
 from vgpulimit.identity import Identity, of_region
 from vgpulimit.limits import format_bytes
+from vgpulimit.nvml import FUNCTION_NOT_FOUND, Nvml, NvmlError, Unavailable
+from vgpulimit.nvml import session as nvml_session
+from vgpulimit.nvml import text as nvml_text
 from vgpulimit.processes import format_age
 from vgpulimit.region import DeviceSnapshot
 from vgpulimit.status import ContainerView, Sample, Sampler
-
-
-class NvmlError(RuntimeError):
-    """NVML cannot be loaded or answered; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -40,78 +45,92 @@ class DriverProcess:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One physical GPU as NVML reports it."""
+    """One physical GPU as NVML reports it; None: NVML did not say."""
 
     index: int
     uuid: str
     name: str
     bus_id: str
-    total_bytes: int
-    used_bytes: int               # as the driver counts it
+    total_bytes: int | None
+    used_bytes: int | None        # as the driver means it: NVML v2's, without its reserve
+                                  # (v1's, with it, where reserved_bytes is None)
     utilization_pct: int | None   # None: not supported
-    processes: tuple[DriverProcess, ...] = ()
+    processes: tuple[DriverProcess, ...] | None = ()   # None: NVML cannot list them
     minor: int | None = None      # /dev/nvidia<minor>; None: not known
+    reserved_bytes: int | None = 0  # what the driver keeps for itself (NVML v2), apart from
+                                  # used_bytes; None: not known apart, counted in used_bytes
+
+    @property
+    def used_includes_reserved(self) -> bool:
+        return self.used_bytes is not None and self.reserved_bytes is None
 
 
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+def _memory(nvml: Nvml, handle) -> tuple[int | None, int | None, int | None]:
+    """(total, used, reserved) bytes: NVML v2's, where the driver's reserve is
+    apart from used; else v1's, whose used includes it (reserved None)."""
+    version = getattr(nvml.pynvml, "nvmlMemory_v2", None)
+    v1_says = "used is v1's, with the driver's reserve"
+    if version is None:
+        nvml.note("nvmlDeviceGetMemoryInfo_v2", FUNCTION_NOT_FOUND, v1_says)
+        v2 = None
+    else:
+        v2 = nvml.query("nvmlDeviceGetMemoryInfo", handle, version=version,
+                        function="nvmlDeviceGetMemoryInfo_v2", shown=v1_says)
+    if v2 is not None:
+        return int(v2.total), int(v2.used), int(v2.reserved)
+    v1 = nvml.query("nvmlDeviceGetMemoryInfo", handle, shown="memory n/a")
+    if v1 is None:
+        return None, None, None
+    return int(v1.total), int(v1.used), None
 
 
-@contextlib.contextmanager
-def nvml() -> Iterator:
-    """pynvml, initialised for the block."""
-    try:
-        import pynvml
-    except ImportError:
-        raise NvmlError("nvidia-ml-py (pynvml) is not installed") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise NvmlError(f"NVML: {exc} (is the NVIDIA driver loaded?)") from None
-    try:
-        yield pynvml
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
+def _processes(nvml: Nvml, handle) -> tuple[DriverProcess, ...] | None:
+    """The processes the driver lists on the GPU (compute, then graphics);
+    None when it cannot list the compute ones."""
+    compute = nvml.query("nvmlDeviceGetComputeRunningProcesses_v3", handle,
+                         shown="processes n/a")
+    if compute is None:
+        return None
+    graphics = nvml.query("nvmlDeviceGetGraphicsRunningProcesses_v3", handle, default=[],
+                          shown="graphics processes n/a")
+    procs: dict[int, DriverProcess] = {}
+    for p in [*compute, *graphics]:
+        procs.setdefault(int(p.pid), DriverProcess(
+            int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)))
+    return tuple(procs.values())
+
+
+def read_node() -> tuple[tuple[Gpu, ...], tuple[Unavailable, ...]]:
+    """Every GPU of the node, and what NVML did not answer about them (each
+    function once); NvmlError when NVML cannot say which GPUs there are."""
+    with nvml_session() as nvml:
+        gpus = []
+        count = nvml.required("nvmlDeviceGetCount", function="nvmlDeviceGetCount_v2")
+        for index in range(count):
+            handle = nvml.required("nvmlDeviceGetHandleByIndex", index,
+                                   function="nvmlDeviceGetHandleByIndex_v2")
+            total, used, reserved = _memory(nvml, handle)
+            pci = nvml.query("nvmlDeviceGetPciInfo_v3", handle, shown="bus id n/a")
+            util = nvml.query("nvmlDeviceGetUtilizationRates", handle, shown="utilisation n/a")
+            gpus.append(Gpu(
+                index=index,
+                uuid=nvml_text(nvml.required("nvmlDeviceGetUUID", handle)),
+                name=nvml_text(nvml.query("nvmlDeviceGetName", handle, default="n/a",
+                                          shown="name n/a")),
+                bus_id=nvml_text(pci.busId) if pci is not None else "",
+                total_bytes=total,
+                used_bytes=used,
+                reserved_bytes=reserved,
+                utilization_pct=None if util is None else int(util.gpu),
+                processes=_processes(nvml, handle),
+                minor=nvml.query("nvmlDeviceGetMinorNumber", handle, note=False),
+            ))
+        return tuple(gpus), nvml.unavailable
 
 
 def read_gpus() -> tuple[Gpu, ...]:
-    """Every GPU of the node; NvmlError when NVML cannot say."""
-    with nvml() as pynvml:
-        def optional(call, *args):
-            try:
-                return call(*args)
-            except pynvml.NVMLError:
-                return None
-
-        gpus = []
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            for index in range(count):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                pci = optional(pynvml.nvmlDeviceGetPciInfo, handle)
-                util = optional(pynvml.nvmlDeviceGetUtilizationRates, handle)
-                procs: dict[int, DriverProcess] = {}
-                for lister in (pynvml.nvmlDeviceGetComputeRunningProcesses,
-                               pynvml.nvmlDeviceGetGraphicsRunningProcesses):
-                    for p in optional(lister, handle) or []:
-                        procs.setdefault(int(p.pid), DriverProcess(
-                            int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)))
-                gpus.append(Gpu(
-                    index=index,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
-                    bus_id=_text(pci.busId) if pci is not None else "",
-                    total_bytes=int(memory.total),
-                    used_bytes=int(memory.used),
-                    utilization_pct=None if util is None else int(util.gpu),
-                    processes=tuple(procs.values()),
-                    minor=optional(pynvml.nvmlDeviceGetMinorNumber, handle),
-                ))
-        except pynvml.NVMLError as exc:
-            raise NvmlError(f"NVML: {exc}") from None
-        return tuple(gpus)
+    """Every GPU of the node; NvmlError when NVML cannot say which there are."""
+    return read_node()[0]
 
 
 # -- regions on GPUs -------------------------------------------------------------------------------
@@ -148,7 +167,8 @@ class Tenant:
 class GpuView:
     gpu: Gpu
     tenants: tuple[Tenant, ...]
-    outside: tuple[DriverProcess, ...]   # the driver's processes that are in no region
+    outside: tuple[DriverProcess, ...] | None   # the driver's processes that are in no region;
+                                                # None: the driver's list is not available
 
     @property
     def committed_bytes(self) -> int:
@@ -160,31 +180,39 @@ class GpuView:
         return sum(1 for t in self.tenants if t.cap_bytes is None)
 
     @property
-    def commit_ratio(self) -> float:
-        """Committed over the GPU's memory; above 1: over-committed."""
-        return self.committed_bytes / self.gpu.total_bytes if self.gpu.total_bytes else 0.0
+    def commit_ratio(self) -> float | None:
+        """Committed over the GPU's memory; above 1: over-committed; None: its
+        memory is not known."""
+        return self.committed_bytes / self.gpu.total_bytes if self.gpu.total_bytes else None
 
     @property
     def overcommitted(self) -> bool:
-        return self.committed_bytes > self.gpu.total_bytes
+        return self.gpu.total_bytes is not None and self.committed_bytes > self.gpu.total_bytes
 
     @property
     def regions_used_bytes(self) -> int:
         return sum(t.used_bytes for t in self.tenants)
 
     @property
-    def outside_bytes(self) -> int:
+    def outside_bytes(self) -> int | None:
         """What the driver counts as used that no region holds; negative only
-        when the two were read a moment apart while memory moved."""
+        when the two were read a moment apart while memory moved.  Never the
+        driver's reserve, unless NVML has no v2 (Gpu.used_includes_reserved)."""
+        if self.gpu.used_bytes is None:
+            return None
         return self.gpu.used_bytes - self.regions_used_bytes
 
     @property
-    def outside_processes_bytes(self) -> int:
+    def outside_processes_bytes(self) -> int | None:
+        if self.outside is None:
+            return None
         return sum(p.used_bytes or 0 for p in self.outside)
 
     @property
-    def outside_other_bytes(self) -> int:
-        """Outside any cap and in no process the driver lists: the driver's own."""
+    def outside_other_bytes(self) -> int | None:
+        """Outside any cap and in no process the driver lists."""
+        if self.outside_bytes is None or self.outside_processes_bytes is None:
+            return None
         return self.outside_bytes - self.outside_processes_bytes
 
 
@@ -194,6 +222,7 @@ class NodeView:
     error: str | None = None      # why there is no physical view (no driver); None: there is
     elsewhere: tuple[tuple[ContainerView, int], ...] = field(default=())   # (region, device)
                                   # on a GPU that NVML does not list (another node's, or gone)
+    unavailable: tuple[Unavailable, ...] = ()   # what NVML did not answer, each function once
 
 
 def _placements(view: ContainerView, identity: Identity,
@@ -207,7 +236,7 @@ def _placements(view: ContainerView, identity: Identity,
         dev = devices.get(index)
         uuid = dev.uuid if dev is not None and dev.uuid else (
             given[index] if index < len(given) else None)
-        total = by_uuid[uuid].total_bytes if uuid in by_uuid else 0
+        total = (by_uuid[uuid].total_bytes or 0) if uuid in by_uuid else 0
         cap = None
         if dev is not None and dev.limit is not None:
             cap = dev.cap_bytes if dev.cap_bytes is not None else (
@@ -215,7 +244,8 @@ def _placements(view: ContainerView, identity: Identity,
         yield uuid, Tenant(view, identity, index, dev, cap)
 
 
-def build(sample: Sample, gpus: Sequence[Gpu]) -> NodeView:
+def build(sample: Sample, gpus: Sequence[Gpu],
+          unavailable: tuple[Unavailable, ...] = ()) -> NodeView:
     by_uuid = {gpu.uuid: gpu for gpu in gpus}
     on: dict[str, list[Tenant]] = {gpu.uuid: [] for gpu in gpus}
     elsewhere = []
@@ -229,9 +259,10 @@ def build(sample: Sample, gpus: Sequence[Gpu]) -> NodeView:
             elif uuid is not None:
                 elsewhere.append((view, tenant.index))
     views = tuple(
-        GpuView(gpu, tuple(on[gpu.uuid]), tuple(p for p in gpu.processes if p.pid not in inside))
+        GpuView(gpu, tuple(on[gpu.uuid]), None if gpu.processes is None else
+                tuple(p for p in gpu.processes if p.pid not in inside))
         for gpu in gpus)
-    return NodeView(views, None, tuple(elsewhere))
+    return NodeView(views, None, tuple(elsewhere), unavailable)
 
 
 def take(sampler: Sampler) -> tuple[Sample, NodeView]:
@@ -240,11 +271,11 @@ def take(sampler: Sampler) -> tuple[Sample, NodeView]:
     (their figures join the sample's)."""
     sample = sampler.sample(strict=False)
     try:
-        gpus = read_gpus()
+        gpus, unavailable = read_node()
     except NvmlError as exc:
         return sample, NodeView(error=str(exc))
-    node = build(sample, gpus)
-    outside = {p.pid for gpu in node.gpus for p in gpu.outside}
+    node = build(sample, gpus, unavailable)
+    outside = {p.pid for gpu in node.gpus for p in gpu.outside or ()}
     details = {**sample.details, **sampler.look(outside)}
     return dataclasses.replace(sample, details=details), node
 
@@ -259,19 +290,45 @@ def tail(text: str, width: int) -> str:
 
 def commit_text(gpu: GpuView) -> str:
     """"committed 18 GiB of 16 GiB (1.12x, over-committed); 1 container without a cap"."""
+    ratio = "n/a" if gpu.commit_ratio is None else f"{gpu.commit_ratio:.2f}x"
     text = (f"committed {format_bytes(gpu.committed_bytes)} of "
-            f"{format_bytes(gpu.gpu.total_bytes)} ({gpu.commit_ratio:.2f}x"
+            f"{_bytes(gpu.gpu.total_bytes, 'n/a')} ({ratio}"
             + (", OVER-COMMITTED)" if gpu.overcommitted else ")"))
     if gpu.uncapped:
         text += f"; {gpu.uncapped} container{'s' * (gpu.uncapped != 1)} without a cap"
     return text
 
 
+def used_text(gpu: GpuView) -> str:
+    """"used 1.4 GiB of 140 GiB as the driver counts it: 1.4 GiB in 2 containers"."""
+    g, count = gpu.gpu, len(gpu.tenants)
+    return (f"used {_bytes(g.used_bytes, 'n/a')} of {_bytes(g.total_bytes, 'n/a')} as the "
+            f"driver counts it: {format_bytes(gpu.regions_used_bytes)} in {count} "
+            f"container{'s' * (count != 1)}")
+
+
+def reserve_text(gpu: GpuView) -> str:
+    """What the driver keeps for itself: never use, never outside a cap."""
+    g = gpu.gpu
+    if g.reserved_bytes is not None:
+        return f"reserved by the driver {format_bytes(g.reserved_bytes)}, not counted as used"
+    if g.used_bytes is None:
+        return "reserved by the driver: n/a"
+    return "reserved by the driver: not known apart, counted in used (NVML has no v2 here)"
+
+
 def outside_text(gpu: GpuView) -> str:
+    if gpu.outside_bytes is None:
+        return "outside any cap: n/a"
+    text = f"outside any cap {format_bytes(max(gpu.outside_bytes, 0))}: "
+    if gpu.outside is None or gpu.outside_processes_bytes is None \
+            or gpu.outside_other_bytes is None:
+        return text + "processes n/a"
     count = len(gpu.outside)
-    return (f"outside any cap {format_bytes(max(gpu.outside_bytes, 0))}: "
-            f"{format_bytes(gpu.outside_processes_bytes)} in {count} "
-            f"process{'es' * (count != 1)}, {format_bytes(max(gpu.outside_other_bytes, 0))} other")
+    return (text + f"{format_bytes(gpu.outside_processes_bytes)} in {count} "
+            f"process{'es' * (count != 1)}, {format_bytes(max(gpu.outside_other_bytes, 0))} "
+            + ("other, the driver's reserve in it" if gpu.gpu.used_includes_reserved
+               else "other"))
 
 
 def _share(tenant: Tenant) -> str:
@@ -288,12 +345,10 @@ def render_text(node: NodeView, sample: Sample, width: int = 80) -> str:
     for gpu in node.gpus:
         g = gpu.gpu
         util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
-        count = len(gpu.tenants)
         lines += [f"GPU {g.index}: {g.name}, bus {g.bus_id or '-'}, utilisation {util}",
                   f"  {g.uuid}",
-                  f"  used {format_bytes(g.used_bytes)} of {format_bytes(g.total_bytes)} as the "
-                  + f"driver counts it: {format_bytes(gpu.regions_used_bytes)} in {count} "
-                  + f"container{'s' * (count != 1)}",
+                  f"  {used_text(gpu)}",
+                  f"  {reserve_text(gpu)}",
                   f"  {outside_text(gpu)}",
                   f"  {commit_text(gpu)}"]
         if gpu.tenants:
@@ -308,6 +363,7 @@ def render_text(node: NodeView, sample: Sample, width: int = 80) -> str:
             lines += ["  outside any cap:"]
             lines += [_cut("  " + line, width) for line in _table(PROCESS_HEADER[1:], rows)]
         lines.append("")
+    lines += [u.line for u in node.unavailable]   # whole: the function's name matters
     for view, index in node.elsewhere:
         lines.append(f"region {view.path} device {index}: on a GPU this node's driver does "
                      "not list")
@@ -341,8 +397,8 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
     gpus = []
     for gpu in node.gpus:
         g = gpu.gpu
-        outside = []
-        for p in gpu.outside:
+        outside = None if gpu.outside is None else []
+        for p in gpu.outside or ():
             details = sample.details.get(p.pid)
             gone = details is not None and details.gone
             outside.append({"pid": p.pid, "gone": gone,
@@ -351,6 +407,8 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
         gpus.append({
             "index": g.index, "uuid": g.uuid, "name": g.name, "bus_id": g.bus_id,
             "total_bytes": g.total_bytes, "used_bytes": g.used_bytes,
+            "reserved_bytes": g.reserved_bytes,
+            "used_includes_reserved": g.used_includes_reserved,
             "utilization_pct": g.utilization_pct,
             "regions_used_bytes": gpu.regions_used_bytes,
             "outside_bytes": gpu.outside_bytes,
@@ -367,4 +425,6 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
                            for t in gpu.tenants],
             "outside_processes": outside,
         })
-    return {"gpus": gpus, "gpus_error": None}
+    return {"gpus": gpus, "gpus_error": None,
+            "nvml_unavailable": [{"function": u.function, "answer": u.answer, "shown": u.shown}
+                                 for u in node.unavailable]}

@@ -152,15 +152,18 @@ def _indented(line: Text) -> Text:
 
 
 def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
-    from vgpulimit.node import commit_text, outside_text, tail
+    from vgpulimit.node import commit_text, outside_text, reserve_text, tail
 
     g = gpu.gpu
     util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
+    used = "n/a" if g.used_bytes is None else format_bytes(g.used_bytes)
+    total = "n/a" if g.total_bytes is None else format_bytes(g.total_bytes)
     lines: list[RenderableType] = [
         Text(f"GPU {g.index}  {g.name}  {g.bus_id}  util {util}", style="bold reverse",
              no_wrap=True, overflow="ellipsis"),
-        Text(f" MEM {_text_bar(g.used_bytes, g.total_bytes)} {format_bytes(g.used_bytes)} / "
-             f"{format_bytes(g.total_bytes)}  {g.uuid}", no_wrap=True, overflow="ellipsis"),
+        Text(f" MEM {_text_bar(g.used_bytes or 0, g.total_bytes or 0)} {used} / {total}  "
+             f"{g.uuid}", no_wrap=True, overflow="ellipsis"),
+        Text(f" {reserve_text(gpu)}", no_wrap=True, overflow="ellipsis"),
         Text(f" {commit_text(gpu)}", style="bold red" if gpu.overcommitted else "",
              no_wrap=True, overflow="ellipsis"),
         Text(f" {outside_text(gpu)}", no_wrap=True, overflow="ellipsis"),
@@ -208,6 +211,9 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
             if choice.gpu is None or gpu.gpu.index == choice.gpu:
                 parts.append(Text(""))
                 parts += _gpu_block(gpu, sample, choice.sort)
+        if node.unavailable:
+            parts.append(Text(""))
+            parts += [Text(u.line, overflow="fold") for u in node.unavailable]
     for view in sample.views:
         if view.path in placed:
             continue

@@ -76,6 +76,10 @@ class Admission:
         caps = limits.memory_per_device() if limits is not None else []
         wanted = []
         for index, gpu in enumerate(given):
+            if gpu.total_bytes is None:   # the views degrade; admission cannot
+                raise HookError(f"--admit: NVML gives no memory size for GPU {gpu.index} "
+                                f"({gpu.uuid}): cannot tell whether container {container_id} "
+                                "fits")
             limit = caps[index] if index < len(caps) else None
             cap = None if limit is None else limit.cap_bytes(gpu.total_bytes)
             if cap is None and not self.allow_uncapped:
