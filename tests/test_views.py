@@ -142,3 +142,50 @@ def test_top_shows_the_cap_and_a_process_and_quits_on_q(sim_env, tmp_path):
         finally:
             top.close(force=True)
     assert top.exitstatus == 0
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_status_shows_the_devices_the_node_has(sim_env, tmp_path, gpus):
+    """A cap for every device is kept for all sixteen device numbers; the
+    views show those of the devices there are (issue 23: a one-GPU node
+    showed a "1-15" row, and --json sixteen devices)."""
+    env = dict(sim_env, SIMGPU_DEVICES=str(gpus))
+    used, unused = tmp_path / "used" / "region", tmp_path / "unused" / "region"
+    unused.parent.mkdir()
+    run(vgpulimit_cmd("run", "--simulate", "--memory", "4GiB", "--cores", "30",
+                      "--region", unused, "--", "true"), env)
+    with container(env, used, ["--memory", "4GiB", "--cores", "30"], [(256 * MiB, 1)]):
+        seen = {region: json.loads(status(env, "--json", "--interval", "0", "--region",
+                                          str(region)).stdout)
+                for region in (used, unused)}
+        text = {region: status(env, "--interval", "0", "--region", str(region)).stdout
+                for region in (used, unused)}
+        node = json.loads(status(env, "--json", "--all", str(tmp_path), "--interval", "0").stdout)
+        every = status(env, "--all", str(tmp_path), "--interval", "0").stdout
+    assert [d["index"] for d in seen[used]["devices"]] == list(range(gpus))
+    assert [d["index"] for d in seen[unused]["devices"]] == list(range(gpus))
+    assert [[d["index"] for d in r["devices"]] for r in node["regions"]] == [list(range(gpus))] * 2
+    for region in (used, unused):
+        for table in device_tables(text[region]):
+            assert table == (["0"] if gpus == 1 else ["0-1"] if region == unused else ["0", "1"])
+    region_blocks = every.split("\nregion ")[1:]
+    assert len(region_blocks) == 2
+    for block in region_blocks:
+        assert len(device_tables(block)) == 2   # memory, compute
+        # Its last device is the node's last: no row for devices it does not have.
+        assert all(table[-1].endswith(str(gpus - 1)) for table in device_tables(block))
+    assert "not seen" in text[unused]
+
+
+def device_tables(text: str) -> list[list[str]]:
+    """The DEVICE column of each table of `status` text that has one."""
+    tables, rows = [], None
+    for line in text.splitlines():
+        if line.startswith("DEVICE"):
+            rows = []
+            tables.append(rows)
+        elif rows is not None and line.strip():
+            rows.append(line.split()[0])
+        else:
+            rows = None
+    return tables

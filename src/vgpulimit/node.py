@@ -277,7 +277,7 @@ def take(sampler: Sampler) -> tuple[Sample, NodeView]:
     node = build(sample, gpus, unavailable)
     outside = {p.pid for gpu in node.gpus for p in gpu.outside or ()}
     details = {**sample.details, **sampler.look(outside)}
-    return dataclasses.replace(sample, details=details), node
+    return dataclasses.replace(sample, details=details, device_count=len(gpus)), node
 
 
 # -- rendering (status) ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ with garbage is one line among the others, not a crash.  No terminal UI here
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vgpulimit import identity
+from vgpulimit import identity, nvml
 from vgpulimit.limits import format_bytes
 from vgpulimit.processes import (
     ProcessDetails,
@@ -65,6 +66,7 @@ class Sample:
                                               # figures of each listed process; absent: not known
     found_host_pids: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (pid, start
                                               # time) -> host pid, for slots that know no host pid
+    device_count: int | None = None           # the GPUs NVML shows here; None: not known
 
     def host_pid(self, proc: ProcessSnapshot) -> int | None:
         """The process's pid on the host: its slot's, or found by its pid in
@@ -181,6 +183,20 @@ class Sampler:
         return ContainerView(snap, shares)
 
 
+def devices_of(view: ContainerView, sample: Sample | None = None) -> tuple[DeviceSnapshot, ...]:
+    """The region's devices that the container has: each that its processes
+    have used, and of the others (a cap for every device is kept for all
+    sixteen numbers) those below the count of GPUs the hook recorded the
+    container was given, else of the GPUs NVML shows here; every one where
+    neither is known."""
+    given = identity.of_region(view.path).gpus
+    count = len(given) if given is not None else (sample.device_count if sample else None)
+    if count is None:
+        return view.snapshot.devices
+    return tuple(dev for dev in view.snapshot.devices
+                 if dev.seen or dev.uuid or dev.index < count)
+
+
 def _bytes_or_dash(count: int | None) -> str:
     return "-" if count is None else format_bytes(count)
 
@@ -250,12 +266,13 @@ def _share_text(view: ContainerView, index: int) -> str:
     return "n/a" if share is None else f"{share:.0f}%"
 
 
-def _compute_rows(view: ContainerView) -> list[tuple[str, ...]]:
+def _compute_rows(view: ContainerView, devices: tuple[DeviceSnapshot, ...]
+                  ) -> list[tuple[str, ...]]:
     """Devices the container used, or that have a compute cap (unused ones
     with the same cap share a row)."""
     rows: list[tuple[str, ...]] = []
     unseen: dict[int, list[int]] = {}
-    for dev in view.snapshot.devices:
+    for dev in devices:
         if not dev.seen:
             if dev.cores_pct:
                 unseen.setdefault(dev.cores_pct, []).append(dev.index)
@@ -304,10 +321,11 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     who = identity.of_region(snap.path)
     named = f" - {who.name}" if who.name else ""
     lines = [f"region {snap.path} (generation {snap.generation}){named}", ""]
-    if snap.devices:
+    devices = devices_of(view, sample)
+    if devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),
-                        _device_rows(snap.devices))
-        compute = _compute_rows(view)
+                        _device_rows(devices))
+        compute = _compute_rows(view, devices)
         if compute:
             lines.append("")
             lines += _table(("DEVICE", "COMPUTE CAP", "MEASURED SHARE", "THROTTLED"), compute)
@@ -391,7 +409,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
                 "busy_ns": dev.busy_ns,
                 "throttled_ns": dev.throttled_ns,
             }
-            for dev in snap.devices
+            for dev in devices_of(view, sample)
         ],
         "processes": [_process_json(proc, sample or Sample(())) for proc in snap.processes],
     }
@@ -416,10 +434,11 @@ def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
 
 def take(paths: Iterable[str] = (), directory: str | Sequence[str] | None = None, interval_s: float = 0.0) -> Sample:
     """One reading for `status`: two samples ``interval_s`` apart, so that
-    the compute share is measured (none with 0)."""
+    the compute share is measured (none with 0), and the count of GPUs NVML
+    shows here (devices_of)."""
     sampler = Sampler(list(paths), directory)
     sample = sampler.sample()
     if interval_s > 0:
         time.sleep(interval_s)
         sample = sampler.sample()
-    return sample
+    return dataclasses.replace(sample, device_count=nvml.device_count())
