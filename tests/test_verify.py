@@ -5,6 +5,7 @@ is one.  Its figures (share, added cost) are reported, never asserted here."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,56 @@ def test_region_without_the_shim_fails(sim_env, tmp_path):
         "/etc/ld.so.preload")
     # Without the shim, verify takes nothing past the cap from the device's other tenants.
     assert "SKIP past the cap: not tried" in result.stdout
+
+
+# Loaded by every Python started with this directory on PYTHONPATH: the probe's
+# first call of nvmlDeviceGetUtilizationRates reads address 0, as the shim did
+# on an H200 (issue 23), and the probe dies of SIGSEGV there.
+CRASH_IN_UTILIZATION = """
+import ctypes
+
+_attribute = ctypes.CDLL.__getattr__
+
+
+def _crashing(self, name):
+    if name == "nvmlDeviceGetUtilizationRates":
+        return lambda *args: ctypes.string_at(0)
+    return _attribute(self, name)
+
+
+ctypes.CDLL.__getattr__ = _crashing
+"""
+
+
+@pytest.mark.parametrize("mode", ["here", "fresh-region"])
+def test_a_probe_that_crashes_is_said_to_have_crashed(sim_env, tmp_path, schema, mode):
+    """The probe is killed by a signal in its check of NVML: verify says so,
+    with the signal and the last check the probe reached, and judges what
+    the probe found before (the shim was loaded) -- never that the shim is
+    not loaded."""
+    hook = tmp_path / "crash"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(CRASH_IN_UTILIZATION)
+    env = dict(sim_env, PYTHONPATH=os.pathsep.join(
+        p for p in (str(hook), sim_env.get("PYTHONPATH")) if p))
+    if mode == "here":
+        text = verify(env, "--quick", under=under_run("--memory", "1GiB"))
+        as_json = verify(env, "--quick", "--json", under=under_run("--memory", "1GiB"))
+    else:
+        text = verify(env, "--simulate", "--memory", "1GiB", "--quick")
+        as_json = verify(env, "--simulate", "--memory", "1GiB", "--quick", "--json")
+    assert text.returncode == as_json.returncode == 1
+    reached = "nvmlDeviceGetUtilizationRates (NVML's view, before the fill)"
+    crashed = ("FAIL probe: the probe crashed: killed by SIGSEGV (signal 11); the last check "
+               f"it reached: {reached}")
+    assert failures(text) == [crashed, "FAIL past the cap: not tried: the probe stopped before it"]
+    assert "not loaded" not in text.stdout
+    assert "PASS shim: loaded from " in text.stdout
+    assert "PASS nvmlDeviceGetMemoryInfo_v2: total 1 GiB = the cap" in text.stdout
+    document = json.loads(as_json.stdout)
+    schema.validate(document)
+    assert document["mode"] == mode
+    assert document["facts"]["crashed"] == {"signal": "SIGSEGV", "reached": reached}
 
 
 def test_cap_other_than_asked_fails(sim_env):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -134,21 +135,49 @@ def _simulated(environ: Mapping[str, str], simulate: bool) -> dict[str, str]:
     return env
 
 
-def _read_facts(report: Path, code: int, stderr: str = "") -> dict:
+def _signal_name(number: int) -> str:
     try:
-        return json.loads(report.read_text())
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _read_facts(report: Path, code: int | None, stderr: str = "",
+                killed_by: int | None = None, what: str = "the probe") -> dict:
+    """The probe's report.  Where the probe did not finish -- killed by a
+    signal, timed out (``code`` None), or exited with its report still at a
+    step -- what it found until then, with an ``error`` that says how it
+    ended and the last check it reached."""
+    try:
+        facts = json.loads(report.read_text())
     except (OSError, ValueError):
-        tail = stderr.strip().splitlines()[-1:] or [""]
-        return {"error": f"the probe exited {code} without a report {tail[0]}".rstrip()}
+        facts = {}
+    if not isinstance(facts, dict):
+        facts = {}
+    reached = facts.get("reached")
+    where = (f"; the last check it reached: {reached}" if reached
+             else "; it had reported nothing yet")
+    if killed_by is not None:
+        name = _signal_name(killed_by)
+        facts["crashed"] = {"signal": name, "reached": reached}
+        facts["error"] = f"{what} crashed: killed by {name} (signal {killed_by}){where}"
+    elif code is None:
+        facts["error"] = f"{what} did not finish in {PROBE_TIMEOUT_S} s{where}"
+    elif reached is not None or not facts:
+        tail = stderr.strip().splitlines()[-1:]
+        facts["error"] = f"{what} exited {code}" + (f" ({tail[0]})" if tail else "") + where
+    return facts
 
 
-def _run_probe(cmd: list[str], env: Mapping[str, str], report: Path) -> dict:
+def _run_probe(cmd: list[str], env: Mapping[str, str], report: Path,
+               what: str = "the probe") -> dict:
     try:
         result = subprocess.run(cmd, env=dict(env), capture_output=True, text=True,
                                 timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        return {"error": f"the probe did not finish in {PROBE_TIMEOUT_S} s"}
-    return _read_facts(report, result.returncode, result.stderr)
+        return _read_facts(report, None, what=what)
+    code = result.returncode
+    return _read_facts(report, code, result.stderr, -code if code < 0 else None, what)
 
 
 def _without_shim(environ: Mapping[str, str]) -> dict[str, str]:
@@ -190,7 +219,8 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
         after = _region_usage(region_path, options.device)
         # Asked by a process of its own: this one loads no driver library.
         nvml_after = _run_probe(_probe_command(workdir / "nvml.json", options,
-                                               "--nvml-processes"), env, workdir / "nvml.json")
+                                               "--nvml-processes"), env, workdir / "nvml.json",
+                                "the probe of NVML's process list")
         if config.shim_in_system_preload:
             report.baseline = {"error": "not measured: the shim is in /etc/ld.so.preload, so no "
                                         "process here runs without it"}
@@ -199,7 +229,7 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
             report.baseline = _run_probe(
                 _probe_command(workdir / "baseline.json", options, "--costs-only",
                                "--alloc-room", str(room)),
-                _without_shim(env), workdir / "baseline.json")
+                _without_shim(env), workdir / "baseline.json", "the probe without the shim")
         judge(report, config, origin, asked_memory, asked_cores)
         _judge_cleanup(report, region_path, before, after, nvml_after)
     return report
@@ -212,7 +242,8 @@ def _run_fresh(options: Options, env: Mapping[str, str], workdir: Path, region_p
     run = supervisor.RunOptions(command=_probe_command(report, options), limits=limits,
                                 simulate=False, region_path=region_path)
     code = supervisor.run(run, environ=env)
-    return _read_facts(report, code)
+    # `run` exits 128+N for a command killed by signal N, as a shell does.
+    return _read_facts(report, code, killed_by=code - 128 if code > 128 else None)
 
 
 def _region_usage(path: str | None, device: int) -> int | None:
@@ -242,6 +273,8 @@ def judge(report: Report, config: Configuration, origin: str | None,
     if shim.get("loaded"):
         via = " and ".join(shim.get("via") or []) or "neither LD_PRELOAD nor /etc/ld.so.preload"
         report.add("shim", "pass", f"loaded from {shim.get('path')} (via {via})")
+    elif not shim:
+        report.add("shim", "skip", "not known: the probe stopped before it looked")
     else:
         why = origin or "limit variables in the environment"
         report.add("shim", "fail", f"limits are configured ({why}) but the shim is not loaded in "
@@ -316,6 +349,8 @@ def _judge_views(report: Report, cuda: dict, nvml: dict, cap: int) -> None:
         for name, key in (("nvmlDeviceGetMemoryInfo", "memory_v1"),
                           ("nvmlDeviceGetMemoryInfo_v2", "memory_v2")):
             value = nvml.get(key)
+            if value is None:   # the probe stopped before it asked
+                continue
             if isinstance(value, dict):
                 shown.append((name, value["total"], value["free"]))
             else:
@@ -337,6 +372,8 @@ def _judge_nvml_processes(report: Report, facts: dict) -> None:
     if not nvml.get("available"):
         return
     listed = nvml.get("processes")
+    if listed is None:   # the probe stopped before it asked
+        return
     if isinstance(listed, str):
         report.add("nvml processes", "fail", listed)
         return
@@ -437,6 +474,8 @@ def _judge_cleanup(report: Report, region: str | None, before: int | None, after
         else:
             report.add("left behind", "fail", f"the region {region} holds {_size(after)} after "
                        f"the probe exited, {_size(before)} before")
+    if "crashed" in nvml_after:
+        report.add("left behind", "fail", nvml_after["error"])
     gone = [p["pid"] for p in nvml_after.get("processes", [])]
     stayed = sorted(set(gone) & set(pids))
     if stayed:

@@ -1,8 +1,9 @@
 """The CUDA process of `vgpulimit verify`: it reaches the driver as an
 application does (ctypes: dlopen + dlsym of libcuda.so.1 and
 libnvidia-ml.so.1, the path the shim must catch), records what the driver
-and NVML show it, and writes those facts as JSON.  It judges nothing:
-vgpulimit.verify compares the facts with the limits.
+and NVML show it, and writes those facts as JSON -- before each step too,
+with the step's name, so that a probe that crashes leaves how far it got.
+It judges nothing: vgpulimit.verify compares the facts with the limits.
 
     python -m vgpulimit.verify_probe --report FILE [--device I] [--quick]
                                      [--costs-only --alloc-room BYTES | --nvml-processes]
@@ -76,6 +77,34 @@ class Cuda:
 
     def try_call(self, fn: str, *args) -> int:
         return getattr(self.lib, fn)(*args)
+
+
+class Progress:
+    """The facts found so far, written to the report before each step with
+    the step's name (``reached``): a probe killed in a step -- a driver, or
+    the shim, crashing it -- leaves what it found and how far it got, for
+    verify to say.  The report is replaced whole, never seen half written."""
+
+    def __init__(self, report: str | os.PathLike | None = None) -> None:
+        self.report = None if report is None else Path(report)
+        self.facts: dict = {}
+
+    def reach(self, step: str) -> None:
+        self.facts["reached"] = step
+        self.write()
+
+    def write(self) -> None:
+        if self.report is None:
+            return
+        partial = self.report.with_name(self.report.name + ".tmp")
+        partial.write_text(json.dumps(self.facts))
+        os.replace(partial, self.report)
+
+    def done(self, facts: dict) -> None:
+        """The whole report: every step finished (or failed with an error)."""
+        facts.pop("reached", None)
+        self.facts = facts
+        self.write()
 
 
 def _mapped(fragment: str) -> str | None:
@@ -179,23 +208,36 @@ def open_nvml(uuid: str | None, index: int, library: str = "libnvidia-ml.so.1"):
     return nvml, handle
 
 
-def nvml_facts(uuid: str | None, index: int) -> dict:
+def nvml_facts(uuid: str | None, index: int, progress: Progress, when: str,
+               facts: dict) -> dict:
+    """What NVML shows of the device, into ``facts`` as it is found (a part
+    of the progress' facts); each call is a step of ``progress``."""
+    def reach(call: str) -> None:
+        progress.reach(f"{call} (NVML's view, {when})")
+
+    reach("nvmlInit_v2")
     nvml, handle = open_nvml(uuid, index)
     if nvml is None:
-        return {"available": False, "error": handle}
-    facts: dict = {"available": True}
+        facts.update({"available": False, "error": handle})
+        return facts
+    facts["available"] = True
+    reach("nvmlDeviceGetMemoryInfo")
     v1 = _Memory()
     rc = nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(v1))
     facts["memory_v1"] = ({"total": v1.total, "free": v1.free, "used": v1.used}
                           if rc == NVML_SUCCESS else f"returned {rc}")
+    reach("nvmlDeviceGetMemoryInfo_v2")
     v2 = _MemoryV2(version=NVML_MEMORY_V2)
     rc = nvml.nvmlDeviceGetMemoryInfo_v2(handle, ctypes.byref(v2))
     facts["memory_v2"] = ({"total": v2.total, "free": v2.free, "used": v2.used}
                           if rc == NVML_SUCCESS else f"returned {rc}")
+    reach("nvmlDeviceGetComputeRunningProcesses_v3")
     facts["processes"] = nvml_processes(nvml, handle)
+    reach("nvmlDeviceGetUtilizationRates")
     util = _Utilization()
     rc = nvml.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(util))
     facts["utilization_pct"] = util.gpu if rc == NVML_SUCCESS else None
+    reach("nvmlShutdown")
     nvml.nvmlShutdown()
     return facts
 
@@ -413,8 +455,14 @@ def costs(dev: Device, alloc_room: int) -> dict:
     return facts
 
 
-def probe(index: int, quick: bool, costs_only: bool, alloc_room: int) -> dict:
-    facts: dict = {"pids": host_pids(), "shim": shim_facts()}
+def probe(index: int, quick: bool, costs_only: bool, alloc_room: int,
+          progress: Progress | None = None) -> dict:
+    """The facts; each step is reached through ``progress`` first, and the
+    facts found so far are written with it."""
+    progress = progress or Progress()
+    facts = progress.facts
+    facts.update({"pids": host_pids(), "shim": shim_facts()})
+    progress.reach("loading libcuda.so.1")
     try:
         cuda = Cuda()
     except OSError as exc:
@@ -422,24 +470,34 @@ def probe(index: int, quick: bool, costs_only: bool, alloc_room: int) -> dict:
         return facts
     dev = None
     try:
+        progress.reach("cuInit, the primary context and the spin kernel's module")
         dev = Device(cuda, index)
         if costs_only:
+            progress.reach("added cost (launches, allocations)")
             facts["costs"] = costs(dev, alloc_room)
             return facts
+        progress.reach("the driver's figures (cuDeviceTotalMem, cuMemGetInfo)")
         facts["cuda"] = dev.facts()
+        progress.reach("the region")
         facts["region"] = region = region_facts(index)   # after cuInit: the shim has attached
         facts["cap_bytes"] = cap = cap_bytes(region, index, facts["cuda"])
-        facts["nvml_before"] = nvml_facts(facts["cuda"]["uuid"], index)
+        nvml_facts(facts["cuda"]["uuid"], index, progress, "before the fill",
+                   facts.setdefault("nvml_before", {}))
         if cap is not None and facts["shim"]["loaded"]:
+            progress.reach("past the cap (filling the cap, then one block more)")
             facts["fill"] = fill(dev, facts["cuda"]["mem_get_info"]["free"], cap)
+        progress.reach("added cost (launches, allocations)")
         facts["costs"] = costs(dev, facts["cuda"]["mem_get_info"]["free"])
         if not quick and region and region.get("cores_pct"):
+            progress.reach("compute share")
             facts["share"] = share(dev)
-        facts["nvml"] = nvml_facts(facts["cuda"]["uuid"], index)
+        nvml_facts(facts["cuda"]["uuid"], index, progress, "after the fill",
+                   facts.setdefault("nvml", {}))
     except DriverError as exc:
         facts["error"] = str(exc)
     finally:
         if dev is not None:
+            progress.reach("releasing the context")
             dev.close()
     return facts
 
@@ -458,8 +516,9 @@ def cap_bytes(region: dict | None, index: int, cuda: dict) -> int | None:
     return setting.value.bytes or setting.value.cap_bytes(cuda["device_total_mem"])
 
 
-def listed(index: int) -> dict:
+def listed(index: int, progress: Progress | None = None) -> dict:
     """The pids NVML lists on the device now (to see that a probe has gone)."""
+    (progress or Progress()).reach("nvmlDeviceGetComputeRunningProcesses_v3 (after the probe)")
     nvml, handle = open_nvml(None, index)
     if nvml is None:
         return {"error": handle}
@@ -499,9 +558,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alloc-room", type=int, default=0)
     parser.add_argument("--nvml-processes", action="store_true")
     args = parser.parse_args(argv)
-    facts = listed(args.device) if args.nvml_processes else \
-        probe(args.device, args.quick, args.costs_only, args.alloc_room)
-    Path(args.report).write_text(json.dumps(facts))
+    progress = Progress(args.report)
+    facts = listed(args.device, progress) if args.nvml_processes else \
+        probe(args.device, args.quick, args.costs_only, args.alloc_room, progress)
+    progress.done(facts)
     return 0
 
 
