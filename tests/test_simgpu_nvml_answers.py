@@ -51,13 +51,19 @@ def test_insufficient_size_sets_the_count_of_every_function_that_has_one(sim_env
     assert second == {n: [NOT_FOUND, 5] for n in COUNTED}
 
 
-def pynvml_run(env, program: str) -> list:
+def pynvml_result(env, program: str) -> subprocess.CompletedProcess:
+    """Runs `program` with `call(f, *args)`, which appends f's result or the
+    name of the NVMLError it raised to what is printed as JSON."""
     code = ("import json, pynvml\nseen = []\n"
             "def call(f, *a):\n"
             "    try:\n        r = f(*a)\n        seen.append(r if isinstance(r, (int, str)) else 'ok')\n"
             "    except pynvml.NVMLError as e:\n        seen.append(type(e).__name__)\n"
             + program + "\nprint(json.dumps(seen))")
-    return json.loads(run([sys.executable, "-c", code], env, timeout=60).stdout)
+    return run([sys.executable, "-c", code], env, timeout=60)
+
+
+def pynvml_run(env, program: str) -> list:
+    return json.loads(pynvml_result(env, program).stdout)
 
 
 def test_answers_follow_the_calls_and_the_last_repeats(sim_env):
@@ -102,10 +108,8 @@ def test_a_scripted_init_failure_leaves_nvml_uninitialised(sim_env):
     ("nvmlDeviceGetName:real,", "no ':'"),
 ])
 def test_a_bad_script_fails_nvml_init_with_one_line(sim_env, value, why):
-    seen = pynvml_run(sim_env | {"SIMGPU_NVML_ANSWER": value}, "call(pynvml.nvmlInit)")
-    assert seen == ["NVMLError_Unknown"]
-    result = run([sys.executable, "-c", "import pynvml\ntry:\n    pynvml.nvmlInit()\nexcept pynvml.NVMLError:\n"
-                  "    pass"], sim_env | {"SIMGPU_NVML_ANSWER": value}, timeout=60)
+    result = pynvml_result(sim_env | {"SIMGPU_NVML_ANSWER": value}, "call(pynvml.nvmlInit)")
+    assert json.loads(result.stdout) == ["NVMLError_Unknown"]
     [line] = result.stderr.splitlines()
     assert line.startswith("simgpu: SIMGPU_NVML_ANSWER: ") and why in line
     assert "FUNCTION:ANSWER[;ANSWER...]" in line
