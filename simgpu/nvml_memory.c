@@ -15,7 +15,7 @@ static nvmlReturn_t sim_nvml_mem_info(nvmlDevice_t device, struct sim_mem_info *
     return sim_state_mem_info(i, mem) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+nvmlReturn_t sim_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     struct sim_mem_info mem;
     nvmlReturn_t ret = sim_nvml_mem_info(device, &mem);
@@ -32,7 +32,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 /* Any `version` but nvmlMemory_v2 (sizeof | 2 << 24) got
  * NVML_ERROR_FUNCTION_NOT_FOUND from the H200's driver, a literal 2 or 0
  * included: not the ARGUMENT_VERSION_MISMATCH nvml.h would suggest. */
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+nvmlReturn_t sim_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     struct sim_mem_info mem;
     nvmlReturn_t ret = sim_nvml_mem_info(device, &mem);

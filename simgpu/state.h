@@ -181,6 +181,31 @@ struct sim_file {
 
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
+/* The NVML entry points of nvml_api.def, numbered. */
+enum sim_nvml_fn {
+#define SIM_NVML(name, params, args, count) SIM_NVML_FN_##name,
+#include "nvml_api.def"
+#undef SIM_NVML
+    SIM_NVML_FNS
+};
+
+enum {
+    SIM_NVML_SCRIPT_MAX = 16,       /* answers SIMGPU_NVML_ANSWER may give one function */
+    SIM_NVML_REAL = -1,             /* an answer: what simgpu answers unscripted */
+};
+
+/* One of the answers SIMGPU_NVML_ANSWER gives a function, call after call. */
+struct sim_nvml_answer {
+    int32_t code;                   /* an nvmlReturn_t, or SIM_NVML_REAL */
+    bool set_count;                 /* INSUFFICIENT_SIZE=N: also sets the count out-argument */
+    uint32_t count;                 /* that N */
+};
+
+struct sim_nvml_script {
+    uint32_t n;                     /* 0: the function is not scripted */
+    struct sim_nvml_answer answers[SIM_NVML_SCRIPT_MAX]; /* the last repeats */
+};
+
 struct sim_config {
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-SIM_MAX_DEVICES */
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
@@ -196,6 +221,7 @@ struct sim_config {
     uint64_t device_bytes_per_s;       /* SIMGPU_DEVICE_COPY_GBPS: copies within a device, memsets */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
+    struct sim_nvml_script nvml_scripts[SIM_NVML_FNS]; /* SIMGPU_NVML_ANSWER, by enum sim_nvml_fn */
     char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */
     char state_path[4096];             /* SIMGPU_STATE, or the default path */
     bool state_path_default;           /* not named by the user: no symlink is followed */
