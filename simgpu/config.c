@@ -57,6 +57,10 @@ enum {
     SIM_DEFAULT_COPY_GBPS = 50,
     SIM_DEFAULT_DEVICE_COPY_GBPS = 1500,
     SIM_DEFAULT_SMS = 132,
+    /* The H200's driver (580) answered every size query of
+     * nvmlDeviceGetProcessUtilization with 72, idle or busy: the size of its
+     * sample buffer, not the number of samples it holds. */
+    SIM_DEFAULT_PROCESS_SAMPLES = 72,
     SIM_MAX_SMS = 1024,
 };
 #define SIM_DEFAULT_MEMORY (16ULL << 30)
@@ -211,6 +215,8 @@ static void sim_config_load(void)
             ok = false;
         }
     }
+
+    c->process_samples = SIM_DEFAULT_PROCESS_SAMPLES;
 
     c->driver_version = SIM_DEFAULT_DRIVER_VERSION;
     text = sim_env("SIMGPU_DRIVER_VERSION");

@@ -22,10 +22,16 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     return NVML_SUCCESS;
 }
 
-/* One sample per process and sample period (SIM_SAMPLE_NS) that ended after
- * `lastSeenTimeStamp` (wall-clock us), as the driver keeps its sample buffer:
- * a first call with NULL (or too small a count) learns the count and gets
- * NVML_ERROR_INSUFFICIENT_SIZE; none newer is NVML_ERROR_NOT_FOUND. */
+/* The driver's answer, as measured on an H200 (driver 580): the size query
+ * (a NULL buffer, or a count below the driver's sample buffer) answers
+ * NVML_ERROR_INSUFFICIENT_SIZE with that buffer's fixed count (the profile's
+ * process_samples), idle or busy and whatever `lastSeenTimeStamp`; a buffer of
+ * that room then gets NVML_ERROR_NOT_FOUND when no sample is newer than
+ * `lastSeenTimeStamp` (wall-clock us), leaving the count as the caller gave
+ * it, or one sample per process that ran kernels since: its latest period
+ * (SIM_SAMPLE_NS), with *processSamplesCount the samples written.  "Too small"
+ * is read strictly (below the buffer's count, not below the samples there are):
+ * the driver's words allow both, and a caller that works here works on both. */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                              unsigned int *processSamplesCount,
                                              unsigned long long lastSeenTimeStamp)
@@ -36,28 +42,39 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
         return ret;
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    uint32_t room = utilization ? *processSamplesCount : 0;
-    struct sim_proc_sample *samples = room ? calloc(room, sizeof *samples) : NULL;
-    if (room && !samples)
+    const uint32_t capacity = sim_config()->process_samples;
+    if (!utilization || *processSamplesCount < capacity) {
+        *processSamplesCount = capacity;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    const uint32_t kept = SIM_SAMPLES * SIM_SAMPLE_PROCS;
+    struct sim_proc_sample *samples = calloc(kept, sizeof *samples);
+    if (!samples)
         return NVML_ERROR_UNKNOWN;
-    int n = sim_timeline_samples(index, lastSeenTimeStamp, samples, room);
+    int n = sim_timeline_samples(index, lastSeenTimeStamp, samples, kept);
     if (n < 0) {
         free(samples);
         return NVML_ERROR_UNKNOWN;
     }
-    if (n == 0) {
-        ret = NVML_ERROR_NOT_FOUND;
-    } else if ((uint32_t)n > room) {
-        ret = NVML_ERROR_INSUFFICIENT_SIZE;
-    } else {
-        for (int i = 0; i < n; i++)
-            utilization[i] = (nvmlProcessUtilizationSample_t){
-                .pid = (unsigned int)samples[i].pid,
-                .timeStamp = samples[i].timestamp_us,
-                .smUtil = samples[i].sm_percent,
-            };
+    /* Oldest first: a later period of the same process replaces its earlier one. */
+    uint32_t written = 0;
+    for (uint32_t i = 0; i < (uint32_t)n && i < kept; i++) {
+        uint32_t j = 0;
+        while (j < written && utilization[j].pid != samples[i].pid)
+            j++;
+        if (j == written && written == capacity)
+            continue;
+        utilization[j] = (nvmlProcessUtilizationSample_t){
+            .pid = samples[i].pid,
+            .timeStamp = samples[i].timestamp_us,
+            .smUtil = samples[i].sm_percent,
+        };
+        if (j == written)
+            written++;
     }
-    *processSamplesCount = (unsigned int)n;
     free(samples);
-    return ret;
+    if (written == 0)
+        return NVML_ERROR_NOT_FOUND;
+    *processSamplesCount = written;
+    return NVML_SUCCESS;
 }

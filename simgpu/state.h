@@ -184,6 +184,7 @@ struct sim_config {
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
     uint32_t sms[SIM_MAX_DEVICES];     /* SIMGPU_SMS: streaming multiprocessors of each device */
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */
+    uint32_t process_samples;          /* the count nvmlDeviceGetProcessUtilization's size query answers */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
     uint32_t concurrent_kernels;       /* SIMGPU_CONCURRENT_KERNELS, 1-SIM_MAX_CONCURRENT */

@@ -10,11 +10,14 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
-from conftest import TESTS, GiB, run
+from conftest import C_DIR, TESTS, GiB, compile_c, run
 
 CLIENTS = TESTS / "clients"
+INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS = 7, 6, 0
+H200_SAMPLE_BUFFER = 72  # what the H200's driver answered every size query with
 
 
 def client(env, name: str) -> dict:
@@ -123,3 +126,47 @@ def test_nvml_init_fails_cleanly_on_a_bad_configuration(sim_env, variable, value
     assert result.stdout.strip() == "NVMLError_Unknown"
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and variable in lines[0] and value in lines[0], result.stderr
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory):
+    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+
+
+def size_query(env, since_us: int) -> dict:
+    return json.loads(run([sys.executable, CLIENTS / "nvml_size_query.py", since_us], env, timeout=60).stdout)
+
+
+def test_process_utilisation_size_query_answers_the_buffer_count_even_with_nothing_to_report(sim_env):
+    """As the H200 answered: the size query gets INSUFFICIENT_SIZE and the
+    driver's fixed count whatever the timestamp, and the call with that room
+    NOT_FOUND, leaving the count as the caller gave it."""
+    seen = size_query(sim_env, int(time.time() * 1e6))
+    assert seen["null_0"] == seen["null_now"] == [INSUFFICIENT_SIZE, H200_SAMPLE_BUFFER, []]
+    assert seen["small"] == [INSUFFICIENT_SIZE, H200_SAMPLE_BUFFER, []]
+    assert seen["room"] == [NOT_FOUND, 1000, []]
+    assert seen["exact"] == [NOT_FOUND, H200_SAMPLE_BUFFER, []]
+
+
+def test_process_utilisation_gives_one_sample_per_busy_process(sim_env, launch_client):
+    since_us = int(time.time() * 1e6)
+    loop = subprocess.Popen([launch_client, "kernel", "1000", "30"], env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        seen = size_query(sim_env, since_us)
+        while seen["exact"][0] != SUCCESS and time.monotonic() < deadline:
+            time.sleep(0.1)
+            seen = size_query(sim_env, since_us)
+        # The size query does not depend on the load.
+        assert seen["null_0"] == seen["null_now"] == [INSUFFICIENT_SIZE, H200_SAMPLE_BUFFER, []]
+        assert seen["small"][:2] == [INSUFFICIENT_SIZE, H200_SAMPLE_BUFFER]
+        for answer in ("room", "exact"):
+            rc, count, samples = seen[answer]
+            assert rc == SUCCESS and count == 1, seen
+            [sample] = samples
+            assert sample["pid"] == loop.pid and sample["timestamp_us"] > since_us
+            assert sample["sm"] >= 90  # kernels back to back
+    finally:
+        loop.kill()
+        loop.wait(timeout=30)
+        loop.stdout.close()
