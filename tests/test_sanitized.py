@@ -130,7 +130,8 @@ def test_launches_drawing_from_a_compute_share(sanitized, tmp_path, path):
 
 def nvml_hooks() -> list[str]:
     """The NVML functions the shim hooks: its one table's NVML_HOOK rows."""
-    return re.findall(r"^NVML_HOOK\((\w+),", (ROOT / "shim" / "src" / "hooks.def").read_text(), re.M)
+    table = (ROOT / "shim" / "src" / "hooks.def").read_text()
+    return re.findall(r"^NVML_HOOK\((\w+),", table, re.MULTILINE)
 
 
 # What NVML's documentation lets each of these functions answer, by code.
