@@ -11,6 +11,9 @@
  *                          puts it later (devices.c)
  *   SIMGPU_CONTEXT_OVERHEAD  device memory each process's first context on a device
  *                          costs, shown in NVML as the process's (default 500MiB)
+ *   SIMGPU_RESERVED        device memory the driver keeps for itself on each
+ *                          device, an absolute size or 0 (default 0): in NVML
+ *                          v1's used, v2's reserved, never free
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
@@ -28,6 +31,21 @@
  *                          driver calls it made, at exit (instruments.c)
  *   SIMGPU_FAIL            entry points that fail with CUDA_ERROR_UNKNOWN,
  *                          comma-separated (tests; only cuStreamIsCapturing[_ptsz])
+ *   SIMGPU_NVML_ANSWER     what NVML functions answer, for tests of their callers:
+ *                          FUNCTION:ANSWERS[,FUNCTION:ANSWERS...], where ANSWERS
+ *                          are one or more answers separated by ';' that the
+ *                          function's successive calls in the process give, the
+ *                          last one repeating.  An answer is an NVML return name
+ *                          without NVML_ERROR_ (NOT_FOUND, NOT_SUPPORTED,
+ *                          NO_PERMISSION, UNINITIALIZED, FUNCTION_NOT_FOUND,
+ *                          GPU_IS_LOST, UNKNOWN, ..., and SUCCESS), a decimal code,
+ *                          INSUFFICIENT_SIZE=N (which also sets the function's
+ *                          count out-argument to N: the process lists, the process
+ *                          utilisation, the detail list), or `real` (what simgpu
+ *                          answers unscripted).  A scripted answer leaves every
+ *                          output untouched, but that count.  Every function of
+ *                          nvml_api.def takes it (nvml_api.c); e.g.
+ *                          nvmlDeviceGetProcessUtilization:INSUFFICIENT_SIZE=100;NOT_FOUND
  *
  * An empty variable counts as unset.  A bad value is reported once, naming the
  * variable and the accepted forms, and makes cuInit / nvmlInit fail. */
@@ -68,6 +86,8 @@ enum {
  * allocated anything (CUDA_MODULE_LOADING=LAZY): about this much shows as the
  * process's memory in nvidia-smi. */
 #define SIM_DEFAULT_CONTEXT_OVERHEAD (500ULL << 20)
+/* Memory the driver keeps for itself on each device (none on this default). */
+#define SIM_DEFAULT_RESERVED 0ULL
 
 static pthread_once_t sim_config_once = PTHREAD_ONCE_INIT;
 static struct sim_config sim_config_value;
@@ -123,8 +143,8 @@ static uint64_t sim_hash(const char *s)
 static bool sim_default_state_path(struct sim_config *c)
 {
     char key[128];
-    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64, SIM_STATE_VERSION,
-             c->device_count, c->memory_bytes);
+    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64 " reserved %" PRIu64,
+             SIM_STATE_VERSION, c->device_count, c->memory_bytes, c->reserved_bytes);
     uint64_t h = sim_hash(key);
     const char *dir = sim_env("XDG_RUNTIME_DIR");
     struct stat st;
@@ -157,6 +177,159 @@ static bool sim_parse_sms(const char *text, struct sim_config *c)
         for (uint32_t d = 1; d < SIM_MAX_DEVICES; d++)
             c->sms[d] = c->sms[0];
     return n == 1 || n == c->device_count;
+}
+
+/* An optional size variable: absolute ("500MiB", "80G", bytes) or 0; *out
+ * unchanged when unset.  False after logging a bad value. */
+static bool sim_parse_bytes(const char *name, const char *example, uint64_t *out)
+{
+    const char *text = sim_env(name);
+    if (!text)
+        return true;
+    uint64_t bytes;
+    if (strcmp(text, "0") == 0) {
+        *out = 0;
+    } else if (vgl_parse_size(text, &bytes) == 0) {
+        *out = bytes;
+    } else {
+        sim_log("%s=%s: expected an absolute size, such as %s, or 0", name, text, example);
+        return false;
+    }
+    return true;
+}
+
+/* SIMGPU_NVML_ANSWER's vocabulary: nvml.h's return codes without NVML_ERROR_. */
+static const struct {
+    const char *name;
+    int32_t code;
+} sim_nvml_returns[] = {
+    {"SUCCESS", 0}, {"UNINITIALIZED", 1}, {"INVALID_ARGUMENT", 2}, {"NOT_SUPPORTED", 3},
+    {"NO_PERMISSION", 4}, {"ALREADY_INITIALIZED", 5}, {"NOT_FOUND", 6}, {"INSUFFICIENT_SIZE", 7},
+    {"INSUFFICIENT_POWER", 8}, {"DRIVER_NOT_LOADED", 9}, {"TIMEOUT", 10}, {"IRQ_ISSUE", 11},
+    {"LIBRARY_NOT_FOUND", 12}, {"FUNCTION_NOT_FOUND", 13}, {"CORRUPTED_INFOROM", 14}, {"GPU_IS_LOST", 15},
+    {"RESET_REQUIRED", 16}, {"OPERATING_SYSTEM", 17}, {"LIB_RM_VERSION_MISMATCH", 18}, {"IN_USE", 19},
+    {"MEMORY", 20}, {"NO_DATA", 21}, {"VGPU_ECC_NOT_SUPPORTED", 22}, {"INSUFFICIENT_RESOURCES", 23},
+    {"FREQ_NOT_SUPPORTED", 24}, {"ARGUMENT_VERSION_MISMATCH", 25}, {"DEPRECATED", 26}, {"NOT_READY", 27},
+    {"GPU_NOT_FOUND", 28}, {"INVALID_STATE", 29}, {"RESET_TYPE_NOT_SUPPORTED", 30}, {"UNKNOWN", 999},
+};
+
+/* nvml_api.def's names, and whether each has a count out-argument (its count
+ * column is not NULL). */
+static const char *const sim_nvml_names[SIM_NVML_FNS] = {
+#define SIM_NVML(name, params, args, count) #name,
+#include "nvml_api.def"
+#undef SIM_NVML
+};
+static const char *const sim_nvml_count_args[SIM_NVML_FNS] = {
+#define SIM_NVML(name, params, args, count) #count,
+#include "nvml_api.def"
+#undef SIM_NVML
+};
+
+/* The code an answer's name or number gives; SIM_NVML_REAL for "real"; false: neither. */
+static bool sim_nvml_code(const char *text, int32_t *code)
+{
+    long v;
+    if (strcmp(text, "real") == 0) {
+        *code = SIM_NVML_REAL;
+        return true;
+    }
+    if (sim_parse_int(text, 0, INT32_MAX, &v)) {
+        *code = (int32_t)v;
+        return true;
+    }
+    for (size_t i = 0; i < sizeof sim_nvml_returns / sizeof *sim_nvml_returns; i++) {
+        if (strcmp(sim_nvml_returns[i].name, text) == 0) {
+            *code = sim_nvml_returns[i].code;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One answer, "NOT_FOUND", "6", "real" or "INSUFFICIENT_SIZE=N"; false with *why. */
+static bool sim_parse_nvml_answer(char *text, bool has_count, struct sim_nvml_answer *out, const char **why)
+{
+    char *equals = strchr(text, '=');
+    if (equals)
+        *equals = '\0';
+    *out = (struct sim_nvml_answer){0};
+    if (!sim_nvml_code(text, &out->code)) {
+        *why = "not an answer";
+        return false;
+    }
+    if (!equals)
+        return true;
+    long v;
+    if (strcmp(text, "INSUFFICIENT_SIZE") != 0)
+        *why = "only INSUFFICIENT_SIZE takes =N";
+    else if (!has_count)
+        *why = "INSUFFICIENT_SIZE=N for a function with no count out-argument";
+    else if (!sim_parse_int(equals + 1, 0, UINT32_MAX, &v))
+        *why = "N is not a count";
+    else {
+        out->set_count = true;
+        out->count = (uint32_t)v;
+        return true;
+    }
+    return false;
+}
+
+/* SIMGPU_NVML_ANSWER into c->nvml_scripts; false after one line saying what is wrong. */
+static bool sim_parse_nvml_scripts(const char *value, struct sim_config *c)
+{
+    char *copy = strdup(value);
+    if (!copy) {
+        sim_log("SIMGPU_NVML_ANSWER: out of memory");
+        return false;
+    }
+    const char *why = NULL;
+    char *item = copy, *next;
+    for (; item; item = next) {
+        if ((next = strchr(item, ',')))
+            *next++ = '\0';
+        char *colon = strchr(item, ':');
+        if (!colon) {
+            why = "no ':' after the function";
+            break;
+        }
+        *colon = '\0';
+        uint32_t fn = 0;
+        while (fn < SIM_NVML_FNS && strcmp(sim_nvml_names[fn], item) != 0)
+            fn++;
+        if (fn == SIM_NVML_FNS) {
+            why = "not an NVML function simgpu answers";
+            break;
+        }
+        struct sim_nvml_script *script = &c->nvml_scripts[fn];
+        if (script->n) {
+            why = "the function is named twice";
+            break;
+        }
+        bool has_count = strcmp(sim_nvml_count_args[fn], "NULL") != 0;
+        char *answer = colon + 1, *more;
+        for (; answer && !why; answer = more) {
+            if ((more = strchr(answer, ';')))
+                *more++ = '\0';
+            if (script->n == SIM_NVML_SCRIPT_MAX)
+                why = "more than 16 answers";
+            else if (sim_parse_nvml_answer(answer, has_count, &script->answers[script->n], &why))
+                script->n++;
+        }
+        if (why)
+            break;
+    }
+    if (why) {
+        /* Only the faulty item, as given: a whole script may be long. */
+        const char *given = value + (item - copy);
+        int len = (int)strcspn(given, ",");
+        sim_log("SIMGPU_NVML_ANSWER: %s in \"%.*s\"; expected FUNCTION:ANSWER[;ANSWER...][,FUNCTION:...], "
+                "an answer being an NVML return name without NVML_ERROR_ (NOT_FOUND, NOT_SUPPORTED, ...), "
+                "a decimal code, INSUFFICIENT_SIZE=N (which also sets the count) or real",
+                why, len < 200 ? len : 200, given);
+    }
+    free(copy);
+    return !why;
 }
 
 static void sim_config_load(void)
@@ -202,18 +375,17 @@ static void sim_config_load(void)
     }
 
     c->context_overhead_bytes = SIM_DEFAULT_CONTEXT_OVERHEAD;
-    text = sim_env("SIMGPU_CONTEXT_OVERHEAD");
-    if (text) {
-        uint64_t bytes;
-        if (strcmp(text, "0") == 0) {
-            c->context_overhead_bytes = 0;
-        } else if (vgl_parse_size(text, &bytes) == 0) {
-            c->context_overhead_bytes = bytes;
-        } else {
-            sim_log("SIMGPU_CONTEXT_OVERHEAD=%s: expected an absolute size, such as 500MiB, or 0",
-                    text);
-            ok = false;
-        }
+    if (!sim_parse_bytes("SIMGPU_CONTEXT_OVERHEAD", "500MiB", &c->context_overhead_bytes))
+        ok = false;
+
+    c->reserved_bytes = SIM_DEFAULT_RESERVED;
+    if (!sim_parse_bytes("SIMGPU_RESERVED", "615MiB", &c->reserved_bytes)) {
+        ok = false;
+    } else if (c->reserved_bytes >= c->memory_bytes) {
+        sim_log("SIMGPU_RESERVED=%s: what the driver keeps would leave nothing of a device of %" PRIu64
+                " bytes; expected less than the device's memory (SIMGPU_MEMORY)", sim_env("SIMGPU_RESERVED"),
+                c->memory_bytes);
+        ok = false;
     }
 
     c->process_samples = SIM_DEFAULT_PROCESS_SAMPLES;
@@ -303,6 +475,10 @@ static void sim_config_load(void)
             ok = false;
         }
     }
+
+    text = sim_env("SIMGPU_NVML_ANSWER");
+    if (text && !sim_parse_nvml_scripts(text, c))
+        ok = false;
 
     text = sim_env("SIMGPU_CALLS");
     if (text) {

@@ -405,13 +405,14 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
         return res;
     if (!free && !total)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t used_bytes, total_bytes;
-    if (sim_state_mem_info(ctx->device, &used_bytes, &total_bytes) != 0)
+    struct sim_mem_info mem;
+    if (sim_state_mem_info(ctx->device, &mem) != 0)
         return CUDA_ERROR_UNKNOWN;
+    /* What the driver keeps for itself is no more free than what processes hold. */
     if (free)
-        *free = (size_t)(total_bytes - used_bytes);
+        *free = (size_t)(mem.total_bytes - mem.reserved_bytes - mem.used_bytes);
     if (total)
-        *total = (size_t)total_bytes;
+        *total = (size_t)mem.total_bytes;
     return CUDA_SUCCESS;
 }
 

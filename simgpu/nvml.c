@@ -35,7 +35,7 @@ static bool sim_nvml_ready(void)
 }
 
 /* A bad configuration or state file has been explained on stderr already. */
-nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+nvmlReturn_t sim_nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags; /* NO_GPUS / NO_ATTACH change nothing here */
     nvmlReturn_t ret = NVML_SUCCESS;
@@ -56,17 +56,17 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
     return ret;
 }
 
-nvmlReturn_t nvmlInit_v2(void)
+nvmlReturn_t sim_nvmlInit_v2(void)
 {
-    return nvmlInitWithFlags(0);
+    return sim_nvmlInitWithFlags(0);
 }
 
-nvmlReturn_t nvmlInit(void)
+nvmlReturn_t sim_nvmlInit(void)
 {
-    return nvmlInitWithFlags(0);
+    return sim_nvmlInitWithFlags(0);
 }
 
-nvmlReturn_t nvmlShutdown(void)
+nvmlReturn_t sim_nvmlShutdown(void)
 {
     nvmlReturn_t ret = NVML_SUCCESS;
     pthread_mutex_lock(&sim_nvml.mutex);
@@ -111,13 +111,13 @@ static nvmlReturn_t sim_nvml_string(const char *text, char *out, unsigned int le
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+nvmlReturn_t sim_nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     return sim_nvml_string(SIM_NVML_DRIVER_VERSION, version, length);
 }
 
 /* "<CUDA major>.<driver version>", as NVML prints it. */
-nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+nvmlReturn_t sim_nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -126,7 +126,7 @@ nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
     return sim_nvml_string(text, version, length);
 }
 
-nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+nvmlReturn_t sim_nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -136,12 +136,12 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+nvmlReturn_t sim_nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
 {
-    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+    return sim_nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
 }
 
-nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+nvmlReturn_t sim_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -151,12 +151,12 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+nvmlReturn_t sim_nvmlDeviceGetCount(unsigned int *deviceCount)
 {
-    return nvmlDeviceGetCount_v2(deviceCount);
+    return sim_nvmlDeviceGetCount_v2(deviceCount);
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+nvmlReturn_t sim_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -166,12 +166,12 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+nvmlReturn_t sim_nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
 {
-    return nvmlDeviceGetHandleByIndex_v2(index, device);
+    return sim_nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+nvmlReturn_t sim_nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -189,7 +189,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 }
 
 /* NVML accepts the domain in 4 or 8 digits, in either case. */
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+nvmlReturn_t sim_nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -208,9 +208,9 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t
     return NVML_ERROR_NOT_FOUND;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+nvmlReturn_t sim_nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
 {
-    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+    return sim_nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
 }
 
 /* The index behind a handle, if it is one of ours. */
@@ -226,7 +226,7 @@ nvmlReturn_t sim_nvml_device(nvmlDevice_t device, uint32_t *index)
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+nvmlReturn_t sim_nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
@@ -241,19 +241,19 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 /* The N of /dev/nvidiaN, by which a runtime gives a container the GPU: the
  * driver numbers the device files in the order it found the boards, as the
  * index here. */
-nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+nvmlReturn_t sim_nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
 {
-    return nvmlDeviceGetIndex(device, minorNumber);
+    return sim_nvmlDeviceGetIndex(device, minorNumber);
 }
 
-nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+nvmlReturn_t sim_nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
     return ret == NVML_SUCCESS ? sim_nvml_string(sim_device_name(), name, length) : ret;
 }
 
-nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+nvmlReturn_t sim_nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);

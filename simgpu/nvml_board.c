@@ -26,7 +26,7 @@ static void sim_nvml_bus_id(uint32_t index, char out[32])
     snprintf(out, 32, "00000000:%02X:00.0", sim_device_pci_bus(index));
 }
 
-nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+nvmlReturn_t sim_nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
@@ -45,7 +45,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+nvmlReturn_t sim_nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
@@ -71,40 +71,40 @@ static nvmlReturn_t sim_nvml_answer(nvmlDevice_t device, unsigned int *out, unsi
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+nvmlReturn_t sim_nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
 {
     return sim_nvml_answer(device, isMigDevice, 0);
 }
 
-nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+nvmlReturn_t sim_nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
 {
     nvmlReturn_t ret = sim_nvml_answer(device, currentMode, NVML_FEATURE_DISABLED);
     return ret == NVML_SUCCESS ? sim_nvml_answer(device, pendingMode, NVML_FEATURE_DISABLED) : ret;
 }
 
-nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
+nvmlReturn_t sim_nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
 {
     return sim_nvml_answer(device, (unsigned int *)isActive, NVML_FEATURE_DISABLED);
 }
 
-nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
+nvmlReturn_t sim_nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
 {
     return sim_nvml_answer(device, (unsigned int *)display, NVML_FEATURE_DISABLED);
 }
 
 /* The state file outlives every client, which is what persistence mode keeps on a real driver. */
-nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+nvmlReturn_t sim_nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
     return sim_nvml_answer(device, (unsigned int *)mode, NVML_FEATURE_ENABLED);
 }
 
 /* NVML_COMPUTEMODE_DEFAULT: any number of processes may use the device. */
-nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
+nvmlReturn_t sim_nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
 {
     return sim_nvml_answer(device, mode, 0);
 }
 
-nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
+nvmlReturn_t sim_nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
                                          unsigned long long *eccCounts)
 {
     (void)errorType;
@@ -127,70 +127,70 @@ static nvmlReturn_t sim_nvml_idle_engine(nvmlDevice_t device, unsigned int *util
     return ret == NVML_SUCCESS ? sim_nvml_answer(device, samplingPeriodUs, 1000000) : ret;
 }
 
-nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+nvmlReturn_t sim_nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
                                              unsigned int *samplingPeriodUs)
 {
     return sim_nvml_idle_engine(device, utilization, samplingPeriodUs);
 }
 
-nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+nvmlReturn_t sim_nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
                                              unsigned int *samplingPeriodUs)
 {
     return sim_nvml_idle_engine(device, utilization, samplingPeriodUs);
 }
 
-nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+nvmlReturn_t sim_nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
 {
     (void)type;
     (void)clock;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+nvmlReturn_t sim_nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
 {
     (void)type;
     (void)clock;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+nvmlReturn_t sim_nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
 {
     (void)speed;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType, unsigned int *temp)
+nvmlReturn_t sim_nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType, unsigned int *temp)
 {
     (void)sensorType;
     (void)temp;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, struct nvmlTemperature_v1_st *temperature)
+nvmlReturn_t sim_nvmlDeviceGetTemperatureV(nvmlDevice_t device, struct nvmlTemperature_v1_st *temperature)
 {
     (void)temperature;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+nvmlReturn_t sim_nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     (void)power;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+nvmlReturn_t sim_nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
 {
     (void)limit;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, unsigned int *pState)
+nvmlReturn_t sim_nvmlDeviceGetPerformanceState(nvmlDevice_t device, unsigned int *pState)
 {
     (void)pState;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int counter, unsigned int *value)
+nvmlReturn_t sim_nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int counter, unsigned int *value)
 {
     (void)counter;
     (void)value;
@@ -198,33 +198,33 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int count
 }
 
 /* The Windows driver models: NVML answers "not supported" on Linux. */
-nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+nvmlReturn_t sim_nvmlDeviceGetDriverModel(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
 {
     (void)current;
     (void)pending;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+nvmlReturn_t sim_nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
 {
     (void)current;
     (void)pending;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, struct nvmlConfComputeMemSizeInfo_st *info)
+nvmlReturn_t sim_nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, struct nvmlConfComputeMemSizeInfo_st *info)
 {
     (void)info;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, struct nvmlBAR1Memory_st *bar1Memory)
+nvmlReturn_t sim_nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, struct nvmlBAR1Memory_st *bar1Memory)
 {
     (void)bar1Memory;
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+nvmlReturn_t sim_nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
     (void)serial;
     (void)length;

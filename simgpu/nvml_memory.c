@@ -1,46 +1,50 @@
-/* simgpu's NVML memory figures: a device's used and total bytes, as the
- * state file counts them for every process of the machine. */
+/* simgpu's NVML memory figures, as the state file counts them for every
+ * process of the machine, in the two forms the H200's driver (580) gave:
+ * v1's `used` includes what the driver keeps for itself (SIMGPU_RESERVED;
+ * 615 MiB on the idle H200), v2 reports that as `reserved` and leaves it out
+ * of `used`.  `total` and `free` are the same in both, and free is what
+ * neither processes nor the driver hold. */
 #include "nvml.h"
 
-static bool sim_nvml_mem_info(uint32_t index, uint64_t *used, uint64_t *total)
-{
-    return sim_state_mem_info(index, used, total) == 0;
-}
-
-nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+static nvmlReturn_t sim_nvml_mem_info(nvmlDevice_t device, struct sim_mem_info *mem)
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
     if (ret != NVML_SUCCESS)
         return ret;
+    return sim_state_mem_info(i, mem) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t sim_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    struct sim_mem_info mem;
+    nvmlReturn_t ret = sim_nvml_mem_info(device, &mem);
+    if (ret != NVML_SUCCESS)
+        return ret;
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
-    uint64_t used, total;
-    if (!sim_nvml_mem_info(i, &used, &total))
-        return NVML_ERROR_UNKNOWN;
-    memory->total = total;
-    memory->used = used;
-    memory->free = total - used;
+    memory->total = mem.total_bytes;
+    memory->used = mem.reserved_bytes + mem.used_bytes;
+    memory->free = mem.total_bytes - memory->used;
     return NVML_SUCCESS;
 }
 
-/* No memory is reserved by the (simulated) driver itself, so `reserved` is 0. */
-nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+/* Any `version` but nvmlMemory_v2 (sizeof | 2 << 24) got
+ * NVML_ERROR_FUNCTION_NOT_FOUND from the H200's driver, a literal 2 or 0
+ * included: not the ARGUMENT_VERSION_MISMATCH nvml.h would suggest. */
+nvmlReturn_t sim_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    uint32_t i;
-    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    struct sim_mem_info mem;
+    nvmlReturn_t ret = sim_nvml_mem_info(device, &mem);
     if (ret != NVML_SUCCESS)
         return ret;
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2)
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    uint64_t used, total;
-    if (!sim_nvml_mem_info(i, &used, &total))
-        return NVML_ERROR_UNKNOWN;
-    memory->total = total;
-    memory->reserved = 0;
-    memory->used = used;
-    memory->free = total - used;
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    memory->total = mem.total_bytes;
+    memory->reserved = mem.reserved_bytes;
+    memory->used = mem.used_bytes;
+    memory->free = mem.total_bytes - mem.reserved_bytes - mem.used_bytes;
     return NVML_SUCCESS;
 }

@@ -55,19 +55,19 @@ static void sim_fill_v2(void *infos, unsigned int i, const struct sim_proc_info 
     out->computeInstanceId = SIM_NVML_NO_INSTANCE;
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                   nvmlProcessInfo_v1_t *infos)
 {
     return sim_nvml_processes(device, infoCount, infos, sim_fill_v1);
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos)
 {
     return sim_nvml_processes(device, infoCount, infos, sim_fill_v2);
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos)
 {
     return sim_nvml_processes(device, infoCount, infos, sim_fill_v2);
@@ -86,21 +86,21 @@ static nvmlReturn_t sim_nvml_no_processes(nvmlDevice_t device, unsigned int *inf
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                    nvmlProcessInfo_v1_t *infos)
 {
     (void)infos;
     return sim_nvml_no_processes(device, infoCount);
 }
 
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                       nvmlProcessInfo_t *infos)
 {
     (void)infos;
     return sim_nvml_no_processes(device, infoCount);
 }
 
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                       nvmlProcessInfo_t *infos)
 {
     (void)infos;
@@ -108,21 +108,21 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsig
 }
 
 /* No MPS server runs on a simulated GPU. */
-nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_v1_t *infos)
 {
     (void)infos;
     return sim_nvml_no_processes(device, infoCount);
 }
 
-nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                         nvmlProcessInfo_t *infos)
 {
     (void)infos;
     return sim_nvml_no_processes(device, infoCount);
 }
 
-nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+nvmlReturn_t sim_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                         nvmlProcessInfo_t *infos)
 {
     (void)infos;
@@ -140,7 +140,7 @@ static void sim_fill_detail(void *infos, unsigned int i, const struct sim_proc_i
 }
 
 /* Its presence also tells nvitop that the _v3 lists have the v2 layout. */
-nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_v1_t *plist)
+nvmlReturn_t sim_nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_v1_t *plist)
 {
     uint32_t index;
     nvmlReturn_t ret = sim_nvml_device(device, &index);

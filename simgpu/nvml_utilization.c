@@ -6,7 +6,7 @@
 
 /* The share of the last second in which the device ran kernels, by every
  * process (timeline.c).  Memory traffic is not simulated: 0. */
-nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+nvmlReturn_t sim_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
     uint32_t index;
     nvmlReturn_t ret = sim_nvml_device(device, &index);
@@ -32,7 +32,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
  * (SIM_SAMPLE_NS), with *processSamplesCount the samples written.  "Too small"
  * is read strictly (below the buffer's count, not below the samples there are):
  * the driver's words allow both, and a caller that works here works on both. */
-nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+nvmlReturn_t sim_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                              unsigned int *processSamplesCount,
                                              unsigned long long lastSeenTimeStamp)
 {

@@ -72,8 +72,11 @@ static int sim_init_file(void *map, void *arg)
     f->file_size = sizeof *f;
     f->memory_bytes = cfg->memory_bytes;
     f->max_procs = SIM_MAX_PROCS;
-    for (uint32_t d = 0; d < cfg->device_count; d++)
+    f->driver_bytes = cfg->reserved_bytes;
+    for (uint32_t d = 0; d < cfg->device_count; d++) {
         f->devices[d].total_bytes = cfg->memory_bytes;
+        f->devices[d].driver_bytes = cfg->reserved_bytes;
+    }
     return vgl_robust_init(&f->lock.u.mutex);
 }
 
@@ -99,11 +102,13 @@ static int sim_attach(const struct sim_config *cfg, int fd, struct sim_file **ma
                (size_t)st.st_size < sizeof *f || f->max_procs != SIM_MAX_PROCS) {
         sim_log("%s: made by another simgpu (layout version %u, expected %d); remove it when no process uses it",
                 path, f->version, SIM_STATE_VERSION);
-    } else if (f->device_count != cfg->device_count || f->memory_bytes != cfg->memory_bytes) {
-        sim_log("%s: made for %u device(s) of %llu bytes, but SIMGPU_DEVICES/SIMGPU_MEMORY ask for %u of %llu; "
-                "use the same values in every process, or another SIMGPU_STATE",
-                path, f->device_count, (unsigned long long)f->memory_bytes, cfg->device_count,
-                (unsigned long long)cfg->memory_bytes);
+    } else if (f->device_count != cfg->device_count || f->memory_bytes != cfg->memory_bytes ||
+               f->driver_bytes != cfg->reserved_bytes) {
+        sim_log("%s: made for %u device(s) of %llu bytes with %llu reserved, but SIMGPU_DEVICES/SIMGPU_MEMORY/"
+                "SIMGPU_RESERVED ask for %u of %llu with %llu; use the same values in every process, or another "
+                "SIMGPU_STATE",
+                path, f->device_count, (unsigned long long)f->memory_bytes, (unsigned long long)f->driver_bytes,
+                cfg->device_count, (unsigned long long)cfg->memory_bytes, (unsigned long long)cfg->reserved_bytes);
     } else {
         *map_out = f;
         return 0;
@@ -375,7 +380,8 @@ int sim_state_charge(uint32_t device, uint64_t bytes)
     }
     struct sim_file_device *d = &f->devices[device];
     for (int pass = 0;; pass++) {
-        uint64_t free_bytes = d->used_bytes < d->total_bytes ? d->total_bytes - d->used_bytes : 0;
+        uint64_t taken = d->used_bytes + d->driver_bytes;
+        uint64_t free_bytes = taken < d->total_bytes ? d->total_bytes - taken : 0;
         if (bytes <= free_bytes)
             break;
         if (pass == 1) {
@@ -450,7 +456,7 @@ int sim_state_set_context(uint32_t device, bool active)
     return rc;
 }
 
-int sim_state_mem_info(uint32_t device, uint64_t *used_bytes, uint64_t *total_bytes)
+int sim_state_mem_info(uint32_t device, struct sim_mem_info *out)
 {
     struct sim_file *f = sim_file_for(device);
     if (!f)
@@ -460,8 +466,10 @@ int sim_state_mem_info(uint32_t device, uint64_t *used_bytes, uint64_t *total_by
         return rc;
     sim_reap(f);
     const struct sim_file_device *d = &f->devices[device];
-    *total_bytes = d->total_bytes;
-    *used_bytes = d->used_bytes < d->total_bytes ? d->used_bytes : d->total_bytes;
+    out->total_bytes = d->total_bytes;
+    out->reserved_bytes = d->driver_bytes < d->total_bytes ? d->driver_bytes : d->total_bytes;
+    uint64_t room = out->total_bytes - out->reserved_bytes;
+    out->used_bytes = d->used_bytes < room ? d->used_bytes : room;
     sim_unlock(f);
     return 0;
 }

@@ -39,7 +39,7 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 6,          /* 6: SIM_MAX_DEVICES 16 -> 32 */
+    SIM_STATE_VERSION = 7,          /* 7: the driver's reserve (driver_bytes) */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -87,7 +87,8 @@ struct sim_file_lock {
 struct sim_file_device {
     uint64_t total_bytes;           /* device memory */
     uint64_t used_bytes;            /* = the sum of the live entries' used_bytes[this device] */
-    uint64_t reserved[30];          /* zero: the device's kernel timeline goes here */
+    uint64_t driver_bytes;          /* what the driver keeps for itself: SIMGPU_RESERVED */
+    uint64_t reserved[29];          /* zero */
 };
 
 struct sim_file_proc {
@@ -170,7 +171,8 @@ struct sim_file {
     uint64_t memory_bytes;          /* per device, as configured */
     uint32_t max_procs;             /* SIM_MAX_PROCS */
     uint32_t pad;
-    uint64_t reserved[11];          /* zero */
+    uint64_t driver_bytes;          /* per device, as configured (SIMGPU_RESERVED) */
+    uint64_t reserved[10];          /* zero */
     struct sim_file_lock lock;      /* guards everything below */
     struct sim_file_device devices[SIM_MAX_DEVICES];
     struct sim_file_proc procs[SIM_MAX_PROCS];
@@ -179,11 +181,37 @@ struct sim_file {
 
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
+/* The NVML entry points of nvml_api.def, numbered. */
+enum sim_nvml_fn {
+#define SIM_NVML(name, params, args, count) SIM_NVML_FN_##name,
+#include "nvml_api.def"
+#undef SIM_NVML
+    SIM_NVML_FNS
+};
+
+enum {
+    SIM_NVML_SCRIPT_MAX = 16,       /* answers SIMGPU_NVML_ANSWER may give one function */
+    SIM_NVML_REAL = -1,             /* an answer: what simgpu answers unscripted */
+};
+
+/* One of the answers SIMGPU_NVML_ANSWER gives a function, call after call. */
+struct sim_nvml_answer {
+    int32_t code;                   /* an nvmlReturn_t, or SIM_NVML_REAL */
+    bool set_count;                 /* INSUFFICIENT_SIZE=N: also sets the count out-argument */
+    uint32_t count;                 /* that N */
+};
+
+struct sim_nvml_script {
+    uint32_t n;                     /* 0: the function is not scripted */
+    struct sim_nvml_answer answers[SIM_NVML_SCRIPT_MAX]; /* the last repeats */
+};
+
 struct sim_config {
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-SIM_MAX_DEVICES */
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
     uint32_t sms[SIM_MAX_DEVICES];     /* SIMGPU_SMS: streaming multiprocessors of each device */
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */
+    uint64_t reserved_bytes;           /* SIMGPU_RESERVED: what the driver keeps of each device */
     uint32_t process_samples;          /* the count nvmlDeviceGetProcessUtilization's size query answers */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
@@ -193,6 +221,7 @@ struct sim_config {
     uint64_t device_bytes_per_s;       /* SIMGPU_DEVICE_COPY_GBPS: copies within a device, memsets */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
+    struct sim_nvml_script nvml_scripts[SIM_NVML_FNS]; /* SIMGPU_NVML_ANSWER, by enum sim_nvml_fn */
     char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */
     char state_path[4096];             /* SIMGPU_STATE, or the default path */
     bool state_path_default;           /* not named by the user: no symlink is followed */
@@ -252,8 +281,15 @@ void sim_state_uncharge(uint32_t device, uint64_t bytes);
 /* Marks whether the calling process holds a context on `device` (NVML lists
  * processes with a context even before they allocate). */
 int sim_state_set_context(uint32_t device, bool active);
-/* Used and total bytes of `device`, after dead processes are reaped. */
-int sim_state_mem_info(uint32_t device, uint64_t *used_bytes, uint64_t *total_bytes);
+/* A device's memory, after dead processes are reaped: what processes hold
+ * (allocations, contexts, modules), what the driver keeps for itself, and
+ * the total; free is total - reserved - used. */
+struct sim_mem_info {
+    uint64_t used_bytes;
+    uint64_t reserved_bytes;
+    uint64_t total_bytes;
+};
+int sim_state_mem_info(uint32_t device, struct sim_mem_info *out);
 /* The processes with a context or memory on `device`: fills up to `max` entries
  * of `out` (which may be NULL when `max` is 0) and returns how many there are in
  * all (which may exceed `max`), or -errno. */

@@ -16,8 +16,10 @@ import pytest
 from conftest import C_DIR, TESTS, GiB, compile_c, run
 
 CLIENTS = TESTS / "clients"
-INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS = 7, 6, 0
+INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS, FUNCTION_NOT_FOUND = 7, 6, 0, 13
 H200_SAMPLE_BUFFER = 72  # what the H200's driver answered every size query with
+H200_RESERVED = 644939776  # 615 MiB: what the idle H200's driver kept for itself
+MiB = 1 << 20
 
 
 def client(env, name: str) -> dict:
@@ -118,7 +120,8 @@ def test_up_to_32_devices_more_than_a_region_counts(sim_env):
     assert [d["total"] for d in cuda] == [d["total"] for d in nvml] == [16 * GiB] * 32
 
 
-@pytest.mark.parametrize("variable, value", [("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_DEVICES", "33")])
+@pytest.mark.parametrize("variable, value", [("SIMGPU_MEMORY", "8GBx"), ("SIMGPU_DEVICES", "33"),
+                                             ("SIMGPU_RESERVED", "615M B"), ("SIMGPU_RESERVED", "16GiB")])
 def test_nvml_init_fails_cleanly_on_a_bad_configuration(sim_env, variable, value):
     code = ("import pynvml\ntry:\n    pynvml.nvmlInit()\n    print('initialised')\n"
             "except pynvml.NVMLError as e:\n    print(type(e).__name__)")
@@ -152,9 +155,12 @@ def test_process_utilisation_gives_one_sample_per_busy_process(sim_env, launch_c
     since_us = int(time.time() * 1e6)
     loop = subprocess.Popen([launch_client, "kernel", "1000", "30"], env=sim_env, stdout=subprocess.PIPE, text=True)
     try:
+        def busy(seen):  # its first period may be partly idle: wait for a whole one
+            return all(seen[a][0] == SUCCESS and all(s["sm"] >= 90 for s in seen[a][2]) for a in ("room", "exact"))
+
         deadline = time.monotonic() + 30
         seen = size_query(sim_env, since_us)
-        while seen["exact"][0] != SUCCESS and time.monotonic() < deadline:
+        while not busy(seen) and time.monotonic() < deadline:
             time.sleep(0.1)
             seen = size_query(sim_env, since_us)
         # The size query does not depend on the load.
@@ -165,8 +171,51 @@ def test_process_utilisation_gives_one_sample_per_busy_process(sim_env, launch_c
             assert rc == SUCCESS and count == 1, seen
             [sample] = samples
             assert sample["pid"] == loop.pid and sample["timestamp_us"] > since_us
-            assert sample["sm"] >= 90  # kernels back to back
+            assert sample["sm"] >= 90  # kernels back to back: a whole period busy
     finally:
         loop.kill()
         loop.wait(timeout=30)
         loop.stdout.close()
+
+
+def fill(env, block: int, count: int, *extra: str) -> dict:
+    return json.loads(run([sys.executable, CLIENTS / "cuda_fill.py", str(block), str(count), *extra], env,
+                          timeout=60).stdout)
+
+
+def test_the_drivers_reserve_is_in_v1_used_and_apart_in_v2(sim_env, tmp_path):
+    """As on the H200: idle, v1 `used` is the reserve and v2 has it as
+    `reserved` with `used` 0; free is the same in both and never includes it."""
+    env = sim_env | {"SIMGPU_RESERVED": str(H200_RESERVED)}
+    idle = client(env, "nvml_memory_v2.py")
+    free = 16 * GiB - H200_RESERVED
+    assert idle["v1"] == {"total": 16 * GiB, "free": free, "used": H200_RESERVED}
+    assert idle["v2"] == {"total": 16 * GiB, "reserved": H200_RESERVED, "free": free, "used": 0}
+    with open(tmp_path / "holding", "w"):
+        pass
+    proc = subprocess.Popen([sys.executable, str(CLIENTS / "cuda_fill.py"), str(GiB), "1",
+                             "--hold", str(tmp_path / "never")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        report = json.loads(proc.stdout.readline())
+        # cuMemGetInfo's free leaves the reserve out too.
+        assert report["before"] == {"free": free, "total": 16 * GiB}
+        assert report["after"] == {"free": free - GiB, "total": 16 * GiB}
+        held = client(env, "nvml_memory_v2.py")
+        assert held["v1"] == {"total": 16 * GiB, "free": free - GiB, "used": H200_RESERVED + GiB}
+        assert held["v2"] == {"total": 16 * GiB, "reserved": H200_RESERVED, "free": free - GiB, "used": GiB}
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_memory_v2_wants_its_versioned_size(sim_env):
+    """A literal 2 or 0 got FUNCTION_NOT_FOUND from the H200's driver."""
+    seen = client(sim_env, "nvml_memory_v2.py")
+    assert seen["v2_version_2"] == seen["v2_version_0"] == FUNCTION_NOT_FOUND
+
+
+def test_the_reserve_is_never_allocated(sim_env):
+    report = fill(sim_env | {"SIMGPU_MEMORY": "1GiB", "SIMGPU_RESERVED": "615MiB"}, 100 * MiB, 5)
+    assert report["before"]["free"] == 409 * MiB
+    assert report["allocs"] == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
