@@ -104,3 +104,13 @@ def cuda_toolkit_include() -> Path | None:
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def real_gpu_missing() -> str | None:
+    """Why there is no real GPU here, or None when there is one."""
+    if shutil.which("nvidia-smi") is None:
+        return "no nvidia-smi: no NVIDIA driver on this machine"
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    if result.returncode != 0 or "GPU" not in result.stdout:
+        return "nvidia-smi lists no GPU"
+    return None

@@ -113,6 +113,38 @@ def test_podman_with_the_cdi_device_caps_a_container(tmp_path, podman, cdi_devic
     capped_while_running(podman, tmp_path / "node", "--device", cdi_device)
 
 
+def test_podman_counts_the_context_of_a_process_in_its_own_pid_namespace(tmp_path, hooked):
+    """podman gives each container a pid namespace and a /proc of its own, so
+    its processes cannot know the pids the driver names them by.  A process
+    there finds itself in the driver's list all the same: its 256 MiB context
+    is charged (three blocks of 256 MiB fit a 1 GiB cap, not four), and what
+    the driver lists for it, seen from the node, stays within the cap."""
+    env = {"VGPULIMIT_MEMORY": "1GiB", "SIMGPU_CONTEXT_OVERHEAD": "256MiB"}
+    proc, _, rootfs = hooked.start(fill(256 * MiB, 5, "--hold", "/tmp/release"), env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        report = json.loads(line)
+        assert report["pid"] == 1  # in its own namespace
+        assert report["allocs"] == ["CUDA_SUCCESS"] * 3 + ["CUDA_ERROR_OUT_OF_MEMORY"] * 2
+        node = base_env(SIMGPU_STATE=str(rootfs / "tmp" / "simgpu.state"),
+                        LD_LIBRARY_PATH=env_of_simgpu())
+        listed = json.loads(subprocess.run([sys.executable, str(CLIENTS / "nvml_processes.py")],
+                                           capture_output=True, text=True, env=node,
+                                           check=True).stdout)["compute"]
+        assert list(listed.values()) == [GiB]
+    finally:
+        (rootfs / "tmp" / "release").touch()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+
+
+def env_of_simgpu() -> str:
+    from vgpulimit._paths import simgpu_dir
+
+    return str(simgpu_dir())
+
+
 def test_podman_without_limits_asked_leaves_the_container_alone(tmp_path, hooked):
     result = hooked.run(["sh", "-c", "cat /etc/ld.so.preload; ls /.vgpulimit"])
     assert result.returncode != 0

@@ -6,6 +6,7 @@ interposers, with no report from either sanitizer."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,6 +43,7 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
               f"-L{bin_dir}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl",
               f"-Wl,-rpath,{bin_dir}")
     compile_c(bin_dir / "nvml_client", [C_DIR / "nvml_client.c"], "-ldl")
+    compile_c(bin_dir / "nvml_answers", [C_DIR / "nvml_answers.c"], "-ldl")
     compile_c(bin_dir / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
     runtimes = [subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
                                text=True, check=True).stdout.strip()
@@ -124,3 +126,67 @@ def test_launches_drawing_from_a_compute_share(sanitized, tmp_path, path):
                            VGPULIMIT_CORES="50", VGPULIMIT_REGION=str(tmp_path / "region"))
     launched = int(result.stdout.split("done ")[1].split()[1])
     assert 0 < launched < 450  # uncapped, about 500 would run
+
+
+def nvml_hooks() -> list[str]:
+    """The NVML functions the shim hooks: its one table's NVML_HOOK rows."""
+    table = (ROOT / "shim" / "src" / "hooks.def").read_text()
+    return re.findall(r"^NVML_HOOK\((\w+),", table, re.MULTILINE)
+
+
+# What NVML's documentation lets each of these functions answer, by code.
+NVML_CODES = {"SUCCESS": 0, "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3,
+              "NO_PERMISSION": 4, "NOT_FOUND": 6, "INSUFFICIENT_SIZE": 7, "FUNCTION_NOT_FOUND": 13,
+              "UNKNOWN": 999}
+# Each error alone; the size protocol's answers in the orders a driver gives
+# them (a count, then NOT_FOUND or a shorter list), and a count that never fits.
+NVML_ANSWERS = ["NOT_FOUND", "NOT_SUPPORTED", "NO_PERMISSION", "UNINITIALIZED", "FUNCTION_NOT_FOUND",
+                "INSUFFICIENT_SIZE=72;NOT_FOUND", "INSUFFICIENT_SIZE=3;real", "INSUFFICIENT_SIZE=100000"]
+
+
+def answered(stdout: str) -> dict[str, list[int]]:
+    """nvml_answers' lines: function -> the codes it got (one, or the size
+    query's and the call's)."""
+    seen = {}
+    for line in stdout.splitlines():
+        name, *codes = line.split()
+        if name.startswith("nvml"):
+            seen[name] = [int(c) for c in codes[:2]]
+    return seen
+
+
+@pytest.mark.parametrize("answer", NVML_ANSWERS)
+def test_every_nvml_hook_through_every_answer(sanitized, tmp_path, answer):
+    """Each hooked NVML function in turn answers `answer` (simgpu's
+    SIMGPU_NVML_ANSWER), in a capped container one of whose processes holds
+    memory: the client calling every hook with exact-size buffers runs to its
+    end with no sanitizer report, and every call answers a code NVML
+    documents; a plain error is passed on as the driver's, never turned into
+    invented figures."""
+    region_path = tmp_path / "region"
+    with Region.create(region_path, {0: parse_memory("1GiB")}) as region:
+        slot = region.attach(os.getpid(), os.getpid())
+        assert region.reserve(slot, 0, 256 * MiB)
+        for hook in nvml_hooks():
+            result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "nvml_answers", "init"],
+                                   VGPULIMIT_REGION=str(region_path),
+                                   SIMGPU_NVML_ANSWER=f"{hook}:{answer}")
+            seen = answered(result.stdout)
+            assert set(seen) == set(nvml_hooks()), f"{hook}: {result.stdout}"
+            for name, codes in seen.items():
+                assert set(codes) <= set(NVML_CODES.values()), f"{hook}:{answer}: {name} {codes}"
+            if answer in NVML_CODES:
+                assert seen[hook][0] == NVML_CODES[answer], f"{hook}:{answer}: {seen[hook]}"
+
+
+def test_every_nvml_hook_before_nvml_is_initialised(sanitized, tmp_path):
+    """A process with no CUDA that never initialises NVML calls every hook:
+    none crashes, each answers UNINITIALIZED or another documented code."""
+    region_path = tmp_path / "region"
+    Region.create(region_path, {0: parse_memory("1GiB")}).close()
+    result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "nvml_answers", "uninit"],
+                           VGPULIMIT_REGION=str(region_path))
+    seen = answered(result.stdout)
+    assert set(seen) == set(nvml_hooks())
+    assert all(set(codes) <= set(NVML_CODES.values()) for codes in seen.values()), seen
+    assert seen["nvmlDeviceGetCount_v2"] == [NVML_CODES["UNINITIALIZED"]]

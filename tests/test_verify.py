@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, MiB, run, vgpulimit_cmd
+from conftest import TESTS, MiB, real_gpu_missing, run, vgpulimit_cmd
 
 from vgpulimit.region import read_snapshot
 
@@ -255,19 +254,9 @@ def test_spin_kernel_compiles_for_current_gpus():
             nvjitlink.destroy(handle)
 
 
-def _real_gpu() -> str | None:
-    """Why there is no real GPU to verify on, or None when there is one."""
-    if shutil.which("nvidia-smi") is None:
-        return "no nvidia-smi: no NVIDIA driver on this machine"
-    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    if result.returncode != 0 or "GPU" not in result.stdout:
-        return "nvidia-smi lists no GPU"
-    return None
-
-
 @pytest.mark.gpu
 def test_verify_on_a_real_gpu():
-    reason = _real_gpu()
+    reason = real_gpu_missing()
     if reason:
         pytest.skip(reason)
     from conftest import base_env

@@ -44,7 +44,9 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
                         "accounts for; its allocations are refused", device, VGL_MAX_DEVICES);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    vgl_overhead_check(device);
+    /* An allocation that would not fit is near the cap: the driver's figure
+     * is read afresh before it is refused. */
+    vgl_overhead_check(device, bytes);
     uint32_t refused;
     int err = vgl_reserve((uint32_t)device, bytes, false, &refused);
     /* A region may have been lost during the reservation itself: then it

@@ -9,11 +9,18 @@
 /* After the driver made a context on `device`: whether the container (and
  * each run it is nested in) still fits under its cap, with the context's
  * cost counted. */
-static bool fits(CUdevice_v1 device)
+static bool fits(CUdevice_v1 device, CUcontext ctx)
 {
     if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_ready())
         return true; /* nothing to count it against: allocations say no if need be */
+    /* A process that must find itself in the driver's list does so with a
+     * probe allocated in the context (overhead.c): a retained primary
+     * context is not current yet. */
+    CUcontext popped;
+    bool pushed = ctx && vgl_real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
     vgl_overhead_check_now(device);
+    if (pushed)
+        vgl_real.cuCtxPopCurrent_v2(&popped);
     uint64_t total = vgl_device_total(device);
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_region *region = vgl_link_at(i).region;
@@ -94,7 +101,7 @@ CUresult vgl_current_context(CUcontext *ctx)
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice_v1 dev)
 {
     CUresult rc = vgl_real.cuDevicePrimaryCtxRetain(pctx, dev);
-    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev))
+    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev, *pctx))
         return rc;
     vgl_real.cuDevicePrimaryCtxRelease_v2(dev);
     vgl_context_changed(true, CUDA_SUCCESS);
@@ -105,7 +112,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice_v1 dev)
 static CUresult admit(const char *call, CUresult rc, CUcontext *pctx, CUdevice_v1 dev)
 {
     vgl_context_changed(false, rc); /* a new context is pushed on the thread's stack */
-    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev))
+    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev, NULL))
         return rc;
     vgl_real.cuCtxDestroy_v2(*pctx);
     vgl_context_changed(true, CUDA_SUCCESS);

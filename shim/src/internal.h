@@ -244,8 +244,11 @@ void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key);
 
 /* overhead.c — the driver's own cost for a process (context, modules, rounding). */
 /* Charges what NVML shows for this process on `device` beyond its
- * allocations; looks at most every 200 ms.  Needs the slot. */
-void vgl_overhead_check(int device);
+ * allocations, before `bytes` more are reserved: looks at most every 200 ms,
+ * or every time when that would leave the container near its cap.  Needs the
+ * slot, and a current context on `device` where the process must find
+ * itself in the driver's list. */
+void vgl_overhead_check(int device, uint64_t bytes);
 /* The same, now (a context was just made or undone). */
 void vgl_overhead_check_now(int device);
 

@@ -127,7 +127,7 @@ static bool capped_meminfo(uint64_t *free_bytes, bool has_free, uint64_t *total_
     int device = vgl_current_device();
     bool known = device >= 0 && device < VGL_MAX_DEVICES;
     if (known && vgl_ready())
-        vgl_overhead_check(device);
+        vgl_overhead_check(device, 0);
     struct vgl_view v = {has_free ? *free_bytes : UINT64_MAX,
                          has_total ? *total_bytes : (known ? vgl_device_total(device) : 0), 0};
     if (!vgl_capped_view(device, &v))

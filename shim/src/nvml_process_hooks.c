@@ -22,30 +22,36 @@ struct driver_list {
     unsigned char *entries; /* malloc'd */
 };
 
+/* Any answer but SUCCESS leaves an empty list, whatever count came with it. */
 static nvmlReturn_t fetch_all(nvmlDevice_t device, struct driver_list *list)
 {
-    list->count = 0;
-    list->entries = NULL;
+    unsigned int room = 0;
+    unsigned char *entries = NULL;
+    nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
     for (int attempt = 0; attempt < 8; attempt++) {
-        unsigned int count = list->count;
-        nvmlReturn_t rc = list->fetch(device, &count, list->entries, list->arg);
+        unsigned int count = room;
+        rc = list->fetch(device, &count, entries, list->arg);
         if (rc == NVML_SUCCESS) {
-            list->count = count;
+            list->count = count <= room ? count : room;
+            list->entries = entries;
             return rc;
         }
-        free(list->entries);
-        list->entries = NULL;
-        if (rc != NVML_ERROR_INSUFFICIENT_SIZE)
-            return rc;
+        free(entries);
+        entries = NULL;
+        if (rc != NVML_ERROR_INSUFFICIENT_SIZE || count > (1u << 16))
+            break;
         /* Room for a few more: processes start between the two calls. */
-        list->count = count + 8;
-        list->entries = calloc(list->count, list->stride);
-        if (!list->entries)
-            return NVML_ERROR_UNKNOWN;
+        room = count + 8;
+        if (!(entries = calloc(room, list->stride))) {
+            rc = NVML_ERROR_UNKNOWN;
+            break;
+        }
+        rc = NVML_ERROR_UNKNOWN; /* eight size answers in a row */
     }
-    free(list->entries);
+    free(entries);
+    list->count = 0;
     list->entries = NULL;
-    return NVML_ERROR_UNKNOWN;
+    return rc;
 }
 
 static unsigned int entry_pid(const struct driver_list *list, unsigned int i)

@@ -42,30 +42,42 @@ static const struct vgl_slot *slot_of(unsigned int host_pid)
     return NULL;
 }
 
-/* The driver's samples since `since_us`, whole (NVML_ERROR_NOT_FOUND: none). */
+/* The driver's samples since `since_us`, whole.  Any answer but SUCCESS
+ * leaves none: the real driver answers the size query with a fixed count
+ * (INSUFFICIENT_SIZE, 72 on an H200) and then, with that buffer, NOT_FOUND
+ * when nothing ran, leaving the count as given — which must not be taken
+ * for samples. */
 static nvmlReturn_t all_samples(nvmlDevice_t device, unsigned long long since_us,
                                 nvmlProcessUtilizationSample_t **out, unsigned int *count)
 {
-    *out = NULL;
-    *count = 0;
+    nvmlProcessUtilizationSample_t *samples = NULL;
+    unsigned int room = 0;
+    nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
     for (int attempt = 0; attempt < 8; attempt++) {
-        unsigned int n = *count;
-        nvmlReturn_t rc = vgl_real.nvmlDeviceGetProcessUtilization(device, *out, &n, since_us);
+        unsigned int n = room;
+        rc = vgl_real.nvmlDeviceGetProcessUtilization(device, samples, &n, since_us);
         if (rc == NVML_SUCCESS) {
-            *count = n;
+            *out = samples;
+            *count = n <= room ? n : room;
             return rc;
         }
-        free(*out);
-        *out = NULL;
-        if (rc != NVML_ERROR_INSUFFICIENT_SIZE)
-            return rc;
-        *count = n + 8;
-        if (!(*out = calloc(*count, sizeof **out)))
-            return NVML_ERROR_UNKNOWN;
+        if (rc != NVML_ERROR_INSUFFICIENT_SIZE || n > (1u << 16))
+            break;
+        /* Room for a few more: processes start between the two calls. */
+        room = n + 8;
+        nvmlProcessUtilizationSample_t *grown = realloc(samples, room * sizeof *samples);
+        if (!grown) {
+            rc = NVML_ERROR_UNKNOWN;
+            break;
+        }
+        samples = grown;
+        memset(samples, 0, room * sizeof *samples);
+        rc = NVML_ERROR_UNKNOWN; /* eight size answers in a row */
     }
-    free(*out);
+    free(samples);
     *out = NULL;
-    return NVML_ERROR_UNKNOWN;
+    *count = 0;
+    return rc;
 }
 
 /* Keeps the samples of the container's processes, renamed to their container
@@ -87,12 +99,15 @@ static unsigned int own_samples(int device, nvmlProcessUtilizationSample_t *samp
     return kept;
 }
 
+/* The size query (no buffer, or no room) is the driver's own: it answers a
+ * fixed count whatever the load, which tells nothing of other tenants, and a
+ * count of our own could grow before the caller's second call. */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                              unsigned int *processSamplesCount,
                                              unsigned long long lastSeenTimeStamp)
 {
     int d;
-    if (VGL_LIKELY(!vgl_config.enabled) || !processSamplesCount ||
+    if (VGL_LIKELY(!vgl_config.enabled) || !processSamplesCount || !utilization || !*processSamplesCount ||
         (d = vgl_container_device(device)) < 0 || !vgl_map_region())
         return vgl_real.nvmlDeviceGetProcessUtilization(device, utilization, processSamplesCount,
                                                         lastSeenTimeStamp);
@@ -101,13 +116,15 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     nvmlReturn_t rc = all_samples(device, lastSeenTimeStamp, &samples, &n);
     if (rc == NVML_SUCCESS) {
         n = own_samples(d, samples, n);
-        if (n == 0)
-            rc = NVML_ERROR_NOT_FOUND; /* the driver's answer when nothing ran */
-        else if (n > *processSamplesCount || !utilization)
+        if (n == 0) {
+            rc = NVML_ERROR_NOT_FOUND; /* as the driver when nothing ran: the count as given */
+        } else if (n > *processSamplesCount) {
             rc = NVML_ERROR_INSUFFICIENT_SIZE;
-        else
+            *processSamplesCount = n;
+        } else {
             memcpy(utilization, samples, n * sizeof *samples);
-        *processSamplesCount = n;
+            *processSamplesCount = n;
+        }
     }
     free(samples);
     return rc;

@@ -1,25 +1,46 @@
 /* What the driver spends on a process beyond its allocations — the context,
- * its heaps, loaded modules, the driver's own rounding — charged to the
- * container too, so that the cap bounds what NVML on the host shows for the
- * container's processes, not only what they asked for.
+ * its heaps, loaded modules, local memory, the driver's own rounding —
+ * charged to the container too, so that the cap bounds what NVML on the host
+ * shows for the container's processes, not only what they asked for.
  *
  * Nothing tells us that cost directly, so we read it off NVML: the process's
- * memory there, under its host pid (as the driver names processes), minus
- * what we charged it for its allocations.  A process that cannot know its
- * host pid is not charged that cost.  We look when the process first
- * allocates on a device, and again at most every 200 ms while it keeps
- * allocating.  The difference is already held by the driver: it is charged
- * even past the cap (the allocations after it are refused). */
+ * memory there, under the pid the driver names it by, minus what we charged
+ * it for its allocations.  The driver takes some of it on its own, at any
+ * time (a module loaded lazily at a kernel's first launch, local memory for
+ * a kernel that needs more), so we look when a context is made, and then on
+ * allocations: at most every 200 ms while far from the cap, at every one
+ * near it, and again before refusing one.  The difference is already held by
+ * the driver: it is charged even past the cap (the allocations after it are
+ * refused).
+ *
+ * The driver names processes by their pid in the host's pid namespace.  A
+ * process in a container with a /proc of its own cannot know that pid
+ * (base/identity.c), so it finds itself in the driver's list by a signature:
+ * it allocates a probe, and is the one process whose memory rose by the
+ * probe and fell by it again when the probe was freed.  Others' allocations
+ * at that moment only make that rarer; a process claimed by another slot of
+ * the container is never taken, and an answer that is not unique is no
+ * answer (asked again at a later allocation). */
 #include <pthread.h>
 #include <time.h>
 
 #include "internal.h"
 
 #define RECHECK_NS 200000000ULL
+/* Near the cap, every allocation looks: within this much of it, or an
+ * eighth of the cap, whichever is more. */
+#define NEAR_BYTES (64ULL << 20)
+/* A multiple of the driver's 2 MiB page, so that it shows whole. */
+#define PROBE_BYTES (4ULL << 20)
+#define PROBE_TRIES 3
+/* Tries, over the process's allocations, before saying its cost is not counted. */
+#define IDENTIFY_TRIES 8
+#define MAX_LISTED 256
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t charged[VGL_MAX_DEVICES];   /* overhead charged to this process */
 static uint64_t checked_at[VGL_MAX_DEVICES]; /* CLOCK_MONOTONIC_COARSE; 0: never */
+static unsigned identify_tries;
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 static bool nvml_up;
 
@@ -29,26 +50,21 @@ static void start_nvml(void)
     nvml_up = vgl_resolve_nvml() && vgl_real.nvmlInit_v2() == NVML_SUCCESS;
 }
 
-/* This process's memory on `device` as NVML reports it; false when NVML
- * cannot say (no NVML, device not found, our pid not listed).  The driver
- * lists host pids only: a process that does not know its own (a container
- * with its own /proc) cannot be found, and its container-local pid may be
- * another namespace's process on the host, whose memory is not ours. */
-static bool nvml_usage(int device, uint64_t *bytes)
+/* The driver's compute processes on `handle`; -1 when it cannot say. */
+static int list_processes(nvmlDevice_t handle, nvmlProcessInfo_t procs[MAX_LISTED])
 {
-    int32_t self = vgl_self.slot->host_pid;
-    if (self <= 0)
-        return false;
-    pthread_once(&nvml_once, start_nvml);
-    struct vgl_visible visible;
-    if (!nvml_up || !vgl_visible_devices(&visible) || (unsigned)device >= visible.count)
-        return false;
-    static nvmlProcessInfo_t procs[256]; /* under `lock` */
-    unsigned int count = sizeof procs / sizeof procs[0];
-    if (vgl_real.nvmlDeviceGetComputeRunningProcesses_v3(visible.handle[device], &count, procs) != NVML_SUCCESS)
-        return false;
-    for (unsigned int i = 0; i < count; i++) {
-        if (procs[i].pid == (unsigned int)self && procs[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE_ULL) {
+    unsigned int count = MAX_LISTED;
+    if (vgl_real.nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, procs) != NVML_SUCCESS ||
+        count > MAX_LISTED)
+        return -1;
+    return (int)count;
+}
+
+/* `pid`'s memory in a list; false when it is not there or its figure is not. */
+static bool listed(const nvmlProcessInfo_t *procs, int n, unsigned int pid, uint64_t *bytes)
+{
+    for (int i = 0; i < n; i++) {
+        if (procs[i].pid == pid && procs[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE_ULL) {
             *bytes = procs[i].usedGpuMemory;
             return true;
         }
@@ -56,10 +72,110 @@ static bool nvml_usage(int device, uint64_t *bytes)
     return false;
 }
 
-void vgl_overhead_check(int device)
+/* Whether another live slot of the container has found itself as `pid`. */
+static bool claimed_by_another(unsigned int pid)
+{
+    const struct vgl_region *region = vgl_self.region;
+    for (unsigned s = 0; s < VGL_MAX_SLOTS; s++) {
+        const struct vgl_slot *slot = &region->slots[s];
+        if (slot != vgl_self.slot && __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) == VGL_SLOT_LIVE &&
+            (unsigned int)__atomic_load_n(&slot->host_pid, __ATOMIC_RELAXED) == pid)
+            return true;
+    }
+    return false;
+}
+
+/* One probe: the pid whose memory rose by the probe and fell by it again,
+ * if exactly one did; 0 otherwise.  Needs a current context on `device`.
+ * The probe is reserved under the cap like any allocation. */
+static unsigned int probe_once(int device, nvmlDevice_t handle)
+{
+    static nvmlProcessInfo_t before[MAX_LISTED], during[MAX_LISTED], after[MAX_LISTED]; /* under `lock` */
+    if (vgl_reserve((uint32_t)device, PROBE_BYTES, false, NULL) < 0)
+        return 0;
+    int nb = list_processes(handle, before), nd = -1, na = -1;
+    CUdeviceptr_v2 probe;
+    if (nb >= 0 && vgl_real.cuMemAlloc_v2(&probe, PROBE_BYTES) == CUDA_SUCCESS) {
+        nd = list_processes(handle, during);
+        vgl_real.cuMemFree_v2(probe);
+        na = list_processes(handle, after);
+    }
+    vgl_release((uint32_t)device, PROBE_BYTES);
+    unsigned int found = 0;
+    for (int i = 0; nd >= 0 && na >= 0 && i < nd; i++) {
+        /* We hold a context all along: a process absent before is not us,
+         * and one gone after is not either. */
+        unsigned int pid = during[i].pid;
+        uint64_t was, at, then;
+        if (!listed(before, nb, pid, &was) || !listed(during, nd, pid, &at) || !listed(after, na, pid, &then) ||
+            at < was + PROBE_BYTES || then + PROBE_BYTES > at || claimed_by_another(pid))
+            continue;
+        if (found)
+            return 0; /* two candidates: no answer */
+        found = pid;
+    }
+    return found;
+}
+
+/* Our pid as the driver names us, found by the probe and kept in our slots
+ * (the views and the process lists match the driver's entries by it). */
+static int32_t identify(int device, nvmlDevice_t handle)
+{
+    if (identify_tries >= IDENTIFY_TRIES || vgl_current_device() != device)
+        return 0;
+    unsigned int pid = 0;
+    for (int i = 0; i < PROBE_TRIES && !pid; i++)
+        pid = probe_once(device, handle);
+    if (!pid || pid > INT32_MAX) {
+        static unsigned logged;
+        if (++identify_tries == IDENTIFY_TRIES)
+            vgl_log_bounded(VGL_LOG_WARN, &logged, "this process (pid %d in its container) could not be "
+                            "found in the driver's process list; the memory the driver holds for its "
+                            "contexts is not counted against the cap", (int)vgl_self.pid);
+        return 0;
+    }
+    for (uint32_t i = 0; i < vgl_links(); i++)
+        __atomic_store_n(&vgl_link_at(i).slot->host_pid, (int32_t)pid, __ATOMIC_RELEASE);
+    VGL_LOG(VGL_LOG_DEBUG, "the driver names this process %u", pid);
+    return (int32_t)pid;
+}
+
+/* This process's memory on `device` as NVML reports it; false when NVML
+ * cannot say (no NVML, device not found, our pid not listed or not known). */
+static bool nvml_usage(int device, uint64_t *bytes)
+{
+    pthread_once(&nvml_once, start_nvml);
+    struct vgl_visible visible;
+    if (!nvml_up || !vgl_visible_devices(&visible) || (unsigned)device >= visible.count)
+        return false;
+    int32_t self = __atomic_load_n(&vgl_self.slot->host_pid, __ATOMIC_ACQUIRE);
+    if (self <= 0 && (self = identify(device, visible.handle[device])) <= 0)
+        return false;
+    static nvmlProcessInfo_t procs[MAX_LISTED]; /* under `lock` */
+    int n = list_processes(visible.handle[device], procs);
+    return listed(procs, n, (unsigned int)self, bytes);
+}
+
+/* Whether `bytes` more would leave the container within NEAR of a cap. */
+static bool near_cap(int device, uint64_t bytes)
+{
+    uint64_t total = vgl_device_total(device);
+    for (uint32_t i = 0; i < vgl_links(); i++) {
+        const struct vgl_region *region = vgl_link_at(i).region;
+        uint64_t cap = vgl_region_cap(region, device, total);
+        uint64_t near = cap / 8 > NEAR_BYTES ? cap / 8 : NEAR_BYTES;
+        uint64_t used = __atomic_load_n(&region->devices[device].used_bytes, __ATOMIC_RELAXED);
+        if (used + bytes + near > cap || used + bytes < used)
+            return true;
+    }
+    return false;
+}
+
+void vgl_overhead_check(int device, uint64_t bytes)
 {
     uint64_t last = __atomic_load_n(&checked_at[device], __ATOMIC_RELAXED);
-    if (VGL_LIKELY(last && vgl_clock_ns(CLOCK_MONOTONIC_COARSE) - last < RECHECK_NS))
+    if (VGL_LIKELY(last && vgl_clock_ns(CLOCK_MONOTONIC_COARSE) - last < RECHECK_NS) &&
+        !near_cap(device, bytes))
         return;
     vgl_overhead_check_now(device);
 }
@@ -83,12 +199,13 @@ void vgl_overhead_check_now(int device)
     pthread_mutex_unlock(&lock);
 }
 
-/* The parent's overhead is not the child's. */
+/* The parent's overhead is not the child's, nor its pid. */
 static void forget_in_child(void)
 {
     pthread_mutex_init(&lock, NULL);
     for (int i = 0; i < VGL_MAX_DEVICES; i++)
         charged[i] = checked_at[i] = 0;
+    identify_tries = 0;
 }
 
 VGL_AFTER_FORK(forget_in_child)

@@ -65,13 +65,16 @@ class Sample:
     details: Mapping[int, ProcessDetails] = field(default_factory=dict)  # host pid -> the host's
                                               # figures of each listed process; absent: not known
     found_host_pids: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (pid, start
-                                              # time) -> host pid, for slots that know no host pid
+                                              # time) -> host pid, as the host's /proc tells
     device_count: int | None = None           # the GPUs NVML shows here; None: not known
 
     def host_pid(self, proc: ProcessSnapshot) -> int | None:
-        """The process's pid on the host: its slot's, or found by its pid in
-        its container and its start time."""
-        return proc.host_pid or self.found_host_pids.get((proc.pid, proc.start_ticks))
+        """The process's pid on the host: found by its pid in its container and
+        its start time where the view sees the host's /proc, else its slot's.
+        The slot's is its tenant's word: the pid its shim found itself under
+        in the driver's list (a simulated driver names a process in a /proc of
+        its own otherwise to it than to the host)."""
+        return self.found_host_pids.get((proc.pid, proc.start_ticks)) or proc.host_pid
 
 
 def find_regions(directory: str | os.PathLike) -> list[str]:
@@ -150,14 +153,14 @@ class Sampler:
         details = {}
         found = {}
         if self._host_view:
-            if any(not p.host_pid and p.start_ticks for v in views for p in v.snapshot.processes):
+            if any(p.start_ticks for v in views for p in v.snapshot.processes):
                 host = host_pids()
                 found = {(p.pid, p.start_ticks): host[(p.pid, p.start_ticks)]
                          for v in views for p in v.snapshot.processes
-                         if not p.host_pid and (p.pid, p.start_ticks) in host}
+                         if (p.pid, p.start_ticks) in host}
             for view in views:
                 for proc in view.snapshot.processes:
-                    pid = proc.host_pid or found.get((proc.pid, proc.start_ticks))
+                    pid = found.get((proc.pid, proc.start_ticks)) or proc.host_pid
                     if pid:
                         details[pid] = self.watcher.details(pid, proc.start_ticks)
         self._looked.update(details)
