@@ -327,7 +327,7 @@ def outside_text(gpu: GpuView) -> str:
     count = len(gpu.outside)
     return (text + f"{format_bytes(gpu.outside_processes_bytes)} in {count} "
             f"process{'es' * (count != 1)}, {format_bytes(max(gpu.outside_other_bytes, 0))} "
-            + ("other, the driver's reserve in it" if gpu.gpu.used_includes_reserved
+            + ("other, the reserve in it" if gpu.gpu.used_includes_reserved
                else "other"))
 
 
