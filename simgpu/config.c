@@ -469,6 +469,11 @@ static void sim_config_load(void)
         }
     }
 
+    /* The driver's own variable: LAZY (the default since CUDA 12.2) or EAGER;
+     * the driver takes any other value as the default. */
+    text = sim_env("CUDA_MODULE_LOADING");
+    c->eager_modules = text && strcmp(text, "EAGER") == 0;
+
     text = sim_env("SIMGPU_TRACE");
     c->trace = text && strcmp(text, "0") != 0;
 

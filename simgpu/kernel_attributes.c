@@ -1,5 +1,6 @@
 /* What a kernel reports of itself (cuFuncGetAttribute, cuKernelGetAttribute).
- * simgpu runs no code, so no kernel has figures of its own: all answer alike. */
+ * simgpu runs no code, so a kernel's only figure of its own is the local
+ * memory its name asks for (modules.c): all else answers alike. */
 #include "driver.h"
 
 /* What a small kernel compiled for the profile's architecture reports. */
@@ -17,7 +18,7 @@ static CUresult sim_function_attribute(int *pi, CUfunction_attribute attrib, CUf
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = (int)sim_kernel_local_bytes(f); return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 32; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = sm; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = sm; return CUDA_SUCCESS;

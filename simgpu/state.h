@@ -250,6 +250,7 @@ struct sim_config {
     uint64_t timeslice_ns;             /* SIMGPU_TIMESLICE_US */
     uint64_t link_bytes_per_s;         /* SIMGPU_COPY_GBPS: each direction between host and device */
     uint64_t device_bytes_per_s;       /* SIMGPU_DEVICE_COPY_GBPS: copies within a device, memsets */
+    bool eager_modules;                /* CUDA_MODULE_LOADING=EAGER: code loads with its module */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
     struct sim_nvml_script nvml_scripts[SIM_NVML_FNS]; /* SIMGPU_NVML_ANSWER, by enum sim_nvml_fn */
