@@ -1,19 +1,23 @@
 /* The simulated machine as the environment describes it, and the fixed identity
  * of its devices.
  *
+ *   SIMGPU_PROFILE         what each device is: h100-80gb, h200-141gb, a100-40gb,
+ *                          a100-80gb or l4 (default h200-141gb; profiles.c).  It
+ *                          gives every default marked "the profile's" below
  *   SIMGPU_DEVICES         number of devices, 1-32 (default 1)
- *   SIMGPU_MEMORY          memory per device, an absolute size (default 16GiB),
- *                          parsed by the project's one size parser
+ *   SIMGPU_MEMORY          memory per device, an absolute size (default the
+ *                          profile's), parsed by the project's one size parser
  *   SIMGPU_SMS             streaming multiprocessors per device: one number for
  *                          all, or one per device, comma-separated, 1-1024
- *                          (default 132, an H100 SXM; 114 is an H100 PCIe).  A
- *                          device with fewer is slower, so CUDA's default order
- *                          puts it later (devices.c)
+ *                          (default the profile's: 132 on an H100 SXM; 114 is an
+ *                          H100 PCIe).  A device with fewer is slower, so CUDA's
+ *                          default order puts it later (devices.c)
  *   SIMGPU_CONTEXT_OVERHEAD  device memory each process's first context on a device
- *                          costs, shown in NVML as the process's (default 500MiB)
+ *                          costs, shown in NVML as the process's, an absolute
+ *                          size or 0 (default the profile's)
  *   SIMGPU_RESERVED        device memory the driver keeps for itself on each
- *                          device, an absolute size or 0 (default 0): in NVML
- *                          v1's used, v2's reserved, never free
+ *                          device, an absolute size or 0 (default the profile's):
+ *                          in NVML v1's used, v2's reserved, never free
  *   SIMGPU_DRIVER_VERSION  what cuDriverGetVersion reports (default 13000)
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
@@ -23,9 +27,10 @@
  *   SIMGPU_TIMESLICE_US    how long a context holds a device while others wait,
  *                          100-1000000 (default 2000; timeline.c)
  *   SIMGPU_COPY_GBPS       bandwidth of each copy engine between host and
- *                          device, GB/s (10^9 bytes), 1-10000 (default 50)
+ *                          device, GB/s (10^9 bytes), 1-10000 (default the
+ *                          profile's)
  *   SIMGPU_DEVICE_COPY_GBPS  bandwidth of copies within a device and of
- *                          memsets, GB/s, 1-100000 (default 1500)
+ *                          memsets, GB/s, 1-100000 (default the profile's)
  *   SIMGPU_TRACE=1         log every cuGetProcAddress request to stderr
  *   SIMGPU_CALLS           a file to which each process appends the count of
  *                          driver calls it made, at exit (instruments.c)
@@ -70,24 +75,8 @@ enum {
     SIM_MAX_KERNEL_US = 60000000,   /* a minute: longer is surely a typo */
     SIM_DEFAULT_CONCURRENT = 4,
     SIM_DEFAULT_TIMESLICE_US = 2000,
-    /* An H100 SXM: about 50 GB/s each way over PCIe 5.0 x16 from pinned
-     * memory, and about 1.5 TB/s copying within its HBM3 (read and write). */
-    SIM_DEFAULT_COPY_GBPS = 50,
-    SIM_DEFAULT_DEVICE_COPY_GBPS = 1500,
-    SIM_DEFAULT_SMS = 132,
-    /* The H200's driver (580) answered every size query of
-     * nvmlDeviceGetProcessUtilization with 72, idle or busy: the size of its
-     * sample buffer, not the number of samples it holds. */
-    SIM_DEFAULT_PROCESS_SAMPLES = 72,
     SIM_MAX_SMS = 1024,
 };
-#define SIM_DEFAULT_MEMORY (16ULL << 30)
-/* What a CUDA 12/13 context costs on an H100 before the application has
- * allocated anything (CUDA_MODULE_LOADING=LAZY): about this much shows as the
- * process's memory in nvidia-smi. */
-#define SIM_DEFAULT_CONTEXT_OVERHEAD (500ULL << 20)
-/* Memory the driver keeps for itself on each device (none on this default). */
-#define SIM_DEFAULT_RESERVED 0ULL
 
 static pthread_once_t sim_config_once = PTHREAD_ONCE_INIT;
 static struct sim_config sim_config_value;
@@ -338,8 +327,23 @@ static void sim_config_load(void)
     bool ok = true;
     long v;
 
+    c->profile = sim_profile_default();
+    const char *text = sim_env("SIMGPU_PROFILE");
+    if (text) {
+        const struct sim_profile *named = sim_profile_named(text);
+        if (named) {
+            c->profile = named;
+        } else {
+            char keys[256];
+            sim_profile_keys(keys, sizeof keys);
+            sim_log("SIMGPU_PROFILE=%s: expected the name of a GPU: %s", text, keys);
+            ok = false;
+        }
+    }
+    const struct sim_profile *profile = c->profile;
+
     c->device_count = SIM_DEFAULT_DEVICES;
-    const char *text = sim_env("SIMGPU_DEVICES");
+    text = sim_env("SIMGPU_DEVICES");
     if (text) {
         if (sim_parse_int(text, 1, SIM_MAX_DEVICES, &v)) {
             c->device_count = (uint32_t)v;
@@ -350,7 +354,7 @@ static void sim_config_load(void)
     }
 
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
-        c->sms[d] = SIM_DEFAULT_SMS;
+        c->sms[d] = profile->sms;
     text = sim_env("SIMGPU_SMS");
     if (text && !sim_parse_sms(text, c)) {
         sim_log("SIMGPU_SMS=%s: expected streaming multiprocessors per device, from 1 to %d: one number "
@@ -359,7 +363,7 @@ static void sim_config_load(void)
         ok = false;
     }
 
-    c->memory_bytes = SIM_DEFAULT_MEMORY;
+    c->memory_bytes = profile->memory_bytes;
     text = sim_env("SIMGPU_MEMORY");
     if (text) {
         /* Only absolute sizes: a share of the device means nothing for the device itself. */
@@ -374,21 +378,23 @@ static void sim_config_load(void)
         }
     }
 
-    c->context_overhead_bytes = SIM_DEFAULT_CONTEXT_OVERHEAD;
+    c->context_overhead_bytes = profile->context_bytes;
     if (!sim_parse_bytes("SIMGPU_CONTEXT_OVERHEAD", "500MiB", &c->context_overhead_bytes))
         ok = false;
 
-    c->reserved_bytes = SIM_DEFAULT_RESERVED;
+    c->reserved_bytes = profile->reserved_bytes;
     if (!sim_parse_bytes("SIMGPU_RESERVED", "615MiB", &c->reserved_bytes)) {
         ok = false;
+    } else if (c->reserved_bytes >= c->memory_bytes && sim_env("SIMGPU_RESERVED")) {
+        sim_log("SIMGPU_RESERVED=%s: the driver would keep all of a device of %" PRIu64 " bytes; expected less, "
+                "or 0 for none", sim_env("SIMGPU_RESERVED"), c->memory_bytes);
+        ok = false;
     } else if (c->reserved_bytes >= c->memory_bytes) {
-        sim_log("SIMGPU_RESERVED=%s: what the driver keeps would leave nothing of a device of %" PRIu64
-                " bytes; expected less than the device's memory (SIMGPU_MEMORY)", sim_env("SIMGPU_RESERVED"),
-                c->memory_bytes);
+        /* A smaller SIMGPU_MEMORY keeps the profile's reserve unless told otherwise. */
+        sim_log("SIMGPU_MEMORY=%s: no more than the %s profile's reserve of %" PRIu64 " bytes; set "
+                "SIMGPU_RESERVED too (0 for none)", sim_env("SIMGPU_MEMORY"), profile->key, c->reserved_bytes);
         ok = false;
     }
-
-    c->process_samples = SIM_DEFAULT_PROCESS_SAMPLES;
 
     c->driver_version = SIM_DEFAULT_DRIVER_VERSION;
     text = sim_env("SIMGPU_DRIVER_VERSION");
@@ -439,7 +445,7 @@ static void sim_config_load(void)
         }
     }
 
-    c->link_bytes_per_s = SIM_DEFAULT_COPY_GBPS * 1000000000ULL;
+    c->link_bytes_per_s = profile->link_gbps * 1000000000ULL;
     text = sim_env("SIMGPU_COPY_GBPS");
     if (text) {
         if (sim_parse_int(text, 1, 10000, &v)) {
@@ -451,7 +457,7 @@ static void sim_config_load(void)
         }
     }
 
-    c->device_bytes_per_s = SIM_DEFAULT_DEVICE_COPY_GBPS * 1000000000ULL;
+    c->device_bytes_per_s = profile->device_copy_gbps * 1000000000ULL;
     text = sim_env("SIMGPU_DEVICE_COPY_GBPS");
     if (text) {
         if (sim_parse_int(text, 1, 100000, &v)) {
@@ -462,6 +468,11 @@ static void sim_config_load(void)
             ok = false;
         }
     }
+
+    /* The driver's own variable: LAZY (the default since CUDA 12.2) or EAGER;
+     * the driver takes any other value as the default. */
+    text = sim_env("CUDA_MODULE_LOADING");
+    c->eager_modules = text && strcmp(text, "EAGER") == 0;
 
     text = sim_env("SIMGPU_TRACE");
     c->trace = text && strcmp(text, "0") != 0;
@@ -543,12 +554,10 @@ void sim_device_uuid_string(uint32_t index, char out[41])
              u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-uint32_t sim_device_pci_bus(uint32_t index)
+struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index)
 {
-    return 0x18 + index;
-}
-
-const char *sim_device_name(void)
-{
-    return "NVIDIA H100 (simgpu)";
+    const struct sim_profile *p = cfg->profile;
+    uint32_t n = sizeof p->slots / sizeof *p->slots;
+    return (struct sim_pci_address){.domain = index / n, .bus = p->slots[index % n].bus,
+                                    .device = p->slots[index % n].device};
 }

@@ -140,6 +140,7 @@ static CUresult sim_ctx_activate(CUcontext ctx)
     if (sim_drv.live_contexts[ctx->device] == 0 && sim_state_set_context(ctx->device, true) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     sim_drv.live_contexts[ctx->device]++;
+    ctx->activation++;
     __atomic_store_n(&ctx->alive, true, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
 }
@@ -150,6 +151,7 @@ static void sim_ctx_deactivate(CUcontext ctx)
 {
     __atomic_store_n(&ctx->alive, false, __ATOMIC_RELEASE);
     sim_mem_release_context(ctx);
+    sim_modules_release_context(ctx);
     if (--sim_drv.live_contexts[ctx->device] == 0)
         sim_state_set_context(ctx->device, false);
 }

@@ -183,7 +183,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return res;
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "%s", sim_device_name());
+    snprintf(name, (size_t)len, "%s", sim_driver_config()->profile->name);
     return CUDA_SUCCESS;
 }
 
@@ -243,15 +243,20 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
         return res;
     if (!pciBusId || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(pciBusId, (size_t)len, "0000:%02X:00.0", sim_device_pci_bus(index));
+    struct sim_pci_address pci = sim_device_pci(sim_driver_config(), index);
+    snprintf(pciBusId, (size_t)len, "%04X:%02X:%02X.0", pci.domain, pci.bus, pci.device);
     return CUDA_SUCCESS;
 }
 
-/* An H100 SXM's values, except that features whose entry points simgpu lacks
- * (managed memory, memory pools) read 0, so that clients which check before
- * use take their other path.  Its copy engines are simgpu's three (copies.c). */
+/* The profile's values, and what every board simgpu simulates shares, except
+ * that features whose entry points simgpu lacks (managed memory, memory
+ * pools) read 0, so that clients which check before use take their other
+ * path.  Its copy engines are simgpu's three (copies.c). */
 static bool sim_attribute(CUdevice_attribute attrib, uint32_t index, int *out)
 {
+    const struct sim_config *cfg = sim_driver_config();
+    const struct sim_profile *p = cfg->profile;
+    struct sim_pci_address pci = sim_device_pci(cfg, index);
     switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *out = 1024; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *out = 1024; return true;
@@ -265,27 +270,27 @@ static bool sim_attribute(CUdevice_attribute attrib, uint32_t index, int *out)
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *out = 32; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *out = INT_MAX; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *out = 65536; return true;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *out = 1980000; return true; /* kHz */
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *out = (int)p->clock_khz; return true;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *out = 512; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = (int)sim_driver_config()->sms[index]; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = (int)cfg->sms[index]; return true;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *out = 0; return true; /* default: shared */
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *out = (int)sim_device_pci_bus(index); return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *out = 2619000; return true; /* kHz */
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *out = 5120; return true;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *out = 50 * 1024 * 1024; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *out = 2048; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *out = (int)pci.bus; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *out = (int)pci.device; return true; /* the slot */
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *out = (int)p->memory_clock_khz; return true;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *out = (int)p->memory_bus_bits; return true;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *out = (int)p->l2_bytes; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *out = (int)p->threads_per_sm; return true;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *out = 3; return true;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *out = 0; return true;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *out = (int)pci.domain; return true;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *out = 32; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *out = 9; return true;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *out = 0; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *out = 228 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *out = p->cc_major; return true;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *out = p->cc_minor; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *out = (int)p->shared_per_sm; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *out = 65536; return true;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *out = 0; return true;
@@ -294,7 +299,7 @@ static bool sim_attribute(CUdevice_attribute attrib, uint32_t index, int *out)
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: *out = 1; return true;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *out = 227 * 1024; return true;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *out = (int)p->shared_per_block_optin; return true;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *out = 0; return true;
     }
     return false;

@@ -359,6 +359,11 @@ struct CUctx_st {
     uint64_t legacy_last_work;      /* that of its legacy default stream's last work (atomic) */
     uint32_t npeers;
     CUcontext peers[8];             /* contexts whose memory it may reach (cuCtxEnablePeerAccess) */
+    /* What the driver takes for it after it is made (modules.c; under its mutex). */
+    unsigned int activation;        /* bumped each time it is made alive: modules loaded before are gone */
+    uint64_t code_bytes;            /* the code of the modules loaded into it */
+    uint64_t code_charged;          /* code_bytes in whole granules, charged to the process */
+    uint64_t local_charged;         /* its local-memory pool, charged to the process */
 };
 
 /* instruments.c */
@@ -418,6 +423,16 @@ void sim_contexts_atfork_child(void);
 /* How long a launch of `f` (a CUfunction, or a CUkernel as one) runs;
  * CUDA_ERROR_INVALID_HANDLE when it is neither. */
 CUresult sim_kernel_duration(CUfunction f, uint64_t *duration_ns);
+/* The local memory a thread of `f` needs, in bytes (its name says; 0 else). */
+uint64_t sim_kernel_local_bytes(CUfunction f);
+/* Before `f` (valid: sim_kernel_duration said so) first runs in `ctx`: loads
+ * its module there if it is not (lazy loading) and grows the context's local
+ * memory to what `f` needs; CUDA_ERROR_OUT_OF_MEMORY when the device has not
+ * that much free. */
+CUresult sim_kernel_prepare(CUfunction f, CUcontext ctx);
+/* Gives back what the driver took for `ctx` (module code, local memory): for
+ * a context being destroyed or reset, under contexts.c's mutex. */
+void sim_modules_release_context(CUcontext ctx);
 
 /* lanes.c */
 /* Waits until the device has run all of `ctx`'s work. */

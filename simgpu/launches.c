@@ -1,15 +1,14 @@
 /* simgpu's kernel launches: cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel and their _ptsz variants.  A grid is checked as
- * an H100 would; the kernel runs for its duration (modules.c) on its stream's
- * lane, or is added to the graph its stream is capturing. */
+ * the profile's board would; a kernel first loads what it needs into its
+ * context (modules.c), then runs for its duration on its stream's lane, or is
+ * added to the graph its stream is capturing. */
 #include <limits.h>
 
 #include "work.h"
 
 enum {
-    SIM_SM_COUNT = 132,             /* cuDeviceGetAttribute's MULTIPROCESSOR_COUNT */
-    SIM_SM_THREADS = 2048,
-    SIM_SM_BLOCKS = 32,
+    SIM_SM_BLOCKS = 32,             /* resident blocks per SM, on every board simgpu has */
 };
 
 CUresult sim_check_grid(const struct sim_grid *g, void **params, void **extra)
@@ -19,17 +18,20 @@ CUresult sim_check_grid(const struct sim_grid *g, void **params, void **extra)
         return CUDA_ERROR_INVALID_VALUE;
     if (g->bx > 1024 || g->by > 1024 || g->bz > 64 || (uint64_t)g->bx * g->by * g->bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
-    if (g->shared_bytes > 227 * 1024 || (params && extra))
+    if (g->shared_bytes > sim_config()->profile->shared_per_block_optin || (params && extra))
         return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 
 /* A cooperative grid must be resident all at once. */
-static bool sim_fits_at_once(const struct sim_grid *g)
+static bool sim_fits_at_once(const struct sim_grid *g, uint32_t device)
 {
+    const struct sim_config *cfg = sim_config();
     uint64_t threads = (uint64_t)g->bx * g->by * g->bz;
-    uint64_t per_sm = SIM_SM_THREADS / threads < SIM_SM_BLOCKS ? SIM_SM_THREADS / threads : SIM_SM_BLOCKS;
-    return (uint64_t)g->gx * g->gy * g->gz <= per_sm * SIM_SM_COUNT;
+    uint64_t per_sm = cfg->profile->threads_per_sm / threads;
+    if (per_sm > SIM_SM_BLOCKS)
+        per_sm = SIM_SM_BLOCKS;
+    return (uint64_t)g->gx * g->gy * g->gz <= per_sm * cfg->sms[device];
 }
 
 static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream stream, bool per_thread,
@@ -48,8 +50,11 @@ static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream s
         res = sim_check_grid(grid, params, extra);
     if (res != CUDA_SUCCESS)
         return res;
-    if (cooperative && !sim_fits_at_once(grid))
+    if (cooperative && !sim_fits_at_once(grid, current->device))
         return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    res = sim_kernel_prepare(f, current);
+    if (res != CUDA_SUCCESS)
+        return res;
     CUgraph capture = sim_capturing(&lane);
     if (capture)
         return sim_graph_add(capture, duration, NULL);

@@ -200,7 +200,8 @@ nvmlReturn_t sim_nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevi
     if (sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &dev, &function, &end) != 4)
         return NVML_ERROR_INVALID_ARGUMENT;
     for (uint32_t i = 0; i < sim_nvml.cfg->device_count; i++) {
-        if (domain == 0 && bus == sim_device_pci_bus(i) && dev == 0 && function == 0) {
+        struct sim_pci_address at = sim_device_pci(sim_nvml.cfg, i);
+        if (domain == at.domain && bus == at.bus && dev == at.device && function == 0) {
             *device = &sim_nvml.devices[i];
             return NVML_SUCCESS;
         }
@@ -250,7 +251,7 @@ nvmlReturn_t sim_nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int
 {
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
-    return ret == NVML_SUCCESS ? sim_nvml_string(sim_device_name(), name, length) : ret;
+    return ret == NVML_SUCCESS ? sim_nvml_string(sim_nvml.cfg->profile->name, name, length) : ret;
 }
 
 nvmlReturn_t sim_nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)

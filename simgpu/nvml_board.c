@@ -3,9 +3,9 @@
  *
  * A simulated GPU has no sensors, clocks, fans or power rail: those answer
  * NVML_ERROR_NOT_SUPPORTED, as NVML does for what a board lacks, and monitors
- * show "N/A".  What is known is answered as an H100 SXM with MIG and the
- * display off, in the default compute mode, that has never had a memory
- * error. */
+ * show "N/A".  What is known is answered as the profile's board (profiles.c)
+ * with MIG and the display off, in the default compute mode, that has never
+ * had a memory error. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,13 +19,9 @@ static nvmlReturn_t sim_nvml_unsupported(nvmlDevice_t device)
     return ret == NVML_SUCCESS ? NVML_ERROR_NOT_SUPPORTED : ret;
 }
 
-/* "0000:18:00.0", as nvmlDeviceGetPciInfo writes it and cuDeviceGetPCIBusId
- * prints it. */
-static void sim_nvml_bus_id(uint32_t index, char out[32])
-{
-    snprintf(out, 32, "00000000:%02X:00.0", sim_device_pci_bus(index));
-}
-
+/* The profile's PCI ids and slots: "00000000:18:00.0" as NVML writes a bus id
+ * (eight digits of domain), "0000:18:00.0" in the legacy field and
+ * cuDeviceGetPCIBusId. */
 nvmlReturn_t sim_nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     uint32_t i;
@@ -34,14 +30,16 @@ nvmlReturn_t sim_nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci
         return ret;
     if (!pci)
         return NVML_ERROR_INVALID_ARGUMENT;
+    const struct sim_config *cfg = sim_config();
+    struct sim_pci_address at = sim_device_pci(cfg, i);
     memset(pci, 0, sizeof *pci);
-    sim_nvml_bus_id(i, pci->busId);
-    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", sim_device_pci_bus(i));
-    pci->domain = 0;
-    pci->bus = sim_device_pci_bus(i);
-    pci->device = 0;
-    pci->pciDeviceId = 0x233010DEu;   /* H100 SXM5 80GB, vendor 0x10DE */
-    pci->pciSubSystemId = 0x16C110DEu;
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", at.domain, at.bus, at.device);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", at.domain, at.bus, at.device);
+    pci->domain = at.domain;
+    pci->bus = at.bus;
+    pci->device = at.device;
+    pci->pciDeviceId = cfg->profile->pci_device_id;
+    pci->pciSubSystemId = cfg->profile->pci_subsystem_id;
     return NVML_SUCCESS;
 }
 
@@ -53,8 +51,8 @@ nvmlReturn_t sim_nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *ma
         return ret;
     if (!major || !minor)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *major = 9; /* as cuDeviceGetAttribute says */
-    *minor = 0;
+    *major = sim_config()->profile->cc_major; /* as cuDeviceGetAttribute says */
+    *minor = sim_config()->profile->cc_minor;
     return NVML_SUCCESS;
 }
 

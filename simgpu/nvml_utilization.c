@@ -42,7 +42,7 @@ nvmlReturn_t sim_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProces
         return ret;
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    const uint32_t capacity = sim_config()->process_samples;
+    const uint32_t capacity = sim_config()->profile->process_samples;
     if (!utilization || *processSamplesCount < capacity) {
         *processSamplesCount = capacity;
         return NVML_ERROR_INSUFFICIENT_SIZE;

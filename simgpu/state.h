@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -179,6 +180,36 @@ struct sim_file {
     struct sim_timeline timelines[SIM_MAX_DEVICES];
 };
 
+/* ---- profiles.c: the boards simgpu can be ------------------------------------ */
+
+/* A real GPU model, as its driver shows it (profiles.c says which figures are
+ * measured and which approximate). */
+struct sim_profile {
+    const char *key;                /* SIMGPU_PROFILE's name for it */
+    const char *name;               /* cuDeviceGetName, nvmlDeviceGetName */
+    uint64_t memory_bytes;          /* the total the driver reports */
+    uint32_t sms;
+    int cc_major, cc_minor;         /* compute capability */
+    uint64_t context_bytes;         /* a fresh primary context's device memory */
+    uint64_t reserved_bytes;        /* kept by the driver itself: NVML v2's `reserved` */
+    uint32_t process_samples;       /* nvmlDeviceGetProcessUtilization's size-query count */
+    uint32_t pci_device_id;         /* nvmlPciInfo's: device id << 16 | vendor 0x10DE */
+    uint32_t pci_subsystem_id;
+    struct {
+        uint8_t bus, device;        /* function 0 */
+    } slots[8];                     /* the first eight boards' PCI addresses, in domain 0 */
+    uint32_t clock_khz, memory_clock_khz, memory_bus_bits;
+    uint32_t l2_bytes, shared_per_sm, shared_per_block_optin, threads_per_sm;
+    uint32_t link_gbps;             /* a copy between host and device, each way, GB/s */
+    uint32_t device_copy_gbps;      /* a copy within the device, or a memset, GB/s */
+};
+
+/* The profile SIMGPU_PROFILE names (NULL: none), and the default one. */
+const struct sim_profile *sim_profile_named(const char *key);
+const struct sim_profile *sim_profile_default(void);
+/* "h100-80gb, h200-141gb, ...": every key, for messages; returns the length. */
+size_t sim_profile_keys(char *out, size_t size);
+
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
 /* The NVML entry points of nvml_api.def, numbered. */
@@ -207,18 +238,19 @@ struct sim_nvml_script {
 };
 
 struct sim_config {
+    const struct sim_profile *profile; /* SIMGPU_PROFILE: what the devices are */
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-SIM_MAX_DEVICES */
     uint64_t memory_bytes;             /* SIMGPU_MEMORY, per device */
     uint32_t sms[SIM_MAX_DEVICES];     /* SIMGPU_SMS: streaming multiprocessors of each device */
     uint64_t context_overhead_bytes;   /* SIMGPU_CONTEXT_OVERHEAD, per process and device */
     uint64_t reserved_bytes;           /* SIMGPU_RESERVED: what the driver keeps of each device */
-    uint32_t process_samples;          /* the count nvmlDeviceGetProcessUtilization's size query answers */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
     uint32_t concurrent_kernels;       /* SIMGPU_CONCURRENT_KERNELS, 1-SIM_MAX_CONCURRENT */
     uint64_t timeslice_ns;             /* SIMGPU_TIMESLICE_US */
     uint64_t link_bytes_per_s;         /* SIMGPU_COPY_GBPS: each direction between host and device */
     uint64_t device_bytes_per_s;       /* SIMGPU_DEVICE_COPY_GBPS: copies within a device, memsets */
+    bool eager_modules;                /* CUDA_MODULE_LOADING=EAGER: code loads with its module */
     bool trace;                        /* SIMGPU_TRACE=1: log cuGetProcAddress requests */
     char fail[256];                    /* SIMGPU_FAIL: entry points that fail, comma-separated, or "" */
     struct sim_nvml_script nvml_scripts[SIM_NVML_FNS]; /* SIMGPU_NVML_ANSWER, by enum sim_nvml_fn */
@@ -236,8 +268,12 @@ const struct sim_config *sim_config(void);
 void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN]);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (40 characters and a NUL). */
 void sim_device_uuid_string(uint32_t index, char out[41]);
-uint32_t sim_device_pci_bus(uint32_t index);
-const char *sim_device_name(void);
+/* Where device `index` sits on PCI (function 0): the profile's slots, each
+ * further eight boards in the next domain. */
+struct sim_pci_address {
+    uint32_t domain, bus, device;
+};
+struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index);
 
 /* One line on stderr, prefixed "simgpu: ". */
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -73,12 +73,15 @@ def base_env(**extra: str) -> dict[str, str]:
 @pytest.fixture
 def sim_env(tmp_path, simgpu_dir) -> dict[str, str]:
     """An environment on a fresh simulated GPU of this test's own (16 GiB, one
-    device), whose contexts cost no memory: each test's arithmetic is about its
-    own allocations (tests of the context's cost set SIMGPU_CONTEXT_OVERHEAD).
-    Its runtime directory exists, as a login manager makes it."""
+    device, otherwise simgpu's default board), whose contexts cost no memory
+    and whose driver keeps none for itself: each test's arithmetic is about its
+    own allocations (tests of those costs set SIMGPU_CONTEXT_OVERHEAD,
+    SIMGPU_RESERVED or SIMGPU_PROFILE). Its runtime directory exists, as a
+    login manager makes it."""
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700, exist_ok=True)
-    return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_CONTEXT_OVERHEAD="0",
+    return base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_MEMORY="16GiB",
+                    SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0",
                     LD_LIBRARY_PATH=str(simgpu_dir), XDG_RUNTIME_DIR=str(runtime))
 
 

@@ -212,3 +212,62 @@ def test_every_family_comes_back_when_its_holder_is_killed(small_gpu, tmp_path):
         holder.kill()
         holder.wait(timeout=30)
         holder.stdout.close()
+
+
+# ---- memory the driver takes on its own after the context (simgpu/modules.c) ----
+
+RESIDENT_THREADS = 132 * 2048  # the default board's SMs times threads per SM
+
+
+def driver_memory(env, *steps: str) -> dict:
+    out = run([sys.executable, CLIENTS / "driver_memory.py", *steps], env, timeout=120).stdout
+    return {line["step"]: line for line in map(json.loads, out.splitlines())}
+
+
+def test_module_code_loads_at_a_kernels_first_run_in_whole_granules(sim_env):
+    """CUDA_MODULE_LOADING=LAZY, the driver's default: nothing at load; the
+    module's code at its first kernel's first run, the context's code one pool
+    in 2 MiB granules (a default module's 64 KiB shares the first's last
+    granule until it spills), back at unload. NVML and cuMemGetInfo agree."""
+    seen = driver_memory(sim_env, "alloc:1048576", "load:40MiB", "launch:fill", "launch:fill_us5", "load:-",
+                         "launch:k", "unload")
+    assert [seen[s]["nvml"] for s in seen] == [1 * MiB, 1 * MiB, 41 * MiB, 41 * MiB, 41 * MiB, 43 * MiB, 41 * MiB]
+    assert all(s["result"] == "CUDA_SUCCESS" for s in seen.values())
+    assert all(s["free"] == 16 * GiB - s["nvml"] for s in seen.values())
+
+
+def test_eager_loading_takes_the_code_when_the_module_loads(sim_env):
+    seen = driver_memory(sim_env | {"CUDA_MODULE_LOADING": "EAGER"}, "load:40MiB", "launch:fill", "library:3MiB",
+                         "launch:k")
+    assert [s["nvml"] for s in seen.values()] == [40 * MiB, 40 * MiB, 44 * MiB, 44 * MiB]
+
+
+def test_local_memory_grows_to_the_kernels_need_and_stays_until_the_context_goes(sim_env):
+    """A kernel needing N bytes of local memory per thread grows the
+    context's pool to N times the threads the device holds at once."""
+    seen = driver_memory(sim_env, "load:0", "local:fill_local256_us5", "launch:fill_local256_us5",
+                         "launch:small_local128", "launch:big_local512", "launch:none", "release")
+    assert seen["local:fill_local256_us5"]["result"] == 256
+    pool = [seen[s]["nvml"] for s in ("launch:fill_local256_us5", "launch:small_local128", "launch:big_local512",
+                                      "launch:none")]
+    assert pool == [256 * RESIDENT_THREADS, 256 * RESIDENT_THREADS, 512 * RESIDENT_THREADS, 512 * RESIDENT_THREADS]
+    # A fresh context in its place has none of it.
+    assert seen["release"]["nvml"] == 0 and seen["release"]["free"] == 16 * GiB
+
+
+def test_a_launch_the_device_has_no_room_for_fails_out_of_memory(sim_env):
+    env = sim_env | {"SIMGPU_MEMORY": "1GiB"}
+    seen = driver_memory(env, f"alloc:{1000 * MiB}", "load:40MiB", "launch:fill", "load:0", "launch:fill_local256")
+    assert seen["launch:fill"]["result"] == seen["launch:fill_local256"]["result"] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert seen["launch:fill_local256"]["nvml"] == 1000 * MiB
+
+
+def test_the_driver_memory_goes_with_the_process(sim_env):
+    driver_memory(sim_env, "load:40MiB", "launch:fill_local256")
+    after = json.loads(run([sys.executable, CLIENTS / "nvml_memory.py"], sim_env, timeout=60).stdout)
+    assert after["v2"]["used"] == 0
+
+
+def test_a_bad_code_declaration_is_a_bad_image(sim_env):
+    seen = driver_memory(sim_env, "load:40XB", "library:-1")
+    assert [s["result"] for s in seen.values()] == ["CUDA_ERROR_INVALID_IMAGE"] * 2

@@ -33,7 +33,8 @@ def test_default_order_is_fastest_first_and_pci_bus_id_is_the_machines(sim_env):
     assert machine_order(fastest) == [1, 2, 0, 3]
     assert [d["sms"] for d in fastest["cuda"]] == [132, 132, 114, 114]
     assert machine_order(by_bus) == [0, 1, 2, 3]
-    assert [d["bus"] for d in by_bus["cuda"]] == [f"0000:{0x18 + i:02X}:00.0" for i in range(4)]
+    # The default board's slots, those of a DGX H200 (simgpu/profiles.c).
+    assert [d["bus"] for d in by_bus["cuda"]] == ["0000:18:00.0", "0000:2A:00.0", "0000:3A:00.0", "0000:5D:00.0"]
     # NVML keeps the machine's order whatever CUDA does.
     assert fastest["nvml"] == by_bus["nvml"]
     # Identical devices: both orders are the bus order.
