@@ -8,6 +8,7 @@ code, local memory), as JSON lines.
 
 Steps:
     alloc:BYTES       cuMemAlloc (the pointer is kept)
+    alloc!:BYTES      the same; refused, the steps after it are skipped up to a hold
     load:CODE         cuModuleLoadData of an image declaring CODE bytes of code
                       ("//simgpu code=CODE", as simgpu/modules.c reads it);
                       "load:-" loads an image that declares nothing
@@ -17,6 +18,7 @@ Steps:
     local:NAME        cuFuncGetAttribute(LOCAL_SIZE_BYTES) of NAME in the last module
     unload            cuModuleUnload (or cuLibraryUnload) of the last one
     release           cuDevicePrimaryCtxRelease, then retain again (a fresh context)
+    hold:PATH         prints its line, then waits until PATH exists (holding everything)
 
 Each line: {"step": STEP, "result": CUDA_... or a number, "nvml": BYTES or
 null, "free": cuMemGetInfo's free}."""
@@ -24,6 +26,7 @@ null, "free": cuMemGetInfo's free}."""
 import json
 import os
 import sys
+import time
 
 import pynvml
 from cuda.bindings import driver as cu
@@ -55,12 +58,16 @@ ok(cu.cuInit(0))
 device = ok(cu.cuDeviceGet(0))
 ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(device))))
 held, modules = [], []
+skipping = False
 for step in sys.argv[1:]:
     verb, _, arg = step.partition(":")
-    if verb == "alloc":
+    if skipping and verb != "hold":
+        continue
+    if verb in ("alloc", "alloc!"):
         err, ptr = cu.cuMemAlloc(int(arg))
         held.append(ptr)
         result = name(err)
+        skipping = verb == "alloc!" and err != cu.CUresult.CUDA_SUCCESS
     elif verb in ("load", "library"):
         image = b"\0" if arg == "-" else f"//simgpu code={arg}\n".encode()
         if verb == "load":
@@ -92,6 +99,11 @@ for step in sys.argv[1:]:
         held, modules = [], []
         result = name(cu.cuDevicePrimaryCtxRelease(device)[0])
         ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(device))))
+    elif verb == "hold":
+        print(json.dumps({"step": step, "pid": os.getpid()}), flush=True)
+        while not os.path.exists(arg):
+            time.sleep(0.01)
+        continue
     else:
         raise SystemExit(f"driver_memory: unknown step {step!r}")
     free, _ = ok(cu.cuMemGetInfo())
