@@ -49,7 +49,7 @@ cuda = []
 for index in range(ok(cu.cuDeviceGetCount())):
     dev = ok(cu.cuDeviceGet(index))
 
-    def attribute(name):
+    def attribute(name, dev=dev):
         return ok(cu.cuDeviceGetAttribute(getattr(A, name), dev))
 
     ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
