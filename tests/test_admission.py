@@ -32,11 +32,12 @@ POD = {"io.kubernetes.pod.name": "trainer-0", "io.kubernetes.pod.namespace": "te
 
 
 def node_env(tmp_path) -> dict[str, str]:
-    """What the hook and the views on the host see: the node's two GPUs."""
+    """What the hook and the views on the host see: the node's two GPUs of
+    16 GiB, all of it theirs to give (no driver's reserve)."""
     (tmp_path / "gpus").mkdir(exist_ok=True)
     return base_env(LD_LIBRARY_PATH=str(_paths.simgpu_dir()), SIMGPU_DEVICES="2",
-                    SIMGPU_STATE=str(tmp_path / "gpus" / "node.simgpu"),
-                    SIMGPU_CONTEXT_OVERHEAD="0")
+                    SIMGPU_STATE=str(tmp_path / "gpus" / "node.simgpu"), SIMGPU_MEMORY="16GiB",
+                    SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0")
 
 
 def admitting_hook(tmp_path, *flags: str) -> dict:
@@ -58,7 +59,7 @@ def runc_node(tmp_path):
         """``shared``: the container's processes use the node's simulated GPUs
         (its state file, mounted), not a GPU of their own."""
         if shared:
-            env = {**env, **{k: node_env(tmp_path)[k] for k in ("SIMGPU_STATE", "SIMGPU_DEVICES")}}
+            env = {**env, **{k: v for k, v in node_env(tmp_path).items() if k.startswith("SIMGPU_")}}
         bundle = make_bundle(tmp_path / name, list(map(str, args)), env)
         if shared:
             gpus = str(tmp_path / "gpus")

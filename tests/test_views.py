@@ -177,6 +177,24 @@ def test_status_shows_the_devices_the_node_has(sim_env, tmp_path, gpus):
     assert "not seen" in text[unused]
 
 
+def test_status_with_no_driver_in_reach_shows_the_devices_the_container_noted(sim_env, tmp_path):
+    """`status --region` where NVML cannot be loaded (no driver in reach, as
+    on a machine where the views run without the simulated GPU) and no hook
+    recorded the container's GPUs: the devices its processes noted, no
+    "2-15" row."""
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory", "4GiB"], [(256 * MiB, 1)]):
+        no_driver = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
+        text = status(no_driver, "--interval", "0", "--region", str(region)).stdout
+        seen = json.loads(status(no_driver, "--json", "--interval", "0", "--region",
+                                 str(region)).stdout)
+    assert [d["index"] for d in seen["devices"]] == [0, 1]
+    memory, compute = device_tables(text)
+    assert memory == ["0", "1"]
+    assert compute == ["0"]   # a device with no share that nothing ran on has no compute row
+
+
 def device_tables(text: str) -> list[list[str]]:
     """The DEVICE column of each table of `status` text that has one."""
     tables, rows = [], None
