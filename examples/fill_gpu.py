@@ -3,9 +3,10 @@
 Under `vgpulimit run --memory 1GiB` the last allocation that fits is the one
 at the cap, and the next one fails with CUDA_ERROR_OUT_OF_MEMORY; without a
 cap it runs until the device is full.  The CUDA context itself holds device
-memory before anything is allocated (about 500 MiB on an H100, and on the
-simulated GPU): that counts against the cap too, as it does on the device.  Works on a real GPU and on the
-simulated one (`vgpulimit run --simulate ...`).
+memory before anything is allocated (518 MiB on an H200, and on the simulated
+GPU, which is one by default): that counts against the cap too, as it does on
+the device.  Works on a real GPU and on the simulated one
+(`vgpulimit run --simulate ...`).
 """
 
 import sys
