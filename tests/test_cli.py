@@ -386,14 +386,14 @@ def test_fill_gpu_example_stops_at_the_cap(tmp_path):
     env = clean_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"))
     result = vgpulimit("run", "--simulate", "--memory", "1GiB", "--", PY, str(example), env=env)
     assert result.returncode == 0, result.stderr
-    # The simulated context holds 500 MiB of the cap before anything is allocated.
+    # The simulated GPU is an H200 by default: its context holds 518 MiB of the
+    # cap before anything is allocated.
     assert result.stdout.splitlines() == [
-        "before: free 524 MiB of 1024 MiB",
-        "(in use before any allocation: 500 MiB, the context and whatever else shares the cap)",
+        "before: free 506 MiB of 1024 MiB",
+        "(in use before any allocation: 518 MiB, the context and whatever else shares the cap)",
         "block 1: 256 MiB allocated, 256 MiB in all",
-        "block 2: 256 MiB allocated, 512 MiB in all",
-        "block 3: CUDA_ERROR_OUT_OF_MEMORY after 512 MiB",
-        "after: free 12 MiB of 1024 MiB",
+        "block 2: CUDA_ERROR_OUT_OF_MEMORY after 256 MiB",
+        "after: free 250 MiB of 1024 MiB",
     ]
 
 

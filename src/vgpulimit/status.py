@@ -192,12 +192,14 @@ def devices_of(view: ContainerView, sample: Sample | None = None) -> tuple[Devic
     sixteen numbers) those below the count of GPUs the hook recorded the
     container was given, else of the GPUs NVML shows here.  Where neither is
     known (a view with no driver), a process that initialised CUDA noted
-    every device it has (its UUID): those; before any did, every one."""
+    every device it has (its UUID): those and the used ones; before any
+    did, every one."""
     given = identity.of_region(view.path).gpus
     count = len(given) if given is not None else (sample.device_count if sample else None)
     if count is None:
-        noted = tuple(dev for dev in view.snapshot.devices if dev.seen or dev.uuid)
-        return noted or view.snapshot.devices
+        if not any(dev.uuid for dev in view.snapshot.devices):
+            return view.snapshot.devices
+        return tuple(dev for dev in view.snapshot.devices if dev.seen or dev.uuid)
     return tuple(dev for dev in view.snapshot.devices
                  if dev.seen or dev.uuid or dev.index < count)
 

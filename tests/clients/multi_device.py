@@ -68,7 +68,8 @@ def main() -> None:
         dev = ok("cuDeviceGet", cu.cuDeviceGet(ordinal))
         ctx = ok("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(dev))
         ok("cuCtxSetCurrent", cu.cuCtxSetCurrent(ctx))
-        module = ok("cuModuleLoadData", cu.cuModuleLoadData(b"any image"))
+        # A module of no code: what the program can allocate is the cap.
+        module = ok("cuModuleLoadData", cu.cuModuleLoadData(b"//simgpu code=0\n"))
         free, total = ok("cuMemGetInfo", cu.cuMemGetInfo())
         devices.append({"ordinal": ordinal, "uuid": uuid_text(bytes(ok("cuDeviceGetUuid", cu.cuDeviceGetUuid(dev)).bytes)),
                         "total": int(total), "free": int(free),
