@@ -1072,12 +1072,16 @@ def machine_facts(bench: Bench) -> dict:
     facts["host"] = platform.node()
     facts["python"] = platform.python_version()
     facts["vgpulimit"] = __version__
+    facts["commit"] = None
     try:
-        facts["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        facts["commit"] = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                                          capture_output=True, text=True, timeout=10,
-                                         check=True).stdout.strip()
+                                         check=True).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
-        facts["commit"] = None
+        pass
+    bundle = ROOT / ".whl" / "SOURCE"      # on a lent machine (no .git): what real_gpu_bundle.py built
+    if facts["commit"] is None and bundle.is_file():
+        facts["commit"] = f"bundle of {bundle.read_text().strip()}"
     return facts
 
 
