@@ -874,19 +874,19 @@ def costs_spec() -> Spec:
                             uncapped=f"without the shim {cost_text(got['without the shim'][key], None)}",
                             capped=f"shim, no limits {cost_text(got['shim, no limits'][key], base)}; "
                                    f"cap + share 100 {cost_text(got['cap + share 100'][key], base)}",
-                            expect="reported (noise +-15 % run to run)",
+                            expect="reported (the H200 showed +-15 % run to run)",
                             data={v: got[v][key] for v in variants}))
         return rows
     return Spec("costs.c", "costs from C", 120, fn)
 
 
 def cost_text(values: list[float], base_ns: float | None) -> str:
-    """'4.52 us +- 3 %, +2 %': the median, half the range around it, the change from the base."""
+    """'4.52 us (4.41-4.70), +2 %': the median, the range of the rounds, the median's change from the base."""
+    def shown(ns: float) -> str:
+        return f"{ns / 1e3:.2f}" if ns >= 1000 else f"{ns / 1e3:.3f}"
     median = statistics.median(values)
-    spread = (max(values) - min(values)) / 2 / median * 100 if median else 0
     change = f", {(median - base_ns) / base_ns * 100:+.0f} %" if base_ns else ""
-    shown = f"{median / 1e3:.2f} us" if median >= 1000 else f"{median:.0f} ns"
-    return f"{shown} +- {spread:.0f} %{change}"
+    return f"{shown(median)} us ({shown(min(values))}-{shown(max(values))}){change}"
 
 
 # --- 6. the node view ---------------------------------------------------------------------------

@@ -25,8 +25,8 @@ import pytest
 from conftest import ROOT, base_env, have, real_gpu_missing
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import real_gpu  # noqa: E402  (benchmarks/ is no package)
-import real_gpu_bundle  # noqa: E402
+import real_gpu  # benchmarks/ is no package: from its folder
+import real_gpu_bundle
 
 HEADER = "| group | row | without vgpulimit | under vgpulimit | pass line | result | s |"
 RUNTIME_ROWS = {"PyTorch, caching allocator", "PyTorch, expandable_segments:True",
@@ -123,8 +123,8 @@ def test_a_rows_budget_bounds_each_wait():
 
 
 def test_the_share_is_kernels_times_their_length_over_the_wall_time():
-    output = "\n".join(["progress 7 100.0 0", "progress 7 101.0 300", "progress 7 103.0 900",
-                        "progress 8 101.5 0", "progress 8 102.5 20", "progress 8 104.5 120"])
+    output = ("progress 7 100.0 0\nprogress 7 101.0 300\nprogress 7 103.0 900\n"
+              "progress 8 101.5 0\nprogress 8 102.5 20\nprogress 8 104.5 120\n")
     # From each process's first report + the settle: pid 7 ran 600 kernels of 1 ms in 2 s, pid 8 100.
     assert real_gpu.kernels_share(output, 1e6, settle_s=1.0) == pytest.approx(30.0 + 5.0)
 
