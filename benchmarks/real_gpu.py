@@ -68,7 +68,6 @@ ROOT = HERE.parent
 CLIENTS = ROOT / "tests" / "clients"
 PTX = HERE / "spin_timer.ptx"
 CLIENT_SOURCE = HERE / "real_gpu_client.c"
-CC = os.environ.get("CC", "cc")
 
 MiB, GiB = 1 << 20, 1 << 30
 CAP_BYTES = 4 * GiB
@@ -165,17 +164,36 @@ class Bench:
             # This process reads the same simulated machine with NVML (DriverView).
             for name in ("SIMGPU_STATE", "SIMGPU_RESERVED"):
                 os.environ[name] = self.env[name]
+        self.client_error = ""
         self.client = self._build_client()
         self.deadline = float("inf")
         self.procs: list[Proc] = []
         self.versions: dict[str, str] = {}
         self.driver = DriverView(simulate)
 
-    def _build_client(self) -> Path:
+    def _build_client(self) -> Path | None:
+        """real_gpu_client.c, built with the first C compiler found; None (and
+        the reason in client_error) where there is none or it fails: its rows
+        are then errors, the others run."""
         client = self.work / "real_gpu_client"
-        subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'shim' / 'include'}", "-o",
-                        str(client), str(CLIENT_SOURCE), "-ldl"], check=True)
+        compilers = [c for c in dict.fromkeys([os.environ.get("CC"), "cc", "gcc", "clang"])
+                     if c and shutil.which(c)]
+        if not compilers:
+            self.client_error = "no C compiler (cc, gcc, clang) to build benchmarks/real_gpu_client.c"
+            return None
+        result = subprocess.run([compilers[0], "-std=c11", "-D_GNU_SOURCE", "-O2",
+                                 f"-I{ROOT / 'shim' / 'include'}", "-o", str(client), str(CLIENT_SOURCE), "-ldl"],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            self.client_error = (f"{compilers[0]} could not build real_gpu_client.c: "
+                                 f"{result.stderr.strip()[-300:]}")
+            return None
         return client
+
+    def c_client(self) -> str:
+        if self.client is None:
+            raise RuntimeError(self.client_error)
+        return str(self.client)
 
     # commands
     def vgpulimit(self, *args: str) -> list[str]:
@@ -190,7 +208,7 @@ class Bench:
         return [sys.executable, str(CLIENTS / client), *map(str, args)]
 
     def spin(self, *args: object) -> list[str]:
-        return [str(self.client), "spin", str(PTX), *map(str, args)]
+        return [self.c_client(), "spin", str(PTX), *map(str, args)]
 
     # time
     def left(self, want_s: float) -> float:
@@ -431,13 +449,17 @@ def fill_once(bench: Bench, command: list[str], env: dict[str, str], what: str) 
     """Runs a fill client until it reports, asks the driver what it lists for
     it while it holds its memory, then lets it go."""
     proc = bench.start(command, env)
-    line = proc.line(bench.left(150))
     report = None
-    if line is not None:
+    while report is None:       # its JSON line, after whatever a framework prints first
+        line = proc.line(bench.left(150))
+        if line is None:
+            break
         try:
             report = json.loads(line)
         except json.JSONDecodeError:
-            pass
+            continue
+        if not isinstance(report, dict) or "pid" not in report:
+            report = None
     if report is not None:
         report["driver_lists_bytes"] = bench.driver.process_bytes().get(report["pid"])
         report["driver_listed"] = bench.driver.nvml is not None
@@ -457,7 +479,7 @@ def memory_spec(client_id: str, name: str, framework: str | None, conf: str | No
             env["PYTORCH_CUDA_ALLOC_CONF"] = conf
         seen = {}
         for setup, limit in (("uncapped", CAP_BYTES + GiB), ("capped", 4 * CAP_BYTES)):
-            command = ([str(bench.client), "fill", str(BLOCK_MIB), str(limit // MiB)] if framework is None
+            command = ([bench.c_client(), "fill", str(BLOCK_MIB), str(limit // MiB)] if framework is None
                        else bench.python("framework_fill.py", framework, BLOCK_MIB, limit // MiB))
             if setup == "capped":
                 command = bench.capped(["--memory", CAP_FLAG], command)
@@ -853,7 +875,7 @@ def costs_spec() -> Spec:
     def fn(bench: Bench) -> list[Row]:
         launches, pairs = (20_000, 500) if bench.simulate else (100_000, 2_000)
         rounds = 3 if bench.quick else 5
-        command = [str(bench.client), "cost", str(PTX), str(launches), str(pairs)]
+        command = [bench.c_client(), "cost", str(PTX), str(launches), str(pairs)]
         variants = {"without the shim": command,
                     "shim, no limits": bench.capped([], command),
                     "cap + share 100": bench.capped(["--memory", CAP_FLAG, "--cores", "100"], command)}
@@ -930,7 +952,7 @@ def node_spec() -> Spec:
         for tenant, cap, held_mib in NODE_TENANTS:
             (directory / tenant).mkdir(parents=True)
             command = bench.capped(["--memory", cap, "--region", str(directory / tenant / "region")],
-                                   [str(bench.client), "fill", str(BLOCK_MIB), str(held_mib)])
+                                   [bench.c_client(), "fill", str(BLOCK_MIB), str(held_mib)])
             holders[tenant] = bench.start(command)
         pids = {}
         for tenant, proc in holders.items():
