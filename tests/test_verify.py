@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, MiB, real_gpu_missing, run, vgpulimit_cmd
+from conftest import TESTS, MiB, run, vgpulimit_cmd
 
 from vgpulimit.region import read_snapshot
 
@@ -252,20 +252,6 @@ def test_spin_kernel_compiles_for_current_gpus():
             assert nvjitlink.get_linked_cubin_size(handle) > 0
         finally:
             nvjitlink.destroy(handle)
-
-
-@pytest.mark.gpu
-def test_verify_on_a_real_gpu():
-    reason = real_gpu_missing()
-    if reason:
-        pytest.skip(reason)
-    from conftest import base_env
-    result = verify(base_env(), "--memory", "1GiB", "--cores", "30", "--json")
-    print(result.stdout)
-    assert result.returncode == 0, result.stdout + result.stderr
-    document = json.loads(result.stdout)
-    assert document["facts"]["fill"]["past_cap"] == "CUDA_ERROR_OUT_OF_MEMORY"
-    assert "simgpu" not in (document["facts"]["cuda"]["libcuda"] or "")
 
 
 def test_the_readiness_probe_runs_verify_in_a_capped_pod():
