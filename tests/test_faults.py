@@ -517,6 +517,52 @@ def test_an_empty_region_path_is_said_to_be_empty(tmp_path, args):
     assert os.listdir(tmp_path) == []
 
 
+# -- 14. the hook of hooks.d and the CDI device on one container ------------------------------------
+
+
+@pytest.mark.parametrize("cdi_first", [False, True])
+def test_a_hook_container_given_the_cdi_device_too_is_set_up_once(tmp_path, cdi_first):
+    """podman with the hook in hooks.d runs a container that is also given the
+    CDI device: the hook runs twice, with two node directories.  One sets the
+    container up, the other sees it done; it starts capped, and its end takes
+    all of it back."""
+    from runc_bundle import hook_entry, make_bundle, runc_unavailable, tree
+    from test_cdi import FILL, apply_edits, spec_of
+
+    reason = runc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("cuda.bindings")
+    by_cdi, by_hooks_d = tmp_path / "node-cdi", tmp_path / "node-hooks-d"
+    [device] = spec_of("--memory", "1GiB", "--node-dir", str(by_cdi))["devices"]
+    bundle = make_bundle(tmp_path, [*FILL, str(256 * MiB), "5", "--hold", "/tmp/release"])
+    if cdi_first:
+        apply_edits(bundle.config, device["containerEdits"])
+    for stage in ("createRuntime", "poststop"):
+        bundle.add_hook(stage, hook_entry(by_hooks_d))
+    if not cdi_first:
+        apply_edits(bundle.config, device["containerEdits"])
+    bundle.settle()
+    before = tree(bundle.rootfs, dir_times=False, skip=("tmp",))
+    proc, container_id = bundle.start()
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        report = json.loads(line)
+        assert report["allocs"] == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+        regions = [d / container_id / "region" for d in (by_cdi, by_hooks_d)
+                   if (d / container_id / "region").exists()]
+        assert len(regions) == 1   # set up once
+    finally:
+        (bundle.rootfs / "tmp" / "release").touch()
+        _, err = proc.communicate(timeout=60)
+        bundle.cleanup()
+    assert proc.returncode == 0, err
+    assert tree(bundle.rootfs, dir_times=False, skip=("tmp",)) == before
+    for node in (by_cdi, by_hooks_d):
+        assert not node.exists() or os.listdir(node) == []
+
+
 # -- 15. what a tenant controls reaches no terminal as control characters -------------------------
 
 SPOOF = "\x1b]0;owned\x07\x1b[2J\nfake row\u202e"
