@@ -202,13 +202,28 @@ static void sim_repair(struct sim_file *f)
     }
 }
 
+/* The longest a call waits for the state lock.  A process stopped while it
+ * holds it (a debugger, SIGSTOP) would otherwise hang every process of the
+ * simulated machine until it resumes; a real driver has no such lock.  Past
+ * the bound the call fails, as a driver call fails, and the next one tries
+ * again. */
+#define SIM_LOCK_WAIT_NS 2000000000ULL
+
 static int sim_lock(struct sim_file *f)
 {
-    int rc = vgl_robust_lock(&f->lock.u.mutex);
+    int rc = vgl_robust_lock_within(&f->lock.u.mutex, SIM_LOCK_WAIT_NS, NULL);
     if (rc == 1) {
         sim_repair(f);
         pthread_mutex_consistent(&f->lock.u.mutex);
         return 0;
+    }
+    if (rc == -ETIMEDOUT) {
+        static int logged;
+        if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+            sim_log("%s: the state lock was held for more than %d s by thread %u (a process stopped in the "
+                    "simulated driver?); this call fails, later ones try again", sim_st.path,
+                    (int)(SIM_LOCK_WAIT_NS / 1000000000ULL), (unsigned)vgl_robust_owner(&f->lock.u.mutex));
+        return rc;
     }
     if (rc) {
         static int logged;
@@ -267,10 +282,21 @@ static bool sim_entry_lock(int i, bool hold)
     return (hold ? vgl_hold_byte : vgl_release_byte)(fd, sim_entry_offset(i)) == 0;
 }
 
+/* An entry's lock, where it can be asked about, says more than its pid: it
+ * goes with the process image that took it.  The driver's device files are
+ * O_CLOEXEC, so an exec frees the memory of the image before it (the pid
+ * runs on, same start time, holding nothing); the state file's descriptor is
+ * O_CLOEXEC too, and its lock goes at the exec as the driver's memory does. */
 static bool sim_entry_dead(const struct sim_file_proc *p, int i)
 {
     if (p->who.pid <= 0)
         return true; /* half-claimed by a process killed in the act: kill(0, 0) would succeed */
+    if (p->flags & SIM_PROC_LOCKED) {
+        int fd = sim_own_fd();
+        int held = fd >= 0 ? vgl_byte_held(fd, sim_entry_offset(i)) : -1;
+        if (held >= 0)
+            return held == 0;
+    }
     if (p->who.ns == sim_state_self().ns) {
         /* Exited (a zombie too: a real driver frees a process's memory at
          * its exit, not when its parent reaps it), or the pid is reused. */

@@ -84,7 +84,7 @@ def test_a_closed_stdin_is_one_line(tmp_path):
 
 
 def test_cdi_output_empty(tmp_path):
-    line = error_line(vgpulimit("cdi", "generate", "--output", "", cwd=tmp_path), 2)
+    line = error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", "", cwd=tmp_path), 2)
     assert "--output is empty" in line and "no --output for stdout" in line
     assert os.listdir(tmp_path) == []
 
@@ -92,7 +92,7 @@ def test_cdi_output_empty(tmp_path):
 def test_cdi_output_a_directory_leaves_nothing_behind(tmp_path):
     target = tmp_path / "specs"
     target.mkdir()
-    line = error_line(vgpulimit("cdi", "generate", "--output", str(target)), 1)
+    line = error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", str(target)), 1)
     assert line == f"vgpulimit: error: --output {target}: a directory; give a file name"
     assert os.listdir(tmp_path) == ["specs"] and os.listdir(target) == []
 
@@ -100,7 +100,7 @@ def test_cdi_output_a_directory_leaves_nothing_behind(tmp_path):
 def test_cdi_output_a_fifo_is_not_replaced(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    line = error_line(vgpulimit("cdi", "generate", "--output", str(fifo)), 1)
+    line = error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", str(fifo)), 1)
     assert "not a regular file" in line
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and os.listdir(tmp_path) == ["fifo"]
 

@@ -35,7 +35,7 @@ def test_a_run_of_programs_under_a_supervisor_all_fit(costly_env):
 
 def test_a_run_of_programs_without_a_supervisor_all_fit(costly_env, shim_path, tmp_path):
     region = tmp_path / "region"
-    env = dict(costly_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region),
+    env = dict(costly_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region),
                VGPULIMIT_MEMORY="1GiB")
     for _ in range(6):
         run([*HOLD, "100"], env)
@@ -162,7 +162,7 @@ def test_a_nested_run_names_its_region_and_still_counts_in_the_outer(sim_env, tm
 
 def test_the_shim_creates_no_directory_it_is_named(sim_env, shim_path, tmp_path):
     missing = tmp_path / "no" / "such" / "dir"
-    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(missing / "region"),
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(missing / "region"),
                VGPULIMIT_MEMORY="1GiB")
     result = run([*HOLD, "10"], env, check=False)
     assert result.returncode == 1  # fail closed

@@ -59,7 +59,7 @@ def test_the_spec_can_ask_the_hook_to_admit():
 @pytest.mark.parametrize("args, name", [
     (["--memory", "1GiB"], "1GiB"),
     (["--memory", "50%", "--cores", "30%"], "50pct-cores30"),
-    ([], "shim"),
+    (["--memory", "none", "--cores", "none"], "shim"),
 ])
 def test_the_device_is_named_after_its_limits(args, name):
     [device] = spec_of(*args)["devices"]
@@ -71,7 +71,7 @@ def test_the_device_is_named_after_its_limits(args, name):
     (["--memory", "1GiB"], "0.5.0"),                    # the name "1GiB" starts with a digit
     (["--name", "7b", "--cores", "30"], "0.5.0"),
     (["--name", "small", "--memory", "1GiB"], "0.4.0"),   # the shim's mount has a type
-    ([], "0.4.0"),                                      # "shim"
+    (["--memory", "none", "--cores", "none"], "0.4.0"),  # "shim"
 ])
 def test_the_spec_claims_the_lowest_version_its_content_needs(args, version):
     assert spec_of(*args)["cdiVersion"] == version
@@ -92,7 +92,7 @@ def test_minimum_version_as_the_cdi_library_reckons_it(name, mount, version):
 
 
 def test_without_limits_the_device_leaves_them_to_the_container():
-    [device] = spec_of()["devices"]
+    [device] = spec_of("--memory", "none", "--cores", "none")["devices"]
     assert "env" not in device["containerEdits"]
 
 
@@ -116,7 +116,7 @@ def test_bad_flags_are_one_line(args, expected):
 
 
 def test_an_output_it_cannot_write(tmp_path):
-    result = generate("--output", str(tmp_path / "missing" / "spec.json"))
+    result = generate("--memory", "1GiB", "--output", str(tmp_path / "missing" / "spec.json"))
     assert result.returncode == 1
     [line] = result.stderr.splitlines()
     assert line == (f"vgpulimit: error: --output {tmp_path / 'missing' / 'spec.json'}: "

@@ -53,11 +53,18 @@ def test_shares(text, ppm, described):
     assert limit.describe() == described
 
 
-@pytest.mark.parametrize("text", ["lots", "8GBx", "1.5g?", "", "   ", "-1GiB", "GiB", "1 GiB"])
+@pytest.mark.parametrize("text", ["lots", "8GBx", "1.5g?", "", "   ", "GiB", "1 GiB"])
 def test_rejects_what_is_not_a_size(text):
     with pytest.raises(LimitError) as info:
         parse_memory(text)
     assert str(info.value).startswith(f"--memory: {text!r} is not a valid value; accepted forms: ")
+
+
+def test_a_negative_size_is_said_to_be_negative():
+    with pytest.raises(LimitError) as info:
+        parse_memory("-1GiB")
+    assert str(info.value).startswith("--memory: '-1GiB' is negative (a limit is a size or a share above "
+                                      "zero); accepted forms: ")
 
 
 @pytest.mark.parametrize("text", ["0", "0%", "101%", "99999999999999999999999"])

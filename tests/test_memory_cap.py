@@ -215,8 +215,7 @@ def test_hami_core_variables_work_unchanged(sim_env, cbin, shim_path, tmp_path, 
     """A container set up by HAMi's device plugin (its variables only, its shared
     cache path) gets the same cap as one set up with vgpulimit's variables."""
     client = [cbin / "alloc_client", "dlsym", str(256 * MiB), "5"]
-    ours = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB",
-                            VGPULIMIT_REGION=str(tmp_path / "ours")))
+    ours = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB"))
     theirs = run(client, dict(sim_env, LD_PRELOAD=str(shim_path),
                               CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "vgpu.cache"), **hami))
     assert theirs.stdout == ours.stdout
@@ -231,7 +230,7 @@ def test_hami_zero_means_no_limit_and_ours_win(sim_env, cbin, shim_path, tmp_pat
                             CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "zero.cache")))
     assert zero.stdout == unlimited  # HAMi-core reads 0 as "no limit"; so do we, for its variable
     both = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="256m",
-                            VGPULIMIT_MEMORY="512MiB", VGPULIMIT_REGION=str(tmp_path / "both")))
+                            VGPULIMIT_MEMORY="512MiB"))
     assert "alloc 1 0\nalloc 2 2" in both.stdout  # VGPULIMIT_MEMORY, not HAMi's 256m
 
 
@@ -243,8 +242,7 @@ def test_eight_racing_processes_never_pass_the_cap(sim_env, cbin, shim_path, tmp
     watcher = subprocess.Popen([sys.executable, str(TESTS / "clients" / "nvml_watch.py"), str(stop)],
                                env=sim_env, stdout=subprocess.PIPE, text=True)
     assert watcher.stdout.readline() == "watching\n"
-    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB",
-               VGPULIMIT_REGION=str(tmp_path / "region"))
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB")
     go = tmp_path / "go"
     try:
         racers = [subprocess.Popen([str(cbin / "racer"), "200", str(seed), str(go)], env=env,

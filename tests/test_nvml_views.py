@@ -17,6 +17,13 @@ from conftest import C_DIR, GiB, MiB, compile_c, run, vgpulimit_cmd
 from containers import CLIENTS, container, joined, outsider
 
 
+def made_on_first_use(sim_env, region, shim_path, **limits: str) -> dict[str, str]:
+    """A process with limit variables whose region the shim makes at `region`
+    on first use, as HAMi's shared cache is (one named by VGPULIMIT_REGION
+    must exist already)."""
+    return dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region), **limits)
+
+
 def view(env, *args):
     return json.loads(run([sys.executable, CLIENTS / "nvml_view.py", *args], env).stdout)
 
@@ -80,7 +87,7 @@ def test_device_count_and_handles_follow_cuda_visible_devices(sim_env, tmp_path,
     uuids = [d["uuid"] for d in view(sim)["devices"]]
     region = tmp_path / "region"
     for visible in ("1", uuids[1][:12]):
-        env = joined(sim, region, shim_path, CUDA_VISIBLE_DEVICES=visible,
+        env = made_on_first_use(sim, region, shim_path, CUDA_VISIBLE_DEVICES=visible,
                      VGPULIMIT_MEMORY_0="1GiB", VGPULIMIT_MEMORY_1="3GiB")
         seen = view(env, "--uuid-lookup", *uuids)
         assert seen["count"] == 1, visible
@@ -89,12 +96,12 @@ def test_device_count_and_handles_follow_cuda_visible_devices(sim_env, tmp_path,
         assert seen["by_uuid"] == {uuids[0]: "NVMLError_NotFound", uuids[1]: 0}
         region.unlink()
     # An entry CUDA would reject ends the list there.
-    env = joined(sim, region, shim_path, CUDA_VISIBLE_DEVICES="1,7,0")
+    env = made_on_first_use(sim, region, shim_path, CUDA_VISIBLE_DEVICES="1,7,0")
     assert view(env)["count"] == 1
 
 
 def test_once_cuda_is_initialised_nvml_follows_cudas_numbering(sim_env, tmp_path, shim_path):
-    env = joined(dict(sim_env, SIMGPU_DEVICES="3"), tmp_path / "region", shim_path,
+    env = made_on_first_use(dict(sim_env, SIMGPU_DEVICES="3"), tmp_path / "region", shim_path,
                  VGPULIMIT_MEMORY="1GiB")
     seen = view(env, "--cuda-init")
     assert [d["uuid"] for d in seen["devices"]] == seen["cuda_uuids"]
@@ -134,7 +141,7 @@ def test_utilisation_counts_only_the_containers_kernels(sim_env, tmp_path, shim_
                                                         launch_client):
     """Both tenants keep the GPU busy: the driver's per-process samples name
     both, the container sees its own only, and its utilisation is its part."""
-    env = joined(sim_env, tmp_path / "region", shim_path, VGPULIMIT_MEMORY="2GiB")
+    env = made_on_first_use(sim_env, tmp_path / "region", shim_path, VGPULIMIT_MEMORY="2GiB")
     with launching(launch_client, env) as mine, launching(launch_client, sim_env) as other:
         # Until the driver's samples name both (a sample period or two):
         deadline = time.monotonic() + 30

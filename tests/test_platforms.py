@@ -191,7 +191,7 @@ def test_the_aarch64_shim_exports_only_its_hooks_and_dlsym(aarch64):
 def test_aarch64_every_lookup_path_stops_at_the_cap(aarch64, tmp_path, mode):
     result = under_qemu(aarch64, tmp_path,
                         [aarch64["bin"] / "alloc_client", mode, str(256 * MiB), "5"],
-                        VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+                        VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"meminfo {GiB} {GiB}", f"total {GiB}", *[f"alloc {i} 0" for i in range(4)], "alloc 4 2",
@@ -204,7 +204,7 @@ def test_aarch64_rtld_next_lookups_behave_as_without_the_shim(aarch64, tmp_path)
     assert expected.returncode == 0, expected.stderr
     assert expected.stdout.startswith("whoami 101\n")
     for extra in ({}, {"VGPULIMIT_MEMORY": "1GiB",
-                       "VGPULIMIT_REGION": str(tmp_path / "region")}):
+                       "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(tmp_path / "region")}):
         result = under_qemu(aarch64, tmp_path, program, **extra)
         assert (result.returncode, result.stdout) == (0, expected.stdout), result.stderr
 

@@ -71,14 +71,14 @@ def sanitized_run(sanitized, tmp_path, cmd, shim=True, **env):
 def test_a_cap_on_every_path(sanitized, tmp_path, mode):
     result = sanitized_run(sanitized, tmp_path,
                            [sanitized["bin"] / "alloc_client", mode, str(256 * MiB), "5"],
-                           VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+                           VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     assert "alloc 3 0\nalloc 4 2\n" in result.stdout
     assert "realloc 0" in result.stdout
 
 
 def test_pinned_host_memory_and_copies_under_a_cap(sanitized, tmp_path):
     result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "host_memory_test"],
-                           VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+                           VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     assert result.stdout.endswith(" passed, 0 failed\n")
 
 
@@ -88,7 +88,7 @@ def test_no_limit_bad_limit_and_null_arguments(sanitized, tmp_path):
     bad = sanitized_run(sanitized, tmp_path, [client, "link", str(MiB), "2"], VGPULIMIT_MEMORY="8GBs")
     assert "alloc 1 2" in bad.stdout and "VGPULIMIT_MEMORY" in bad.stderr
     sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "meminfo_null"],
-                  VGPULIMIT_MEMORY="1GiB", VGPULIMIT_REGION=str(tmp_path / "region"))
+                  VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
 
 
 def test_rtld_next(sanitized, tmp_path):
@@ -97,7 +97,7 @@ def test_rtld_next(sanitized, tmp_path):
     program = [sanitized["bin"] / "rtld_next_main"]
     expected = sanitized_run(sanitized, tmp_path, program, shim=False).stdout
     result = sanitized_run(sanitized, tmp_path, program, VGPULIMIT_MEMORY="1GiB",
-                           VGPULIMIT_REGION=str(tmp_path / "region"))
+                           CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     assert result.stdout == expected
     assert result.stdout.startswith("whoami 101\n")
 
@@ -123,7 +123,7 @@ def test_launches_drawing_from_a_compute_share(sanitized, tmp_path, path):
     """Every launch path through the throttle and simgpu's timeline: 1 ms
     kernels at 50 % for half a second."""
     result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "launch_client", path, "1000", "0.5"],
-                           VGPULIMIT_CORES="50", VGPULIMIT_REGION=str(tmp_path / "region"))
+                           VGPULIMIT_CORES="50", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     launched = int(result.stdout.split("done ")[1].split()[1])
     assert 0 < launched < 450  # uncapped, about 500 would run
 

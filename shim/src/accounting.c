@@ -85,12 +85,13 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
         uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);
         if (VGL_UNLIKELY(vgl_config.broken))
             cap = 0;
-        if (vgl_region_reserve(link.region, link.slot, device, bytes, cap) < 0) {
+        int err = vgl_region_reserve(link.region, link.slot, device, bytes, cap);
+        if (err < 0) {
             if (refused)
                 *refused = i;
             while (i--)
                 vgl_ledger_release(vgl_link_at(i).region, vgl_link_at(i).slot, device, bytes);
-            return -ENOMEM;
+            return err == -ETIMEDOUT ? err : -ENOMEM;
         }
     }
     return 0;

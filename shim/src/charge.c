@@ -3,6 +3,8 @@
  * free.  The hooks of every allocation family (memory_hooks.c, pool_hooks.c,
  * vmm_hooks.c, array_hooks.c, graph_memory_hooks.c) go through here; the
  * driver's own cost for the process is charged first (overhead.c). */
+#include <errno.h>
+
 #include "internal.h"
 
 /* `link`: the region whose cap refused (0 the process's own, then those it is
@@ -51,6 +53,15 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
     int err = vgl_reserve((uint32_t)device, bytes, false, &refused);
     /* A region may have been lost during the reservation itself: then it
      * counted into zeros that only we see (no need to return it there). */
+    if (err == -ETIMEDOUT) {
+        static unsigned said;
+        char asked[32];
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "%s of %s refused: " VGL_LOCK_HELD_FMT, call,
+                        vgl_format_bytes(bytes, asked, sizeof asked),
+                        VGL_LOCK_HELD_ARGS(refused ? "the region this one is nested in" : vgl_config.region_path,
+                                           vgl_link_at(refused).region));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (err < 0 || VGL_UNLIKELY(vgl_region_lost())) {
         log_refusal(call, device, bytes, err < 0 ? (int)refused : -1);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -17,6 +17,8 @@
  *     others.
  * A variable that cannot be used makes the configuration "broken": device
  * allocations are refused (fail closed), never run without the limit. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,9 +68,29 @@ static uint64_t limits_hash(const struct vgl_env *env)
     return h;
 }
 
+int vgl_private_dir(const char *dir, uint32_t *owner, uint32_t *mode)
+{
+    /* Not lstat: newer than the shim's glibc floor.  O_NOFOLLOW refuses a link. */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ELOOP ? -ENOTDIR : -errno;
+    struct stat st;
+    int err = fstat(fd, &st) < 0 ? -errno : 0;
+    close(fd);
+    if (err)
+        return err;
+    *owner = (uint32_t)st.st_uid;
+    *mode = (uint32_t)(st.st_mode & 07777);
+    if (st.st_uid != geteuid())
+        return -EPERM;
+    return st.st_mode & (S_IWGRP | S_IWOTH) ? -EACCES : 0;
+}
+
 /* The directory for regions the shim makes itself: the first of the runtime
- * directories (paths.h, as `vgpulimit run` picks its own) whose parent lets
- * this process make it. */
+ * directories (paths.h, as `vgpulimit run` picks its own) that is this
+ * user's own and writable by no one else, or that this process may make.
+ * One another user made (in /tmp, anyone can) is passed over: its owner
+ * could replace the region in it. */
 static void own_region_path(const struct vgl_env *env)
 {
     char *out = vgl_config.region_path;
@@ -80,10 +102,15 @@ static void own_region_path(const struct vgl_env *env)
     for (int i = 0; i <= last; i++) {
         if (vgl_runtime_dir(environ, i, out, len) != 0)
             continue;
-        char *slash = strrchr(out, '/');
-        *slash = '\0';
-        bool usable = access(slash == out ? "/" : out, W_OK | X_OK) == 0;
-        *slash = '/';
+        uint32_t owner, mode;
+        int err = vgl_private_dir(out, &owner, &mode);
+        bool usable = err == 0;
+        if (err == -ENOENT) {
+            char *slash = strrchr(out, '/');
+            *slash = '\0';
+            usable = access(slash == out ? "/" : out, W_OK | X_OK) == 0;
+            *slash = '/';
+        }
         if (usable || i == last)
             break;
     }

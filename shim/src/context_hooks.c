@@ -29,7 +29,7 @@ static bool fits(CUdevice_v1 device, CUcontext ctx)
         /* What dead processes held (their contexts too) is taken back before a
          * context is refused. */
         if (__atomic_load_n(used, __ATOMIC_RELAXED) > cap &&
-            (vgl_region_reclaim(region) == 0 || __atomic_load_n(used, __ATOMIC_RELAXED) > cap))
+            (vgl_region_reclaim(region) <= 0 || __atomic_load_n(used, __ATOMIC_RELAXED) > cap))
             return false;
     }
     return true;

@@ -184,17 +184,56 @@ static bool open_outer(const struct vgl_region *region)
     return true;
 }
 
+/* Whether the region named is made by someone else, never by the shim:
+ * VGPULIMIT_REGION names the region of `vgpulimit run`, the OCI hook or a CDI
+ * device, which made it with the limits.  Made here instead, from whatever
+ * the process's environment says, a region that was removed, or a new path
+ * a process named, would hold no cap at all.  HAMi's shared cache and KAI's
+ * file are made on first use, as HAMi-core and KAI make them. */
+static bool made_elsewhere(void)
+{
+    return vgl_config.authoritative || strcmp(vgl_config.env.region_from, "VGPULIMIT_REGION") == 0;
+}
+
+/* The directory of the shim's own regions is usable (config.c
+ * vgl_private_dir), else one line saying whose it is. */
+static int check_own_dir(char *why, size_t len)
+{
+    char dir[sizeof vgl_config.region_path];
+    memcpy(dir, vgl_config.region_path, vgl_config.own_dir_len);
+    dir[vgl_config.own_dir_len] = '\0';
+    uint32_t owner = 0, mode = 0;
+    int err = vgl_private_dir(dir, &owner, &mode);
+    if (err == -EPERM || err == -EACCES)
+        snprintf(why, len, "its directory %.300s is %s (owner uid %u, mode %04o), and a runtime directory must be "
+                 "this user's own (uid %u) and writable by no one else; remove it, or set XDG_RUNTIME_DIR to "
+                 "a directory of your own", dir, err == -EPERM ? "another user's" : "writable by others", owner,
+                 mode, (unsigned)geteuid());
+    else if (err)
+        snprintf(why, len, "its directory %.300s cannot be used: %s", dir, strerror(-err));
+    return err;
+}
+
 static struct vgl_region *open_region(void)
 {
     const char *path = vgl_config.region_path;
     const struct vgl_env *env = &vgl_config.env;
     struct vgl_region *region = NULL;
-    int err = vgl_region_open(path, &region);
-    if (err == -ENOENT && !vgl_config.authoritative) {
+    char why[640] = "";
+    int err = 0;
+    if (vgl_config.own_dir_len) {
+        make_own_dir();
+        err = check_own_dir(why, sizeof why);
+    }
+    if (!err)
+        err = vgl_region_open(path, &region);
+    if (err == -ENOENT && made_elsewhere()) {
+        snprintf(why, sizeof why, "no such file; a region named by %s is made by `vgpulimit run`, the OCI hook "
+                 "or a CDI device, never by the shim (was it removed?)",
+                 vgl_config.authoritative ? VGL_CONTAINER_REGION : "VGPULIMIT_REGION");
+    } else if (err == -ENOENT) {
         /* No supervisor made one: the first process of the container does. */
-        if (vgl_config.own_dir_len)
-            make_own_dir();
-        else if (env->region_dir_len)
+        if (env->region_dir_len)
             make_kai_dirs();
         err = vgl_region_create_with_uuids(path, env->memory, env->cores_pct, env->by_uuid,
                                            VGL_REGION_FROM_ENVIRONMENT, NULL);
@@ -202,7 +241,9 @@ static struct vgl_region *open_region(void)
         if (!err || err == -EEXIST)
             err = vgl_region_open(path, &region);
         else if (err == -ENOENT)
-            err = -ENOTDIR;
+            snprintf(why, sizeof why, "its directory does not exist (vgpulimit creates no directory it is named)");
+        else
+            snprintf(why, sizeof why, "cannot create it: %s", strerror(-err)); /* a full disk, say */
         /* Its name hashes the policy too: whoever made it wrote the same. */
         for (int i = 0; made && !err && env->cores_policy > 0 && i < VGL_MAX_DEVICES; i++)
             __atomic_store_n(&region->devices[i].cores_policy, (uint32_t)env->cores_policy, __ATOMIC_RELEASE);
@@ -213,8 +254,7 @@ static struct vgl_region *open_region(void)
             vgl_log(VGL_LOG_ERROR, "region file %s (%s): %s; device memory allocations are refused", path,
                 vgl_config.authoritative ? "set up by the container's runtime"
                 : env->region_from[0]     ? env->region_from : "made from the limit variables",
-                err == -ENOTDIR ? "its directory does not exist (vgpulimit creates no directory it is named)"
-                                : vgl_region_strerror(err));
+                why[0] ? why : vgl_region_strerror(err));
         return NULL;
     }
     vgl_region_guard(region); /* the first region of the process: there is room */
@@ -260,7 +300,13 @@ bool vgl_attach(void)
         bool outer = false;
         for (uint32_t i = 0; i < vgl_self.nouter && !err; i++, outer = true)
             err = vgl_region_attach(vgl_self.outer[i].region, vgl_self.pid, host_pid, &vgl_self.outer[i].slot);
-        if (err)
+        if (err == -ETIMEDOUT)
+            /* Not for good: the next call tries again. */
+            vgl_log_bounded(VGL_LOG_ERROR, &failures, VGL_LOCK_HELD_FMT "; this process's device memory "
+                            "allocations are refused until it is let go",
+                            VGL_LOCK_HELD_ARGS(outer ? "the region this one is nested in" : vgl_config.region_path,
+                                               outer ? vgl_self.outer[0].region : vgl_self.region));
+        else if (err)
             vgl_log_bounded(VGL_LOG_ERROR, &failures, "%s%s%s: %s; device memory allocations are "
                             "refused", outer ? "the region file that " : "region file ", vgl_config.region_path,
                             outer ? " is nested in" : "", vgl_region_strerror(err));

@@ -56,8 +56,16 @@ bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_tim
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
 
 /* ledger.c (also region.h) */
+/* The longest anyone waits for the region lock (ledger.c says why). */
+#define VGL_LOCK_WAIT_NS 2000000000ULL
+/* What a refusal for a lock held past its bound says of `region`'s lock. */
+#define VGL_LOCK_HELD_FMT "the region lock of %s was held for more than %d s by thread %u (a process " \
+    "stopped while holding it, or a lock word written by something other than vgpulimit)"
+#define VGL_LOCK_HELD_ARGS(path, region) (path), (int)(VGL_LOCK_WAIT_NS / 1000000000ULL), \
+    (unsigned)vgl_region_lock_holder(region)
 /* Takes the region lock (it guards slot claims, limit changes and
- * recounts): 0, or -errno when it is unusable and was not taken.  A holder
+ * recounts): 0, or -errno when it is unusable or held past VGL_LOCK_WAIT_NS
+ * (-ETIMEDOUT), and was not taken.  A holder
  * that died may have left the totals half recounted: then, or when a device
  * is left frozen, they are recounted first. */
 int vgl_ledger_lock(struct vgl_region *region);
@@ -82,6 +90,11 @@ struct vgl_config {
 };
 extern struct vgl_config vgl_config;
 void vgl_config_load(void);
+/* Whether `dir` may hold this user's own regions: a directory (not a link)
+ * of this user's, writable by no one else, as XDG_RUNTIME_DIR must be.  0;
+ * -ENOENT; -ENOTDIR; -EPERM: another user's; -EACCES: writable by others;
+ * its owner and mode in `*owner`, `*mode` when it is a directory. */
+int vgl_private_dir(const char *dir, uint32_t *owner, uint32_t *mode);
 
 /* init.c — per-process state of the shim. */
 struct vgl_link {
@@ -117,6 +130,8 @@ VGL_NO_SANITIZE void vgl_resolve_real_dlsym(void);
 /* The library's handle, opened once (kept open); NULL when it is absent. */
 void *vgl_real_cuda_library(void);
 void *vgl_real_nvml_library(void);
+/* Why libnvidia-ml could not be loaded ("" when it was). */
+const char *vgl_real_nvml_error(void);
 
 /* hooks.c — the hook table expanded. */
 #define CU_HOOK(symbol, base, version, pt, params, args) typedef CUresult(*vgl_pfn_##symbol) params;
@@ -195,7 +210,8 @@ uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t to
 /* Reserves `bytes` on `device` in the process's region and each it is nested
  * in, under each one's cap (`forced`: under none, for memory the driver
  * already holds): 0, or -ENOMEM with nothing reserved, and which region
- * refused in *refused (0: its own; i: vgl_self.outer[i - 1]; may be NULL). */
+ * refused in *refused (0: its own; i: vgl_self.outer[i - 1]; may be NULL);
+ * -ETIMEDOUT when a region's lock was needed and held past its bound. */
 int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused);
 /* Returns `bytes` on `device` to the process's region and each it is nested in. */
 void vgl_release(uint32_t device, uint64_t bytes);

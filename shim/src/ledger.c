@@ -50,7 +50,9 @@
  * be told from a live one), would hold a recount, and with it every change,
  * up forever.  So a recount waits for a slot at most RECOUNT_WAIT_NS; then it
  * gives up, having written nothing: the totals keep over-stating what the
- * dead held, and its slot stays for a later reclaim to try again. */
+ * dead held, and its slot stays for a later reclaim to try again.  The same
+ * goes for a process stopped while it holds the region lock itself, recount
+ * or not: nobody waits for the lock past a bound (vgl_ledger_lock). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -88,10 +90,27 @@ static bool any_frozen(const struct vgl_region *region)
 
 /* Slot claims and limits are written so that a half-done change is harmless
  * (a slot's state is set last); the totals are not (a recount cut short,
- * devices left frozen), so they are recounted. */
+ * devices left frozen), so they are recounted.
+ *
+ * The lock is in a file every process of the container can write, and a
+ * live holder can keep it as long as it likes (stopped by a signal or a
+ * debugger; or a lock word written by a tenant to name a live thread).  So
+ * nobody waits for it longer than VGL_LOCK_WAIT_NS: then the caller is told
+ * (-ETIMEDOUT) and does without, failing closed for that call (a slot is not
+ * claimed, a limit not changed, the dead not reclaimed); the next call tries
+ * again.  The holder may be working still, so nothing it guards is touched. */
 int vgl_ledger_lock(struct vgl_region *region)
 {
-    int err = vgl_robust_lock(region_mutex(region));
+    bool repaired;
+    int err = vgl_robust_lock_within(region_mutex(region), VGL_LOCK_WAIT_NS, &repaired);
+    if (repaired) {
+        static unsigned said;
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "the region lock's word named no possible thread (it was "
+                        "written by something other than vgpulimit); taken as a dead holder's, and the "
+                        "region's totals recounted");
+    }
+    if (err == -ETIMEDOUT)
+        return err; /* said by whoever was refused, with the holder (vgl_region_lock_holder) */
     if (err < 0) {
         /* Not from vgpulimit, which makes every EOWNERDEAD consistent: the
          * lock's bytes were written by something else.  Nothing it guards is

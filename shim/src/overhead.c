@@ -22,6 +22,7 @@
  * the container is never taken, and an answer that is not unique is no
  * answer (asked again at a later allocation). */
 #include <pthread.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "internal.h"
@@ -43,11 +44,31 @@ static uint64_t checked_at[VGL_MAX_DEVICES]; /* CLOCK_MONOTONIC_COARSE; 0: never
 static unsigned identify_tries;
 static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
 static bool nvml_up;
+static char nvml_down[300]; /* why NVML could not be started */
 
 static void start_nvml(void)
 {
     /* NVML counts its own users: this reference is ours and stays. */
-    nvml_up = vgl_resolve_nvml() && vgl_real.nvmlInit_v2() == NVML_SUCCESS;
+    nvmlReturn_t rc = NVML_SUCCESS;
+    nvml_up = vgl_resolve_nvml() && (rc = vgl_real.nvmlInit_v2()) == NVML_SUCCESS;
+    if (!nvml_up && rc != NVML_SUCCESS)
+        snprintf(nvml_down, sizeof nvml_down, "nvmlInit failed (NVML error %d)", (int)rc);
+    else if (!nvml_up)
+        snprintf(nvml_down, sizeof nvml_down, "cannot load libnvidia-ml.so.1: %s", vgl_real_nvml_error());
+}
+
+/* The cap depends on the driver's figure: without NVML the context's cost
+ * goes uncounted, and the driver may hold more than the cap for the process.
+ * That is said at the default level, with its cause (too few descriptors
+ * left, say, with `ulimit -n`), once, where a cap applies. */
+static void say_uncounted(int device)
+{
+    static int said;
+    if (vgl_region_cap(vgl_self.region, device, vgl_device_total(device)) == UINT64_MAX ||
+        __atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        return;
+    vgl_log(VGL_LOG_WARN, "%s; the memory the driver holds for this process's contexts is not counted "
+            "against the cap, which the driver's own figure may then pass", nvml_down);
 }
 
 /* The driver's compute processes on `handle`; -1 when it cannot say. */
@@ -145,8 +166,12 @@ static int32_t identify(int device, nvmlDevice_t handle)
 static bool nvml_usage(int device, uint64_t *bytes)
 {
     pthread_once(&nvml_once, start_nvml);
+    if (!nvml_up) {
+        say_uncounted(device);
+        return false;
+    }
     struct vgl_visible visible;
-    if (!nvml_up || !vgl_visible_devices(&visible) || (unsigned)device >= visible.count)
+    if (!vgl_visible_devices(&visible) || (unsigned)device >= visible.count)
         return false;
     int32_t self = __atomic_load_n(&vgl_self.slot->host_pid, __ATOMIC_ACQUIRE);
     if (self <= 0 && (self = identify(device, visible.handle[device])) <= 0)

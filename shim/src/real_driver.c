@@ -5,6 +5,7 @@
  * GPU first on LD_LIBRARY_PATH that is simgpu, otherwise the NVIDIA driver. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 
 #include "internal.h"
 
@@ -39,10 +40,11 @@ struct library {
     enum vgl_log_level missing;
     pthread_once_t once;
     void *handle;
+    char error[256]; /* why it could not be loaded (dlerror) */
 };
 
-static struct library cuda = {"libcuda.so.1", VGL_LOG_ERROR, PTHREAD_ONCE_INIT, NULL};
-static struct library nvml = {"libnvidia-ml.so.1", VGL_LOG_INFO, PTHREAD_ONCE_INIT, NULL};
+static struct library cuda = {"libcuda.so.1", VGL_LOG_ERROR, PTHREAD_ONCE_INIT, NULL, ""};
+static struct library nvml = {"libnvidia-ml.so.1", VGL_LOG_INFO, PTHREAD_ONCE_INIT, NULL, ""};
 
 static void open_library(struct library *lib)
 {
@@ -52,8 +54,11 @@ static void open_library(struct library *lib)
     void *handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     if (!handle)
         handle = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
-    if (!handle)
-        VGL_LOG((int)lib->missing, "cannot load %s: %s", lib->soname, dlerror());
+    if (!handle) {
+        const char *why = dlerror();
+        snprintf(lib->error, sizeof lib->error, "%s", why ? why : "not found");
+        VGL_LOG((int)lib->missing, "cannot load %s: %s", lib->soname, lib->error);
+    }
     /* Never closed: the real pointers point into it. */
     lib->handle = handle;
 }
@@ -71,4 +76,10 @@ void *vgl_real_nvml_library(void)
 {
     pthread_once(&nvml.once, open_nvml);
     return nvml.handle;
+}
+
+const char *vgl_real_nvml_error(void)
+{
+    pthread_once(&nvml.once, open_nvml);
+    return nvml.error;
 }

@@ -241,6 +241,9 @@ const char *vgl_region_strerror(int err)
         return "a region file already exists there";
     case -ENOSPC:
         return "every process slot of the region is taken";
+    case -ETIMEDOUT:
+        return "its lock was held past its bound (a process stopped while holding it, or a lock word "
+               "written by something other than vgpulimit); nothing was changed, try again";
     case -ENOTRECOVERABLE:
         return "its lock is unusable (its bytes were written by something other than vgpulimit); "
                "make a new region";
@@ -315,7 +318,7 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
             *out = found;
             return 0;
         }
-        if (vgl_region_reclaim(region) == 0)
+        if (vgl_region_reclaim(region) <= 0)
             break;
     }
     return -ENOSPC;
@@ -333,10 +336,16 @@ void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
         vgl_ledger_unlock(region);
 }
 
+uint32_t vgl_region_lock_holder(struct vgl_region *region)
+{
+    return vgl_robust_owner((pthread_mutex_t *)(void *)region->lock.opaque);
+}
+
 int vgl_region_reclaim(struct vgl_region *region)
 {
-    if (vgl_ledger_lock(region) != 0)
-        return 0;
+    int err = vgl_ledger_lock(region);
+    if (err)
+        return err;
     /* Marked first: a reclaimer that dies on the way leaves the next one
      * slots it need not ask about (their pids may name others by then). */
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -26,6 +27,8 @@
 static struct {
     const struct vgl_region *region;
     int fd;
+    /* The slots this process image claimed (vgl_owner_claim) and holds. */
+    uint64_t mine[VGL_MAX_SLOTS / 64];
 } held[HELD_MAX];
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t fork_handlers = PTHREAD_ONCE_INIT;
@@ -57,6 +60,7 @@ static void after_fork_in_child(void)
         int fresh = reopen(held[i].fd);
         close(held[i].fd);
         held[i].fd = fresh; /* -1: no /proc; this process's slot will hold no lock */
+        memset(held[i].mine, 0, sizeof held[i].mine); /* the parent's */
     }
     pthread_mutex_unlock(&held_lock);
 }
@@ -70,8 +74,10 @@ void vgl_owner_keep(const struct vgl_region *region, int fd)
     int i = 0;
     while (i < HELD_MAX && held[i].region)
         i++;
-    if (i < HELD_MAX)
+    if (i < HELD_MAX) {
         held[i].region = region, held[i].fd = fd;
+        memset(held[i].mine, 0, sizeof held[i].mine);
+    }
     pthread_mutex_unlock(&held_lock);
     if (i == HELD_MAX)
         close(fd);
@@ -107,6 +113,27 @@ static off_t byte_of(const struct vgl_region *region, const struct vgl_slot *slo
     return (off_t)((const char *)slot - (const char *)region);
 }
 
+/* Marks (`set`), unmarks or asks (`set` < 0) whether this image claimed `slot`. */
+static bool mine(const struct vgl_region *region, const struct vgl_slot *slot, int set)
+{
+    size_t n = (size_t)(slot - region->slots);
+    bool was = false;
+    pthread_mutex_lock(&held_lock);
+    for (int i = 0; i < HELD_MAX; i++) {
+        if (held[i].region != region)
+            continue;
+        uint64_t bit = 1ULL << (n % 64), *word = &held[i].mine[n / 64];
+        was = (*word & bit) != 0;
+        if (set > 0)
+            *word |= bit;
+        else if (set == 0)
+            *word &= ~bit;
+        break;
+    }
+    pthread_mutex_unlock(&held_lock);
+    return was;
+}
+
 static uint64_t own_pid_ns(void)
 {
     static uint64_t ns;
@@ -123,8 +150,13 @@ void vgl_owner_claim(const struct vgl_region *region, struct vgl_slot *slot)
 {
     int fd = fd_of(region);
     slot->pid_ns = own_pid_ns();
-    slot->flags = fd >= 0 && vgl_hold_byte(fd, byte_of(region, slot)) == 0 ? VGL_SLOT_LOCKED : 0;
+    /* The lock stands for this process image: a slot claimed for another
+     * pid (the Python binding may) goes by that pid alone. */
+    bool self = slot->pid == (int32_t)getpid();
+    slot->flags = self && fd >= 0 && vgl_hold_byte(fd, byte_of(region, slot)) == 0 ? VGL_SLOT_LOCKED : 0;
     slot->reserved = 0;
+    if (slot->flags & VGL_SLOT_LOCKED)
+        mine(region, slot, 1);
 }
 
 void vgl_owner_release(const struct vgl_region *region, struct vgl_slot *slot)
@@ -132,6 +164,7 @@ void vgl_owner_release(const struct vgl_region *region, struct vgl_slot *slot)
     int fd = fd_of(region);
     if (fd >= 0 && (slot->flags & VGL_SLOT_LOCKED))
         vgl_release_byte(fd, byte_of(region, slot));
+    mine(region, slot, 0);
 }
 
 bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_time)
@@ -140,13 +173,24 @@ bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_tim
     return slot->pid == pid && slot->start_time == start_time && (!slot->pid_ns || !ns || slot->pid_ns == ns);
 }
 
+/* The lock says more than the pid, wherever it can be asked: it goes with
+ * the process image that took it.  The region's descriptor is O_CLOEXEC, as
+ * the driver's device files are, so an exec drops the lock just as it drops
+ * the device memory of the image before (FACTS.md): the pid runs on, with
+ * the same start time, but what the slot counted is gone.  A slot whose lock
+ * cannot be asked about is judged by its pid where that means something. */
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot)
 {
+    int fd = fd_of(region);
+    /* A lock of our own open file is not seen by our own query: the slot
+     * this image claimed for itself goes by its pid. */
+    if (!mine(region, slot, -1) && (slot->flags & VGL_SLOT_LOCKED) && fd >= 0) {
+        int held = vgl_byte_held(fd, byte_of(region, slot));
+        if (held >= 0)
+            return held != 0;
+    }
     uint64_t ns = own_pid_ns();
     if (!slot->pid_ns || !ns || slot->pid_ns == ns)
         return vgl_proc_running(slot->pid, slot->start_time);
-    int fd = fd_of(region);
-    if (!(slot->flags & VGL_SLOT_LOCKED) || fd < 0)
-        return true; /* cannot tell: never take what may be a live process's bytes */
-    return vgl_byte_held(fd, byte_of(region, slot)) != 0;
+    return true; /* cannot tell: never take what may be a live process's bytes */
 }

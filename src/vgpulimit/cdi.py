@@ -65,9 +65,17 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
     from vgpulimit._paths import libpath
     from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory
 
-    if memory is not None:
+    # "none" says so: a spec whose containers run with no limit is asked for
+    # by name, never the silent result of a forgotten flag.
+    memory_none = memory is not None and memory.strip().lower() == "none"
+    cores_none = cores is not None and cores.strip().lower() == "none"
+    if memory_none:
+        memory = None
+    elif memory is not None:
         parse_memory(memory, "--memory")
-    if cores is not None:
+    if cores_none:
+        cores = None
+    elif cores is not None:
         parse_cores(cores, "--cores")
     if cores_policy is not None:
         parse_cores_policy(cores_policy, "--cores-policy")
@@ -75,6 +83,10 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         name = default_name(memory, cores)
     elif not _NAME.fullmatch(name):
         raise CdiError(f"--name: {name!r} is not a CDI device name ({NAME_FORMS})")
+    if memory is None and cores is None and not (memory_none and cores_none):
+        raise CdiError("cdi generate: no limit given, and a device with none runs its containers "
+                       "uncapped; give --memory SIZE and/or --cores PCT, or --memory none --cores none "
+                       "for a device that installs the shim and leaves the limits to the container")
     env = []
     if memory is not None:
         env.append(f"VGPULIMIT_MEMORY={memory}")

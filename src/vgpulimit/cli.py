@@ -32,9 +32,76 @@ class UsageError(ValueError):
     """A command line that argparse refused."""
 
 
+class _Once(argparse.Action):
+    """An option that takes one value and may be given once: argparse's own
+    "the last one wins" would let `--memory 1GiB --memory 2GiB` run at 2 GiB,
+    or `set --memory 1GiB --memory none` lift the cap, without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given", {})
+        if self.dest in given:
+            raise UsageError(f"{option_string or self.dest} is given twice ({given[self.dest]!r}, then "
+                             f"{values!r}); give it once")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
+def given(args: argparse.Namespace, dest: str) -> bool:
+    """Whether the option of ``dest`` was on the command line (not its default)."""
+    return dest in getattr(args, "_given", {})
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own usage errors: one line, exit 2
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Every option that stores a value is given once (see _Once); groups
+        # share their parser's registry.
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+
+
+def _dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--memory -1GiB`` as ``--memory=-1GiB``: argparse takes a value that
+    starts with '-' for an option and says only "expected one argument", where
+    the value's own parser says what is wrong with it.  A value that is an
+    option of the command (``--memory --cores 30``) is left as it is, and so is
+    everything from ``--`` or the first word that is not an option on (a
+    command to run, with options of its own)."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        out.append(word)
+        if word == "--":
+            break
+        if not word.startswith("-"):
+            sub = _subparser(parser, word)
+            if sub is None:
+                break
+            parser = sub
+            continue
+        action = parser._option_string_actions.get(word)
+        if action is None or action.nargs is not None or not action.option_strings \
+                or isinstance(action, argparse._HelpAction) or action.const is not None:
+            continue
+        following = next(words, None)
+        if following is None:
+            break
+        if following.startswith("-") and following != "--" and following not in parser._option_string_actions:
+            out[-1] = f"{word}={following}"
+        else:
+            out.append(following)
+    out.extend(words)
+    return out
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(name)
+    return None
 
 
 # The shortest interval of a view: below it, top redraws without a pause and
@@ -100,7 +167,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-units", metavar="N",
                      help="memory cap as N units of --unit, as Alibaba's gpushare counts it "
                           "(instead of --memory)")
-    run.add_argument("--unit", metavar="SIZE", default="1GiB",
+    run.add_argument("--unit", metavar="SIZE",
                      help="the size of one --memory-units unit: 1GiB (default), 128Mi, ...")
     run.add_argument("--cores", metavar="PCT",
                      help="compute share of every device, in percent: 30 or 30%%")
@@ -239,11 +306,13 @@ def _add_container_commands(commands) -> None:
         "generate", help="write a CDI spec of kind vgpulimit.io/gpu",
         description="Write a CDI spec with one device of kind vgpulimit.io/gpu that gives a "
                     "container the limits, the shim and the OCI hook: "
-                    "'podman run --device vgpulimit.io/gpu=NAME ...'.")
+                    "'podman run --device vgpulimit.io/gpu=NAME ...'.  At least one limit is "
+                    "required; a device with none is asked for with --memory none --cores none.")
     generate.add_argument("--name", help="the device's name (default: from the limits)")
     generate.add_argument("--memory", metavar="SIZE",
-                          help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
-    generate.add_argument("--cores", metavar="PCT", help="compute share in percent: 30 or 30%%")
+                          help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
+    generate.add_argument("--cores", metavar="PCT",
+                          help="compute share in percent: 30 or 30%%, or 'none'")
     generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
@@ -271,20 +340,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("run: no command given (usage: vgpulimit run [OPTIONS] -- CMD [ARG...])")
     memory = args.memory
+    if args.unit is not None and args.memory_units is None:
+        raise UsageError("run: --unit is the size of one --memory-units unit, and no --memory-units "
+                         "is given; give --memory-units N with it (e.g. --memory-units 8 --unit 128Mi), "
+                         "or --memory SIZE")
     if args.memory_units is not None:
         if memory is not None:
             raise UsageError("run: give --memory or --memory-units, not both")
         from vgpulimit.limits import memory_in_units
 
-        memory = str(memory_in_units(args.memory_units, args.unit).bytes)
+        memory = str(memory_in_units(args.memory_units, args.unit or "1GiB").bytes)
     limits = supervisor.resolve_limits(memory, args.memory_device, os.environ,
                                        args.cores, args.cores_device, args.cores_policy)
+    if args.region == "":
+        raise UsageError("run: --region is empty; give the path where the region file is made "
+                         "(e.g. /run/vgpulimit/job.region), or leave --region out for a private one")
     options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                     region_path=args.region)
     return supervisor.run(options)
 
 
 def _region_path(args: argparse.Namespace) -> str:
+    if args.region == "":
+        raise UsageError(f"{args.action}: --region is empty; give the path of a region file, or leave "
+                         "--region out for $VGPULIMIT_REGION")
     path = args.region or os.environ.get("VGPULIMIT_REGION")
     if not path:
         raise _NoRegion("no region: give --region PATH or set VGPULIMIT_REGION")
@@ -607,7 +686,8 @@ def _exit_codes() -> list[tuple[type[BaseException], int | None]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _build_parser().parse_args(argv)
+        parser = _build_parser()
+        args = parser.parse_args(_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
         return _COMMANDS[args.action](args)
     except KeyboardInterrupt:
         return 128 + 2

@@ -87,7 +87,9 @@ def cores_forms() -> str:
     return _one_line(ffi.string(lib.vgl_cores_forms()).decode())
 
 
-def _reason(err: int) -> str:
+def _reason(err: int, text: str = "") -> str:
+    if text.strip().startswith("-"):
+        return "negative (a limit is a size or a share above zero)"
     if err == -errno.ERANGE:
         return "out of range (zero, or more than can be)"
     return "not a valid value"
@@ -124,7 +126,7 @@ def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
                          message=f"{source} {number}: {number} what? (a fraction is 0–1; sizes need a unit, "
                                  f"e.g. {number}GiB)")
     if err != 0:
-        raise LimitError(source, text, _reason(err), memory_forms())
+        raise LimitError(source, text, _reason(err, text), memory_forms())
     limit = MemoryLimit._from_cdata(out)
     assert limit is not None, "vgl_parse_memory accepted a limit of nothing"
     return limit
@@ -162,7 +164,7 @@ def parse_cores(text: str, source: str = "--cores") -> int:
     out = ffi.new("uint32_t *")
     err = lib.vgl_parse_cores(_encode(text, source, cores_forms), out)
     if err != 0:
-        raise LimitError(source, text, _reason(err), cores_forms())
+        raise LimitError(source, text, _reason(err, text), cores_forms())
     return int(out[0])
 
 

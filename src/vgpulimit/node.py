@@ -32,7 +32,7 @@ from vgpulimit.limits import format_bytes
 from vgpulimit.nvml import FUNCTION_NOT_FOUND, Nvml, NvmlError, Unavailable
 from vgpulimit.nvml import session as nvml_session
 from vgpulimit.nvml import text as nvml_text
-from vgpulimit.processes import format_age
+from vgpulimit.processes import format_age, shown
 from vgpulimit.region import DeviceSnapshot
 from vgpulimit.status import ContainerView, Sample, Sampler
 
@@ -352,7 +352,7 @@ def render_text(node: NodeView, sample: Sample, width: int = 80) -> str:
                   f"  {outside_text(gpu)}",
                   f"  {commit_text(gpu)}"]
         if gpu.tenants:
-            rows = [(tail(t.name, 32), str(t.index), _bytes(t.cap_bytes, "none"),
+            rows = [(tail(shown(t.name), 32), str(t.index), _bytes(t.cap_bytes, "none"),
                      format_bytes(t.used_bytes), _share(t), f"{t.throttled_ns / 1e9:.1f} s")
                     for t in gpu.tenants]
             lines += ["  " + line for line in
@@ -365,7 +365,7 @@ def render_text(node: NodeView, sample: Sample, width: int = 80) -> str:
         lines.append("")
     lines += [u.line for u in node.unavailable]   # whole: the function's name matters
     for view, index in node.elsewhere:
-        lines.append(f"region {view.path} device {index}: on a GPU this node's driver does "
+        lines.append(f"region {shown(view.path)} device {index}: on a GPU this node's driver does "
                      "not list")
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -384,9 +384,9 @@ def _outside_row(proc: DriverProcess, details) -> tuple[str, ...]:
     used = _bytes(proc.used_bytes, "n/a")
     if details is None:
         return (str(proc.pid), "-", "-", "-", "-", used, "")
-    return (str(proc.pid), details.user or "-",
+    return (str(proc.pid), shown(details.user) or "-",
             "-" if details.cpu_pct is None else f"{details.cpu_pct:.0f}%",
-            _bytes(details.rss_bytes), format_age(details.age_s), used, details.command)
+            _bytes(details.rss_bytes), format_age(details.age_s), used, shown(details.command))
 
 
 def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:

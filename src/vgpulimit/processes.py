@@ -15,6 +15,18 @@ from dataclasses import dataclass
 import psutil
 
 
+def shown(text: str) -> str:
+    """``text`` safe to put on a terminal: every character that is not
+    printable -- control characters (an escape sequence, a newline that would
+    forge a row), format characters such as a right-to-left override -- as
+    its Python escape (``\\x1b``).  For what a tenant controls and a text view
+    prints: command lines, process names, container names and ids, paths.
+    JSON output escapes by itself and keeps the text as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class ProcessDetails:
     pid: int                    # in the host's pid namespace

@@ -192,6 +192,9 @@ class Region:
         by_uuid = _uuid_limits(memory_by_uuid or {}, cores_by_uuid or {})
         err = lib.vgl_region_create_with_uuids(os.fsencode(fspath), limits, cores, by_uuid, int(group_shared),
                                                os.fsencode(parent) if parent else ffi.NULL)
+        if err == -errno.ENOSPC:   # not "every slot is taken", as for an attach
+            raise RegionError(fspath, err, "cannot create", line=f"no space left on its filesystem for the "
+                              f"region's {REGION_BYTES // 1024} KiB (nothing was left behind)")
         if err < 0:
             raise RegionError(fspath, err, "cannot create")
         return cls.open(fspath)
@@ -242,6 +245,13 @@ class Region:
             raise RegionError(self.path, -errno.EBADF, "closed region")
         return self._cdata
 
+    def _error(self, err: int, action: str) -> RegionError:
+        """The error of a call; a lock held past its bound names its holder."""
+        detail = ""
+        if err == -errno.ETIMEDOUT and self._cdata is not None:
+            detail = f"held by thread {lib.vgl_region_lock_holder(self._cdata)}"
+        return RegionError(self.path, err, action, detail)
+
     def _outcome(self, err: int) -> int:
         """A C call's result, or -EBADF when the file lost pages by its end:
         what it did went to private zeros, not to the container."""
@@ -253,7 +263,7 @@ class Region:
         out = ffi.new("struct vgl_slot **")
         err = self._outcome(lib.vgl_region_attach(self._mapped, pid, host_pid, out))
         if err < 0:
-            raise RegionError(self.path, err, f"cannot attach pid {pid} to")
+            raise self._error(err, f"cannot attach pid {pid} to")
         return Slot(self, out[0])
 
     def detach(self, slot: Slot) -> None:
@@ -263,14 +273,14 @@ class Region:
         """Frees the slots of processes that no longer exist; returns how many."""
         count = self._outcome(lib.vgl_region_reclaim(self._mapped))
         if count < 0:
-            raise RegionError(self.path, count, "cannot reclaim in")
+            raise self._error(count, "cannot reclaim in")
         return int(count)
 
     def set_limits(self, device: int, limit: MemoryLimit | None, cores_pct: int = 0) -> None:
         err = self._outcome(lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit),
                                                       cores_pct))
         if err < 0:
-            raise RegionError(self.path, err, f"cannot set the limits of device {device} in")
+            raise self._error(err, f"cannot set the limits of device {device} in")
 
     def set_uuid_limits(self, uuid: str, limit: MemoryLimit | None = None, cores_pct: int | None = None,
                         memory_given: bool = False) -> None:
@@ -292,7 +302,7 @@ class Region:
                     entry[0].flags |= lib.VGL_UUID_CORES
         err = self._outcome(lib.vgl_region_set_uuid_limit(self._mapped, entry))
         if err < 0:
-            raise RegionError(self.path, err, f"cannot set the limits of {uuid} in")
+            raise self._error(err, f"cannot set the limits of {uuid} in")
 
     def set_cores_policy(self, policy: str) -> None:
         """What the share means on every device while others leave it idle
@@ -317,7 +327,7 @@ class Region:
         if err == -errno.ENOMEM:
             return False
         if err < 0:
-            raise RegionError(self.path, err, f"cannot reserve on device {device} in")
+            raise self._error(err, f"cannot reserve on device {device} in")
         return True
 
     def release(self, slot: Slot, device: int, nbytes: int) -> None:

@@ -27,6 +27,7 @@ from vgpulimit.processes import (
     format_age,
     host_pids,
     in_initial_pid_namespace,
+    shown,
 )
 from vgpulimit.region import (
     MAGIC,
@@ -303,14 +304,15 @@ def process_row(proc: ProcessSnapshot, details: ProcessDetails | None,
     """PID, HOST PID, USER, CPU, RSS, AGE, USED, COMMAND; a process that is
     gone shows no memory."""
     host = str(host_pid or proc.host_pid or "-")
+    comm = shown(proc.comm)
     if details is not None and details.gone:
-        return (str(proc.pid), host, "-", "-", "-", "-", "gone", proc.comm)
+        return (str(proc.pid), host, "-", "-", "-", "-", "gone", comm)
     if details is None:
-        return (str(proc.pid), host, "-", "-", "-", "-", _process_used(proc), proc.comm)
-    return (str(proc.pid), host, details.user or "-",
+        return (str(proc.pid), host, "-", "-", "-", "-", _process_used(proc), comm)
+    return (str(proc.pid), host, shown(details.user) or "-",
             "-" if details.cpu_pct is None else f"{details.cpu_pct:.0f}%",
             _bytes_or_dash(details.rss_bytes), format_age(details.age_s), _process_used(proc),
-            details.command or proc.comm)
+            shown(details.command) or comm)
 
 
 PROCESS_HEADER = ("PID", "HOST PID", "USER", "CPU", "RSS", "AGE", "GPU MEMORY", "COMMAND")
@@ -326,8 +328,8 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
         view = ContainerView(view)
     snap = view.snapshot
     who = identity.of_region(snap.path)
-    named = f" - {who.name}" if who.name else ""
-    lines = [f"region {snap.path} (generation {snap.generation}){named}", ""]
+    named = f" - {shown(who.name)}" if who.name else ""
+    lines = [f"region {shown(snap.path)} (generation {snap.generation}){named}", ""]
     devices = devices_of(view, sample)
     if devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),
@@ -362,7 +364,7 @@ def render_text_all(sample: Sample, node: NodeView | None = None) -> str:
     if not sample.views and not sample.errors:
         return head + "\n" * bool(head) + "no regions found\n"
     blocks = [head] * bool(head) + [render_text(view, sample) for view in sample.views]
-    blocks += [f"region {path}: {why}\n" for path, why in sample.errors]
+    blocks += [f"region {shown(path)}: {shown(why)}\n" for path, why in sample.errors]
     return "\n".join(blocks)
 
 

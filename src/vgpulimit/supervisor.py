@@ -235,7 +235,7 @@ def _private_dir(path: Path) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         raise OSError(errno.ENOTDIR, "not a directory")
     if st.st_uid != os.getuid():
-        raise OSError(errno.EPERM, "owned by another user")
+        raise OSError(errno.EPERM, f"owned by another user (uid {st.st_uid}, not {os.getuid()})")
     if stat.S_IMODE(st.st_mode) != 0o700:
         os.chmod(path, 0o700)
     if not os.access(path, os.W_OK | os.X_OK):
@@ -357,6 +357,9 @@ def _reap(child: int) -> int | None:
     return status
 
 
+_said_held: list[bool] = []   # the region lock was said to be held past its bound
+
+
 def _reclaim(region: Region) -> None:
     """Frees the slots of dead processes.  The supervisor must keep
     supervising: a failed reclaim is retried next time, except in a region
@@ -370,6 +373,10 @@ def _reclaim(region: Region) -> None:
         region.reclaim()
     except RegionError as exc:
         if region.intact:
+            if exc.errno == errno.ETIMEDOUT and not _said_held:
+                _said_held.append(True)   # once: it is tried again every second
+                print(f"vgpulimit run: {exc}; reclaiming is tried again each second",
+                      file=sys.stderr, flush=True)
             return
         region.close()
         print(f"vgpulimit run: {exc}; the slots of dead processes are no longer reclaimed",
@@ -507,7 +514,12 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     if options.region_path is not None:
         region_path = os.path.abspath(options.region_path)
     else:
-        workdir = tempfile.mkdtemp(prefix="run-", dir=runtime_base())
+        base = runtime_base()
+        try:
+            workdir = tempfile.mkdtemp(prefix="run-", dir=base)
+        except OSError as exc:   # out of inodes or space, say
+            raise SupervisorError(f"cannot make a directory for the region in {base}: {exc.strerror}; "
+                                  "free some, or give --region PATH elsewhere") from None
         region_path = os.path.join(workdir, "region")
     try:
         limits = options.limits

@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vgpulimit.limits import format_bytes
-from vgpulimit.processes import ProcessDetails, format_age
+from vgpulimit.processes import ProcessDetails, format_age, shown
 from vgpulimit.region import ProcessSnapshot
 from vgpulimit.status import ContainerView, Sample, Sampler
 
@@ -101,6 +101,7 @@ _PROCESS_HEAD = f"{'PID':>8} {'USER':<8} {'CPU':>4} {'RSS':>9} {'AGE':>5} {'GPU 
 
 def _process_line(pid: int, details: ProcessDetails | None, gpu_bytes: int | None,
                   fallback: str) -> Text:
+    fallback = shown(fallback)
     if details is not None and details.gone:
         return Text(f"{pid:>8} {'-':<8} {'-':>4} {'-':>9} {'-':>5} {'gone':>9}  {fallback}",
                     style="dim", no_wrap=True, overflow="ellipsis")
@@ -108,8 +109,8 @@ def _process_line(pid: int, details: ProcessDetails | None, gpu_bytes: int | Non
     cpu = "-" if d.cpu_pct is None else f"{d.cpu_pct:.0f}%"
     rss = "-" if d.rss_bytes is None else format_bytes(d.rss_bytes)
     mem = "n/a" if gpu_bytes is None else format_bytes(gpu_bytes)
-    return Text(f"{pid:>8} {(d.user or '-')[:8]:<8} {cpu:>4} {rss:>9} {format_age(d.age_s):>5} "
-                f"{mem:>9}  {_short(d.command) or fallback}", no_wrap=True, overflow="ellipsis")
+    return Text(f"{pid:>8} {(shown(d.user) or '-')[:8]:<8} {cpu:>4} {rss:>9} {format_age(d.age_s):>5} "
+                f"{mem:>9}  {shown(_short(d.command)) or fallback}", no_wrap=True, overflow="ellipsis")
 
 
 def _short(command: str) -> str:
@@ -177,7 +178,7 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
     for t in tenants:
         cap = "none" if t.cap_bytes is None else format_bytes(t.cap_bytes)
         share = "n/a" if t.share_pct is None else f"{t.share_pct:.0f}%"
-        lines.append(Text(f" {tail(t.name, 30):<30} {t.index:>3} "
+        lines.append(Text(f" {tail(shown(t.name), 30):<30} {t.index:>3} "
                           f"{format_bytes(t.used_bytes) + ' / ' + cap:>19} {share:>5} "
                           f"{t.throttled_ns / 1e9:>7.1f} s", no_wrap=True, overflow="ellipsis"))
         rows = _region_rows(t.view.snapshot.processes, sample, t.index)
@@ -196,8 +197,8 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
         Text(f"vgpulimit top - {time.strftime('%H:%M:%S')} - every {interval_s:g} s - q quits",
              style="bold", no_wrap=True, overflow="ellipsis")]
     if node is not None and node.error is None:
-        shown = "all shown" if choice.gpu is None else f"showing GPU {choice.gpu}"
-        parts.append(Text(f"keys: s order (by {choice.sort})  g/0-9 one GPU ({shown})  a all",
+        which = "all shown" if choice.gpu is None else f"showing GPU {choice.gpu}"
+        parts.append(Text(f"keys: s order (by {choice.sort})  g/0-9 one GPU ({which})  a all",
                           no_wrap=True, overflow="ellipsis"))
     if not sample.views and not sample.errors:
         parts.append(Text("no regions found"))
@@ -217,10 +218,10 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
     for view in sample.views:
         if view.path in placed:
             continue
-        parts += [Text(""), Text(f"region {view.path}", overflow="fold"), _devices(view),
+        parts += [Text(""), Text(f"region {shown(view.path)}", overflow="fold"), _devices(view),
                   _processes(view, sample, choice.sort)]
     for path, why in sample.errors:
-        parts.append(Text(f"region {path}: {why}", overflow="fold"))
+        parts.append(Text(f"region {shown(path)}: {shown(why)}", overflow="fold"))
     return Group(*parts)
 
 

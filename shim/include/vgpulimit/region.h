@@ -153,8 +153,12 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid,
                       struct vgl_slot **out);
 /* Releases the slot and returns its bytes to the ledger. */
 void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot);
-/* Frees the slots of processes that no longer exist; returns how many. */
+/* Frees the slots of processes that no longer exist; returns how many, or
+ * the error of the region lock (-ETIMEDOUT: held past its bound). */
 int vgl_region_reclaim(struct vgl_region *region);
+/* The thread the region lock's word names as its holder (in the holder's
+ * pid namespace), for a line about a lock held past its bound; 0: none. */
+uint32_t vgl_region_lock_holder(struct vgl_region *region);
 /* When no live process holds the region, sets every device's limits to
  * these (a region made from an environment, re-made for the next one):
  * 1; 0 when a live process holds it, and nothing changed. */

@@ -218,6 +218,42 @@ def _lock(rootfs: Rootfs, read_only_root: bool) -> None:
             os.close(fd)
 
 
+def _node_dirs_of_other_entries(config: Mapping[str, Any], node_dir: Path) -> list[Path]:
+    """The node directories of the other vgpulimit hook entries in the
+    container's config.json: a container of podman's hooks.d (or CRI-O's)
+    that is also given the CDI device gets the hook twice, maybe with two
+    node directories."""
+    from vgpulimit.oci import NODE_DIR
+
+    hooks = config.get("hooks")
+    found: list[Path] = []
+    if not isinstance(hooks, dict):
+        return found
+    for entry in hooks.get("createRuntime", []) + hooks.get("prestart", []):
+        args = entry.get("args") if isinstance(entry, dict) else None
+        if not isinstance(args, list) or "oci-hook" not in args or "vgpulimit" not in args:
+            continue
+        at = args.index("--node-dir") + 1 if "--node-dir" in args else 0
+        other = Path(args[at]) if 0 < at < len(args) and isinstance(args[at], str) else Path(NODE_DIR)
+        if other.is_absolute() and other != node_dir and other not in found:
+            found.append(other)
+    return found
+
+
+def _set_up_by_another_entry(state: State, config: Mapping[str, Any], node_dir: Path) -> bool:
+    """Whether another hook entry of this container (see above) has set it up
+    already: its manifest for this very container is complete.  Then this one
+    has nothing to do, and its poststop finds nothing of its own to undo."""
+    for other in _node_dirs_of_other_entries(config, node_dir):
+        try:
+            done = Manifest.load(other / state.id)
+        except HookError:
+            continue
+        if done is not None and done.pid == state.pid and done.locked:
+            return True
+    return False
+
+
 def install(state: State, config: Mapping[str, Any], node_dir: Path,
             admission: Admission | None = None) -> None:
     """Installs the shim if the container asks for limits; with
@@ -242,6 +278,8 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
         manifest = Manifest(rootfs=str(rootfs_path), pid=state.pid)
     elif manifest.locked:
         return   # installed by an earlier run of the hook (prestart, then createRuntime)
+    if _set_up_by_another_entry(state, config, node_dir):
+        return   # the hook of hooks.d and the CDI spec's: one sets it up, the other sees it done
     try:
         with node_lock(node_dir) if admission is not None else contextlib.nullcontext():
             gpus = (admission.check(state.id, config, limits, node_dir) if admission is not None
