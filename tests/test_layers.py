@@ -98,3 +98,65 @@ def test_the_core_calls_nothing_of_the_preload_library():
     assert "shim/src/region.c" in core and "shim/src/hooks.c" not in core
     for path in core:
         assert {u for u in _calls()[path] if u.startswith("shim/") and u not in core} == set(), path
+
+
+# -- the Python package ----------------------------------------------------------------------
+
+PACKAGE = ROOT / "src" / "vgpulimit"
+# What writes the views out for people (nvitop's tui): its models (status.py,
+# node.py: nvitop's api) and everything else never import it.
+RENDERERS = {"vgpulimit.render", "vgpulimit.top"}
+FRONTS = {"vgpulimit.cli", "vgpulimit.top"}
+
+
+def _module_name(path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _python_imports() -> dict[str, set[str]]:
+    """module -> the package's modules it imports, at its top or inside a
+    function (an import put off until a call is a dependency all the same)."""
+    import ast
+
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                    + ([base] if base else []))
+                found.add(base)
+                found |= {f"{base}.{alias.name}" for alias in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_the_python_reader_sees_the_imports_it_checks():
+    graph = _python_imports()
+    assert "vgpulimit.region" in graph["vgpulimit.status"]
+    assert "vgpulimit.request" in graph["vgpulimit.supervisor"]
+
+
+def test_no_two_python_modules_import_each_other_round_a_circle():
+    graph = _python_imports()
+    # A package imports its own modules only to re-export them; its modules
+    # importing it back is no circle of meaning.
+    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in graph.items()}
+    assert _circles(graph) == []
+
+
+def test_only_the_cli_reaches_the_renderers():
+    """The OCI hook, the models of the views and the core never import what
+    writes the views out; the hook may read the node's model (admission)."""
+    graph = _python_imports()
+    for name, deps in graph.items():
+        if name in FRONTS:
+            continue
+        assert not deps & RENDERERS, f"{name} imports the renderers {sorted(deps & RENDERERS)}"

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from vgpulimit.errors import VgpulimitError
+
 _LIB_DIR = Path(__file__).resolve().parent / "_lib"
 _SIMGPU_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 
-class InstallError(RuntimeError):
+class InstallError(VgpulimitError, RuntimeError):
     """A native part of the package is missing: it was not built or installed right."""
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from vgpulimit.errors import UsageError
 from vgpulimit.oci import SHIM_PATH
 from vgpulimit.oci.hooks_d import HOOK_STAGES, hook_command
 
@@ -42,7 +43,7 @@ def minimum_version(spec: dict[str, Any]) -> str:
     return "0.3.0"   # the earliest the library accepts
 
 
-class CdiError(ValueError):
+class CdiError(UsageError):
     """A flag the spec cannot be made from."""
 
 

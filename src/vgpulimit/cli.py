@@ -1,7 +1,7 @@
 """The `vgpulimit` command.
 
 Every expected error becomes one line on stderr and an exit code, here and
-only here (see ``_EXIT_CODES``); tracebacks are for bugs.
+only here (each error's ``exit_code``, vgpulimit.errors); tracebacks are for bugs.
 """
 
 from __future__ import annotations
@@ -15,21 +15,16 @@ import time
 from collections.abc import Sequence
 
 from vgpulimit import __version__
+from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError
 
 PROG = "vgpulimit"
 # Every form a SIZE may take; errors name the common ones and point here.
 SIZE_FORMS = ("SIZE is bytes (1073741824); binary units Ki, Mi, Gi, Ti with or without B (4Gi, 4GiB, "
               "512Mi); k, m, g, t in lower case as HAMi and Docker mean them (3000m = 3000 MiB); decimal "
-              "units K, M, G, T with or without B (4G = 4*10^9 bytes); a percentage of the device (50%%) "
-              "or a fraction of it from 0 to 1 (0.5).  PCT is a whole percentage from 1 to 100 (30 or 30%%).  "
+              "units K, M, G, T with or without B (4G = 4*10^9 bytes); a percentage of the device (50%) "
+              "or a fraction of it from 0 to 1 (0.5).  PCT is a whole percentage from 1 to 100 (30 or 30%).  "
               "A device is I, its index as CUDA numbers it in the container, or GPU-<uuid>, the whole "
               "UUID as nvidia-smi -L prints it.")
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
-
-
-class UsageError(ValueError):
-    """A command line that argparse refused."""
 
 
 class _Once(argparse.Action):
@@ -144,6 +139,9 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--all", metavar="DIR", action="append",
                         help="every region file under DIR (e.g. the run directory of a node); "
                              "repeat for several, e.g. vgpulimit's and HAMi's /usr/local/vgpu")
+    parser.add_argument("--simulate", action="store_true",
+                        help="read the simulated GPU that ships with vgpulimit as the node's "
+                             "physical GPUs (as 'run --simulate' runs on it)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -332,7 +330,7 @@ def _add_admit_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from vgpulimit import supervisor
+    from vgpulimit import request, supervisor
 
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -347,11 +345,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.memory_units is not None:
         if memory is not None:
             raise UsageError("run: give --memory or --memory-units, not both")
-        from vgpulimit.limits import memory_in_units
-
-        memory = str(memory_in_units(args.memory_units, args.unit or "1GiB").bytes)
-    limits = supervisor.resolve_limits(memory, args.memory_device, os.environ,
-                                       args.cores, args.cores_device, args.cores_policy)
+        memory = request.memory_units(args.memory_units, args.unit)
+    limits = request.resolve_limits(memory, args.memory_device, os.environ,
+                                    args.cores, args.cores_device, args.cores_policy)
     if args.region == "":
         raise UsageError("run: --region is empty; give the path where the region file is made "
                          "(e.g. /run/vgpulimit/job.region), or leave --region out for a private one")
@@ -372,6 +368,10 @@ def _region_path(args: argparse.Namespace) -> str:
 
 def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
     """The region files a view reads: --all DIR, else --region / $VGPULIMIT_REGION."""
+    if args.simulate:
+        from vgpulimit import nvml
+
+        nvml.use_simulated()
     if args.all is not None:
         for directory in args.all:
             if not os.path.isdir(directory):
@@ -381,14 +381,14 @@ def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from vgpulimit import status
+    from vgpulimit import render, status
 
     paths, directory = _view_sources(args)
     if directory is None:
         sample = status.take(paths, directory, args.interval)
         [view] = sample.views
-        sys.stdout.write(status.render_json(view, sample) if args.json
-                         else status.render_text(view, sample))
+        sys.stdout.write(render.render_json(view, sample) if args.json
+                         else render.render_text(view, sample))
         return 0
     from vgpulimit import node
 
@@ -397,8 +397,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.interval > 0:
         time.sleep(args.interval)
         sample, gpus = node.take(sampler)
-    sys.stdout.write(status.render_json_all(sample, gpus) if args.json
-                     else status.render_text_all(sample, gpus))
+    sys.stdout.write(render.render_json_all(sample, gpus) if args.json
+                     else render.render_text_all(sample, gpus))
     return 0
 
 
@@ -426,99 +426,15 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory
-    from vgpulimit.region import Region
-    from vgpulimit.supervisor import parse_device_items, split_uuid_items
+    from vgpulimit import change
 
-    def memory(text: str, source: str):
-        return None if text.strip().lower() == "none" else parse_memory(text, source)
-
-    def cores(text: str, source: str) -> int:
-        return 0 if text.strip().lower() == "none" else parse_cores(text, source)
-
-    memory_items, memory_uuids = split_uuid_items(args.memory_device, "--memory-device")
-    cores_items, cores_uuids = split_uuid_items(args.cores_device, "--cores-device")
-    memory_device = parse_device_items(memory_items, "--memory-device")
-    cores_device = parse_device_items(cores_items, "--cores-device", "PERCENT")
-    if (args.memory is None and args.cores is None and args.cores_policy is None and not memory_device
-            and not cores_device and not memory_uuids and not cores_uuids):
-        raise UsageError("set: nothing to change (give --memory, --memory-device, --cores, "
-                         "--cores-device or --cores-policy)")
-    # Every value is parsed before anything is written: a bad one changes nothing.
-    memory_all = memory(args.memory, "--memory") if args.memory is not None else None
-    cores_all = cores(args.cores, "--cores") if args.cores is not None else None
-    memory_new = {i: memory(text, f"--memory-device {i}") for i, text in memory_device.items()}
-    cores_new = {i: cores(text, f"--cores-device {i}") for i, text in cores_device.items()}
-    memory_by_uuid = {u: memory(text, f"--memory-device {u}") for u, text in memory_uuids.items()}
-    cores_by_uuid = {u: cores(text, f"--cores-device {u}") for u, text in cores_uuids.items()}
-    policy = parse_cores_policy(args.cores_policy) if args.cores_policy is not None else None
-    changes: list[str] = []
-    unnamed: dict[str, list[int]] = {}
-    pending: list[str] = []
-    with Region.open(_region_path(args)) as region:
-        before = region.snapshot(all_devices=True)
-        if policy is not None:
-            old_policies = {d.cores_policy for d in before.devices if d.cores_pct}
-            region.set_cores_policy(policy)
-            if old_policies != {policy}:
-                changes.append(f"compute policy: {'/'.join(sorted(old_policies)) or 'hard'} → {policy}")
-        for device in before.devices:
-            index = device.index
-            limit = memory_new.get(index, memory_all if args.memory is not None else device.limit)
-            pct = cores_new.get(index, cores_all if args.cores is not None else device.cores_pct)
-            if device.uuid in memory_by_uuid:
-                limit = memory_by_uuid[device.uuid]
-            if device.uuid in cores_by_uuid:
-                pct = cores_by_uuid[device.uuid]
-            if limit != device.limit or pct != device.cores_pct:
-                region.set_limits(index, limit, pct)
-                what = _change_line(device.limit, limit, device.cores_pct, pct)
-                if device.uuid:
-                    changes.append(f"device {index} ({device.uuid}): {what}")
-                else:   # devices no process has used yet: alike ones share a line
-                    unnamed.setdefault(what, []).append(index)
-        bound = {d.uuid for d in before.devices if d.uuid}
-        for uuid in dict.fromkeys([*memory_by_uuid, *cores_by_uuid]):
-            region.set_uuid_limits(uuid, memory_by_uuid.get(uuid), cores_by_uuid.get(uuid),
-                                   memory_given=uuid in memory_by_uuid)
-            if uuid not in bound:
-                new = [f"memory {_memory_text(memory_by_uuid[uuid])}"] if uuid in memory_by_uuid else []
-                new += [f"cores {_cores_text(cores_by_uuid[uuid])}"] if uuid in cores_by_uuid else []
-                pending.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
-    grouped = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}"
-               for what, indices in unnamed.items()]
-    changes = changes + grouped + pending
-    print("\n".join(changes) if changes else "nothing changed: the limits were already these")
+    asked = change.Change.parse(args.memory, args.memory_device, args.cores, args.cores_device,
+                                args.cores_policy)
+    for note in asked.notes:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    lines = change.apply(_region_path(args), asked)
+    print("\n".join(lines) if lines else "nothing changed: the limits were already these")
     return 0
-
-
-def _ranges(indices: list[int]) -> str:
-    """[1, 2, 3, 5] -> "1-3,5"."""
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
-def _memory_text(limit) -> str:
-    return "no cap" if limit is None else limit.describe()
-
-
-def _cores_text(pct: int) -> str:
-    return f"{pct}%" if pct else "no share"
-
-
-def _change_line(old_limit, new_limit, old_pct: int, new_pct: int) -> str:
-    """"memory 4 GiB → 2 GiB, cores 50% → 30%": only what changed."""
-    parts = []
-    if old_limit != new_limit:
-        parts.append(f"memory {_memory_text(old_limit)} → {_memory_text(new_limit)}")
-    if old_pct != new_pct:
-        parts.append(f"cores {_cores_text(old_pct)} → {_cores_text(new_pct)}")
-    return ", ".join(parts)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -632,11 +548,11 @@ def _replace_file(name: str, text: str, flag: str) -> None:
         raise _CannotWrite(f"{flag} {path}: {exc.strerror}") from None
 
 
-class _NoRegion(LookupError):
+class _NoRegion(VgpulimitError, LookupError):
     pass
 
 
-class _CannotWrite(OSError):
+class _CannotWrite(VgpulimitError, OSError):
     pass
 
 
@@ -655,35 +571,6 @@ _COMMANDS = {
 }
 
 
-def _exit_codes() -> list[tuple[type[BaseException], int | None]]:
-    """Expected errors and their exit codes (None: the error's own ``exit_code``)."""
-    from vgpulimit._paths import InstallError
-
-    codes: list[tuple[type[BaseException], int | None]] = [
-        (UsageError, EXIT_USAGE),
-        (InstallError, EXIT_FAILURE),
-        (_NoRegion, EXIT_FAILURE),
-        (_CannotWrite, EXIT_FAILURE),
-    ]
-    from vgpulimit.cdi import CdiError
-    from vgpulimit.oci import HookError
-
-    codes += [(HookError, EXIT_FAILURE), (CdiError, EXIT_USAGE)]
-    try:
-        from vgpulimit import supervisor
-        from vgpulimit.limits import LimitError
-        from vgpulimit.region import RegionError
-    except InstallError:
-        return codes
-    return codes + [
-        (LimitError, EXIT_USAGE),
-        (supervisor.UsageError, EXIT_USAGE),
-        (supervisor.CommandError, None),        # 127 not found, 126 not executable
-        (supervisor.SupervisorError, EXIT_FAILURE),
-        (RegionError, EXIT_FAILURE),
-    ]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _build_parser()
@@ -691,9 +578,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.action](args)
     except KeyboardInterrupt:
         return 128 + 2
-    except Exception as exc:
-        for kind, code in _exit_codes():
-            if isinstance(exc, kind):
-                print(f"{PROG}: error: {exc}", file=sys.stderr)
-                return exc.exit_code if code is None else code
-        raise
+    except VgpulimitError as exc:   # every expected error, and its code: here only
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code

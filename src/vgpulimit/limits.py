@@ -11,6 +11,7 @@ import errno
 from dataclasses import dataclass
 
 from vgpulimit._paths import core
+from vgpulimit.errors import UsageError
 
 ffi, lib = core()
 
@@ -18,7 +19,7 @@ _UINT64_MAX = 2**64 - 1
 _PPM_PER_PERCENT = 10_000
 
 
-class LimitError(ValueError):
+class LimitError(UsageError):
     """A limit that the parser refused.  The message names where the text came
     from (a flag or a variable), the text, and the forms that are accepted."""
 
@@ -130,6 +131,20 @@ def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
     limit = MemoryLimit._from_cdata(out)
     assert limit is not None, "vgl_parse_memory accepted a limit of nothing"
     return limit
+
+
+def decimal_note(text: str, source: str, limit: MemoryLimit) -> str | None:
+    """A line saying which size a decimal unit made ("--memory 8GB is
+    8000000000 bytes (7.5 GiB), ..."), since Docker's and Run:ai's 8GB is
+    8 GiB; None for any other form.  An upper-case K, M, G or T not followed
+    by i is decimal (the one parser's rule); lower case is binary, as HAMi's."""
+    unit = text.strip().removesuffix("B").removesuffix("b")[-1:]
+    if unit not in ("K", "M", "G", "T") or not limit.bytes:
+        return None
+    number = text.strip()[:text.strip().index(unit)]
+    return (f"{source} {text.strip()} is {limit.bytes} bytes ({format_bytes(limit.bytes)}): "
+            f"{unit} is decimal (10^{3 * 'KMGT'.index(unit) + 3}); for binary units write "
+            f"{number}{unit}iB or {number}{unit.lower()}")
 
 
 def _unitless_above_one(text: str) -> bool:

@@ -38,6 +38,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.identity import region_labels
 from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.status import Sampler
@@ -48,11 +49,11 @@ _COMMAND_CHARS = 120
 _LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})")
 
 
-class ListenError(ValueError):
+class ListenError(UsageError):
     """--listen is not HOST:PORT."""
 
 
-class ServeError(RuntimeError):
+class ServeError(VgpulimitError, RuntimeError):
     """The address cannot be listened on."""
 
 

@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from vgpulimit.errors import VgpulimitError
+
 FUNCTION_NOT_FOUND = "Function Not Found"   # as pynvml words NVML_ERROR_FUNCTION_NOT_FOUND
 
 
-class NvmlError(RuntimeError):
+class NvmlError(VgpulimitError, RuntimeError):
     """NVML cannot be loaded or answered at all; the message is one line."""
 
 
@@ -107,6 +109,19 @@ def session() -> Iterator[Nvml]:
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+def use_simulated() -> None:
+    """The views read the simulated GPU that ships with vgpulimit as the
+    node's (``--simulate``), as ``run --simulate`` runs on it: its NVML is
+    loaded first, so that pynvml's ``dlopen("libnvidia-ml.so.1")`` finds it
+    by its soname instead of the driver's.  Nothing to set before the process
+    starts (as LD_LIBRARY_PATH would be)."""
+    import ctypes
+
+    from vgpulimit._paths import simgpu_dir
+
+    ctypes.CDLL(str(simgpu_dir() / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
 
 
 def device_count() -> int | None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpulimit._paths import core
+from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import MemoryLimit, format_uuid
 
 ffi, lib = core()
@@ -33,7 +34,7 @@ REGION_BYTES: int = ffi.sizeof("struct vgl_region")
 MAGIC: bytes = bytes(ffi.buffer(lib.vgl_region_magic(), 8))
 
 
-class RegionError(OSError):
+class RegionError(VgpulimitError, OSError):
     """A region call failed; the message is the C side's line for the error
     (``reason``, with ``detail`` after it) and the path it was about."""
 

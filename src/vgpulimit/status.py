@@ -1,33 +1,28 @@
 """What the views show (`status`, `top`, `metrics`): region snapshots, the
-compute share measured between two of them, and `vgpulimit status` for people
-(80 columns) and for programs (JSON, bytes as integers).
+compute share measured between two of them: the model of `vgpulimit status`
+(render.py writes it for people and for programs).
 
 Reads only: each sample reads a validated copy of every region file
 (region.read_snapshot), never maps one and never takes its locks, so a view
 needs read access alone, and a file that one tenant truncated, grew or filled
 with garbage is one line among the others, not a crash.  No terminal UI here
-(top.py builds on this module, never the other way round)."""
+(render.py and top.py build on this module, never the other way round)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from vgpulimit import identity, nvml
-from vgpulimit.limits import format_bytes
 from vgpulimit.processes import (
     ProcessDetails,
     ProcessWatcher,
-    format_age,
     host_pids,
     in_initial_pid_namespace,
-    shown,
 )
 from vgpulimit.region import (
     MAGIC,
@@ -37,10 +32,6 @@ from vgpulimit.region import (
     RegionSnapshot,
     read_snapshot,
 )
-
-if TYPE_CHECKING:
-    from vgpulimit.node import NodeView
-
 
 # -- reading regions -------------------------------------------------------------------------------
 
@@ -203,242 +194,6 @@ def devices_of(view: ContainerView, sample: Sample | None = None) -> tuple[Devic
         return tuple(dev for dev in view.snapshot.devices if dev.seen or dev.uuid)
     return tuple(dev for dev in view.snapshot.devices
                  if dev.seen or dev.uuid or dev.index < count)
-
-
-def _bytes_or_dash(count: int | None) -> str:
-    return "-" if count is None else format_bytes(count)
-
-
-def _limit_text(dev: DeviceSnapshot) -> str:
-    if dev.limit is None:
-        return "none"
-    if dev.limit.ppm and dev.cap_bytes is not None:
-        percent = dev.limit.describe().split("%")[0]
-        return f"{format_bytes(dev.cap_bytes)} ({percent}%)"
-    return dev.limit.describe()
-
-
-def _index_ranges(indices: list[int]) -> str:
-    """[1, 2, 3, 5] -> "1-3,5"."""
-    parts: list[str] = []
-    start = prev = indices[0]
-    for index in indices[1:] + [None]:
-        if index is not None and index == prev + 1:
-            prev = index
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if index is not None:
-            start = prev = index
-    return ",".join(parts)
-
-
-def _device_rows(devices: tuple[DeviceSnapshot, ...]) -> list[tuple[str, ...]]:
-    """One row per device; devices that no process has used yet and that have
-    the same limit share a row, so sixteen unused slots take one line."""
-    rows: list[tuple[str, ...]] = []
-    unseen: dict[str, list[int]] = {}
-    for dev in devices:
-        if dev.total_bytes == 0 and dev.used_bytes == 0 and dev.oom_refusals == 0:
-            unseen.setdefault(_limit_text(dev), []).append(dev.index)
-            continue
-        rows.append((
-            str(dev.index),
-            _limit_text(dev),
-            format_bytes(dev.used_bytes),
-            _bytes_or_dash(dev.free_bytes),
-            # What the container may use, as nvidia-smi's Total reads inside it;
-            # the device's own size has its column.
-            _bytes_or_dash(dev.cap_bytes if dev.cap_bytes is not None else dev.total_bytes or None),
-            _bytes_or_dash(dev.total_bytes or None),
-            str(dev.oom_refusals),
-        ))
-    for limit_text, indices in unseen.items():
-        rows.append((_index_ranges(indices), limit_text, "-", "-", "-", "not seen", "-"))
-    return rows
-
-
-def _process_used(proc: ProcessSnapshot) -> str:
-    if not proc.used_bytes:
-        return "0 B"
-    return ", ".join(f"{format_bytes(n)} on {d}" for d, n in sorted(proc.used_bytes.items()))
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in [header, *rows]]
-
-
-def _share_text(view: ContainerView, index: int) -> str:
-    share = view.share_pct.get(index)
-    return "n/a" if share is None else f"{share:.0f}%"
-
-
-def _compute_rows(view: ContainerView, devices: tuple[DeviceSnapshot, ...]
-                  ) -> list[tuple[str, ...]]:
-    """Devices the container used, or that have a compute cap (unused ones
-    with the same cap share a row)."""
-    rows: list[tuple[str, ...]] = []
-    unseen: dict[int, list[int]] = {}
-    for dev in devices:
-        if not dev.seen:
-            if dev.cores_pct:
-                unseen.setdefault(dev.cores_pct, []).append(dev.index)
-            continue
-        rows.append((str(dev.index), _cores_text(dev.cores_pct, dev.cores_policy),
-                     _share_text(view, dev.index), f"{dev.throttled_ns / 1e9:.1f} s"))
-    for cores, indices in unseen.items():
-        rows.append((_index_ranges(indices), f"{cores}%", "-", "-"))
-    return rows
-
-
-def _cores_text(cores_pct: int, policy: str) -> str:
-    """"30%", or "30% borrow" / "30% none" where the policy is not the hard cap."""
-    if not cores_pct:
-        return "none"
-    return f"{cores_pct}%" + ("" if policy == "hard" else f" {policy}")
-
-
-def process_row(proc: ProcessSnapshot, details: ProcessDetails | None,
-                host_pid: int | None = None) -> tuple[str, ...]:
-    """PID, HOST PID, USER, CPU, RSS, AGE, USED, COMMAND; a process that is
-    gone shows no memory."""
-    host = str(host_pid or proc.host_pid or "-")
-    comm = shown(proc.comm)
-    if details is not None and details.gone:
-        return (str(proc.pid), host, "-", "-", "-", "-", "gone", comm)
-    if details is None:
-        return (str(proc.pid), host, "-", "-", "-", "-", _process_used(proc), comm)
-    return (str(proc.pid), host, shown(details.user) or "-",
-            "-" if details.cpu_pct is None else f"{details.cpu_pct:.0f}%",
-            _bytes_or_dash(details.rss_bytes), format_age(details.age_s), _process_used(proc),
-            shown(details.command) or comm)
-
-
-PROCESS_HEADER = ("PID", "HOST PID", "USER", "CPU", "RSS", "AGE", "GPU MEMORY", "COMMAND")
-
-
-def _cut(line: str, width: int) -> str:
-    return line if len(line) <= width else line[:width - 1] + "…"
-
-
-def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = None,
-                width: int = 80) -> str:
-    if isinstance(view, RegionSnapshot):
-        view = ContainerView(view)
-    snap = view.snapshot
-    who = identity.of_region(snap.path)
-    named = f" - {shown(who.name)}" if who.name else ""
-    lines = [f"region {shown(snap.path)} (generation {snap.generation}){named}", ""]
-    devices = devices_of(view, sample)
-    if devices:
-        lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),
-                        _device_rows(devices))
-        compute = _compute_rows(view, devices)
-        if compute:
-            lines.append("")
-            lines += _table(("DEVICE", "COMPUTE CAP", "MEASURED SHARE", "THROTTLED"), compute)
-    else:
-        lines.append("no limits set and no device seen yet")
-    lines.append("")
-    if snap.processes:
-        sample = sample or Sample(())
-        rows = []
-        for proc in snap.processes:
-            host = sample.host_pid(proc)
-            rows.append(process_row(proc, sample.details.get(host or -1), host))
-        lines += [_cut(line, width) for line in _table(PROCESS_HEADER, rows)]
-    else:
-        lines.append("no processes attached")
-    return "\n".join(lines) + "\n"
-
-
-def render_text_all(sample: Sample, node: NodeView | None = None) -> str:
-    """The physical GPUs first (with ``node``), then every container, one
-    block each; unreadable region files at the end."""
-    head = ""
-    if node is not None:
-        from vgpulimit.node import render_text as render_node
-
-        head = render_node(node, sample)
-    if not sample.views and not sample.errors:
-        return head + "\n" * bool(head) + "no regions found\n"
-    blocks = [head] * bool(head) + [render_text(view, sample) for view in sample.views]
-    blocks += [f"region {shown(path)}: {shown(why)}\n" for path, why in sample.errors]
-    return "\n".join(blocks)
-
-
-def identity_json(who: identity.Identity) -> dict[str, Any]:
-    return {"container_id": who.container_id or None,
-            **{label: value or None for label, value in who.labels().items()},
-            "gpus": None if who.gpus is None else list(who.gpus)}
-
-
-def _process_json(proc: ProcessSnapshot, sample: Sample) -> dict[str, Any]:
-    host = sample.host_pid(proc)
-    details = sample.details.get(host or -1)
-    gone = details is not None and details.gone
-    return {
-        "pid": proc.pid,
-        "host_pid": host,
-        "comm": proc.comm,
-        "gone": gone,
-        "used_bytes": None if gone else proc.total_used_bytes,
-        "devices": [] if gone else [{"index": d, "used_bytes": n}
-                                    for d, n in sorted(proc.used_bytes.items())],
-        "host": None if details is None else details.to_json(),
-    }
-
-
-def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> dict[str, Any]:
-    if isinstance(view, RegionSnapshot):
-        view = ContainerView(view)
-    snap = view.snapshot
-    return {
-        "region": snap.path,
-        "identity": identity_json(identity.of_region(snap.path)),
-        "generation": snap.generation,
-        "devices": [
-            {
-                "index": dev.index,
-                "uuid": dev.uuid,
-                "limit": None if dev.limit is None else {
-                    "bytes": dev.limit.bytes or None,
-                    "ppm": dev.limit.ppm or None,
-                    "text": dev.limit.describe(),
-                },
-                "cap_bytes": dev.cap_bytes,
-                "cores_pct": dev.cores_pct or None,
-                "cores_policy": dev.cores_policy,
-                "total_bytes": dev.total_bytes or None,
-                "used_bytes": dev.used_bytes,
-                "free_bytes": dev.free_bytes,
-                "oom_refusals": dev.oom_refusals,
-                "compute_share_pct": view.share_pct.get(dev.index),
-                "busy_ns": dev.busy_ns,
-                "throttled_ns": dev.throttled_ns,
-            }
-            for dev in devices_of(view, sample)
-        ],
-        "processes": [_process_json(proc, sample or Sample(())) for proc in snap.processes],
-    }
-
-
-def render_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> str:
-    return json.dumps(to_json(view, sample), indent=2) + "\n"
-
-
-def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
-    document: dict[str, Any] = {}
-    if node is not None:
-        from vgpulimit.node import node_json
-
-        document |= node_json(node, sample)
-    document |= {
-        "regions": [to_json(view, sample) for view in sample.views],
-        "errors": [{"region": path, "error": why} for path, why in sample.errors],
-    }
-    return json.dumps(document, indent=2) + "\n"
 
 
 def take(paths: Iterable[str] = (), directory: str | Sequence[str] | None = None, interval_s: float = 0.0) -> Sample:

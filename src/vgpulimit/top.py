@@ -153,7 +153,7 @@ def _indented(line: Text) -> Text:
 
 
 def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
-    from vgpulimit.node import commit_text, outside_text, reserve_text, tail
+    from vgpulimit.render import commit_text, outside_text, reserve_text, tail
 
     g = gpu.gpu
     util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
@@ -266,7 +266,13 @@ def run(paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
 
         return node.take(sampler)
 
-    if once:
+    # Stdout no terminal (a pipe, a log): one frame, as -1, rather than a
+    # full-screen redraw that rich writes nowhere.
+    if once or not sys.stdout.isatty():
+        # Two reads one interval apart, so that the share and CPU are measured
+        # (one read has nothing to measure them against).
+        frame()
+        time.sleep(interval_s)
         sample, gpus = frame()
         Console().print(render(sample, interval_s, gpus, choice))
         return 0

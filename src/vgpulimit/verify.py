@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from vgpulimit import environment, supervisor
+from vgpulimit import environment, request, supervisor
 from vgpulimit._paths import simgpu_dir
+from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import MemoryLimit, format_bytes, parse_cores, parse_memory
 from vgpulimit.region import RegionError, read_snapshot
 from vgpulimit.verify_probe import SHIM_NAME, SPIN_MS
@@ -41,7 +42,7 @@ SHARE_SLACK_PCT = 5.0
 SHARE_SLACK_FRACTION = 0.15
 
 
-class VerifyError(RuntimeError):
+class VerifyError(VgpulimitError, RuntimeError):
     """verify cannot run at all (not a failed check)."""
 
 
@@ -237,7 +238,7 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
 
 def _run_fresh(options: Options, env: Mapping[str, str], workdir: Path, region_path: str) -> dict:
     """The probe in a fresh region made as `vgpulimit run` makes one."""
-    limits = supervisor.resolve_limits(options.memory, [], env, options.cores)
+    limits = request.resolve_limits(options.memory, [], env, options.cores)
     report = workdir / "probe.json"
     run = supervisor.RunOptions(command=_probe_command(report, options), limits=limits,
                                 simulate=False, region_path=region_path)

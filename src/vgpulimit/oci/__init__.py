@@ -41,6 +41,7 @@ podman/CRI-O entry).  This module holds the names they share.
 """
 
 from vgpulimit._paths import container_region
+from vgpulimit.errors import VgpulimitError
 
 # Where things go in the container: the region where the shim looks for it
 # (paths.h), the shim beside it.
@@ -59,5 +60,5 @@ CORES_ANNOTATION = "vgpulimit.io/cores"
 CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
 
 
-class HookError(RuntimeError):
+class HookError(VgpulimitError, RuntimeError):
     """The hook cannot do its job; the message is the one line the runtime shows."""

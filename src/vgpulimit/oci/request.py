@@ -11,14 +11,14 @@ from vgpulimit.oci.state import environment as config_environment
 
 
 def requested(config: Mapping[str, Any]):
-    """The limits the container asks for (a supervisor.Limits), or None when
+    """The limits the container asks for (a request.Limits), or None when
     it asks for none.  Its variables are read by the shim's own reader, in
     the shim's precedence; an annotation beats every variable of its kind
     (the variables may come with the image, the annotation from whoever runs
     it)."""
     from vgpulimit import environment
     from vgpulimit.limits import LimitError, parse_cores, parse_cores_policy, parse_memory
-    from vgpulimit.supervisor import Limits, Setting, layer
+    from vgpulimit.request import Limits, Setting, layer
 
     env, annotations = config_environment(config), config_annotations(config)
     found = environment.read(env)

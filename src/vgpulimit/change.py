@@ -1,0 +1,146 @@
+"""`vgpulimit set`: a running container's limits changed, as library code.
+
+``Change.parse`` reads what was asked (every value parsed before anything is
+written: a bad one changes nothing); ``apply`` writes it into a region and
+returns what changed, old -> new, one line each.  The CLI prints the lines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from vgpulimit.errors import UsageError
+from vgpulimit.limits import (
+    MemoryLimit,
+    decimal_note,
+    parse_cores,
+    parse_cores_policy,
+    parse_memory,
+)
+from vgpulimit.region import Region
+from vgpulimit.request import parse_device_items, split_uuid_items
+
+_KEEP = object()   # a limit not asked to change
+
+
+def _memory(text: str, source: str) -> MemoryLimit | None:
+    return None if text.strip().lower() == "none" else parse_memory(text, source)
+
+
+def _cores(text: str, source: str) -> int:
+    return 0 if text.strip().lower() == "none" else parse_cores(text, source)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The limits to change; ``_KEEP`` where one is not asked to change.
+    A memory limit of None lifts the cap, a share of 0 lifts the share."""
+
+    memory_all: object = _KEEP
+    cores_all: object = _KEEP
+    policy: str | None = None
+    memory: dict[int, MemoryLimit | None] = field(default_factory=dict)
+    cores: dict[int, int] = field(default_factory=dict)
+    memory_by_uuid: dict[str, MemoryLimit | None] = field(default_factory=dict)
+    cores_by_uuid: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()   # what the user should know: a decimal unit's size
+
+    @classmethod
+    def parse(cls, memory: str | None, memory_device: Sequence[str], cores: str | None,
+              cores_device: Sequence[str], cores_policy: str | None) -> Change:
+        memory_items, memory_uuids = split_uuid_items(memory_device, "--memory-device")
+        cores_items, cores_uuids = split_uuid_items(cores_device, "--cores-device")
+        memory_by_index = parse_device_items(memory_items, "--memory-device")
+        cores_by_index = parse_device_items(cores_items, "--cores-device", "PERCENT")
+        if (memory is None and cores is None and cores_policy is None and not memory_by_index
+                and not cores_by_index and not memory_uuids and not cores_uuids):
+            raise UsageError("set: nothing to change (give --memory, --memory-device, --cores, "
+                             "--cores-device or --cores-policy)")
+        given = [("--memory", memory)] if memory is not None else []
+        given += [(f"--memory-device {i}", t) for i, t in memory_by_index.items()]
+        given += [(f"--memory-device {u}", t) for u, t in memory_uuids.items()]
+        notes = [decimal_note(t, source, limit) for source, t in given
+                 if (limit := _memory(t, source)) is not None]
+        return cls(
+            notes=tuple(n for n in notes if n),
+            memory_all=_memory(memory, "--memory") if memory is not None else _KEEP,
+            cores_all=_cores(cores, "--cores") if cores is not None else _KEEP,
+            policy=parse_cores_policy(cores_policy) if cores_policy is not None else None,
+            memory={i: _memory(t, f"--memory-device {i}") for i, t in memory_by_index.items()},
+            cores={i: _cores(t, f"--cores-device {i}") for i, t in cores_by_index.items()},
+            memory_by_uuid={u: _memory(t, f"--memory-device {u}") for u, t in memory_uuids.items()},
+            cores_by_uuid={u: _cores(t, f"--cores-device {u}") for u, t in cores_uuids.items()},
+        )
+
+
+def apply(region_path: str, change: Change) -> list[str]:
+    """Writes ``change`` into the region; what changed, one line each."""
+    changes: list[str] = []
+    unnamed: dict[str, list[int]] = {}
+    pending: list[str] = []
+    with Region.open(region_path) as region:
+        before = region.snapshot(all_devices=True)
+        if change.policy is not None:
+            old_policies = {d.cores_policy for d in before.devices if d.cores_pct}
+            region.set_cores_policy(change.policy)
+            if old_policies != {change.policy}:
+                changes.append(f"compute policy: {'/'.join(sorted(old_policies)) or 'hard'} → {change.policy}")
+        for device in before.devices:
+            index = device.index
+            every_limit = device.limit if change.memory_all is _KEEP else change.memory_all
+            every_pct = device.cores_pct if change.cores_all is _KEEP else change.cores_all
+            limit = change.memory.get(index, every_limit)
+            pct = change.cores.get(index, every_pct)
+            if device.uuid in change.memory_by_uuid:
+                limit = change.memory_by_uuid[device.uuid]
+            if device.uuid in change.cores_by_uuid:
+                pct = change.cores_by_uuid[device.uuid]
+            if limit != device.limit or pct != device.cores_pct:
+                region.set_limits(index, limit, pct)
+                what = _change_line(device.limit, limit, device.cores_pct, pct)
+                if device.uuid:
+                    changes.append(f"device {index} ({device.uuid}): {what}")
+                else:   # devices no process has used yet: alike ones share a line
+                    unnamed.setdefault(what, []).append(index)
+        bound = {d.uuid for d in before.devices if d.uuid}
+        for uuid in dict.fromkeys([*change.memory_by_uuid, *change.cores_by_uuid]):
+            region.set_uuid_limits(uuid, change.memory_by_uuid.get(uuid), change.cores_by_uuid.get(uuid),
+                                   memory_given=uuid in change.memory_by_uuid)
+            if uuid not in bound:
+                new = [f"memory {_memory_text(change.memory_by_uuid[uuid])}"] \
+                    if uuid in change.memory_by_uuid else []
+                new += [f"cores {_cores_text(change.cores_by_uuid[uuid])}"] \
+                    if uuid in change.cores_by_uuid else []
+                pending.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
+    grouped = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}"
+               for what, indices in unnamed.items()]
+    return changes + grouped + pending
+
+
+def _ranges(indices: list[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3,5"."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _memory_text(limit) -> str:
+    return "no cap" if limit is None else limit.describe()
+
+
+def _cores_text(pct: int) -> str:
+    return f"{pct}%" if pct else "no share"
+
+
+def _change_line(old_limit, new_limit, old_pct: int, new_pct: int) -> str:
+    """"memory 4 GiB → 2 GiB, cores 50% → 30%": only what changed."""
+    parts = []
+    if old_limit != new_limit:
+        parts.append(f"memory {_memory_text(old_limit)} → {_memory_text(new_limit)}")
+    if old_pct != new_pct:
+        parts.append(f"cores {_cores_text(old_pct)} → {_cores_text(new_pct)}")
+    return ", ".join(parts)
