@@ -14,7 +14,7 @@ wcwidth, jinxed) for their rows.
     python benchmarks/real_gpu_bundle.py dry-run [--python PYTHON3.12] # that call's steps here, --simulate
 
 `command` prints what the device tool's `run` takes (at most 2000 characters,
-`.whl` in `carry`); README.md ("Check it on your GPU") shows the same.
+`.whl` in `carry`); docs/real-gpu.md ("Check it on your GPU") shows the same.
 `dry-run` runs that command with bash in a copy of the working tree, with the
 3.12 interpreter for `python3`, the packages the machine has installed into a
 folder of their own, and `--simulate --quick` appended: everything but the

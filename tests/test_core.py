@@ -99,7 +99,7 @@ def test_simgpu_links_the_base_and_none_of_the_shim(simgpu_dir, name):
 @pytest.mark.parametrize("target", ["fuzz_limits", "fuzz_region"])
 def test_fuzz_targets_smoke(tmp_path, target):
     """A short, deterministic run of each fuzz target under ASan/UBSan; the
-    million-input libFuzzer runs are in the README's development section."""
+    million-input libFuzzer runs are in docs/development.md."""
     fuzz = C_DIR.parent / "fuzz"
     binary = compile_c(tmp_path / target, [fuzz / f"{target}.c", fuzz / "smoke.c", *CORE_SOURCES],
                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")

@@ -252,9 +252,9 @@ def test_root_without_cap_sys_admin_cannot_take_the_shim_out(hooked, options):
     assert json.loads(lines[-1])["allocs"] == FOUR_THEN_OOM
 
 
-# What root with podman's default capabilities can still do, as the README's
+# What root with podman's default capabilities can still do, as docs/threat-model.md's
 # threat model says: each way takes the shim out of the programs it starts.
-# A test here that fails means a way was closed: the README is to say so.
+# A test here that fails means a way was closed: docs/threat-model.md is to say so.
 def _mapped(name: str) -> str | None:
     with open("/proc/self/maps") as maps:
         return next((line.split()[-1] for line in maps if line.rstrip().endswith(name)), None)

@@ -684,7 +684,7 @@ char *la_objsearch(const char *name, uintptr_t *cookie, unsigned int flag)
 
 def test_status_all_shows_a_process_that_hid_the_shim_outside_any_cap(sim_env, tmp_path):
     """An audit library hides the shim from the loader (out of reach: code
-    that defeats the shim from inside its own process, README's threat
+    that defeats the shim from inside its own process, docs/threat-model.md's threat
     model); what that process holds shows on the node as outside any cap."""
     source = tmp_path / "audit.c"
     source.write_text(AUDIT)

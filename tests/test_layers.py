@@ -1,7 +1,7 @@
 """The C code's layers, read from its sources: the base calls nothing above
 it, the core (what the Python binding links too) nothing of the preload
 library, and no two files of the shim call each other, round a circle of
-any length.  The README's Architecture section draws them."""
+any length.  docs/architecture.md draws them."""
 
 from __future__ import annotations
 

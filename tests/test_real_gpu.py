@@ -134,7 +134,7 @@ def test_the_device_command_fits_the_tool_and_is_the_readmes():
     command = real_gpu_bundle.command()
     assert len(command) <= 2000
     assert ".whl/*.whl" in command and "--out $OUT" in command and "benchmarks/real_gpu.py" in command
-    assert command in (ROOT / "README.md").read_text()
+    assert command in (ROOT / "docs" / "real-gpu.md").read_text()
 
 
 def test_a_bundle_without_a_wheel_or_with_two_of_one_is_refused(tmp_path):

@@ -1,4 +1,4 @@
-"""The coverage table in README.md ("What the simulated GPU implements") is
+"""The coverage table in docs/simulated-gpu.md ("What the simulated GPU implements") is
 generated from simgpu's export table (simgpu/driver_api.def) and the
 toolkit's list of entry points, checked in (simgpu/driver_api_reference.tsv):
 it is current, every exported row is a variant the toolkit has, and the
@@ -38,8 +38,8 @@ def test_a_stale_table_is_found(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("simgpu_api_coverage", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    readme = tmp_path / "README.md"
-    readme.write_text((ROOT / "README.md").read_text().replace("`cuMemHostAlloc`, ", ""))
+    readme = tmp_path / "simulated-gpu.md"
+    readme.write_text((ROOT / "docs" / "simulated-gpu.md").read_text().replace("`cuMemHostAlloc`, ", ""))
     monkeypatch.setattr(module, "README", readme)
     assert module.main(["api_coverage.py", "check"]) == 1
     assert module.main(["api_coverage.py", "write"]) == 0
