@@ -114,7 +114,7 @@ def aarch64(tmp_path_factory) -> dict[str, Path]:
         pytest.skip(reason)
     base = tmp_path_factory.mktemp("aarch64")
     build = base / "build"
-    for cmd in (["meson", "setup", str(build), str(ROOT), "--cross-file", str(CROSS_FILE)],
+    for cmd in (["meson", "setup", str(build), str(ROOT), "-Dwerror=true", "--cross-file", str(CROSS_FILE)],
                 ["ninja", "-C", str(build)]):
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -231,7 +231,7 @@ def test_hami_device_plugin_container_is_capped_and_named_by_the_node(tmp_path, 
                                                                          "ml")
     assert labels["claim_uid"] == ""
     # GPU_CORE_UTILIZATION_POLICY=disable drops HAMi's own compute share.
-    assert not series_of(samples, "vgpulimit_compute_limit_percent", pod_uid=pod_uid)
+    assert not series_of(samples, "vgpulimit_compute_limit_ratio", pod_uid=pod_uid)
 
 
 def test_hami_device_plugin_without_the_preload_runs_unlimited(tmp_path, node):
@@ -277,9 +277,9 @@ def test_hami_dra_two_containers_of_one_pod_share_the_claims_region(tmp_path, no
     # Scraped after the second exited: what the first still holds.
     used = series_of(samples, "vgpulimit_memory_used_bytes", claim_uid=claim_uid)
     assert list(used.values()) == [3 * 256 * MiB]
-    [(key, pct)] = series_of(samples, "vgpulimit_compute_limit_percent",
+    [(key, pct)] = series_of(samples, "vgpulimit_compute_limit_ratio",
                              claim_uid=claim_uid).items()
-    assert pct == 30 and dict(key[1])["pod_uid"] == ""
+    assert pct == 0.3 and dict(key[1])["pod_uid"] == ""
 
 
 def test_a_later_container_with_looser_variables_is_held_to_the_region_made_first(

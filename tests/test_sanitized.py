@@ -27,7 +27,7 @@ SANITIZERS_SAID = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
 @pytest.fixture(scope="module")
 def sanitized(tmp_path_factory) -> dict[str, Path]:
     build = tmp_path_factory.mktemp("asan-build")
-    for cmd in (["meson", "setup", str(build), str(ROOT), "-Db_sanitize=address,undefined",
+    for cmd in (["meson", "setup", str(build), str(ROOT), "-Dwerror=true", "-Db_sanitize=address,undefined",
                  "-Dbuildtype=debug"], ["ninja", "-C", str(build)]):
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

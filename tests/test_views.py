@@ -15,6 +15,8 @@ from conftest import GiB, MiB, run, vgpulimit_cmd
 from containers import container
 from prometheus_client.parser import text_string_to_metric_families
 
+import vgpulimit
+
 
 def status(env, *args):
     return run(vgpulimit_cmd("status", *args), env)
@@ -109,7 +111,9 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_oom_refusals_total", dev)] == 1
     assert samples[("vgpulimit_throttled_seconds_total", dev)] == 0
-    assert 0 <= samples[("vgpulimit_compute_utilization_percent", dev)] <= 100
+    assert samples[("vgpulimit_compute_busy_seconds_total", dev)] >= 0
+    [(key, one)] = [(k, v) for k, v in samples.items() if k[0] == "vgpulimit_build_info"]
+    assert one == 1 and dict(key[1])["version"] == vgpulimit.__version__ != "unknown"
     per_process = {k: v for k, v in samples.items()
                    if k[0] == "vgpulimit_process_memory_used_bytes"}
     assert len(per_process) == 1

@@ -211,8 +211,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "metrics", help="serve Prometheus metrics of containers",
         description="Serve the limits and usage of one container, or of every region file "
                     "under a directory, at http://HOST:PORT/metrics.")
-    metrics.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:9400",
-                         help="where to serve (default 127.0.0.1:9400; port 0: any free port)")
+    metrics.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:9489",
+                         help="where to serve (default 127.0.0.1:9489; port 0: any free port)")
     metrics.add_argument("--pod-logs", metavar="DIR",
                          help="the kubelet's pod log directory (/var/log/pods), whose "
                               "<namespace>_<pod>_<uid> entries name the pods of HAMi's and KAI's "

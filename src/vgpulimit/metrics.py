@@ -38,12 +38,13 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from vgpulimit import __version__
 from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.identity import region_labels
 from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.status import Sampler
 
-DEFAULT_LISTEN = "127.0.0.1:9400"
+DEFAULT_LISTEN = "127.0.0.1:9489"
 # A command line as a label value: enough to tell processes apart, not a whole argv.
 _COMMAND_CHARS = 120
 _LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})")
@@ -63,7 +64,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     port = int(m["port"]) if m else -1
     if not m or port > 65535:
         raise ListenError(f"--listen {text!r}: expected HOST:PORT with a port 0-65535, "
-                          f"e.g. {DEFAULT_LISTEN}, [::1]:9400 or :9400 (every interface)")
+                          f"e.g. {DEFAULT_LISTEN}, [::1]:9489 or :9489 (every interface)")
     host = m["v6"] if m["v6"] is not None else (m["host"] or "0.0.0.0")
     return host, port
 
@@ -109,15 +110,18 @@ class RegionCollector(Collector):
             labels=[*device_labels, "pid", "host_pid", "command"])
         refusals = CounterMetricFamily("vgpulimit_oom_refusals_total",
                                        "Allocations refused at the memory cap", labels=device_labels)
-        cores = GaugeMetricFamily("vgpulimit_compute_limit_percent",
-                                  "Compute share the container is capped at", labels=device_labels)
+        cores = GaugeMetricFamily("vgpulimit_compute_limit_ratio",
+                                  "Compute share the container is capped at (0.3: 30 %)",
+                                  labels=device_labels)
         policy = GaugeMetricFamily("vgpulimit_compute_policy",
                                    "1 for the container's compute policy: hard (never past the "
                                    "share), borrow (past it while no other tenant uses the device) "
                                    "or none", labels=[*device_labels, "policy"])
-        share = GaugeMetricFamily("vgpulimit_compute_utilization_percent",
-                                  "Share of the whole GPU the container's kernels took since the "
-                                  "previous scrape", labels=device_labels)
+        # A counter, for rate(): a utilisation "since the previous scrape"
+        # would be wrong for every scraper but one.
+        busy = CounterMetricFamily("vgpulimit_compute_busy_seconds_total",
+                                   "GPU time the container's kernels took (its rate is the share "
+                                   "of the GPU they took)", labels=device_labels)
         throttled = CounterMetricFamily("vgpulimit_throttled_seconds_total",
                                         "Time the container's launches waited for compute budget",
                                         labels=device_labels)
@@ -132,10 +136,9 @@ class RegionCollector(Collector):
                 used.add_metric(labels, dev.used_bytes)
                 refusals.add_metric(labels, dev.oom_refusals)
                 if dev.cores_pct:
-                    cores.add_metric(labels, dev.cores_pct)
+                    cores.add_metric(labels, dev.cores_pct / 100)
                     policy.add_metric([*labels, dev.cores_policy], 1)
-                if dev.index in view.share_pct:
-                    share.add_metric(labels, view.share_pct[dev.index])
+                busy.add_metric(labels, dev.busy_ns / 1e9)
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
                 for proc in snap.processes:
                     host = sample.host_pid(proc)
@@ -146,7 +149,10 @@ class RegionCollector(Collector):
                         process_used.add_metric(
                             [*labels, str(proc.pid), str(host or ""), proc.comm],
                             proc.used_bytes[dev.index])
-        yield from (readable, limit, used, process_used, refusals, cores, policy, share, throttled)
+        build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
+                                  labels=["version"])
+        build.add_metric([__version__], 1)
+        yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled)
         if gpus is not None:
             yield from self._physical_families(gpus, sample)
 
@@ -180,8 +186,8 @@ class RegionCollector(Collector):
         outside = gauge("vgpulimit_gpu_process_unaccounted_bytes",
                         "Memory a process the driver lists holds outside any cap (in no region)",
                         ("host_pid", "command"))
-        util = gauge("vgpulimit_gpu_utilization_percent",
-                     "Share of the last sample period the GPU was busy, as the driver says")
+        util = gauge("vgpulimit_gpu_utilization_ratio",
+                     "Share of the last sample period the GPU was busy, as the driver says (0-1)")
         for view in node.gpus:
             g = view.gpu
             labels = [g.uuid, str(g.index), g.name]
@@ -199,7 +205,7 @@ class RegionCollector(Collector):
             if view.outside_bytes is not None:
                 unaccounted.add_metric(labels, view.outside_bytes)
             if g.utilization_pct is not None:
-                util.add_metric(labels, g.utilization_pct)
+                util.add_metric(labels, g.utilization_pct / 100)
             for proc in view.outside or ():
                 details = sample.details.get(proc.pid)
                 if proc.used_bytes is None or (details is not None and details.gone):
