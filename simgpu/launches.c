@@ -1,7 +1,14 @@
 /* simgpu's kernel launches: cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel and their _ptsz variants.  A grid is checked as
  * an H100 would; the kernel runs for its duration (modules.c) on its stream's
- * lane, or is added to the graph its stream is capturing. */
+ * lane, or is added to the graph its stream is capturing.
+ *
+ * A launch takes the calling thread's CPU for SIMGPU_LAUNCH_US (4 us: an
+ * empty cuLaunchKernel took 4-5 us on an H200's driver), spent before its
+ * kernel is queued, as a driver builds the launch before it rings the GPU.
+ * So a program whose CPU is slower than its kernels leaves the GPU idle
+ * between them (launch-bound, as eager PyTorch on small tensors is): each
+ * kernel starts when it is queued, on the timeline (timeline.c). */
 #include <limits.h>
 
 #include "work.h"
@@ -32,9 +39,20 @@ static bool sim_fits_at_once(const struct sim_grid *g)
     return (uint64_t)g->gx * g->gy * g->gz <= per_sm * SIM_SM_COUNT;
 }
 
+void sim_launch_cpu(uint64_t began_ns)
+{
+    const struct sim_config *cfg = sim_config();
+    uint64_t until = began_ns + (cfg ? cfg->launch_ns : 0);
+    /* Spun, not slept: the driver's work is CPU work, and a sleep that short
+     * would take the scheduler's slack instead. */
+    while (sim_now_ns() < until)
+        continue;
+}
+
 static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream stream, bool per_thread,
                            void **params, void **extra, bool cooperative)
 {
+    uint64_t began = sim_now_ns();
     CUcontext current;
     CUresult res = sim_current_context(&current);
     if (res != CUDA_SUCCESS)
@@ -53,6 +71,7 @@ static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream s
     CUgraph capture = sim_capturing(&lane);
     if (capture)
         return sim_graph_add(capture, duration, NULL);
+    sim_launch_cpu(began);
     return sim_run(&lane, duration);
 }
 
