@@ -310,6 +310,69 @@ void vgl_share_used(int device, int64_t charged_ns, int64_t used_ns);
 /* A launch waited `ns` for budget. */
 void vgl_share_waited(int device, uint64_t ns);
 
+/* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
+ * and how often to measure.  No driver, no clock, no lock: testable alone
+ * (tests/c/cost_model_test.c); the caller holds its own lock. */
+enum { VGL_COSTS = 256 };           /* launch targets whose cost a process remembers */
+/* What a kernel never measured is charged at first (then what it took). */
+#define VGL_FIRST_COST_NS 1000000
+struct vgl_cost {
+    const void *key;                /* a function or a graph */
+    int64_t ns;                     /* what a launch is charged: the least of the two windows'; 0: being measured */
+    int64_t window_ns;              /* the least of the current window */
+    int64_t earlier_ns;             /* the least of the window before */
+    uint64_t window_from;           /* when the current window began */
+    int64_t last[2];                /* its last two measurements, for the median of three */
+    uint64_t measuring_ns;          /* ns 0: when its first measurement began */
+    uint32_t pending;               /* ns 0: its launches since, charged VGL_FIRST_COST_NS, not measured */
+    int device;                     /* ... on this device */
+};
+struct vgl_costs {
+    struct vgl_cost slot[VGL_COSTS]; /* by key, hashed: a key may take another's place */
+};
+/* Launches charged VGL_FIRST_COST_NS each that are settled at used_ns each. */
+struct vgl_settlement {
+    int device;
+    uint32_t launches;
+    int64_t used_ns;
+};
+/* What a launch of `key` is known to cost (*ns); false: never measured (*ns
+ * is VGL_FIRST_COST_NS). */
+bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns);
+/* Whether a launch of `key`, never measured, is measured (else another
+ * launch's first measurement is under way).  *evicted: launches of a key
+ * whose place it took. */
+bool vgl_cost_measure_first(struct vgl_costs *costs, const void *key, int device, uint64_t now_ns,
+                            struct vgl_settlement *evicted);
+/* A launch of `key` not measured: true, it waits to be settled with its
+ * kernel's first measurement; false, settle it at *ns if that is known now
+ * (left as is otherwise). */
+bool vgl_cost_wait_first(struct vgl_costs *costs, const void *key, int64_t *ns);
+/* A measurement: a launch of `key` took `per_launch_ns`.  Returns whether the
+ * cost moved up (1), down (-1) by more than an eighth, or held (0).
+ * *settled: the launches that waited for it. */
+int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, uint64_t now_ns,
+                   struct vgl_settlement *settled);
+void vgl_costs_forget(struct vgl_costs *costs);
+/* Where a launch's interval begins on the GPU's clock: at its start event's
+ * time `event_ns`, or, if that event had completed when the host looked at
+ * `recorded_ns` (0: it had not), as much later as the host took from then to
+ * the launch's return, `returned_ns` (both CLOCK_MONOTONIC). */
+int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t returned_ns);
+/* How often a context's launches are measured. */
+struct vgl_cadence {
+    uint32_t since;                 /* launches since the last measurement */
+    uint32_t every;                 /* ... before the next */
+    uint32_t held;                  /* measurements in a row that moved no cost up */
+};
+bool vgl_cadence_due(const struct vgl_cadence *c);
+void vgl_cadence_skipped(struct vgl_cadence *c);
+void vgl_cadence_sampled(struct vgl_cadence *c);
+/* A kernel not measured yet was launched: measurements follow one another. */
+void vgl_cadence_unknown(struct vgl_cadence *c);
+/* A measurement moved a cost as vgl_cost_learn returned. */
+void vgl_cadence_learnt(struct vgl_cadence *c, int moved);
+
 /* busy_time.c — the GPU time a process's kernels take, measured in samples. */
 struct vgl_tracker;
 /* One launch, from vgl_busy_enter to vgl_busy_leave. */
@@ -321,6 +384,7 @@ struct vgl_launch {
     bool known;                     /* that is a measured cost */
     bool measured;                  /* it joins a run of its stream */
     bool pending;                   /* not measured yet, and settled once its kernel is */
+    uint64_t idle_at_ns;            /* its run's start event had completed at this time (0: not) */
     struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
     int index;                      /* its stream's in the tracker; -1: none */
 };
