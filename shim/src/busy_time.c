@@ -1,35 +1,41 @@
 /* The GPU time a process's kernels take, measured through the CUDA API alone
  * (so the same code holds on a real GPU) and with few driver calls: the
- * mechanism around the cost model (cost_model.c), which decides what a
- * measurement says and how often to take one.
+ * mechanism around the cost model (cost_model.c), which says what a
+ * measurement means, what a kernel costs and how often to measure.
  *
  * A launch is charged what its target (a function or a graph) is known to
- * cost, and asks the driver nothing, but when a measurement is due (the
- * model's cadence).  On a context that has launched on one stream, a
- * measurement times that one launch: an event recorded just before it
- * (asked at once whether it has completed: then the stream was idle, and the
- * host's clock says when the kernel reached the GPU, see cost_model.c) and
- * one just after, read back later without waiting, as times relative to one
- * reference event per context.  The launch is settled at its interval, and
- * the kernel's cost learnt from it.
+ * cost, and asks the driver nothing but when a measurement is due.
+ *
+ * On a context that has launched on one stream, a measurement times one
+ * launch alone: an event recorded just before it and one just after, read
+ * back later without waiting, as one span.  On an idle stream the first
+ * event completes at once, while the kernel reaches the GPU only as the
+ * launch returns: so the shim asks whether that event has completed before
+ * launching, and if it has, the kernel's interval begins when the launch
+ * returned (cost_model.c).  The launch is settled at what it took, at most
+ * what it was charged (a span stretched by other processes' time slices is
+ * not its kernel's), and the kernel's cost learnt from it.
  *
  * A context that has launched on several streams is measured at every
  * launch, in runs of launches per stream, each between two events, each run
- * beginning where its stream's last ended: merged in time order they give
- * the time during which any of the context's kernels was on the GPU, counted
- * once however many streams overlapped (the union of busy time); runs that
- * overlap teach together, their union per launch.  (Samples of some streams
- * taken among others' unmeasured kernels taught costs too low: one process on
- * two streams at 10 % got 17 %.)  A run ends once long enough (RUN_LAUNCHES,
- * or RUN_NS of charged time, LONG_RUN_NS where its kernels are long), after a
- * kernel not measured yet, and when the process sleeps for budget (so that
- * intervals hold no sleep).  A run's span also holds the GPU's idle time
- * where its stream ran dry, and time its kernels waited while other contexts
- * held the GPU: runs are charged at most what their launches are known to
- * cost.
+ * beginning where its stream's last ended; they are read back as times from
+ * one reference event per context and merged into the union of their busy
+ * time (cost_model.c).  (Samples of some streams, taken among others'
+ * unmeasured kernels, taught costs too low: one process on two streams at 10
+ * % got 17 %.)  A run ends once long enough (RUN_LAUNCHES, or RUN_NS of
+ * charged time, LONG_RUN_NS where its kernels are long), after a kernel not
+ * measured yet, and when the process sleeps for budget (so that spans hold
+ * no sleep).  A run's span may hold the GPU's idle time where its stream ran
+ * dry: runs are counted at most what their launches are known to cost.
  *
  * A kernel not measured yet is measured at once, alone; its other launches
  * meanwhile are settled at what it took.
+ *
+ * The gate (launch_hooks.c) calls, for each launch in order: vgl_busy_enter
+ * (its charge), vgl_busy_wait while it waits for budget, vgl_busy_begin once
+ * admitted (a measurement's first event), and vgl_busy_leave after the
+ * driver's call (its last event, or its settlement).  What they keep of the
+ * launch is in struct vgl_launch, which only this file reads or writes.
  *
  * Figures: benchmarks/compute_share.py (shares, and driver calls per launch). */
 #include <pthread.h>
@@ -52,11 +58,10 @@ enum {
 #define RUN_NS 20000000
 #define LONG_KERNEL_NS 5000000
 #define LONG_RUN_NS 640000000
-/* What runs read back may keep of what their kernels are known to cost and
- * did not take, for later runs whose spans take more: two runs' worth, so a
- * stream's run that spans its sibling stream's kernels is charged what the
- * sibling's run (adding nothing to the union) did not take. */
-#define ALLOWANCE_NS (2 * LONG_RUN_NS)
+/* A kernel known to take this long is measured without asking whether its
+ * stream was idle: the launch's CPU time (microseconds) is a sliver of its
+ * span, and the question a driver call. */
+#define IDLE_ASKED_BELOW_NS 1000000
 /* Times are read as float milliseconds from the reference event, whose
  * resolution is a microsecond at 10 s: runs that follow one another stop
  * following once it is this old, so that nothing is in flight for a moment
@@ -66,13 +71,14 @@ enum {
 /* Launches of one stream between two events. */
 struct run {
     uint32_t stream;                /* index in the tracker's streams */
+    bool alone;                     /* one launch timed by its own two events, read as one span */
     CUevent start;                  /* NULL: the run began where the stream's previous one ended */
     CUevent end;
     int64_t charged_ns;
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
-    uint64_t idle_at_ns;            /* its start event had completed at this time (0: not, or not asked) */
-    uint64_t returned_ns;           /* ... and its first launch returned at this time */
+    uint64_t idle_at_ns;            /* alone: its start event had completed at this time (0: not, or not asked) */
+    uint64_t returned_ns;           /* alone: its launch returned at this time */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
     uint64_t closed_ns;             /* when its end was recorded */
@@ -93,11 +99,7 @@ struct vgl_tracker {
     uint64_t reference_ns;          /* when it was (CLOCK_MONOTONIC) */
     bool sampling;                  /* each stream's next launch opens a run */
     struct vgl_cadence cadence;
-    int64_t covered_ns;             /* busy time is counted up to here, from the reference */
-    int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
-    int64_t group_start;            /* where the runs read back since covered_ns last jumped began */
-    uint32_t group_launches;        /* their launches (0: none) */
-    const void *group_key;          /* the one target they launched, or NULL for several */
+    struct vgl_union runs;          /* of several streams' runs */
     uint32_t nstreams;
     struct stream_runs streams[STREAMS];
     uint32_t head, count;
@@ -123,11 +125,14 @@ static void forget_in_child(void)
 }
 VGL_AFTER_FORK(forget_in_child)
 
-/* Launches charged VGL_FIRST_COST_NS each, settled as the model says. */
+/* Launches settled as the model says. */
 static void settle(struct vgl_settlement s)
 {
-    if (s.launches)
-        vgl_share_used(s.device, VGL_FIRST_COST_NS * (int64_t)s.launches, s.used_ns * (int64_t)s.launches);
+    if (s.charged_ns || s.used_ns) {
+        VGL_LOG(VGL_LOG_DEBUG, "launches held back settled: charged %.3f ms, used %.3f ms", s.charged_ns / 1e6,
+                s.used_ns / 1e6);
+        vgl_share_used(s.device, s.charged_ns, s.used_ns);
+    }
 }
 
 static void drop_event(CUevent e)
@@ -161,11 +166,12 @@ static CUevent mark(struct vgl_tracker *t, CUstream stream)
     return e;
 }
 
-/* Under the lock: the oldest run is settled at `measured_ns`. */
+/* Under the lock: the oldest run is settled at `measured_ns` (< 0: held back, cost_model.c). */
 static void settle_oldest(struct vgl_tracker *t, int64_t measured_ns)
 {
     struct run *r = &t->ring[t->head];
-    vgl_share_used((int)t->device, r->charged_ns, measured_ns);
+    if (measured_ns >= 0)
+        vgl_share_used((int)t->device, r->charged_ns, measured_ns);
     spare(t, r->start);
     spare(t, r->end);
     t->head = (t->head + 1) % INFLIGHT;
@@ -182,22 +188,26 @@ static bool since_reference(struct vgl_tracker *t, CUevent e, int64_t *ns, bool 
     return rc == CUDA_SUCCESS;
 }
 
-/* Under the lock: the runs read back since the union last jumped ahead
- * launched one target: it costs their union per launch.  How far apart the
- * samples are follows from how that moved the cost (the model's cadence). */
-static void teach(struct vgl_tracker *t, uint64_t now)
+/* Under the lock: a launch of `key` (NULL: of several targets) took
+ * `per_launch_ns`; how far apart measurements are follows from how that
+ * moved its cost (the model's cadence). */
+static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns, bool on_host_clock, uint64_t now)
 {
-    if (!t->group_launches)
-        return;
-    if (t->group_key) {
+    int moved = 0;
+    if (key) {
         struct vgl_settlement waited;
-        int64_t per_launch = (t->covered_ns - t->group_start) / t->group_launches;
-        vgl_cadence_learnt(&t->cadence, vgl_cost_learn(&measure.costs, t->group_key, per_launch, now, &waited));
+        moved = vgl_cost_learn(&measure.costs, key, per_launch_ns, on_host_clock, now, &waited);
         settle(waited);
-    } else {
-        vgl_cadence_learnt(&t->cadence, 0);
     }
-    t->group_launches = 0;
+    vgl_cadence_learnt(&t->cadence, moved);
+}
+
+/* Under the lock: the group of runs read back so far teaches. */
+static void close_group(struct vgl_tracker *t, uint64_t now)
+{
+    struct vgl_lesson lesson;
+    if (vgl_union_close(&t->runs, &lesson))
+        learnt(t, lesson.key, lesson.per_launch_ns, false, now);
 }
 
 static bool any_open(const struct vgl_tracker *t)
@@ -206,6 +216,64 @@ static bool any_open(const struct vgl_tracker *t)
         if (t->streams[i].open)
             return true;
     return false;
+}
+
+/* Under the lock: the span of a launch timed alone; false: not yet, or unknowable (*failed). */
+static bool read_alone(const struct run *r, int64_t *ns, bool *failed)
+{
+    float ms;
+    CUresult rc = vgl_real.cuEventElapsedTime(&ms, r->start, r->end);
+    *failed = rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY;
+    *ns = (int64_t)((double)ms * 1e6);
+    return rc == CUDA_SUCCESS;
+}
+
+/* Under the lock: a launch timed alone, read back: its kernel took `span_ns`
+ * from its start event's completion, or less (cost_model.c).  What it is
+ * settled at; -1: it is held back, with the kernel's first launches. */
+static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t span_ns, uint64_t now)
+{
+    int64_t took = span_ns - vgl_interval_start(0, r->idle_at_ns, r->returned_ns);
+    VGL_LOG(VGL_LOG_DEBUG, "launch timed alone read back: charged %.3f ms, span %.3f ms, took %.3f ms%s",
+            r->charged_ns / 1e6, span_ns / 1e6, took / 1e6, r->idle_at_ns ? " (from its return)" : "");
+    /* A kernel's first few measurements are settled together, at its cost
+     * then (cost_model.c). */
+    bool held = vgl_cost_held_back(&measure.costs, r->key, r->charged_ns);
+    learnt(t, r->key, took, r->idle_at_ns != 0, now);
+    if (held)
+        return -1;
+    /* Counted at most what it was charged: a span stretched by other
+     * contexts' slices is not its kernel's. */
+    took = took > 1 ? took : 1;
+    return took < r->charged_ns ? took : r->charged_ns;
+}
+
+/* Under the lock: a run of several streams, read back: the busy time it adds
+ * to its context's (the union's); false: not yet, or unknowable (*failed). */
+static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, int64_t *busy, bool *failed)
+{
+    struct stream_runs *s = &t->streams[r->stream];
+    int64_t end, start = s->last_end_ns;
+    if (!since_reference(t, r->end, &end, failed) || (r->start && !since_reference(t, r->start, &start, failed)))
+        return false;
+    s->last_end_ns = end;
+    struct vgl_span span = {.start_ns = start, .end_ns = end, .charged_ns = r->charged_ns,
+                            .launches = r->launches, .known = r->known, .key = r->key};
+    struct vgl_lesson lesson;
+    bool taught;
+    *busy = vgl_union_add(&t->runs, &span, &lesson, &taught);
+    if (taught)
+        learnt(t, lesson.key, lesson.per_launch_ns, false, now);
+    /* A kernel not measured before: at most what it has been learnt to cost
+     * (once a later run ended the group), which a span exceeds when other
+     * contexts' slices stretched it; else the processes of one container,
+     * started together, would each start owing their siblings' time. */
+    int64_t cost;
+    if (!r->known && r->key && vgl_cost_known(&measure.costs, r->key, &cost) && *busy > cost * r->launches)
+        *busy = cost * r->launches;
+    VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
+            "busy %.3f ms counted", r->stream, r->launches, r->charged_ns / 1e6, (end - start) / 1e6, *busy / 1e6);
+    return true;
 }
 
 /* Under the lock: reads back the runs that are due and done, oldest first,
@@ -217,78 +285,25 @@ static void harvest(struct vgl_tracker *t, uint64_t now)
         struct run *r = &t->ring[t->head];
         if (now < r->due_ns)
             return;
-        struct stream_runs *s = &t->streams[r->stream];
-        int64_t end, start = s->last_end_ns;
-        bool failed;
-        if (!since_reference(t, r->end, &end, &failed) ||
-            (r->start && !since_reference(t, r->start, &start, &failed))) {
-            if (!failed) {
-                /* Asked again after as long as it has been running late: a
-                 * run queued behind much work costs few queries. */
-                uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
-                r->due_ns = now + (late > 1000000 ? late : 1000000);
-                return;
-            }
+        int64_t busy;
+        bool failed, read = r->alone ? read_alone(r, &busy, &failed) : read_run(t, r, now, &busy, &failed);
+        if (read) {
+            settle_oldest(t, r->alone ? took_alone(t, r, busy, now) : busy);
+        } else if (failed) {
             settle_oldest(t, r->charged_ns);
-            continue;
+        } else {
+            /* Asked again after as long as it has been running late: a run
+             * queued behind much work costs few queries.  A kernel not
+             * measured yet is asked about sooner: its other launches are
+             * charged VGL_FIRST_COST_NS each until it is known. */
+            uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
+            uint64_t least = r->known ? 1000000 : 10000;
+            r->due_ns = now + (late > least ? late : least);
+            return;
         }
-        s->last_end_ns = end;
-        start = vgl_interval_start(start, r->idle_at_ns, r->returned_ns);
-        if (start > end)
-            start = end;
-        /* Overlapping runs (of the context's streams) teach together: a
-         * kernel's cost is their union per launch, as the busy time they
-         * are counted is their union.  (A stream's span alone holds its
-         * siblings' kernels where they take turns.)  So a group teaches
-         * once a run begins after all of it has ended, or once all is read. */
-        if (start >= t->covered_ns)
-            teach(t, now);
-        if (!t->group_launches) {
-            t->group_key = r->key;
-            t->group_start = start;
-        } else if (t->group_key != r->key) {
-            t->group_key = NULL;
-        }
-        t->group_launches += r->launches;
-        /* The union: what this run adds to the context's busy time so far.
-         * Runs are read back in the order they closed, which is not always
-         * the order they began: one that began before its group did adds
-         * that stretch too. */
-        int64_t from = start > t->covered_ns ? start : t->covered_ns;
-        int64_t busy = end > from ? end - from : 0;
-        if (start < t->group_start) {
-            busy += (end < t->group_start ? end : t->group_start) - start;
-            t->group_start = start;
-        }
-        if (end > t->covered_ns)
-            t->covered_ns = end;
-        /* The context's busy time, at most what its kernels are known to
-         * cost: over several runs, as one stream's run may span the time
-         * the other's kernels ran, while theirs adds nothing. */
-        if (r->known) {
-            t->allowance_ns += r->charged_ns;
-            if (busy > t->allowance_ns)
-                busy = t->allowance_ns;
-            t->allowance_ns -= busy;
-            if (t->allowance_ns > ALLOWANCE_NS)
-                t->allowance_ns = ALLOWANCE_NS;
-        } else if (r->key) {
-            /* A kernel not measured before: at most what it has been learnt
-             * to cost (once a later run ended the group), which a span exceeds
-             * when other contexts' slices stretched it; else the processes
-             * of one container, started together, would each start owing
-             * their siblings' time. */
-            int64_t cost;
-            if (vgl_cost_known(&measure.costs, r->key, &cost) && busy > cost * r->launches)
-                busy = cost * r->launches;
-        }
-        VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
-                "busy %.3f ms counted, allowance %.3f ms", r->stream, r->launches, r->charged_ns / 1e6,
-                (end - start) / 1e6, busy / 1e6, t->allowance_ns / 1e6);
-        settle_oldest(t, busy);
     }
     if (!any_open(t))
-        teach(t, now);
+        close_group(t, now);
 }
 
 /* Under the lock: closes the stream's open run with an event; the stream's
@@ -310,7 +325,7 @@ static void close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool 
         spare(t, r.start);
         return;
     }
-    r.due_ns = now + 2 * (uint64_t)r.charged_ns;
+    r.due_ns = r.known ? now + 2 * (uint64_t)r.charged_ns : now;
     r.closed_ns = now;
     if (t->count == INFLIGHT)
         settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
@@ -333,7 +348,7 @@ static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
     for (uint32_t i = 0; i < t->nstreams; i++)
         close_run(t, i, now, chain);
     t->sampling = chain;
-    vgl_cadence_sampled(&t->cadence);
+    vgl_cadence_sampled(&t->cadence, now);
 }
 
 /* Under the lock: the tracker of `ctx` (on `device`), made on first use;
@@ -424,24 +439,33 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         return;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index];
-    bool due = t->sampling || t->nstreams > 1 || vgl_cadence_due(&t->cadence);
+    bool due = t->sampling || t->nstreams > 1 || vgl_cadence_due(&t->cadence, now_ns);
     if (!l->known && !s->open && t->nstreams == 1) {
         struct vgl_settlement evicted;
         due = vgl_cost_measure_first(&measure.costs, l->key, l->device, now_ns, &evicted);
         settle(evicted);
     }
-    l->pending = !l->known && !due;
     if (s->stream == l->stream && !s->open && due) {
-        /* With nothing in flight, the run begins at a new reference: one
-         * event less to record and read, and the times read from it stay
-         * exact (float milliseconds). */
-        CUevent start = NULL;
-        if (!t->count && !any_open(t)) {
-            teach(t, now_ns);
+        CUevent start;
+        if (t->nstreams == 1) {
+            if ((start = mark(t, l->stream))) {
+                s->open = true;
+                s->current = (struct run){.stream = (uint32_t)l->index, .alone = true, .start = start, .known = true};
+                /* Completed at once: the stream is idle, and the kernel will
+                 * begin when it reaches the GPU, as its launch returns. */
+                uint64_t at = vgl_clock_ns(CLOCK_MONOTONIC);
+                if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(start) == CUDA_SUCCESS)
+                    s->current.idle_at_ns = at;
+            }
+        } else if (!t->count && !any_open(t)) {
+            /* With nothing in flight, the runs begin at a new reference: one
+             * event less to record and read, and the times read from it stay
+             * exact (float milliseconds). */
+            close_group(t, now_ns);
             spare(t, t->reference);
             if ((t->reference = mark(t, l->stream)))
                 t->reference_ns = now_ns;
-            t->covered_ns = 0;
+            vgl_union_restart(&t->runs);
             for (uint32_t i = 0; i < t->nstreams; i++)
                 t->streams[i].last_end_ns = 0;
             if (t->reference) {
@@ -451,14 +475,6 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         } else if (t->reference && (start = mark(t, l->stream))) {
             s->open = true;
             s->current = (struct run){.stream = (uint32_t)l->index, .start = start, .known = true};
-        }
-        /* Whether the event completed at once: the stream was idle, and the
-         * kernel will begin when it reaches the GPU, as its launch returns. */
-        CUevent recorded = start ? start : t->reference;
-        if (s->open && recorded) {
-            uint64_t at = vgl_clock_ns(CLOCK_MONOTONIC);
-            if (vgl_real.cuEventQuery(recorded) == CUDA_SUCCESS)
-                s->current.idle_at_ns = at;
         }
         t->sampling = t->sampling || s->open;
     }
@@ -486,16 +502,20 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
         vgl_share_used(l->device, l->cost_ns, l->cost_ns); /* not measured: as charged */
         return;
     }
+    /* When the launch returned: its kernel had reached the GPU. */
     uint64_t returned = l->measured ? vgl_clock_ns(CLOCK_MONOTONIC) : 0;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index >= 0 ? l->index : 0];
     /* Not in a sample (or its run was closed meanwhile by another thread's
-     * wait): as charged, or once its kernel's cost is known. */
+     * wait): at what its kernel is known to cost now (it may have waited
+     * long for budget, charged a cost measured since), or held back until
+     * that is known. */
     if (!l->measured || !s->open || s->stream != l->stream) {
         vgl_cadence_skipped(&t->cadence);
-        int64_t cost = l->cost_ns;
-        if (!l->pending || !vgl_cost_wait_first(&measure.costs, l->key, &cost))
-            vgl_share_used(l->device, l->cost_ns, cost);
+        int64_t cost;
+        if (!vgl_cost_held_back(&measure.costs, l->key, l->cost_ns))
+            vgl_share_used(l->device, l->cost_ns,
+                           vgl_cost_known(&measure.costs, l->key, &cost) ? cost : l->cost_ns);
         pthread_mutex_unlock(&measure.lock);
         return;
     }
@@ -508,11 +528,11 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
     r->known = r->known && l->known;
     if (!r->known)
         vgl_cadence_unknown(&t->cadence);
-    /* On one stream a run is one launch.  A kernel not measured yet is
-     * measured alone: its run ends with it, and its other launches meanwhile
-     * wait for what it took rather than each being measured. */
+    /* A kernel not measured yet is measured alone: its run ends with it, and
+     * its other launches meanwhile wait for what it took rather than each
+     * being measured. */
     int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
-    if (!quiet && (t->nstreams == 1 || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
+    if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
         end_sample(t, returned ? returned : vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

@@ -18,10 +18,16 @@
  *
  * A kernel's cost is then the least of its recent measurements (of this
  * window of COST_WINDOW_NS and the one before), since an interval only grows
- * with waiting (behind other processes' time slices); each measurement first
- * goes through the median of the kernel's last three, so that one measurement
- * the host's clock made too short (the thread descheduled as the launch
- * returned) is not taken as its cost. */
+ * with waiting (behind other processes' time slices); a measurement that
+ * began on the host's clock first goes through the median of the kernel's
+ * last three, so that one the host made too short (the thread descheduled as
+ * the launch returned) is not taken as its cost.  (A kernel's first measurements are
+ * often stretched alike, by sibling processes started with it: until there
+ * are three, the median is of them and a 0, the least of them.)
+ *
+ * Where a context launches on several streams, runs of launches per stream
+ * are merged into the time during which any of its kernels was on the GPU,
+ * counted once however many streams overlapped: the union (vgl_union_add). */
 #include <string.h>
 
 #include "internal.h"
@@ -29,9 +35,16 @@
 /* A cost is the least over two of these: a kernel that became slower is
  * charged so within two windows. */
 #define COST_WINDOW_NS 1000000000ULL
-/* While a kernel's first measurement is under way, for up to this long, its
- * other launches are not measured, and are settled once it is known. */
+/* While a kernel's first measurement is under way, for up to MEASURING_NS,
+ * its other launches are not measured (charged VGL_FIRST_COST_NS).  A
+ * kernel's launches until it has been measured FIRST_MEASUREMENTS times are
+ * held back and settled at its cost then: processes started together
+ * stretch one another's first measurements alike (four processes of 20 ms
+ * kernels at 10 %, settled at what each launch took, were charged 74-80 ms
+ * a kernel and waited 0.7-5.8 s for budget; the third measurement took 20,
+ * once the first had throttled them apart). */
 #define MEASURING_NS 1000000000ULL
+#define FIRST_MEASUREMENTS 3
 /* Measurements follow one another until this many in a row moved no cost up
  * (the first intervals of a kernel are often stretched alike, by sibling
  * processes that started with it); then SAMPLE_FIRST launches between them,
@@ -39,6 +52,16 @@
 #define SAMPLES_HELD 2
 #define SAMPLE_FIRST 8
 #define SAMPLE_EVERY 128
+/* ... or a window of COST_WINDOW_NS after the last: a cost is the least of
+ * two windows, so each holds a measurement even of long kernels (a cost
+ * stretched by other processes' slices at the start, measured every 128
+ * launches of 20 ms, stayed stretched for seconds). */
+/* What runs read back may keep of what their kernels are known to cost and
+ * did not take, for later runs whose spans take more: a stream's run that
+ * spans its sibling stream's kernels is charged what the sibling's run
+ * (adding nothing to the union) did not take.  (Two of busy_time.c's longest
+ * runs.) */
+#define ALLOWANCE_NS 1280000000LL
 
 static uint32_t cost_slot(const void *key)
 {
@@ -54,10 +77,13 @@ bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns)
 }
 
 /* Launches of c's kernel waiting for its first measurement are settled at `ns`. */
+/* c's launches held back are settled at `ns` each. */
 static struct vgl_settlement settle_pending(struct vgl_cost *c, int64_t ns)
 {
-    struct vgl_settlement s = {.device = c->device, .launches = c->pending, .used_ns = ns};
+    struct vgl_settlement s = {.device = c->device, .charged_ns = c->pending_charged_ns,
+                               .used_ns = ns * (int64_t)c->pending};
     c->pending = 0;
+    c->pending_charged_ns = 0;
     return s;
 }
 
@@ -76,17 +102,14 @@ bool vgl_cost_measure_first(struct vgl_costs *costs, const void *key, int device
     return true;
 }
 
-bool vgl_cost_wait_first(struct vgl_costs *costs, const void *key, int64_t *ns)
+bool vgl_cost_held_back(struct vgl_costs *costs, const void *key, int64_t charged_ns)
 {
     struct vgl_cost *c = &costs->slot[cost_slot(key)];
-    if (c->key != key)
+    if (c->key != key || c->measured >= FIRST_MEASUREMENTS)
         return false;
-    if (!c->ns) {
-        c->pending++;
-        return true;
-    }
-    *ns = c->ns;
-    return false;
+    c->pending++;
+    c->pending_charged_ns += charged_ns;
+    return true;
 }
 
 static int64_t median3(int64_t a, int64_t b, int64_t c)
@@ -95,8 +118,8 @@ static int64_t median3(int64_t a, int64_t b, int64_t c)
     return c < lo ? lo : c > hi ? hi : c;
 }
 
-int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, uint64_t now_ns,
-                   struct vgl_settlement *settled)
+int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, bool on_host_clock,
+                   uint64_t now_ns, struct vgl_settlement *settled)
 {
     struct vgl_cost *c = &costs->slot[cost_slot(key)];
     /* At least 1 ns: 0 is "not measured yet" (an empty graph, or an interval below the timer's resolution). */
@@ -104,13 +127,16 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
         per_launch_ns = 1;
     *settled = (struct vgl_settlement){0};
     if (c->key != key || !c->ns) {
-        *settled = settle_pending(c, c->key == key ? per_launch_ns : VGL_FIRST_COST_NS);
+        if (c->key != key)
+            *settled = settle_pending(c, VGL_FIRST_COST_NS);
         *c = (struct vgl_cost){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
-                               .earlier_ns = per_launch_ns, .window_from = now_ns,
-                               .last = {per_launch_ns, per_launch_ns}};
+                               .earlier_ns = per_launch_ns, .window_from = now_ns, .last = {per_launch_ns, 0},
+                               .measured = 1, .pending = c->key == key ? c->pending : 0,
+                               .pending_charged_ns = c->key == key ? c->pending_charged_ns : 0, .device = c->device};
         return 1;
     }
-    int64_t taken = median3(c->last[0], c->last[1], per_launch_ns);
+    /* A measurement of the GPU's clock alone is never too short: taken as it is. */
+    int64_t taken = on_host_clock ? median3(c->last[0], c->last[1], per_launch_ns) : per_launch_ns;
     c->last[0] = c->last[1];
     c->last[1] = per_launch_ns;
     if (now_ns - c->window_from >= COST_WINDOW_NS) {
@@ -122,6 +148,8 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
     }
     int64_t was = c->ns;
     c->ns = c->window_ns < c->earlier_ns ? c->window_ns : c->earlier_ns;
+    if (c->measured < FIRST_MEASUREMENTS && ++c->measured == FIRST_MEASUREMENTS)
+        *settled = settle_pending(c, c->ns);
     return 8 * (c->ns - was) > was ? 1 : 8 * (was - c->ns) > was ? -1 : 0;
 }
 
@@ -136,9 +164,9 @@ int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t retu
     return recorded_ns && returned_ns > recorded_ns ? event_ns + (int64_t)(returned_ns - recorded_ns) : event_ns;
 }
 
-bool vgl_cadence_due(const struct vgl_cadence *c)
+bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns)
 {
-    return c->since >= c->every;
+    return c->since >= c->every || now_ns - c->sampled_ns >= COST_WINDOW_NS;
 }
 
 void vgl_cadence_skipped(struct vgl_cadence *c)
@@ -146,9 +174,10 @@ void vgl_cadence_skipped(struct vgl_cadence *c)
     c->since++;
 }
 
-void vgl_cadence_sampled(struct vgl_cadence *c)
+void vgl_cadence_sampled(struct vgl_cadence *c, uint64_t now_ns)
 {
     c->since = 0;
+    c->sampled_ns = now_ns;
 }
 
 void vgl_cadence_unknown(struct vgl_cadence *c)
@@ -165,4 +194,59 @@ void vgl_cadence_learnt(struct vgl_cadence *c, int moved)
         c->every = 0;
     else
         c->every = !c->every ? SAMPLE_FIRST : 4 * c->every < SAMPLE_EVERY ? 4 * c->every : SAMPLE_EVERY;
+}
+
+bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson)
+{
+    if (!u->group_launches)
+        return false;
+    *lesson = (struct vgl_lesson){.key = u->group_key,
+                                  .per_launch_ns = (u->covered_ns - u->group_start) / u->group_launches};
+    u->group_launches = 0;
+    return true;
+}
+
+int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_lesson *lesson, bool *taught)
+{
+    int64_t start = r->start_ns < r->end_ns ? r->start_ns : r->end_ns, end = r->end_ns;
+    /* Overlapping runs teach together: a kernel's cost is their union per
+     * launch, as the busy time they are counted is their union.  (A stream's
+     * span alone holds its siblings' kernels where they take turns.)  So a
+     * group teaches once a run begins after all of it has ended. */
+    *taught = start >= u->covered_ns && vgl_union_close(u, lesson);
+    if (!u->group_launches) {
+        u->group_key = r->key;
+        u->group_start = start;
+    } else if (u->group_key != r->key) {
+        u->group_key = NULL;
+    }
+    u->group_launches += r->launches;
+    /* What this run adds to the busy time so far.  Runs are read back in the
+     * order they closed, which is not always the order they began: one that
+     * began before its group did adds that stretch too. */
+    int64_t from = start > u->covered_ns ? start : u->covered_ns;
+    int64_t busy = end > from ? end - from : 0;
+    if (start < u->group_start) {
+        busy += (end < u->group_start ? end : u->group_start) - start;
+        u->group_start = start;
+    }
+    if (end > u->covered_ns)
+        u->covered_ns = end;
+    /* At most what its kernels are known to cost: over several runs, as one
+     * stream's run may span the time the other's kernels ran, while theirs
+     * adds nothing. */
+    if (r->known) {
+        u->allowance_ns += r->charged_ns;
+        if (busy > u->allowance_ns)
+            busy = u->allowance_ns;
+        u->allowance_ns -= busy;
+        if (u->allowance_ns > ALLOWANCE_NS)
+            u->allowance_ns = ALLOWANCE_NS;
+    }
+    return busy;
+}
+
+void vgl_union_restart(struct vgl_union *u)
+{
+    u->covered_ns = 0;
 }

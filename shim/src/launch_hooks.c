@@ -143,8 +143,16 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
             vgl_share_waited(device, woke - now);
             now = woke;
             vgl_busy_wait(l, now, false, quiet);
-            if (now < until)
+            if (now < until) {
+                /* Measurements read back meanwhile may have given back
+                 * what launches were charged past their kernels' time (a
+                 * kernel's first measurements, stretched by other
+                 * processes'): the wait ends as soon as the debt is paid. */
+                uint64_t sooner = now + (uint64_t)vgl_share_owed(device, now) +
+                                  (uint64_t)vgl_share_resume_ns(device, l->cost_ns);
+                until = sooner < until ? sooner : until;
                 continue;
+            }
             if ((wait = vgl_share_admit(device, now, l->cost_ns)) <= 0)
                 break;
             until = now + (uint64_t)wait;
