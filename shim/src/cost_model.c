@@ -21,9 +21,7 @@
  * with waiting (behind other processes' time slices); a measurement that
  * began on the host's clock first goes through the median of the kernel's
  * last three, so that one the host made too short (the thread descheduled as
- * the launch returned) is not taken as its cost.  (A kernel's first measurements are
- * often stretched alike, by sibling processes started with it: until there
- * are three, the median is of them and a 0, the least of them.)
+ * the launch returned) is not taken as its cost.
  *
  * Where a context launches on several streams, runs of launches per stream
  * are merged into the time during which any of its kernels was on the GPU,
@@ -130,7 +128,7 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
         if (c->key != key)
             *settled = settle_pending(c, VGL_FIRST_COST_NS);
         *c = (struct vgl_cost){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
-                               .earlier_ns = per_launch_ns, .window_from = now_ns, .last = {per_launch_ns, 0},
+                               .earlier_ns = per_launch_ns, .window_from = now_ns, .last = {per_launch_ns, per_launch_ns},
                                .measured = 1, .pending = c->key == key ? c->pending : 0,
                                .pending_charged_ns = c->key == key ? c->pending_charged_ns : 0, .device = c->device};
         return 1;

@@ -90,6 +90,12 @@ static void test_one_short_measurement_on_the_host_clock_is_not_taken(void)
     learn(costs, &k1, US, S + 12);
     CHECK(cost_of(costs, &k1) == US, "cost %lld", (long long)cost_of(costs, &k1));
     free(costs);
+    /* Nor the second of a kernel's measurements. */
+    costs = fresh();
+    learn_on_host(costs, &k1, 2 * US, S);
+    learn_on_host(costs, &k1, 200, S + 1);
+    CHECK(cost_of(costs, &k1) == 2 * US, "cost %lld", (long long)cost_of(costs, &k1));
+    free(costs);
 }
 
 /* A kernel that became slower is charged so within two windows. */
