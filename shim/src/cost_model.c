@@ -50,10 +50,11 @@
 #define SAMPLES_HELD 2
 #define SAMPLE_FIRST 8
 #define SAMPLE_EVERY 128
-/* ... or a window of COST_WINDOW_NS after the last: a cost is the least of
- * two windows, so each holds a measurement even of long kernels (a cost
- * stretched by other processes' slices at the start, measured every 128
- * launches of 20 ms, stayed stretched for seconds). */
+/* ... or SAMPLE_NS after the last, so that a cost stretched by other
+ * processes' slices when it was learnt is not charged for long: measured
+ * every 128 launches, a process of 20 ms kernels at 25 % would wait ten
+ * seconds for the next measurement. */
+#define SAMPLE_NS (2 * COST_WINDOW_NS)
 /* What runs read back may keep of what their kernels are known to cost and
  * did not take, for later runs whose spans take more: a stream's run that
  * spans its sibling stream's kernels is charged what the sibling's run
@@ -164,7 +165,7 @@ int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t retu
 
 bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns)
 {
-    return c->since >= c->every || now_ns - c->sampled_ns >= COST_WINDOW_NS;
+    return c->since >= c->every || now_ns - c->sampled_ns >= SAMPLE_NS;
 }
 
 void vgl_cadence_skipped(struct vgl_cadence *c)
