@@ -124,3 +124,14 @@ def test_launches_drawing_from_a_compute_share(sanitized, tmp_path, path):
                            VGPULIMIT_CORES="50", VGPULIMIT_REGION=str(tmp_path / "region"))
     launched = int(result.stdout.split("done ")[1].split()[1])
     assert 0 < launched < 450  # uncapped, about 500 would run
+
+
+@pytest.mark.parametrize("path, kernel_us, cpu_us", [("kernel", "2", "10"), ("streams2", "2", "10"),
+                                                     ("graph40", "1", "0")])
+def test_short_and_launch_bound_work_under_a_compute_share(sanitized, tmp_path, path, kernel_us, cpu_us):
+    """Launches timed alone on an idle stream (2 us kernels with 10 us of CPU
+    work after each), on two streams, and graphs of 40 kernels, at 10 %."""
+    result = sanitized_run(sanitized, tmp_path,
+                           [sanitized["bin"] / "launch_client", path, kernel_us, "0.5", cpu_us],
+                           VGPULIMIT_CORES="10", VGPULIMIT_REGION=str(tmp_path / "region"))
+    assert int(result.stdout.split("done ")[1].split()[1]) > 0
