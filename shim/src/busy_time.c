@@ -35,7 +35,7 @@
  * (its charge), vgl_busy_wait while it waits for budget, vgl_busy_begin once
  * admitted (a measurement's first event), and vgl_busy_leave after the
  * driver's call (its last event, or its settlement).  What they keep of the
- * launch is in struct vgl_launch, which only this file reads or writes.
+ * launch is in struct vgl_launch, which only this file writes.
  *
  * Figures: benchmarks/compute_share.py (shares, and driver calls per launch). */
 #include <pthread.h>

@@ -17,7 +17,7 @@
  * time.
  *
  * A kernel's cost is then the least of its recent measurements (of this
- * window of COST_WINDOW_NS and the one before), since an interval only grows
+ * window and the one before), since an interval only grows
  * with waiting (behind other processes' time slices); a measurement that
  * began on the host's clock first goes through the median of the kernel's
  * last three, so that one the host made too short (the thread descheduled as
@@ -30,9 +30,14 @@
 
 #include "internal.h"
 
-/* A cost is the least over two of these: a kernel that became slower is
- * charged so within two windows. */
+/* A cost is the least over two windows, each COST_WINDOW_NS and at least
+ * WINDOW_SAMPLES measurements: a kernel that became slower is charged so
+ * within two, and a kernel measured seldom (a long one) is charged the least
+ * of several measurements, not of the last two (a process of 20 ms kernels
+ * at 30 % beside one at 60 %, whose slices stretch most of its spans, got 23
+ * to 26 %). */
 #define COST_WINDOW_NS 1000000000ULL
+#define WINDOW_SAMPLES 4
 /* While a kernel's first measurement is under way, for up to MEASURING_NS,
  * its other launches are not measured (charged VGL_FIRST_COST_NS).  A
  * kernel's launches until it has been measured FIRST_MEASUREMENTS times are
@@ -58,8 +63,8 @@
 /* What runs read back may keep of what their kernels are known to cost and
  * did not take, for later runs whose spans take more: a stream's run that
  * spans its sibling stream's kernels is charged what the sibling's run
- * (adding nothing to the union) did not take.  (Two of busy_time.c's longest
- * runs.) */
+ * (adding nothing to the union) did not take: two of busy_time.c's longest
+ * runs (LONG_RUN_NS). */
 #define ALLOWANCE_NS 1280000000LL
 
 static uint32_t cost_slot(const void *key)
@@ -129,7 +134,8 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
         if (c->key != key)
             *settled = settle_pending(c, VGL_FIRST_COST_NS);
         *c = (struct vgl_cost){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
-                               .earlier_ns = per_launch_ns, .window_from = now_ns, .last = {per_launch_ns, per_launch_ns},
+                               .earlier_ns = per_launch_ns, .window_from = now_ns, .window_samples = 1,
+                               .last = {per_launch_ns, per_launch_ns},
                                .measured = 1, .pending = c->key == key ? c->pending : 0,
                                .pending_charged_ns = c->key == key ? c->pending_charged_ns : 0, .device = c->device};
         return 1;
@@ -138,12 +144,14 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
     int64_t taken = on_host_clock ? median3(c->last[0], c->last[1], per_launch_ns) : per_launch_ns;
     c->last[0] = c->last[1];
     c->last[1] = per_launch_ns;
-    if (now_ns - c->window_from >= COST_WINDOW_NS) {
+    if (now_ns - c->window_from >= COST_WINDOW_NS && c->window_samples >= WINDOW_SAMPLES) {
         c->earlier_ns = c->window_ns;
         c->window_ns = taken;
         c->window_from = now_ns;
-    } else if (taken < c->window_ns) {
-        c->window_ns = taken;
+        c->window_samples = 1;
+    } else {
+        c->window_ns = taken < c->window_ns ? taken : c->window_ns;
+        c->window_samples++;
     }
     int64_t was = c->ns;
     c->ns = c->window_ns < c->earlier_ns ? c->window_ns : c->earlier_ns;

@@ -326,6 +326,7 @@ struct vgl_cost {
     int64_t window_ns;              /* the least of the current window */
     int64_t earlier_ns;             /* the least of the window before */
     uint64_t window_from;           /* when the current window began */
+    uint32_t window_samples;        /* its measurements */
     int64_t last[2];                /* its last two measurements, for the median of three */
     uint64_t measuring_ns;          /* ns 0: when its first measurement began */
     uint32_t measured;              /* measurements so far, counted up to the first few */
@@ -413,7 +414,12 @@ bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson);
 /* A new reference: times start again from 0 (after vgl_union_close). */
 void vgl_union_restart(struct vgl_union *u);
 
-/* busy_time.c — the GPU time a process's kernels take, measured in samples. */
+/* busy_time.c — the GPU time a process's kernels take, measured in samples.
+ * The gate (launch_hooks.c) calls, for each launch, in this order:
+ * vgl_busy_enter, vgl_busy_wait while it waits for budget, vgl_busy_begin
+ * once admitted, the driver, vgl_busy_leave.  struct vgl_launch is what they
+ * keep of it: the gate reads device, cost_ns and known; only busy_time.c
+ * writes it. */
 struct vgl_tracker;
 /* One launch, from vgl_busy_enter to vgl_busy_leave. */
 struct vgl_launch {
@@ -436,11 +442,13 @@ void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void 
 /* While it waits for budget: reads back what is done; `sleeps` first ends the
  * process's runs, so that their spans hold no sleep (unless `quiet`). */
 void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet);
-/* Admitted: opens a run on its stream if a sample is due. */
+/* Admitted: opens a run on its stream if a sample is due (alone, on one
+ * stream: its first event, and whether that completed at once). */
 void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet);
 /* After the driver call: a refused launch gives its charge back; one that
- * went joins its run, or counts as charged.  `quiet`: as above (a run stays
- * open rather than end with an event). */
+ * went joins its run (alone: ends it), or is settled at its kernel's cost
+ * now, or held back with its kernel's first launches.  `quiet`: as above (a
+ * run stays open rather than end with an event). */
 void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet);
 /* A stream capture is about to begin: the runs of `ctx` (current) end now,
  * their events recorded before it rather than into it. */

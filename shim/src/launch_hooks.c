@@ -5,7 +5,9 @@
  * A launch is charged what its kernel (or graph) is known to cost
  * (busy_time.c), and waits, asleep, while the container's budget is owing;
  * then it sleeps on until the budget holds a little, so that launches go in
- * bursts.  The budget refills with the clock, never with the process's own
+ * bursts.  Measurements read back while it sleeps may pay the debt sooner
+ * (launches charged more than their kernels took): it looks again at each
+ * wake.  The budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
  * could let finish.
  *

@@ -109,6 +109,18 @@ static void test_a_slower_kernel_is_charged_so_within_two_windows(void)
     free(costs);
 }
 
+/* A kernel measured seldom (every two seconds) is charged the least of
+ * several measurements, most of them stretched by other processes' slices. */
+static void test_a_seldom_measured_kernel_keeps_its_least(void)
+{
+    struct vgl_costs *costs = fresh();
+    learn(costs, &k1, 20 * MS, S);
+    for (uint64_t i = 1; i <= 3; i++)
+        learn(costs, &k1, 40 * MS, S + 2 * i * S);
+    CHECK(cost_of(costs, &k1) == 20 * MS, "cost %lld", (long long)cost_of(costs, &k1));
+    free(costs);
+}
+
 /* A kernel's launches until it has been measured three times, measured or
  * not, are held back and settled at its cost then: processes started
  * together stretch one another's first measurements. */
@@ -225,6 +237,7 @@ int main(void)
     test_the_least_of_recent_measurements();
     test_one_short_measurement_on_the_host_clock_is_not_taken();
     test_a_slower_kernel_is_charged_so_within_two_windows();
+    test_a_seldom_measured_kernel_keeps_its_least();
     test_the_first_launches_are_settled_at_the_third_measurement();
     test_the_cadence();
     test_overlapping_runs_count_once();
