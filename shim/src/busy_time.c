@@ -197,6 +197,9 @@ static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns
     if (key) {
         struct vgl_settlement waited;
         moved = vgl_cost_learn(&measure.costs, key, per_launch_ns, on_host_clock, now, &waited);
+        int64_t cost;
+        vgl_cost_known(&measure.costs, key, &cost);
+        VGL_LOG(VGL_LOG_DEBUG, "learnt %.3f ms a launch: cost %.3f ms", per_launch_ns / 1e6, cost / 1e6);
         settle(waited);
     }
     vgl_cadence_learnt(&t->cadence, moved);
