@@ -246,7 +246,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 
 static CUresult sim_graph_launch(CUgraphExec e, CUstream stream, bool per_thread)
 {
-    uint64_t began = sim_now_ns();
+    uint64_t began = sim_launch_began();
     struct sim_lane lane;
     CUresult res = sim_lane_of(stream, per_thread, &lane);
     if (res != CUDA_SUCCESS)

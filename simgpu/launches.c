@@ -39,10 +39,17 @@ static bool sim_fits_at_once(const struct sim_grid *g)
     return (uint64_t)g->gx * g->gy * g->gz <= per_sm * SIM_SM_COUNT;
 }
 
-void sim_launch_cpu(uint64_t began_ns)
+uint64_t sim_launch_began(void)
 {
     const struct sim_config *cfg = sim_config();
-    uint64_t until = began_ns + (cfg ? cfg->launch_ns : 0);
+    return cfg && cfg->launch_ns ? sim_now_ns() : 0;
+}
+
+void sim_launch_cpu(uint64_t began_ns)
+{
+    if (!began_ns)
+        return; /* SIMGPU_LAUNCH_US=0: no time, and no clock read for it */
+    uint64_t until = began_ns + sim_config()->launch_ns;
     /* Spun, not slept: the driver's work is CPU work, and a sleep that short
      * would take the scheduler's slack instead. */
     while (sim_now_ns() < until)
@@ -52,7 +59,7 @@ void sim_launch_cpu(uint64_t began_ns)
 static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream stream, bool per_thread,
                            void **params, void **extra, bool cooperative)
 {
-    uint64_t began = sim_now_ns();
+    uint64_t began = sim_launch_began();
     CUcontext current;
     CUresult res = sim_current_context(&current);
     if (res != CUDA_SUCCESS)
