@@ -11,11 +11,18 @@ added per launch, as simgpu counted them (SIMGPU_CALLS).  Then one process
 on 1, 2 and 4 streams; two containers on one device (30+60, 10+90, 50+50 with
 1 ms kernels, 30+60 with 20 ms kernels, longer than simgpu's time slice); a
 borrowing container (--cores-policy borrow) alone, and after a hard-capped
-neighbour starts.  Last, the cost a launch pays for the shim with no cap and with
+neighbour starts.  Then the cells of launch-bound programs, graphs and short
+kernels: a program launching 2 us kernels with 10 us of CPU work after each
+(its GPU idle most of the time) at 50, 30 and 10 %, against the same program
+uncapped (interleaved), with what the region charged it over its kernels' GPU
+time and the share of its run its launches waited; a graph of 40 kernels of
+1 us replayed back to back at 50 and 90 %; 20 us kernels back to back at 30 %;
+and one container of a launch-bound process beside a GPU-bound one at 50 %.  Last, the cost a launch pays for the shim with no cap and with
 cap 100, against the same loop without the shim, in one run (overhead.py's loop).
 
-    python benchmarks/compute_share.py            # the full table (~8 minutes)
+    python benchmarks/compute_share.py            # the full table (~13 minutes)
     python benchmarks/compute_share.py --quick    # a subset, shorter windows
+    python benchmarks/compute_share.py --skip accuracy streams pair borrow cost   # the new cells only
     python benchmarks/compute_share.py --torch    # on a real GPU: PyTorch matmuls at 30 %
 """
 
@@ -63,38 +70,49 @@ class Container:
     cores_pct: int
     processes: int
     kernel_us: int
-    path: str = "kernel"            # launch_client's PATH: kernel, streams2, streams4
+    path: str = "kernel"            # launch_client's PATH: kernel, streams2, streams4, graph40
     policy: str | None = None       # --cores-policy
+    cpu_us: int = 0                 # CPU work after each launch (launch-bound above the kernel's length)
+    beside: tuple[tuple[str, int, int], ...] = ()  # more processes: (PATH, KERNEL_US, CPU_US)
+    region: Path | None = None      # --region, to read its counters after
 
     def command(self, client: Path, seconds: float) -> list[str]:
-        loop = " & ".join([f"{client} {self.path} {self.kernel_us} {seconds}"] * self.processes)
+        loops = [(self.path, self.kernel_us, self.cpu_us)] * self.processes + list(self.beside)
+        loop = " & ".join(f"{client} {path} {us} {seconds} {cpu}" for path, us, cpu in loops)
+        cores = ["--cores", str(self.cores_pct)] if self.cores_pct < 100 else []
         policy = ["--cores-policy", self.policy] if self.policy else []
-        return [sys.executable, "-m", "vgpulimit", "run", "--simulate", "--cores",
-                str(self.cores_pct), *policy, "--", "sh", "-c", f"{loop} & wait"]
+        region = ["--region", str(self.region)] if self.region else []
+        return [sys.executable, "-m", "vgpulimit", "run", "--simulate", *cores, *policy, *region,
+                "--", "sh", "-c", f"{loop} & wait"]
 
 
 def share_of(output: str, kernel_us: int, start: float, end: float) -> float:
     """The container's share (%) of [start, end] (CLOCK_MONOTONIC seconds),
     from its processes' progress lines: per process, the completed launches
-    between the samples nearest the window's ends."""
+    between the samples nearest the window's ends, times one launch's GPU time
+    (its 'gpu' line, else `kernel_us`)."""
     samples: dict[str, list[tuple[float, int]]] = {}
+    gpu_us: dict[str, int] = {}
     for line in output.splitlines():
         fields = line.split()
         if len(fields) == 4 and fields[0] == "progress":
             samples.setdefault(fields[1], []).append((float(fields[2]), int(fields[3])))
+        elif len(fields) == 3 and fields[0] == "gpu":
+            gpu_us[fields[1]] = int(fields[2])
     total = 0.0
-    for points in samples.values():
+    for pid, points in samples.items():
         first = min(points, key=lambda p: abs(p[0] - start))
         last = min(points, key=lambda p: abs(p[0] - end))
         if last[0] > first[0]:
-            total += (last[1] - first[1]) * kernel_us * 1e-6 / (last[0] - first[0])
+            total += (last[1] - first[1]) * gpu_us.get(pid, kernel_us) * 1e-6 / (last[0] - first[0])
     return 100.0 * total
 
 
 # Entry points that only the launch loop calls (the shim never does on its own).
 CLIENT_ONLY = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
                "cuModuleLoadData", "cuModuleGetFunction", "cuStreamCreate", "cuStreamSynchronize",
-               "cuEventSynchronize", "cuStreamWaitEvent", "cuLaunchKernel")
+               "cuEventSynchronize", "cuStreamWaitEvent", "cuLaunchKernel", "cuGraphLaunch", "cuGraphCreate",
+               "cuGraphAddKernelNode", "cuGraphInstantiateWithFlags")
 
 
 def added_calls_per_launch(calls_file: Path) -> float:
@@ -115,7 +133,7 @@ def added_calls_per_launch(calls_file: Path) -> float:
         streams = by_name.get("cuStreamCreate", 0)
         own = sum(by_name.get(name, 0) for name in CLIENT_ONLY) + (waits + 1 + joins) + (2 + streams - 1)
         added += sum(by_name.values()) - own
-        launches += by_name.get("cuLaunchKernel", 0)
+        launches += by_name.get("cuLaunchKernel", 0) + by_name.get("cuGraphLaunch", 0)
     return added / launches if launches else float("nan")
 
 
@@ -232,6 +250,80 @@ def borrowing(client: Path, workdir: Path) -> None:
     print()
 
 
+def region_counters(region: Path) -> dict[str, int]:
+    """busy_ns (the GPU time the region charged) and throttled_ns (the time
+    launches waited) of device 0, as `vgpulimit status --json` shows them."""
+    status = subprocess.run([sys.executable, "-m", "vgpulimit", "status", "--json", "--region", str(region)],
+                            capture_output=True, text=True, check=True)
+    [device] = [d for d in json.loads(status.stdout)["devices"] if d["index"] == 0]
+    return {"busy_ns": device["busy_ns"], "throttled_ns": device["throttled_ns"]}
+
+
+def launches_done(output: str) -> tuple[int, float]:
+    """Launches and seconds from a process's 'done' line."""
+    fields = next(line.split() for line in output.splitlines() if line.startswith("done "))
+    return int(fields[2]), float(fields[3])
+
+
+LAUNCH_BOUND = (50, 30, 10)
+
+
+def launch_bound(client: Path, seconds: float, rounds: int, workdir: Path) -> None:
+    """A process launching 2 us kernels with 10 us of CPU work after each,
+    capped and uncapped in turn, `rounds` times, each alone on a fresh
+    simulated GPU for `seconds`.  Its share is its kernels' GPU time (launches
+    times 2 us) over its run; expected is the least of the cap and its share
+    uncapped.  charged: what the region counted (busy_ns) over that GPU time;
+    waited: throttled_ns over the run; rate: launches per second capped over
+    uncapped (the median of the rounds' ratios: the uncapped run of each round
+    is its reference)."""
+    print(f"A launch-bound process: 2 us kernels, 10 us of CPU after each launch ({seconds:g} s runs, "
+          f"{rounds} rounds, capped and uncapped in turn)")
+    print(f"{'target':>7} {'achieved':>9} {'expected':>9} {'error':>7} {'charged':>8} {'waited':>7} "
+          f"{'rate':>6} {'calls/launch':>12}")
+    for target in LAUNCH_BOUND:
+        cells = []
+        for r in range(rounds):
+            row = {}
+            for cores in (100, target):
+                region = workdir / f"region-{target}-{r}-{cores}"
+                c = Container(cores, 1, 2, cpu_us=10, region=region)
+                [(out, calls)] = run_staggered([(c, 0.0, seconds)], client, workdir)
+                launched, took = launches_done(out)
+                row[cores] = (launched, took, calls, region_counters(region))
+                region.unlink(missing_ok=True)
+            cells.append(row)
+        shares = [row[target][0] * 2e-6 / row[target][1] * 100 for row in cells]
+        free = [row[100][0] * 2e-6 / row[100][1] * 100 for row in cells]
+        charged = [row[target][3]["busy_ns"] / (row[target][0] * 2000) for row in cells]
+        waited = [row[target][3]["throttled_ns"] / (row[target][1] * 1e9) * 100 for row in cells]
+        rates = sorted((row[target][0] / row[target][1]) / (row[100][0] / row[100][1]) for row in cells)
+        share, expected = sum(shares) / rounds, min(target, sum(free) / rounds)
+        calls = sum(row[target][2] for row in cells) / rounds
+        print(f"{target:>6}% {share:>8.1f}% {expected:>8.1f}% {share - expected:>+7.1f} "
+              f"{sum(charged) / rounds:>8.3f} {sum(waited) / rounds:>6.1f}% {rates[len(rates) // 2]:>6.3f} "
+              f"{calls:>12.2f}", flush=True)
+    print()
+
+
+def short_work(client: Path, settle: float, window: float, workdir: Path) -> None:
+    """Graphs of 40 kernels of 1 us, 20 us kernels, and a launch-bound process
+    beside a GPU-bound one (1 ms kernels) in one container: the container's
+    share of the GPU's time."""
+    print("Graphs, short kernels, and a launch-bound process beside a GPU-bound one (one container)")
+    print(f"{'target':>7} {'what':<44} {'achieved':>9} {'error':>7} {'calls/launch':>12}")
+    cells = [(50, "graph of 40 kernels of 1 us, back to back", Container(50, 1, 1, "graph40")),
+             (90, "graph of 40 kernels of 1 us, back to back", Container(90, 1, 1, "graph40")),
+             (30, "20 us kernels back to back, 1 process", Container(30, 1, 20)),
+             (30, "20 us kernels back to back, 4 processes", Container(30, 4, 20)),
+             (50, "launch-bound (2 us + 10 us CPU) + 1 ms kernels",
+              Container(50, 1, 2, cpu_us=10, beside=(("kernel", 1000, 0),)))]
+    for target, what, c in cells:
+        [(share, calls)] = run_containers([c], client, settle, window, workdir)
+        print(f"{target:>6}% {what:<44} {share:>8.1f}% {share - target:>+7.1f} {calls:>12.2f}", flush=True)
+    print()
+
+
 def launch_cost(launches: int, repeat: int, workdir: Path) -> None:
     """ns per launch of overhead.py's loop, direct and under the shim, interleaved."""
     sys.path.insert(0, str(HERE))
@@ -244,24 +336,30 @@ def launch_cost(launches: int, repeat: int, workdir: Path) -> None:
         "direct": {},
         "shim, no cap": shim,
         "shim, cap 100": dict(shim, VGPULIMIT_CORES="100"),
-        # simgpu only: its kernels of no length never exhaust the budget, so this
-        # is the price of drawing from it and measuring each launch.
+        # simgpu only (the null driver has no events to measure with): the
+        # price of drawing from the budget and measuring launches.  Its
+        # kernels have no length, but a measured launch is charged from its
+        # return to the event after it (~0.2 us here): a loop of launches that
+        # take no CPU time would exhaust the budget, so these rows run at the
+        # driver's launch time (SIMGPU_LAUNCH_US=4), a tenth as many launches.
         "shim, cap 50": dict(shim, VGPULIMIT_CORES="50"),
     }
     drivers = {"null driver": null_dir, "simgpu": _paths.simgpu_dir()}
     best: dict[tuple[str, str], float] = {}
+    rows = [(driver, setup) for driver in drivers for setup in setups if setup != "shim, cap 50"]
+    rows += [("simgpu, 4 us", setup) for setup in ("direct", "shim, cap 50")]
     for _ in range(repeat):
-        for driver, libdir in drivers.items():
-            for setup, extra in setups.items():
-                if driver == "null driver" and setup == "shim, cap 50":
-                    continue  # it has no events to measure with
-                env = base_environment(workdir / "cost.state", workdir / "run")
-                env.update(LD_LIBRARY_PATH=str(libdir), **extra)
-                ns = overhead.measure(bench, env, launches, 0)["launch"]
-                best[(driver, setup)] = min(ns, best.get((driver, setup), ns))
-                region.unlink(missing_ok=True)
+        for driver, setup in rows:
+            env = base_environment(workdir / "cost.state", workdir / "run")
+            # The shim's cost, not the simulated launch's CPU time (but in the last rows).
+            slow = driver == "simgpu, 4 us"
+            env.update(LD_LIBRARY_PATH=str(drivers["simgpu" if slow else driver]),
+                       SIMGPU_LAUNCH_US="4" if slow else "0", **setups[setup])
+            ns = overhead.measure(bench, env, launches // 10 if slow else launches, 0)["launch"]
+            best[(driver, setup)] = min(ns, best.get((driver, setup), ns))
+            region.unlink(missing_ok=True)
     print(f"Cost per launch, ns: shim vs direct in one run, best of {repeat} runs x 7 rounds "
-          f"of {launches} launches")
+          f"of {launches} launches ({launches // 10} at simgpu's launch time of 4 us)")
     print(f"{'driver':<12} {'setup':<15} {'launch':>8} {'added':>7}")
     for (driver, setup), ns in best.items():
         print(f"{driver:<12} {setup:<15} {ns:8.2f} {ns - best[(driver, 'direct')]:+7.2f}")
@@ -300,7 +398,7 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, nargs="+", help="kernel lengths to try, us")
     parser.add_argument("--processes", type=int, nargs="+", help="processes per container")
     parser.add_argument("--skip", nargs="+", default=[],
-                        choices=["accuracy", "streams", "pair", "borrow", "cost"],
+                        choices=["accuracy", "streams", "pair", "borrow", "launch-bound", "short", "cost"],
                         help="parts to leave out")
     parser.add_argument("--torch", action="store_true",
                         help="instead: PyTorch matmuls at --cores 30 vs uncapped, on a real GPU")
@@ -326,6 +424,10 @@ def main() -> None:
             two_containers(client, settle, window, workdir)
         if "borrow" not in args.skip:
             borrowing(client, workdir)
+        if "launch-bound" not in args.skip:
+            launch_bound(client, 2.0 if args.quick else 4.0, 2 if args.quick else 3, workdir)
+        if "short" not in args.skip:
+            short_work(client, settle, window, workdir)
         if "cost" not in args.skip:
             launch_cost(200_000 if args.quick else 2_000_000, 2 if args.quick else 3, workdir)
 

@@ -22,6 +22,10 @@
  *   SIMGPU_STATE           the machine-wide state file (default below)
  *   SIMGPU_KERNEL_US       how long a kernel runs, in microseconds, unless its
  *                          name says otherwise (default 10; see modules.c)
+ *   SIMGPU_LAUNCH_US       the CPU time a kernel or graph launch takes in the
+ *                          calling thread before its work is queued, in
+ *                          microseconds, 0-1000 (default 4: an empty
+ *                          cuLaunchKernel took 4-5 us on an H200's driver)
  *   SIMGPU_CONCURRENT_KERNELS  kernels of different streams of one context that
  *                          run at once, 1-128 (default 4; 1: one at a time)
  *   SIMGPU_TIMESLICE_US    how long a context holds a device while others wait,
@@ -72,6 +76,7 @@ enum {
     SIM_DEFAULT_DEVICES = 1,
     SIM_DEFAULT_DRIVER_VERSION = 13000,
     SIM_DEFAULT_KERNEL_US = 10,
+    SIM_DEFAULT_LAUNCH_US = 4,
     SIM_MAX_KERNEL_US = 60000000,   /* a minute: longer is surely a typo */
     SIM_DEFAULT_CONCURRENT = 4,
     SIM_DEFAULT_TIMESLICE_US = 2000,
@@ -417,6 +422,18 @@ static void sim_config_load(void)
         } else {
             sim_log("SIMGPU_KERNEL_US=%s: expected a kernel's duration in microseconds, a whole number "
                     "from 0 to %d, such as 10 or 2000", text, SIM_MAX_KERNEL_US);
+            ok = false;
+        }
+    }
+
+    c->launch_ns = SIM_DEFAULT_LAUNCH_US * 1000ULL;
+    text = sim_env("SIMGPU_LAUNCH_US");
+    if (text) {
+        if (sim_parse_int(text, 0, 1000, &v)) {
+            c->launch_ns = (uint64_t)v * 1000;
+        } else {
+            sim_log("SIMGPU_LAUNCH_US=%s: expected the CPU time of a launch in microseconds, a whole number "
+                    "from 0 to 1000, such as 4", text);
             ok = false;
         }
     }

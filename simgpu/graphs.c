@@ -246,6 +246,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 
 static CUresult sim_graph_launch(CUgraphExec e, CUstream stream, bool per_thread)
 {
+    uint64_t began = sim_launch_began();
     struct sim_lane lane;
     CUresult res = sim_lane_of(stream, per_thread, &lane);
     if (res != CUDA_SUCCESS)
@@ -256,6 +257,7 @@ static CUresult sim_graph_launch(CUgraphExec e, CUstream stream, bool per_thread
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (e->n_mem && (res = sim_graph_memory_run(e->mem, e->n_mem, e->auto_free)) != CUDA_SUCCESS)
         return res;
+    sim_launch_cpu(began); /* a graph's launch, like a kernel's (launches.c) */
     return sim_run(&lane, e->duration_ns);
 }
 

@@ -2,7 +2,14 @@
  * cuLaunchCooperativeKernel and their _ptsz variants.  A grid is checked as
  * the profile's board would; a kernel first loads what it needs into its
  * context (modules.c), then runs for its duration on its stream's lane, or is
- * added to the graph its stream is capturing. */
+ * added to the graph its stream is capturing.
+ *
+ * A launch takes the calling thread's CPU for SIMGPU_LAUNCH_US (4 us: an
+ * empty cuLaunchKernel took 4-5 us on an H200's driver), spent before its
+ * kernel is queued, as a driver builds the launch before it rings the GPU.
+ * So a program whose CPU is slower than its kernels leaves the GPU idle
+ * between them (launch-bound, as eager PyTorch on small tensors is): each
+ * kernel starts when it is queued, on the timeline (timeline.c). */
 #include <limits.h>
 
 #include "work.h"
@@ -34,9 +41,27 @@ static bool sim_fits_at_once(const struct sim_grid *g, uint32_t device)
     return (uint64_t)g->gx * g->gy * g->gz <= per_sm * cfg->sms[device];
 }
 
+uint64_t sim_launch_began(void)
+{
+    const struct sim_config *cfg = sim_config();
+    return cfg && cfg->launch_ns ? sim_now_ns() : 0;
+}
+
+void sim_launch_cpu(uint64_t began_ns)
+{
+    if (!began_ns)
+        return; /* SIMGPU_LAUNCH_US=0: no time, and no clock read for it */
+    uint64_t until = began_ns + sim_config()->launch_ns;
+    /* Spun, not slept: the driver's work is CPU work, and a sleep that short
+     * would take the scheduler's slack instead. */
+    while (sim_now_ns() < until)
+        continue;
+}
+
 static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream stream, bool per_thread,
                            void **params, void **extra, bool cooperative)
 {
+    uint64_t began = sim_launch_began();
     CUcontext current;
     CUresult res = sim_current_context(&current);
     if (res != CUDA_SUCCESS)
@@ -58,6 +83,7 @@ static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream s
     CUgraph capture = sim_capturing(&lane);
     if (capture)
         return sim_graph_add(capture, duration, NULL);
+    sim_launch_cpu(began);
     return sim_run(&lane, duration);
 }
 

@@ -246,6 +246,7 @@ struct sim_config {
     uint64_t reserved_bytes;           /* SIMGPU_RESERVED: what the driver keeps of each device */
     int driver_version;                /* SIMGPU_DRIVER_VERSION, e.g. 13000 */
     uint64_t kernel_ns;                /* SIMGPU_KERNEL_US: a kernel's default duration */
+    uint64_t launch_ns;                /* SIMGPU_LAUNCH_US: the CPU time of a launch */
     uint32_t concurrent_kernels;       /* SIMGPU_CONCURRENT_KERNELS, 1-SIM_MAX_CONCURRENT */
     uint64_t timeslice_ns;             /* SIMGPU_TIMESLICE_US */
     uint64_t link_bytes_per_s;         /* SIMGPU_COPY_GBPS: each direction between host and device */

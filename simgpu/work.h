@@ -77,6 +77,11 @@ struct sim_grid {
 };
 /* CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for a grid or parameters no launch takes. */
 CUresult sim_check_grid(const struct sim_grid *g, void **params, void **extra);
+/* When a launch began (sim_now_ns), or 0 where launches take no CPU time. */
+uint64_t sim_launch_began(void);
+/* The rest of a launch's CPU time (SIMGPU_LAUNCH_US), begun at `began_ns`
+ * (sim_launch_began): spent before the work is queued. */
+void sim_launch_cpu(uint64_t began_ns);
 
 /* lanes.c */
 /* Whether `s` names a default stream (NULL, legacy or per-thread). */

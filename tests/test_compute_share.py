@@ -288,6 +288,32 @@ def test_four_processes_of_long_kernels_start_without_a_debt(sim_env, launch_cli
     assert 5 <= share(output, started + 1.5, started + 6, kernel_us=20000) <= 15
 
 
+def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_path, sim_env, launch_client):
+    """A program launching 2 us kernels with 10 us of CPU work after each (its
+    GPU idle most of the time: simgpu's launch takes 4 us of CPU) under
+    --cores 50.  An event pair around a launch spans the GPU's idle time while
+    the launch was made; what the region charged is still its kernels' time
+    (completed launches times 2 us, as simgpu ran them) within a quarter, and
+    no launch waited for budget."""
+    region = tmp_path / "region"
+    output = Container(sim_env, 50, [launch_client, "kernel", 2, 2, 10], region=region).finish()
+    launched = int(output.split("done ")[1].split()[1])
+    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
+                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    kernels_ns = launched * 2000
+    assert launched >= 1000
+    assert 0.75 * kernels_ns <= device["busy_ns"] <= 1.25 * kernels_ns, (device, kernels_ns)
+    assert device["throttled_ns"] == 0, device
+
+
+def test_the_cost_model_alone_under_sanitizers(tmp_path):
+    binary = compile_c(tmp_path / "cost_model_test", [C_DIR / "cost_model_test.c", SHIM_SRC / "cost_model.c"],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    result = run([binary], base_env(), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(" passed, 0 failed\n")
+
+
 def test_the_budget_alone_under_sanitizers(tmp_path):
     binary = compile_c(tmp_path / "throttle_test", [C_DIR / "throttle_test.c", SHIM_SRC / "throttle.c"],
                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
@@ -365,19 +391,28 @@ def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch
     assert device["cores_policy"] == "hard"
 
 
-@pytest.mark.parametrize("kernel_us, seconds, least", [(1000, "2", 500), (20000, "6", 150)])
+# Calls only the launch loop makes (its setting up), never the shim.
+LOOPS_SETUP = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+               "cuModuleLoadData", "cuModuleGetFunction", "cuStreamCreate", "cuStreamSynchronize")
+
+
+@pytest.mark.parametrize("kernel_us, seconds, cpu_us, least", [(1000, "2", 0, 500), (20000, "6", 0, 150),
+                                                               (2, "1", 10, 10000)])
 def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client, kernel_us, seconds,
-                                                         least):
+                                                         cpu_us, least):
     """At 90 % the shim measures samples of launches, not every launch, and
     asks for the current context only now and then (the thread's is kept
     until a context call changes it): under a quarter of an added driver call
-    per launch, with 1 ms kernels and with 20 ms ones, setting up included."""
+    per launch, with 1 ms kernels, with 20 ms ones and in a launch-bound
+    program (2 us kernels, 10 us of CPU work after each), the shim's setting
+    up included (the loop's own is not: the calls it alone makes, one event
+    recorded and one waited for per batch, its two events)."""
     calls_file = tmp_path / "calls.jsonl"
     got = run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--", launch_client, "kernel", str(kernel_us),
-                            seconds), dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout
+                            seconds, str(cpu_us)), dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout
     launched = int(got.split("done ")[1].split()[1])
     calls = driver_calls(calls_file)
     assert calls["cuLaunchKernel"] == launched >= least
     assert calls.get("cuCtxGetCurrent", 0) <= launched // 32 + 5, calls
-    loops_own = launched + 2 * calls["cuEventSynchronize"]
+    loops_own = launched + 2 * calls["cuEventSynchronize"] + sum(calls.get(name, 0) for name in LOOPS_SETUP) + 2
     assert sum(calls.values()) - loops_own < launched // 4, calls

@@ -190,3 +190,12 @@ def test_every_nvml_hook_before_nvml_is_initialised(sanitized, tmp_path):
     assert set(seen) == set(nvml_hooks())
     assert all(set(codes) <= set(NVML_CODES.values()) for codes in seen.values()), seen
     assert seen["nvmlDeviceGetCount_v2"] == [NVML_CODES["UNINITIALIZED"]]
+@pytest.mark.parametrize("path, kernel_us, cpu_us", [("kernel", "2", "10"), ("streams2", "2", "10"),
+                                                     ("graph40", "1", "0")])
+def test_short_and_launch_bound_work_under_a_compute_share(sanitized, tmp_path, path, kernel_us, cpu_us):
+    """Launches timed alone on an idle stream (2 us kernels with 10 us of CPU
+    work after each), on two streams, and graphs of 40 kernels, at 10 %."""
+    result = sanitized_run(sanitized, tmp_path,
+                           [sanitized["bin"] / "launch_client", path, kernel_us, "0.5", cpu_us],
+                           VGPULIMIT_CORES="10", VGPULIMIT_REGION=str(tmp_path / "region"))
+    assert int(result.stdout.split("done ")[1].split()[1]) > 0

@@ -135,3 +135,27 @@ def test_contexts_time_slice_and_a_long_kernel_is_preempted(sim_env):
     assert sliced[0] >= 30 and sliced[1] >= 30
     whole = gpu_time(sim_env, timeslice_us=50000)["contexts_ms"]
     assert 19.9 <= whole[0] and whole[1] < 30
+
+
+def test_a_launch_bound_program_leaves_the_gpu_idle_between_kernels(sim_env):
+    """A launch takes the CPU SIMGPU_LAUNCH_US before its kernel is queued, so
+    a program slower than its kernels leaves the GPU idle between them, and
+    events see that: an event pair around one launch on an idle stream spans
+    the launch's CPU time too; ten 20 us kernels with 1 ms of CPU work after
+    each span the work; queued behind a kernel they run back to back.  An
+    event on an idle stream completes at once, whatever another stream runs."""
+    report = json.loads(run([sys.executable, CLIENTS / "launch_bound.py"],
+                            dict(sim_env, SIMGPU_LAUNCH_US="300"), timeout=60).stdout)
+    assert report["launch_s"] >= 300e-6
+    assert report["start_query"] == "CUDA_SUCCESS"
+    assert report["one_launch_ms"] >= 0.3 + 0.02
+    assert report["paced_ms"] >= 9 * 1.0
+    assert 0.2 <= report["queued_ms"] < 1.0  # 10 x 20 us, not 10 x the launch's 300 us
+    assert report["idle_query"] == "CUDA_SUCCESS"
+
+
+def test_a_bad_launch_time_names_the_variable(sim_env):
+    result = run([sys.executable, CLIENTS / "launch_bound.py"], dict(sim_env, SIMGPU_LAUNCH_US="4us"),
+                 check=False, timeout=60)
+    assert result.returncode != 0
+    assert "SIMGPU_LAUNCH_US=4us" in result.stderr

@@ -1,33 +1,41 @@
 /* The GPU time a process's kernels take, measured through the CUDA API alone
- * (so the same code holds on a real GPU) and with few driver calls.
+ * (so the same code holds on a real GPU) and with few driver calls: the
+ * mechanism around the cost model (cost_model.c), which says what a
+ * measurement means, what a kernel costs and how often to measure.
  *
  * A launch is charged what its target (a function or a graph) is known to
- * cost.  Costs are learnt from samples: runs of launches per stream, each
- * between two events, read back later without waiting, as times relative to
- * one reference event per context.  A context's runs, merged in time order,
- * give the time during which any of its kernels was on the GPU, counted once
- * however many streams overlapped (the union of busy time); runs that
- * overlap teach together, their union per launch.  A run's span also holds
- * time its kernels waited while other contexts held the GPU (time slices):
- * so a cost is the least per launch of recent runs, and runs are charged at
- * most what their launches are known to cost.
+ * cost, and asks the driver nothing but when a measurement is due.
  *
- * Between samples a launch is charged its known cost and asks the driver
- * nothing.  A sample begins once the context has launched `every` times since
- * the last one ended: 0 (every launch measured) until SAMPLES_HELD samples in
- * a row moved no cost up, then SAMPLE_FIRST, four times more with each sample
- * after, up to SAMPLE_EVERY; a cost that moves up starts again at 0.  A
- * kernel not measured yet is measured at once, alone; its other launches
- * meanwhile are settled at what it took.  In a sample each stream's next
- * launch opens a run (begun at a new reference event where nothing is in
- * flight); the sample ends, closing every run, once a run is long enough
- * (RUN_LAUNCHES, or SAMPLE_RUN_NS of charged time on one stream, RUN_NS or
- * LONG_RUN_NS on several), after a kernel not measured yet, or when the
- * process sleeps for budget (so that spans hold no sleep).  While every
- * launch is measured, runs follow one another, each beginning where the last
- * ended.  A context that has launched on several streams is measured at every
- * launch: samples of some streams, taken among others' unmeasured kernels,
- * taught costs too low (one process on two streams at 10 % got 17 %).
+ * On a context that has launched on one stream, a measurement times one
+ * launch alone: an event recorded just before it and one just after, read
+ * back later without waiting, as one span.  On an idle stream the first
+ * event completes at once, while the kernel reaches the GPU only as the
+ * launch returns: so the shim asks whether that event has completed before
+ * launching, and if it has, the kernel's interval begins when the launch
+ * returned (cost_model.c).  The launch is settled at what it took, at most
+ * what it was charged (a span stretched by other processes' time slices is
+ * not its kernel's), and the kernel's cost learnt from it.
+ *
+ * A context that has launched on several streams is measured at every
+ * launch, in runs of launches per stream, each between two events, each run
+ * beginning where its stream's last ended; they are read back as times from
+ * one reference event per context and merged into the union of their busy
+ * time (cost_model.c).  (Samples of some streams, taken among others'
+ * unmeasured kernels, taught costs too low: one process on two streams at 10
+ * % got 17 %.)  A run ends once long enough (RUN_LAUNCHES, or RUN_NS of
+ * charged time, LONG_RUN_NS where its kernels are long), after a kernel not
+ * measured yet, and when the process sleeps for budget (so that spans hold
+ * no sleep).  A run's span may hold the GPU's idle time where its stream ran
+ * dry: runs are counted at most what their launches are known to cost.
+ *
+ * A kernel not measured yet is measured at once, alone; its other launches
+ * meanwhile are settled at what it took.
+ *
+ * The gate (launch_hooks.c) calls, for each launch in order: vgl_busy_enter
+ * (its charge), vgl_busy_wait while it waits for budget, vgl_busy_begin once
+ * admitted (a measurement's first event), and vgl_busy_leave after the
+ * driver's call (its last event, or its settlement).  What they keep of the
+ * launch is in struct vgl_launch, which only this file writes.
  *
  * Figures: benchmarks/compute_share.py (shares, and driver calls per launch). */
 #include <pthread.h>
@@ -40,42 +48,20 @@ enum {
     INFLIGHT = 256,                 /* runs per context not yet read back */
     CONTEXTS = 16,                  /* contexts per process whose launches are measured */
     STREAMS = 16,                   /* streams per context whose runs are measured */
-    COSTS = 256,                    /* launch targets whose GPU time a process remembers */
-    RUN_LAUNCHES = 64,              /* a run closes after this many launches */
+    RUN_LAUNCHES = 64,              /* a run of several streams closes after this many launches */
 };
-/* What a kernel never measured is charged at first (then what it took).
- * While its first measurement is under way, for up to MEASURING_NS, its
- * other launches are not measured, and are settled once it is known. */
-#define FIRST_COST_NS 1000000
-#define MEASURING_NS 1000000000ULL
-/* A kernel's cost is the least it took per launch over two of these. */
-#define COST_WINDOW_NS 1000000000ULL
-/* Samples follow one another until SAMPLES_HELD in a row moved no cost up:
- * the first spans of a kernel are often stretched alike, by sibling processes
- * that started with it.  Then launches between samples: SAMPLE_FIRST, four
- * times more after each sample that moves no cost up, up to SAMPLE_EVERY (a
- * kernel that became slower is seen within two of these). */
-#define SAMPLES_HELD 2
-#define SAMPLE_FIRST 8
-#define SAMPLE_EVERY 128
-/* A run of a context on one stream closes once its launches are charged
- * SAMPLE_RUN_NS: a run shorter than a time slice is often free of other
- * contexts' slices (ten times as long, beside a neighbour at 90 % nearly
- * every run was stretched, and a container at 10 % got 6.7 %). */
-#define SAMPLE_RUN_NS 1000000
-/* On several streams, once they are charged RUN_NS, or LONG_RUN_NS where
- * they average LONG_KERNEL_NS or more: short runs are more often free of
- * other contexts' slices, so they teach costs better (four processes of 1 ms
- * kernels at 50 % got 47-48 % with 64-launch runs), while a long kernel's
- * span is long anyway. */
+/* A run of several streams closes once they are charged RUN_NS, or
+ * LONG_RUN_NS where they average LONG_KERNEL_NS or more: short runs are more
+ * often free of other contexts' slices, so they teach costs better (four
+ * processes of 1 ms kernels at 50 % got 47-48 % with 64-launch runs), while a
+ * long kernel's span is long anyway. */
 #define RUN_NS 20000000
 #define LONG_KERNEL_NS 5000000
 #define LONG_RUN_NS 640000000
-/* What runs read back may keep of what their kernels are known to cost and
- * did not take, for later runs whose spans take more: two runs' worth, so a
- * stream's run that spans its sibling stream's kernels is charged what the
- * sibling's run (adding nothing to the union) did not take. */
-#define ALLOWANCE_NS (2 * LONG_RUN_NS)
+/* A kernel known to take this long is measured without asking whether its
+ * stream was idle: the launch's CPU time (microseconds) is a sliver of its
+ * span, and the question a driver call. */
+#define IDLE_ASKED_BELOW_NS 1000000
 /* Times are read as float milliseconds from the reference event, whose
  * resolution is a microsecond at 10 s: runs that follow one another stop
  * following once it is this old, so that nothing is in flight for a moment
@@ -85,11 +71,14 @@ enum {
 /* Launches of one stream between two events. */
 struct run {
     uint32_t stream;                /* index in the tracker's streams */
+    bool alone;                     /* one launch timed by its own two events, read as one span */
     CUevent start;                  /* NULL: the run began where the stream's previous one ended */
     CUevent end;
     int64_t charged_ns;
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
+    uint64_t idle_at_ns;            /* alone: its start event had completed at this time (0: not, or not asked) */
+    uint64_t returned_ns;           /* alone: its launch returned at this time */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
     uint64_t closed_ns;             /* when its end was recorded */
@@ -109,14 +98,8 @@ struct vgl_tracker {
     CUevent reference;              /* NULL: not recorded yet */
     uint64_t reference_ns;          /* when it was (CLOCK_MONOTONIC) */
     bool sampling;                  /* each stream's next launch opens a run */
-    uint32_t since;                 /* launches since the last sample ended */
-    uint32_t every;                 /* ... before the next begins */
-    uint32_t held;                  /* samples in a row that moved no cost up */
-    int64_t covered_ns;             /* busy time is counted up to here, from the reference */
-    int64_t allowance_ns;           /* what runs read back are known to cost and were not charged */
-    int64_t group_start;            /* where the runs read back since covered_ns last jumped began */
-    uint32_t group_launches;        /* their launches (0: none) */
-    const void *group_key;          /* the one target they launched, or NULL for several */
+    struct vgl_cadence cadence;
+    struct vgl_union runs;          /* of several streams' runs */
     uint32_t nstreams;
     struct stream_runs streams[STREAMS];
     uint32_t head, count;
@@ -129,16 +112,7 @@ static struct {
     pthread_mutex_t lock;           /* guards all of it, but what vgl_busy_device reads */
     uint32_t ntrackers;             /* a tracker's ctx and device are set before it is counted */
     struct vgl_tracker trackers[CONTEXTS];
-    struct {
-        const void *key;
-        int64_t ns;                 /* what a launch is charged: the least of the two windows' */
-        int64_t window_ns;          /* the least of the current window */
-        int64_t earlier_ns;         /* the least of the window before */
-        uint64_t window_from;       /* when the current window began (CLOCK_MONOTONIC) */
-        uint64_t measuring_ns;      /* ns 0: when its first measurement began */
-        uint32_t pending;           /* ns 0: its launches since, charged FIRST_COST_NS unmeasured */
-        int device;                 /* ... on this device */
-    } costs[COSTS];                 /* by launch target, hashed; ns 0: being measured */
+    struct vgl_costs costs;
 } measure = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The parent's events and measurements are not the child's. */
@@ -147,77 +121,18 @@ static void forget_in_child(void)
     pthread_mutex_init(&measure.lock, NULL);
     measure.ntrackers = 0;
     memset(measure.trackers, 0, sizeof measure.trackers);
-    memset(measure.costs, 0, sizeof measure.costs);
+    vgl_costs_forget(&measure.costs);
 }
 VGL_AFTER_FORK(forget_in_child)
 
-static uint32_t cost_slot(const void *key)
+/* Launches settled as the model says. */
+static void settle(struct vgl_settlement s)
 {
-    return (uint32_t)(((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ULL >> 56) % COSTS;
-}
-
-/* Under the lock: what a launch of `key` is known to cost; false: never measured. */
-static bool known_cost(const void *key, int64_t *ns)
-{
-    uint32_t slot = cost_slot(key);
-    bool known = measure.costs[slot].key == key && measure.costs[slot].ns;
-    *ns = known ? measure.costs[slot].ns : FIRST_COST_NS;
-    return known;
-}
-
-/* Under the lock: launches of a kernel not measured yet were charged
- * FIRST_COST_NS and not measured (its first measurement was under way): they
- * are settled at what it cost, once known, or as charged. */
-static void settle_pending(__typeof__(measure.costs[0]) *c, int64_t cost_ns)
-{
-    if (c->pending)
-        vgl_share_used(c->device, FIRST_COST_NS * (int64_t)c->pending, cost_ns * (int64_t)c->pending);
-    c->pending = 0;
-}
-
-/* Under the lock: whether a launch of `key`, not measured yet, is measured
- * (else it waits for the measurement of another launch of it, under way). */
-static bool measure_first(const void *key, int device, uint64_t now)
-{
-    __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(key)];
-    if (c->key == key && now - c->measuring_ns < MEASURING_NS)
-        return false;
-    if (c->key != key) {
-        settle_pending(c, FIRST_COST_NS);
-        *c = (__typeof__(*c)){.key = key, .device = device};
+    if (s.charged_ns || s.used_ns) {
+        VGL_LOG(VGL_LOG_DEBUG, "launches held back settled: charged %.3f ms, used %.3f ms", s.charged_ns / 1e6,
+                s.used_ns / 1e6);
+        vgl_share_used(s.device, s.charged_ns, s.used_ns);
     }
-    c->measuring_ns = now;
-    return true;
-}
-
-/* Under the lock: runs of `key` alone (one, or several overlapping on the
- * context's streams) took `per_launch_ns` a launch, their union's length
- * over their launches, read back at `now`.  Spans only grow with waiting
- * (behind other contexts' time slices, or with the stream idle), so the cost
- * is the least of recent runs: of this window and the one before
- * (COST_WINDOW_NS each), so that a kernel that became slower is charged so
- * within two windows.  (A cost that crept up towards each span instead
- * would, beside a busy neighbour whose slices stretch most spans, settle
- * near the stretched span.)  Whether the cost moved by more than an eighth. */
-static int learn_cost(const void *key, int64_t per_launch_ns, uint64_t now)
-{
-    __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(key)];
-    if (c->key != key || !c->ns) {
-        settle_pending(c, c->key == key ? per_launch_ns : FIRST_COST_NS);
-        *c = (__typeof__(*c)){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
-                              .earlier_ns = per_launch_ns, .window_from = now};
-        return 1;
-    }
-    if (now - c->window_from >= COST_WINDOW_NS) {
-        c->earlier_ns = c->window_ns;
-        c->window_ns = per_launch_ns;
-        c->window_from = now;
-    } else if (per_launch_ns < c->window_ns) {
-        c->window_ns = per_launch_ns;
-    }
-    int64_t was = c->ns;
-    c->ns = c->window_ns < c->earlier_ns ? c->window_ns : c->earlier_ns;
-    return 8 * (c->ns - was) > was ? 1 : 8 * (was - c->ns) > was ? -1 : 0;
 }
 
 static void drop_event(CUevent e)
@@ -251,11 +166,12 @@ static CUevent mark(struct vgl_tracker *t, CUstream stream)
     return e;
 }
 
-/* Under the lock: the oldest run is settled at `measured_ns`. */
+/* Under the lock: the oldest run is settled at `measured_ns` (< 0: held back, cost_model.c). */
 static void settle_oldest(struct vgl_tracker *t, int64_t measured_ns)
 {
     struct run *r = &t->ring[t->head];
-    vgl_share_used((int)t->device, r->charged_ns, measured_ns);
+    if (measured_ns >= 0)
+        vgl_share_used((int)t->device, r->charged_ns, measured_ns);
     spare(t, r->start);
     spare(t, r->end);
     t->head = (t->head + 1) % INFLIGHT;
@@ -272,27 +188,29 @@ static bool since_reference(struct vgl_tracker *t, CUevent e, int64_t *ns, bool 
     return rc == CUDA_SUCCESS;
 }
 
-/* Under the lock: the runs read back since the union last jumped ahead
- * launched one target: it costs their union per launch.  How far apart the
- * samples are follows from how that moved the cost: up (the kernel became
- * slower, or it is new), samples follow one another until it holds; down (a
- * span less stretched by other contexts' slices than the last), they stay as
- * far apart; else they grow further apart. */
-static void teach(struct vgl_tracker *t, uint64_t now)
+/* Under the lock: a launch of `key` (NULL: of several targets) took
+ * `per_launch_ns`; how far apart measurements are follows from how that
+ * moved its cost (the model's cadence). */
+static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns, bool on_host_clock, uint64_t now)
 {
-    if (!t->group_launches)
-        return;
-    /* At least 1 ns: 0 is "not measured yet" (an empty graph, or a span below the timer's resolution). */
-    int64_t per_launch = (t->covered_ns - t->group_start) / t->group_launches;
-    int moved = t->group_key ? learn_cost(t->group_key, per_launch > 0 ? per_launch : 1, now) : 0;
-    /* A cost that fell was an earlier span stretched by other contexts'
-     * slices (a span never shrinks below the kernel): it counts as holding. */
-    t->held = moved > 0 ? 0 : t->held + 1;
-    if (t->held < SAMPLES_HELD)
-        t->every = 0;
-    else
-        t->every = !t->every ? SAMPLE_FIRST : 4 * t->every < SAMPLE_EVERY ? 4 * t->every : SAMPLE_EVERY;
-    t->group_launches = 0;
+    int moved = 0;
+    if (key) {
+        struct vgl_settlement waited;
+        moved = vgl_cost_learn(&measure.costs, key, per_launch_ns, on_host_clock, now, &waited);
+        int64_t cost;
+        vgl_cost_known(&measure.costs, key, &cost);
+        VGL_LOG(VGL_LOG_DEBUG, "learnt %.3f ms a launch: cost %.3f ms", per_launch_ns / 1e6, cost / 1e6);
+        settle(waited);
+    }
+    vgl_cadence_learnt(&t->cadence, moved);
+}
+
+/* Under the lock: the group of runs read back so far teaches. */
+static void close_group(struct vgl_tracker *t, uint64_t now)
+{
+    struct vgl_lesson lesson;
+    if (vgl_union_close(&t->runs, &lesson))
+        learnt(t, lesson.key, lesson.per_launch_ns, false, now);
 }
 
 static bool any_open(const struct vgl_tracker *t)
@@ -301,6 +219,64 @@ static bool any_open(const struct vgl_tracker *t)
         if (t->streams[i].open)
             return true;
     return false;
+}
+
+/* Under the lock: the span of a launch timed alone; false: not yet, or unknowable (*failed). */
+static bool read_alone(const struct run *r, int64_t *ns, bool *failed)
+{
+    float ms;
+    CUresult rc = vgl_real.cuEventElapsedTime(&ms, r->start, r->end);
+    *failed = rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY;
+    *ns = (int64_t)((double)ms * 1e6);
+    return rc == CUDA_SUCCESS;
+}
+
+/* Under the lock: a launch timed alone, read back: its kernel took `span_ns`
+ * from its start event's completion, or less (cost_model.c).  What it is
+ * settled at; -1: it is held back, with the kernel's first launches. */
+static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t span_ns, uint64_t now)
+{
+    int64_t took = span_ns - vgl_interval_start(0, r->idle_at_ns, r->returned_ns);
+    VGL_LOG(VGL_LOG_DEBUG, "launch timed alone read back: charged %.3f ms, span %.3f ms, took %.3f ms%s",
+            r->charged_ns / 1e6, span_ns / 1e6, took / 1e6, r->idle_at_ns ? " (from its return)" : "");
+    /* A kernel's first few measurements are settled together, at its cost
+     * then (cost_model.c). */
+    bool held = vgl_cost_held_back(&measure.costs, r->key, r->charged_ns);
+    learnt(t, r->key, took, r->idle_at_ns != 0, now);
+    if (held)
+        return -1;
+    /* Counted at most what it was charged: a span stretched by other
+     * contexts' slices is not its kernel's. */
+    took = took > 1 ? took : 1;
+    return took < r->charged_ns ? took : r->charged_ns;
+}
+
+/* Under the lock: a run of several streams, read back: the busy time it adds
+ * to its context's (the union's); false: not yet, or unknowable (*failed). */
+static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, int64_t *busy, bool *failed)
+{
+    struct stream_runs *s = &t->streams[r->stream];
+    int64_t end, start = s->last_end_ns;
+    if (!since_reference(t, r->end, &end, failed) || (r->start && !since_reference(t, r->start, &start, failed)))
+        return false;
+    s->last_end_ns = end;
+    struct vgl_span span = {.start_ns = start, .end_ns = end, .charged_ns = r->charged_ns,
+                            .launches = r->launches, .known = r->known, .key = r->key};
+    struct vgl_lesson lesson;
+    bool taught;
+    *busy = vgl_union_add(&t->runs, &span, &lesson, &taught);
+    if (taught)
+        learnt(t, lesson.key, lesson.per_launch_ns, false, now);
+    /* A kernel not measured before: at most what it has been learnt to cost
+     * (once a later run ended the group), which a span exceeds when other
+     * contexts' slices stretched it; else the processes of one container,
+     * started together, would each start owing their siblings' time. */
+    int64_t cost;
+    if (!r->known && r->key && vgl_cost_known(&measure.costs, r->key, &cost) && *busy > cost * r->launches)
+        *busy = cost * r->launches;
+    VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
+            "busy %.3f ms counted", r->stream, r->launches, r->charged_ns / 1e6, (end - start) / 1e6, *busy / 1e6);
+    return true;
 }
 
 /* Under the lock: reads back the runs that are due and done, oldest first,
@@ -312,77 +288,25 @@ static void harvest(struct vgl_tracker *t, uint64_t now)
         struct run *r = &t->ring[t->head];
         if (now < r->due_ns)
             return;
-        struct stream_runs *s = &t->streams[r->stream];
-        int64_t end, start = s->last_end_ns;
-        bool failed;
-        if (!since_reference(t, r->end, &end, &failed) ||
-            (r->start && !since_reference(t, r->start, &start, &failed))) {
-            if (!failed) {
-                /* Asked again after as long as it has been running late: a
-                 * run queued behind much work costs few queries. */
-                uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
-                r->due_ns = now + (late > 1000000 ? late : 1000000);
-                return;
-            }
+        int64_t busy;
+        bool failed, read = r->alone ? read_alone(r, &busy, &failed) : read_run(t, r, now, &busy, &failed);
+        if (read) {
+            settle_oldest(t, r->alone ? took_alone(t, r, busy, now) : busy);
+        } else if (failed) {
             settle_oldest(t, r->charged_ns);
-            continue;
+        } else {
+            /* Asked again after as long as it has been running late: a run
+             * queued behind much work costs few queries.  A kernel not
+             * measured yet is asked about sooner: its other launches are
+             * charged VGL_FIRST_COST_NS each until it is known. */
+            uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
+            uint64_t least = r->known ? 1000000 : 10000;
+            r->due_ns = now + (late > least ? late : least);
+            return;
         }
-        s->last_end_ns = end;
-        if (start > end)
-            start = end;
-        /* Overlapping runs (of the context's streams) teach together: a
-         * kernel's cost is their union per launch, as the busy time they
-         * are counted is their union.  (A stream's span alone holds its
-         * siblings' kernels where they take turns.)  So a group teaches
-         * once a run begins after all of it has ended, or once all is read. */
-        if (start >= t->covered_ns)
-            teach(t, now);
-        if (!t->group_launches) {
-            t->group_key = r->key;
-            t->group_start = start;
-        } else if (t->group_key != r->key) {
-            t->group_key = NULL;
-        }
-        t->group_launches += r->launches;
-        /* The union: what this run adds to the context's busy time so far.
-         * Runs are read back in the order they closed, which is not always
-         * the order they began: one that began before its group did adds
-         * that stretch too. */
-        int64_t from = start > t->covered_ns ? start : t->covered_ns;
-        int64_t busy = end > from ? end - from : 0;
-        if (start < t->group_start) {
-            busy += (end < t->group_start ? end : t->group_start) - start;
-            t->group_start = start;
-        }
-        if (end > t->covered_ns)
-            t->covered_ns = end;
-        /* The context's busy time, at most what its kernels are known to
-         * cost: over several runs, as one stream's run may span the time
-         * the other's kernels ran, while theirs adds nothing. */
-        if (r->known) {
-            t->allowance_ns += r->charged_ns;
-            if (busy > t->allowance_ns)
-                busy = t->allowance_ns;
-            t->allowance_ns -= busy;
-            if (t->allowance_ns > ALLOWANCE_NS)
-                t->allowance_ns = ALLOWANCE_NS;
-        } else if (r->key) {
-            /* A kernel not measured before: at most what it has been learnt
-             * to cost (once a later run ended the group), which a span exceeds
-             * when other contexts' slices stretched it; else the processes
-             * of one container, started together, would each start owing
-             * their siblings' time. */
-            int64_t cost;
-            if (known_cost(r->key, &cost) && busy > cost * r->launches)
-                busy = cost * r->launches;
-        }
-        VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
-                "busy %.3f ms counted, allowance %.3f ms", r->stream, r->launches, r->charged_ns / 1e6,
-                (end - start) / 1e6, busy / 1e6, t->allowance_ns / 1e6);
-        settle_oldest(t, busy);
     }
     if (!any_open(t))
-        teach(t, now);
+        close_group(t, now);
 }
 
 /* Under the lock: closes the stream's open run with an event; the stream's
@@ -404,7 +328,7 @@ static void close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool 
         spare(t, r.start);
         return;
     }
-    r.due_ns = now + 2 * (uint64_t)r.charged_ns;
+    r.due_ns = r.known ? now + 2 * (uint64_t)r.charged_ns : now;
     r.closed_ns = now;
     if (t->count == INFLIGHT)
         settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
@@ -423,11 +347,11 @@ static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
 {
     if (!t->sampling)
         return;
-    bool chain = go_on && (t->every == 0 || t->nstreams > 1) && now - t->reference_ns < REFERENCE_NS;
+    bool chain = go_on && t->nstreams > 1 && now - t->reference_ns < REFERENCE_NS;
     for (uint32_t i = 0; i < t->nstreams; i++)
         close_run(t, i, now, chain);
     t->sampling = chain;
-    t->since = 0;
+    vgl_cadence_sampled(&t->cadence, now);
 }
 
 /* Under the lock: the tracker of `ctx` (on `device`), made on first use;
@@ -490,7 +414,7 @@ void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void 
     pthread_mutex_lock(&measure.lock);
     struct vgl_tracker *t = tracker_for(ctx, device);
     *l = (struct vgl_launch){.device = device, .key = key, .stream = stream, .tracker = t, .index = -1};
-    l->known = known_cost(key, &l->cost_ns);
+    l->known = vgl_cost_known(&measure.costs, key, &l->cost_ns);
     if (t) {
         if (!quiet)
             harvest(t, now_ns);
@@ -518,31 +442,42 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         return;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index];
-    bool due = l->known ? t->sampling || t->since >= t->every || t->nstreams > 1
-                        : s->open || t->nstreams > 1 || measure_first(l->key, l->device, now_ns);
-    l->pending = !l->known && !due;
+    bool due = t->sampling || t->nstreams > 1 || vgl_cadence_due(&t->cadence, now_ns);
+    if (!l->known && !s->open && t->nstreams == 1) {
+        struct vgl_settlement evicted;
+        due = vgl_cost_measure_first(&measure.costs, l->key, l->device, now_ns, &evicted);
+        settle(evicted);
+    }
     if (s->stream == l->stream && !s->open && due) {
-        /* With nothing in flight, the run begins at a new reference: one
-         * event less to record and read, and the times read from it stay
-         * exact (float milliseconds). */
-        if (!t->count && !any_open(t)) {
-            teach(t, now_ns);
+        CUevent start;
+        if (t->nstreams == 1) {
+            if ((start = mark(t, l->stream))) {
+                s->open = true;
+                s->current = (struct run){.stream = (uint32_t)l->index, .alone = true, .start = start, .known = true};
+                /* Completed at once: the stream is idle, and the kernel will
+                 * begin when it reaches the GPU, as its launch returns. */
+                uint64_t at = vgl_clock_ns(CLOCK_MONOTONIC);
+                if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(start) == CUDA_SUCCESS)
+                    s->current.idle_at_ns = at;
+            }
+        } else if (!t->count && !any_open(t)) {
+            /* With nothing in flight, the runs begin at a new reference: one
+             * event less to record and read, and the times read from it stay
+             * exact (float milliseconds). */
+            close_group(t, now_ns);
             spare(t, t->reference);
             if ((t->reference = mark(t, l->stream)))
                 t->reference_ns = now_ns;
-            t->covered_ns = 0;
+            vgl_union_restart(&t->runs);
             for (uint32_t i = 0; i < t->nstreams; i++)
                 t->streams[i].last_end_ns = 0;
             if (t->reference) {
                 s->open = true;
                 s->current = (struct run){.stream = (uint32_t)l->index, .known = true};
             }
-        } else {
-            CUevent start = t->reference ? mark(t, l->stream) : NULL;
-            if (start) {
-                s->open = true;
-                s->current = (struct run){.stream = (uint32_t)l->index, .start = start, .known = true};
-            }
+        } else if (t->reference && (start = mark(t, l->stream))) {
+            s->open = true;
+            s->current = (struct run){.stream = (uint32_t)l->index, .start = start, .known = true};
         }
         t->sampling = t->sampling || s->open;
     }
@@ -570,33 +505,37 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
         vgl_share_used(l->device, l->cost_ns, l->cost_ns); /* not measured: as charged */
         return;
     }
+    /* When the launch returned: its kernel had reached the GPU. */
+    uint64_t returned = l->measured ? vgl_clock_ns(CLOCK_MONOTONIC) : 0;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index >= 0 ? l->index : 0];
     /* Not in a sample (or its run was closed meanwhile by another thread's
-     * wait): as charged, or once its kernel's cost is known. */
+     * wait): at what its kernel is known to cost now (it may have waited
+     * long for budget, charged a cost measured since), or held back until
+     * that is known. */
     if (!l->measured || !s->open || s->stream != l->stream) {
-        __typeof__(measure.costs[0]) *c = &measure.costs[cost_slot(l->key)];
-        t->since++;
-        if (l->pending && c->key == l->key && !c->ns)
-            c->pending++;
-        else
-            vgl_share_used(l->device, l->cost_ns, l->pending && c->key == l->key ? c->ns : l->cost_ns);
+        vgl_cadence_skipped(&t->cadence);
+        int64_t cost;
+        if (!vgl_cost_held_back(&measure.costs, l->key, l->cost_ns))
+            vgl_share_used(l->device, l->cost_ns,
+                           vgl_cost_known(&measure.costs, l->key, &cost) ? cost : l->cost_ns);
         pthread_mutex_unlock(&measure.lock);
         return;
     }
     struct run *r = &s->current;
+    if (!r->launches)
+        r->returned_ns = returned;
     r->key = r->launches == 0 || r->key == l->key ? l->key : NULL;
     r->launches++;
     r->charged_ns += l->cost_ns;
     r->known = r->known && l->known;
-    int64_t run_ns = t->nstreams == 1 ? SAMPLE_RUN_NS
-                     : r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
     if (!r->known)
-        t->every = 0;
+        vgl_cadence_unknown(&t->cadence);
     /* A kernel not measured yet is measured alone: its run ends with it, and
-     * its other launches meanwhile wait for what it took (settle_pending)
-     * rather than each being measured. */
-    if (!quiet && (r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
-        end_sample(t, vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
+     * its other launches meanwhile wait for what it took rather than each
+     * being measured. */
+    int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
+    if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
+        end_sample(t, returned ? returned : vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

@@ -303,6 +303,8 @@ uint32_t vgl_throttle_share(const struct vgl_device_state *dev);
  * (the launch's expected GPU time) from it: 0, the launch may start; else how
  * many ns to wait before asking again. */
 int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_t cost_ns);
+/* How long until the clock has paid what the container owes (0: nothing), charging nothing. */
+int64_t vgl_throttle_owed(struct vgl_device_state *dev, uint64_t now_ns);
 /* A launch charged `charged_ns` was measured at `measured_ns`: the difference is settled. */
 void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns);
 /* A borrowing container runs a launch of `cost_ns` past its share: its debt is forgiven. */
@@ -321,6 +323,8 @@ bool vgl_share_limits(int device);
 /* 0: every budget admitted a launch of `cost_ns` and was charged it; else how
  * many ns to wait before asking again, nothing charged. */
 int64_t vgl_share_admit(int device, uint64_t now_ns, int64_t cost_ns);
+/* How long until every budget has been paid what it is owed (0: none is owed). */
+int64_t vgl_share_owed(int device, uint64_t now_ns);
 /* How long past its debt a launch of `cost_ns` sleeps, so that launches go in bursts. */
 int64_t vgl_share_resume_ns(int device, int64_t cost_ns);
 /* Launches charged `charged_ns` took `used_ns` of GPU time: the difference is
@@ -329,7 +333,112 @@ void vgl_share_used(int device, int64_t charged_ns, int64_t used_ns);
 /* A launch waited `ns` for budget. */
 void vgl_share_waited(int device, uint64_t ns);
 
-/* busy_time.c — the GPU time a process's kernels take, measured in samples. */
+/* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
+ * and how often to measure.  No driver, no clock, no lock: testable alone
+ * (tests/c/cost_model_test.c); the caller holds its own lock. */
+enum { VGL_COSTS = 256 };           /* launch targets whose cost a process remembers */
+/* What a kernel never measured is charged at first (then what it took). */
+#define VGL_FIRST_COST_NS 1000000
+struct vgl_cost {
+    const void *key;                /* a function or a graph */
+    int64_t ns;                     /* what a launch is charged: the least of the two windows'; 0: being measured */
+    int64_t window_ns;              /* the least of the current window */
+    int64_t earlier_ns;             /* the least of the window before */
+    uint64_t window_from;           /* when the current window began */
+    uint32_t window_samples;        /* its measurements */
+    int64_t last[2];                /* its last two measurements, for the median of three */
+    uint64_t measuring_ns;          /* ns 0: when its first measurement began */
+    uint32_t measured;              /* measurements so far, counted up to the first few */
+    uint32_t pending;               /* launches held back until the first few measurements */
+    int64_t pending_charged_ns;     /* ... what they were charged */
+    int device;                     /* ... on this device */
+};
+struct vgl_costs {
+    struct vgl_cost slot[VGL_COSTS]; /* by key, hashed: a key may take another's place */
+};
+/* Launches charged charged_ns, all told, that are settled at used_ns. */
+struct vgl_settlement {
+    int device;
+    int64_t charged_ns, used_ns;
+};
+/* What a launch of `key` is known to cost (*ns); false: never measured (*ns
+ * is VGL_FIRST_COST_NS). */
+bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns);
+/* Whether a launch of `key`, never measured, is measured (else another
+ * launch's first measurement is under way).  *evicted: launches of a key
+ * whose place it took. */
+bool vgl_cost_measure_first(struct vgl_costs *costs, const void *key, int device, uint64_t now_ns,
+                            struct vgl_settlement *evicted);
+/* A launch of `key` charged `charged_ns`, measured or not: true, it is held
+ * back, to be settled at the kernel's cost once that has been measured a few
+ * times; false: settle it now. */
+bool vgl_cost_held_back(struct vgl_costs *costs, const void *key, int64_t charged_ns);
+/* A measurement: a launch of `key` took `per_launch_ns` (`on_host_clock`:
+ * from where its launch returned, vgl_interval_start).  Returns whether the
+ * cost moved up (1), down (-1) by more than an eighth, or held (0).
+ * *settled: launches held back for the kernel's first few measurements (or
+ * of a key whose place it took). */
+int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, bool on_host_clock,
+                   uint64_t now_ns, struct vgl_settlement *settled);
+void vgl_costs_forget(struct vgl_costs *costs);
+/* Where a launch's interval begins on the GPU's clock: at its start event's
+ * time `event_ns`, or, if that event had completed when the host looked at
+ * `recorded_ns` (0: it had not), as much later as the host took from then to
+ * the launch's return, `returned_ns` (both CLOCK_MONOTONIC). */
+int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t returned_ns);
+/* How often a context's launches are measured. */
+struct vgl_cadence {
+    uint32_t since;                 /* launches since the last measurement */
+    uint64_t sampled_ns;            /* ... taken then */
+    uint32_t every;                 /* launches before the next */
+    uint32_t held;                  /* measurements in a row that moved no cost up */
+};
+/* Whether the next launch is measured (CLOCK_MONOTONIC `now_ns`). */
+bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns);
+void vgl_cadence_skipped(struct vgl_cadence *c);
+void vgl_cadence_sampled(struct vgl_cadence *c, uint64_t now_ns);
+/* A kernel not measured yet was launched: measurements follow one another. */
+void vgl_cadence_unknown(struct vgl_cadence *c);
+/* A measurement moved a cost as vgl_cost_learn returned. */
+void vgl_cadence_learnt(struct vgl_cadence *c, int moved);
+
+/* The union of a context's runs, read back as times from one reference event. */
+struct vgl_union {
+    int64_t covered_ns;             /* busy time is counted up to here */
+    int64_t allowance_ns;           /* what runs are known to cost and were not counted */
+    int64_t group_start;            /* where the runs since covered_ns last jumped ahead began */
+    uint32_t group_launches;        /* their launches (0: none) */
+    const void *group_key;          /* the one target they launched, or NULL for several */
+};
+/* One run of launches on a stream: where it began and ended, from the reference. */
+struct vgl_span {
+    int64_t start_ns, end_ns;
+    int64_t charged_ns;
+    uint32_t launches;
+    bool known;                     /* every launch was charged a measured cost */
+    const void *key;                /* the one target launched, or NULL for several */
+};
+/* A group of overlapping runs that launched `key` (NULL: several) took per_launch_ns a launch. */
+struct vgl_lesson {
+    const void *key;
+    int64_t per_launch_ns;
+};
+/* A run read back: the busy time it adds (at most what its launches are
+ * known to cost, if known).  *taught: it began after the group before it had
+ * ended, which took *lesson a launch. */
+int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_lesson *lesson, bool *taught);
+/* The group read back so far ends (nothing of it is still to be read): false
+ * if there was none, else what it took a launch. */
+bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson);
+/* A new reference: times start again from 0 (after vgl_union_close). */
+void vgl_union_restart(struct vgl_union *u);
+
+/* busy_time.c — the GPU time a process's kernels take, measured in samples.
+ * The gate (launch_hooks.c) calls, for each launch, in this order:
+ * vgl_busy_enter, vgl_busy_wait while it waits for budget, vgl_busy_begin
+ * once admitted, the driver, vgl_busy_leave.  struct vgl_launch is what they
+ * keep of it: the gate reads device, cost_ns and known; only busy_time.c
+ * writes it. */
 struct vgl_tracker;
 /* One launch, from vgl_busy_enter to vgl_busy_leave. */
 struct vgl_launch {
@@ -339,7 +448,6 @@ struct vgl_launch {
     int64_t cost_ns;                /* what it is charged */
     bool known;                     /* that is a measured cost */
     bool measured;                  /* it joins a run of its stream */
-    bool pending;                   /* not measured yet, and settled once its kernel is */
     struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
     int index;                      /* its stream's in the tracker; -1: none */
 };
@@ -353,11 +461,13 @@ void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void 
 /* While it waits for budget: reads back what is done; `sleeps` first ends the
  * process's runs, so that their spans hold no sleep (unless `quiet`). */
 void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet);
-/* Admitted: opens a run on its stream if a sample is due. */
+/* Admitted: opens a run on its stream if a sample is due (alone, on one
+ * stream: its first event, and whether that completed at once). */
 void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet);
 /* After the driver call: a refused launch gives its charge back; one that
- * went joins its run, or counts as charged.  `quiet`: as above (a run stays
- * open rather than end with an event). */
+ * went joins its run (alone: ends it), or is settled at its kernel's cost
+ * now, or held back with its kernel's first launches.  `quiet`: as above (a
+ * run stays open rather than end with an event). */
 void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet);
 /* A stream capture is about to begin: the runs of `ctx` (current) end now,
  * their events recorded before it rather than into it. */

@@ -5,7 +5,9 @@
  * A launch is charged what its kernel (or graph) is known to cost
  * (busy_time.c), and waits, asleep, while the container's budget is owing;
  * then it sleeps on until the budget holds a little, so that launches go in
- * bursts.  The budget refills with the clock, never with the process's own
+ * bursts.  Measurements read back while it sleeps may pay the debt sooner
+ * (launches charged more than their kernels took): it looks again at each
+ * wake.  The budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
  * could let finish.
  *
@@ -143,8 +145,16 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
             vgl_share_waited(device, woke - now);
             now = woke;
             vgl_busy_wait(l, now, false, quiet);
-            if (now < until)
+            if (now < until) {
+                /* Measurements read back meanwhile may have given back
+                 * what launches were charged past their kernels' time (a
+                 * kernel's first measurements, stretched by other
+                 * processes'): the wait ends as soon as the debt is paid. */
+                uint64_t sooner = now + (uint64_t)vgl_share_owed(device, now) +
+                                  (uint64_t)vgl_share_resume_ns(device, l->cost_ns);
+                until = sooner < until ? sooner : until;
                 continue;
+            }
             if ((wait = vgl_share_admit(device, now, l->cost_ns)) <= 0)
                 break;
             until = now + (uint64_t)wait;

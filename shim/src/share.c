@@ -82,6 +82,17 @@ int64_t vgl_share_admit(int device, uint64_t now_ns, int64_t cost_ns)
     return 0;
 }
 
+int64_t vgl_share_owed(int device, uint64_t now_ns)
+{
+    struct vgl_device_state *devs[VGL_MAX_CHAIN];
+    int64_t longest = 0;
+    for (uint32_t i = 0, n = budgets(device, devs); i < n; i++) {
+        int64_t owed = vgl_throttle_owed(devs[i], now_ns);
+        longest = owed > longest ? owed : longest;
+    }
+    return longest;
+}
+
 int64_t vgl_share_resume_ns(int device, int64_t cost_ns)
 {
     struct vgl_device_state *devs[VGL_MAX_CHAIN];

@@ -4,7 +4,7 @@
  *
  * The budget grows with the clock at the share (30 % of a second buys 300 ms
  * of kernels) up to VGL_BUDGET_WINDOW_NS of it, so an idle container cannot
- * hoard.  A launch may start while the budget is not negative and takes its
+ * hoard; it starts full.  A launch may start while the budget is not negative and takes its
  * expected GPU time from it at once, so a burst of launches cannot outrun the
  * measurements; when the kernel's real GPU time is measured the difference is
  * settled.  A launch that costs more than there is leaves the budget owing,
@@ -31,8 +31,12 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
 {
     uint64_t last = __atomic_load_n(&dev->budget_at_ns, __ATOMIC_ACQUIRE);
     if (last == 0) {
-        __atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE);
+        /* A container that has not launched yet was idle: it holds what an
+         * idle one keeps, so that its first kernel, charged before it is
+         * measured, leaves it no debt to wait for. */
+        if (__atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            __atomic_add_fetch(&dev->budget_ns, (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100), __ATOMIC_ACQ_REL);
         return;
     }
     /* One process turns each stretch of time into budget: the one that moves the clock. */
@@ -69,6 +73,16 @@ int64_t vgl_throttle_admit(struct vgl_device_state *dev, uint64_t now_ns, int64_
             return 0;
     /* When the clock will have paid the debt at this share. */
     return -budget * 100 / pct + 1;
+}
+
+int64_t vgl_throttle_owed(struct vgl_device_state *dev, uint64_t now_ns)
+{
+    uint32_t pct = vgl_throttle_share(dev);
+    if (!pct)
+        return 0;
+    refill(dev, now_ns, pct);
+    int64_t budget = __atomic_load_n(&dev->budget_ns, __ATOMIC_ACQUIRE);
+    return budget < 0 ? -budget * 100 / pct + 1 : 0;
 }
 
 void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns)

@@ -1,15 +1,19 @@
 /* A kernel launch loop, for the compute-share tests and benchmarks/compute_share.py.
  *
- *   launch_client PATH KERNEL_US SECONDS
+ *   launch_client PATH KERNEL_US SECONDS [CPU_US]
  *
  * Launches simgpu's kernel "spin_us<KERNEL_US>" (it runs KERNEL_US on the
- * simulated GPU) through PATH for SECONDS, and prints
+ * simulated GPU) through PATH for SECONDS, after each launch working CPU_US
+ * on the CPU (default 0: launches back to back; with more than the kernel
+ * takes, the program is launch-bound, its GPU idle between kernels), and prints
  *   "progress PID T N"  about every 100 ms: CLOCK_MONOTONIC seconds, launches completed
- *   "done PID N T"      at the end: launches completed, seconds taken
+ *   "gpu PID US"        at the end: the GPU time of one launch, in microseconds
+ *   "done PID N T"      last: launches completed, seconds taken
  * PATH: kernel (cuLaunchKernel), ptsz (cuLaunchKernel of the per-thread
  * stream), ex (cuLaunchKernelEx), cooperative (cuLaunchCooperativeKernel),
  * graph (cuGraphLaunch of a graph built node by node), capture (cuGraphLaunch
- * of a graph captured from a stream), streams2 / streams4 (cuLaunchKernel on
+ * of a graph captured from a stream), graph40 (cuGraphLaunch of a graph of
+ * 40 kernels one after another), streams2 / streams4 (cuLaunchKernel on
  * two / four streams in turn, joined at the end of each batch), captured (cuLaunchKernel into a
  * stream being captured, at most 1000 launches in SECONDS, never run).  The driver is reached as the CUDA
  * runtime reaches it: dlopen and cuGetProcAddress_v2.  Two batches of about
@@ -73,13 +77,15 @@ typedef CUresult (*graph_launch_fn)(CUgraphExec, CUstream);
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|capture|captured|streams2|streams4 KERNEL_US SECONDS\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|graph40|capture|captured|streams2|"
+                        "streams4 KERNEL_US SECONDS [CPU_US]\n");
         return 2;
     }
     const char *path = argv[1];
     long kernel_us = atol(argv[2]);
     double seconds = atof(argv[3]);
+    double cpu_s = argc == 5 ? atof(argv[4]) / 1e6 : 0;
     void *driver = dlopen("libcuda.so.1", RTLD_NOW);
     get_proc = driver ? (procaddr_fn)dlsym(driver, "cuGetProcAddress_v2") : NULL;
     if (!get_proc) {
@@ -115,13 +121,17 @@ int main(int argc, char **argv)
     }
 
     CUgraphExec exec = NULL;
-    if (strcmp(path, "graph") == 0) {
+    long nodes = strcmp(path, "graph40") == 0 ? 40 : 1;
+    if (strncmp(path, "graph", 5) == 0) {
         CUgraph graph;
-        CUgraphNode node;
+        CUgraphNode node = NULL;
         struct kernel_node_params p = {.func = kernel, .grid = {1, 1, 1}, .block = {32, 1, 1}};
         CALL(CUresult(*)(CUgraph *, unsigned), "cuGraphCreate", &graph, 0);
-        CALL(CUresult(*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *),
-             "cuGraphAddKernelNode", &node, graph, NULL, 0, &p);
+        for (long i = 0; i < nodes; i++) {
+            CUgraphNode after = node;
+            CALL(CUresult(*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *),
+                 "cuGraphAddKernelNode", &node, graph, after ? &after : NULL, after ? 1 : 0, &p);
+        }
         CALL(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long), "cuGraphInstantiateWithFlags", &exec,
              graph, 0ULL);
     } else if (strcmp(path, "capture") == 0) {
@@ -160,7 +170,7 @@ int main(int argc, char **argv)
     CUlaunchConfig config = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
                              .blockDimZ = 1, .hStream = on};
 
-    long batch = kernel_us > 0 ? 2000 / kernel_us : 256;
+    long batch = kernel_us > 0 ? 2000 / (nodes * kernel_us) : 256;
     batch = batch < 1 ? 1 : batch > 256 ? 256 : batch;
     long launched = 0, completed = 0;
     double start = now_s(), next_report = start;
@@ -187,6 +197,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "launch_client: launch failed: %d\n", (int)rc);
                 return 4;
             }
+            for (double until = cpu_s > 0 ? now_s() + cpu_s : 0; until && now_s() < until;)
+                continue; /* the program's own work between launches */
         }
         launched += batch;
         for (int s = 1; s < nstreams; s++) {
@@ -200,6 +212,7 @@ int main(int argc, char **argv)
         completed = launched - batch;
     }
     CALL(CUresult(*)(CUstream), "cuStreamSynchronize", on);
+    printf("gpu %d %ld\n", (int)getpid(), nodes * kernel_us);
     printf("done %d %ld %.6f\n", (int)getpid(), launched, now_s() - start);
     return 0;
 }

@@ -75,7 +75,8 @@ static void test_a_long_kernel_leaves_a_debt(void)
     struct vgl_device_state *dev = fresh(10);
     CHECK(vgl_throttle_admit(dev, S, 50 * MS) == 0, "the first launch goes");
     int64_t wait = vgl_throttle_admit(dev, S, MS);
-    CHECK(wait >= 499 * MS && wait <= 501 * MS, "50 ms owed at 10%%: wait %lld ns", (long long)wait);
+    /* It started with a full budget: 10 ms at 10 %. */
+    CHECK(wait >= 399 * MS && wait <= 401 * MS, "40 ms owed at 10%%: wait %lld ns", (long long)wait);
     CHECK(vgl_throttle_admit(dev, (uint64_t)(S + wait), MS) == 0, "paid by then");
     free(dev);
 }
@@ -84,6 +85,8 @@ static void test_a_long_kernel_leaves_a_debt(void)
 static void test_settling(void)
 {
     struct vgl_device_state *dev = fresh(50);
+    CHECK(vgl_throttle_admit(dev, S, 0) == 0, "admitted");
+    dev->budget_ns = 0; /* spent what it started with */
     CHECK(vgl_throttle_admit(dev, S, 4 * MS) == 0, "admitted");
     CHECK(dev->budget_ns == -4 * MS, "charged: %lld", (long long)dev->budget_ns);
     vgl_throttle_settle(dev, 4 * MS, 1 * MS);
@@ -92,6 +95,16 @@ static void test_settling(void)
     CHECK(dev->budget_ns == -3 * MS, "2 ms more owed: %lld", (long long)dev->budget_ns);
     int64_t wait = vgl_throttle_admit(dev, S, MS);
     CHECK(wait >= 6 * MS && wait <= 6 * MS + 1, "3 ms at 50%%: wait %lld", (long long)wait);
+    free(dev);
+}
+
+/* A container starts with the budget an idle one keeps. */
+static void test_it_starts_full(void)
+{
+    struct vgl_device_state *dev = fresh(25);
+    CHECK(vgl_throttle_admit(dev, S, MS) == 0, "admitted");
+    int64_t full = (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    CHECK(dev->budget_ns == full - MS, "budget %lld, window %lld", (long long)dev->budget_ns, (long long)full);
     free(dev);
 }
 
@@ -179,6 +192,7 @@ int main(void)
     test_the_share_holds();
     test_a_long_kernel_leaves_a_debt();
     test_settling();
+    test_it_starts_full();
     test_idle_time_is_not_hoarded();
     test_a_refund_is_kept_past_the_cap();
     test_a_live_change();

@@ -1,0 +1,261 @@
+/* What a launch costs on the GPU, learnt from measurements; and how often to
+ * measure.  No driver, no clock, no lock: the caller (busy_time.c) feeds it
+ * event times and the host's clock and holds its lock; tests feed it numbers
+ * (tests/c/cost_model_test.c).
+ *
+ * A measurement of one launch is an interval [start, end] on the GPU's clock:
+ * `end` when its kernel was done (an event recorded after it), `start` when
+ * it may have begun.  What an event recorded just before it says is not
+ * enough: on an idle stream that event completes at once, while the kernel
+ * reaches the GPU only as the launch call returns, after the launch's CPU
+ * time (4-5 us on an H200's driver, more than many kernels take).  So a
+ * measurement whose start event had completed before the launch was made
+ * begins where the launch returned, on the host's clock: as long after the
+ * start event as the host took from recording it to the launch's return
+ * (vgl_interval_start).  Where the start event had not completed, the kernel
+ * was queued behind earlier work and began when that was done: the event's
+ * time.  (The end event is recorded after the launch returns: a kernel that
+ * ended before it was is charged until it was, ~0.2 us of the shim's work on
+ * simgpu; no kernel on a GPU is that short.)
+ *
+ * A kernel's cost is then the least of its recent measurements (of this
+ * window and the one before), since an interval only grows
+ * with waiting (behind other processes' time slices); a measurement that
+ * began on the host's clock first goes through the median of the kernel's
+ * last three, so that one the host made too short (the thread descheduled as
+ * the launch returned) is not taken as its cost.
+ *
+ * Where a context launches on several streams, runs of launches per stream
+ * are merged into the time during which any of its kernels was on the GPU,
+ * counted once however many streams overlapped: the union (vgl_union_add). */
+#include <string.h>
+
+#include "internal.h"
+
+/* A cost is the least over two windows, each COST_WINDOW_NS and at least
+ * WINDOW_SAMPLES measurements: a kernel that became slower is charged so
+ * within two, and a kernel measured seldom (a long one) is charged the least
+ * of several measurements, not of the last two (a process of 20 ms kernels
+ * at 30 % beside one at 60 %, whose slices stretch most of its spans, got 23
+ * to 26 %). */
+#define COST_WINDOW_NS 1000000000ULL
+#define WINDOW_SAMPLES 4
+/* While a kernel's first measurement is under way, for up to MEASURING_NS,
+ * its other launches are not measured (charged VGL_FIRST_COST_NS).  A
+ * kernel's launches until it has been measured FIRST_MEASUREMENTS times are
+ * held back and settled at its cost then: processes started together
+ * stretch one another's first measurements alike (four processes of 20 ms
+ * kernels at 10 %, settled at what each launch took, were charged 74-80 ms
+ * a kernel and waited 0.7-5.8 s for budget; the third measurement took 20,
+ * once the first had throttled them apart). */
+#define MEASURING_NS 1000000000ULL
+#define FIRST_MEASUREMENTS 3
+/* Measurements follow one another until this many in a row moved no cost up
+ * (the first intervals of a kernel are often stretched alike, by sibling
+ * processes that started with it); then SAMPLE_FIRST launches between them,
+ * four times more after each that moves no cost up, up to SAMPLE_EVERY. */
+#define SAMPLES_HELD 2
+#define SAMPLE_FIRST 8
+#define SAMPLE_EVERY 128
+/* ... or SAMPLE_NS after the last, so that a cost stretched by other
+ * processes' slices when it was learnt is not charged for long: measured
+ * every 128 launches, a process of 20 ms kernels at 25 % would wait ten
+ * seconds for the next measurement. */
+#define SAMPLE_NS (2 * COST_WINDOW_NS)
+/* What runs read back may keep of what their kernels are known to cost and
+ * did not take, for later runs whose spans take more: a stream's run that
+ * spans its sibling stream's kernels is charged what the sibling's run
+ * (adding nothing to the union) did not take: two of busy_time.c's longest
+ * runs (LONG_RUN_NS). */
+#define ALLOWANCE_NS 1280000000LL
+
+static uint32_t cost_slot(const void *key)
+{
+    return (uint32_t)(((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ULL >> 56) % VGL_COSTS;
+}
+
+bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns)
+{
+    const struct vgl_cost *c = &costs->slot[cost_slot(key)];
+    bool known = c->key == key && c->ns;
+    *ns = known ? c->ns : VGL_FIRST_COST_NS;
+    return known;
+}
+
+/* Launches of c's kernel waiting for its first measurement are settled at `ns`. */
+/* c's launches held back are settled at `ns` each. */
+static struct vgl_settlement settle_pending(struct vgl_cost *c, int64_t ns)
+{
+    struct vgl_settlement s = {.device = c->device, .charged_ns = c->pending_charged_ns,
+                               .used_ns = ns * (int64_t)c->pending};
+    c->pending = 0;
+    c->pending_charged_ns = 0;
+    return s;
+}
+
+bool vgl_cost_measure_first(struct vgl_costs *costs, const void *key, int device, uint64_t now_ns,
+                            struct vgl_settlement *evicted)
+{
+    struct vgl_cost *c = &costs->slot[cost_slot(key)];
+    *evicted = (struct vgl_settlement){0};
+    if (c->key == key && now_ns - c->measuring_ns < MEASURING_NS)
+        return false;
+    if (c->key != key) {
+        *evicted = settle_pending(c, VGL_FIRST_COST_NS);
+        *c = (struct vgl_cost){.key = key, .device = device};
+    }
+    c->measuring_ns = now_ns;
+    return true;
+}
+
+bool vgl_cost_held_back(struct vgl_costs *costs, const void *key, int64_t charged_ns)
+{
+    struct vgl_cost *c = &costs->slot[cost_slot(key)];
+    if (c->key != key || c->measured >= FIRST_MEASUREMENTS)
+        return false;
+    c->pending++;
+    c->pending_charged_ns += charged_ns;
+    return true;
+}
+
+static int64_t median3(int64_t a, int64_t b, int64_t c)
+{
+    int64_t lo = a < b ? a : b, hi = a < b ? b : a;
+    return c < lo ? lo : c > hi ? hi : c;
+}
+
+int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, bool on_host_clock,
+                   uint64_t now_ns, struct vgl_settlement *settled)
+{
+    struct vgl_cost *c = &costs->slot[cost_slot(key)];
+    /* At least 1 ns: 0 is "not measured yet" (an empty graph, or an interval below the timer's resolution). */
+    if (per_launch_ns < 1)
+        per_launch_ns = 1;
+    *settled = (struct vgl_settlement){0};
+    if (c->key != key || !c->ns) {
+        if (c->key != key)
+            *settled = settle_pending(c, VGL_FIRST_COST_NS);
+        *c = (struct vgl_cost){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
+                               .earlier_ns = per_launch_ns, .window_from = now_ns, .window_samples = 1,
+                               .last = {per_launch_ns, per_launch_ns},
+                               .measured = 1, .pending = c->key == key ? c->pending : 0,
+                               .pending_charged_ns = c->key == key ? c->pending_charged_ns : 0, .device = c->device};
+        return 1;
+    }
+    /* A measurement of the GPU's clock alone is never too short: taken as it is. */
+    int64_t taken = on_host_clock ? median3(c->last[0], c->last[1], per_launch_ns) : per_launch_ns;
+    c->last[0] = c->last[1];
+    c->last[1] = per_launch_ns;
+    if (now_ns - c->window_from >= COST_WINDOW_NS && c->window_samples >= WINDOW_SAMPLES) {
+        c->earlier_ns = c->window_ns;
+        c->window_ns = taken;
+        c->window_from = now_ns;
+        c->window_samples = 1;
+    } else {
+        c->window_ns = taken < c->window_ns ? taken : c->window_ns;
+        c->window_samples++;
+    }
+    int64_t was = c->ns;
+    c->ns = c->window_ns < c->earlier_ns ? c->window_ns : c->earlier_ns;
+    if (c->measured < FIRST_MEASUREMENTS && ++c->measured == FIRST_MEASUREMENTS)
+        *settled = settle_pending(c, c->ns);
+    return 8 * (c->ns - was) > was ? 1 : 8 * (was - c->ns) > was ? -1 : 0;
+}
+
+void vgl_costs_forget(struct vgl_costs *costs)
+{
+    memset(costs, 0, sizeof *costs);
+}
+
+int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t returned_ns)
+{
+    /* recorded_ns is 0 where the event had not completed before the launch. */
+    return recorded_ns && returned_ns > recorded_ns ? event_ns + (int64_t)(returned_ns - recorded_ns) : event_ns;
+}
+
+bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns)
+{
+    return c->since >= c->every || now_ns - c->sampled_ns >= SAMPLE_NS;
+}
+
+void vgl_cadence_skipped(struct vgl_cadence *c)
+{
+    c->since++;
+}
+
+void vgl_cadence_sampled(struct vgl_cadence *c, uint64_t now_ns)
+{
+    c->since = 0;
+    c->sampled_ns = now_ns;
+}
+
+void vgl_cadence_unknown(struct vgl_cadence *c)
+{
+    c->every = 0;
+}
+
+void vgl_cadence_learnt(struct vgl_cadence *c, int moved)
+{
+    /* A cost that fell was an earlier interval stretched by other contexts'
+     * slices (an interval never shrinks below the kernel): it counts as holding. */
+    c->held = moved > 0 ? 0 : c->held + 1;
+    if (c->held < SAMPLES_HELD)
+        c->every = 0;
+    else
+        c->every = !c->every ? SAMPLE_FIRST : 4 * c->every < SAMPLE_EVERY ? 4 * c->every : SAMPLE_EVERY;
+}
+
+bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson)
+{
+    if (!u->group_launches)
+        return false;
+    *lesson = (struct vgl_lesson){.key = u->group_key,
+                                  .per_launch_ns = (u->covered_ns - u->group_start) / u->group_launches};
+    u->group_launches = 0;
+    return true;
+}
+
+int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_lesson *lesson, bool *taught)
+{
+    int64_t start = r->start_ns < r->end_ns ? r->start_ns : r->end_ns, end = r->end_ns;
+    /* Overlapping runs teach together: a kernel's cost is their union per
+     * launch, as the busy time they are counted is their union.  (A stream's
+     * span alone holds its siblings' kernels where they take turns.)  So a
+     * group teaches once a run begins after all of it has ended. */
+    *taught = start >= u->covered_ns && vgl_union_close(u, lesson);
+    if (!u->group_launches) {
+        u->group_key = r->key;
+        u->group_start = start;
+    } else if (u->group_key != r->key) {
+        u->group_key = NULL;
+    }
+    u->group_launches += r->launches;
+    /* What this run adds to the busy time so far.  Runs are read back in the
+     * order they closed, which is not always the order they began: one that
+     * began before its group did adds that stretch too. */
+    int64_t from = start > u->covered_ns ? start : u->covered_ns;
+    int64_t busy = end > from ? end - from : 0;
+    if (start < u->group_start) {
+        busy += (end < u->group_start ? end : u->group_start) - start;
+        u->group_start = start;
+    }
+    if (end > u->covered_ns)
+        u->covered_ns = end;
+    /* At most what its kernels are known to cost: over several runs, as one
+     * stream's run may span the time the other's kernels ran, while theirs
+     * adds nothing. */
+    if (r->known) {
+        u->allowance_ns += r->charged_ns;
+        if (busy > u->allowance_ns)
+            busy = u->allowance_ns;
+        u->allowance_ns -= busy;
+        if (u->allowance_ns > ALLOWANCE_NS)
+            u->allowance_ns = ALLOWANCE_NS;
+    }
+    return busy;
+}
+
+void vgl_union_restart(struct vgl_union *u)
+{
+    u->covered_ns = 0;
+}
