@@ -331,7 +331,9 @@ def launch_cost(launches: int, repeat: int, workdir: Path) -> None:
 
     bench, null_dir = overhead.build(workdir)
     region = workdir / "cost-region"
-    shim = {"LD_PRELOAD": str(_paths.libpath()), "VGPULIMIT_REGION": str(region)}
+    # HAMi's cache file, which the shim makes on first use (a VGPULIMIT_REGION
+    # is made by `run`, the hook or CDI, never by the shim).
+    shim = {"LD_PRELOAD": str(_paths.libpath()), "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(region)}
     setups = {
         "direct": {},
         "shim, no cap": shim,
