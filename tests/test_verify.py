@@ -268,8 +268,9 @@ def test_the_readiness_probe_runs_verify_in_a_capped_pod():
     assert command[:3] == [python, "-m", "vgpulimit"]
     args = _build_parser().parse_args(command[3:])
     # No --memory or --cores: where the hook did not set limits up, verify must
-    # fail, not check a fresh region of its own.
-    assert (args.action, args.quick, args.json, args.memory, args.cores) == \
+    # fail, not check a fresh region of its own.  --no-alloc: a probe beside the
+    # workload must not fill the memory under the cap the workload allocates in.
+    assert (args.action, args.no_alloc, args.json, args.memory, args.cores) == \
         ("verify", True, True, None, None)
     [mount] = container["volumeMounts"]
     [volume] = pod["spec"]["volumes"]
@@ -295,3 +296,32 @@ def test_an_allocation_past_the_cap_that_succeeds_fails():
     assert [c.message for c in report.checks if c.status == "fail"] == [
         ("an allocation past the cap succeeded: 1 GiB held, 128 MiB more granted over a cap "
          "of 1 GiB")]
+
+
+def test_no_alloc_allocates_nothing_beyond_the_context(sim_env, schema):
+    """`verify --no-alloc` (the readiness probe's mode) checks the shim, the
+    limits and the capped views and allocates nothing: the region and NVML
+    count the probe's context (300 MiB here) and no more, and no fill, cost or
+    share ran."""
+    context = 300 * MiB
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD=str(context))
+    result = verify(env, "--no-alloc", "--json",
+                    under=under_run("--memory", "1GiB", "--cores", "30"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    schema.validate(document)
+    facts, found = document["facts"], statuses(result)
+    assert not {"fill", "costs", "share"} & facts.keys()
+    assert document["baseline"] == {"error": "not measured (--no-alloc)"}
+    assert found["past the cap"] == ["skip"] and found["compute share"] == ["skip"]
+    assert found["allocated nothing"] == ["pass"]
+    for name in ("shim", "cuMemGetInfo", "cuDeviceTotalMem", "nvmlDeviceGetMemoryInfo_v2"):
+        assert found[name] == ["pass"], name
+    # The region counted the context once it was made, NVML lists the probe at
+    # its end with that and no more, and cuMemGetInfo's free figure is the cap
+    # less the context from start to end.
+    assert facts["region"]["used_bytes"] == context
+    [mine] = [p for p in facts["nvml"]["processes"] if p["pid"] in facts["pids"]]
+    assert mine["used_bytes"] == context
+    assert facts["meminfo_after"] == facts["cuda"]["mem_get_info"] == \
+        {"total": 1 << 30, "free": (1 << 30) - context}

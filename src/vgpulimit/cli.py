@@ -259,6 +259,9 @@ def _build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--simulate", action="store_true",
                         help="check on the simulated GPU that ships with vgpulimit")
     verify.add_argument("--quick", action="store_true", help="skip the compute-share measurement")
+    verify.add_argument("--no-alloc", action="store_true",
+                        help="allocate nothing: check the shim, the limits and the capped views "
+                             "only (for readiness probes beside a running workload)")
     verify.add_argument("--json", action="store_true",
                         help="the checks and what the probe saw, as one JSON document")
 
@@ -442,7 +445,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     report = verify.verify(verify.Options(memory=args.memory, cores=args.cores,
                                           device=args.device, simulate=args.simulate,
-                                          quick=args.quick))
+                                          quick=args.quick, no_alloc=args.no_alloc))
     sys.stdout.write(verify.render_json(report) if args.json else verify.render_text(report))
     return 0 if report.ok else EXIT_FAILURE
 

@@ -81,6 +81,7 @@ class Options:
     device: int = 0
     simulate: bool = False
     quick: bool = False
+    no_alloc: bool = False    # the views only: for readiness probes beside a workload
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ def read_configuration(environ: Mapping[str, str]) -> Configuration:
 def _probe_command(report: Path, options: Options, *extra: str) -> list[str]:
     cmd = [sys.executable, "-m", "vgpulimit.verify_probe", "--report", str(report),
            "--device", str(options.device), *extra]
-    return cmd + (["--quick"] if options.quick else [])
+    return cmd + (["--quick"] if options.quick else []) + \
+        (["--no-alloc"] if options.no_alloc and not extra else [])
 
 
 def _simulated(environ: Mapping[str, str], simulate: bool) -> dict[str, str]:
@@ -222,7 +224,9 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
         nvml_after = _run_probe(_probe_command(workdir / "nvml.json", options,
                                                "--nvml-processes"), env, workdir / "nvml.json",
                                 "the probe of NVML's process list")
-        if config.shim_in_system_preload:
+        if options.no_alloc:
+            report.baseline = {"error": "not measured (--no-alloc)"}
+        elif config.shim_in_system_preload:
             report.baseline = {"error": "not measured: the shim is in /etc/ld.so.preload, so no "
                                         "process here runs without it"}
         else:
@@ -329,8 +333,18 @@ def judge(report: Report, config: Configuration, origin: str | None,
     if cuda and cap is not None:
         _judge_views(report, cuda, facts.get("nvml") or facts.get("nvml_before") or {}, cap)
     _judge_nvml_processes(report, facts)
-    _judge_fill(report, facts.get("fill"), cap, shim.get("loaded"))
-    _judge_share(report, facts, cores_pct)
+    if "meminfo_after" in facts:   # --no-alloc: the views only
+        before = (cuda or {}).get("mem_get_info", {}).get("free")
+        after = facts["meminfo_after"]["free"]
+        report.add("allocated nothing", "pass" if before is None or after >= before else "fail",
+                   f"cuMemGetInfo shows {_size(after)} free at the end, {_size(before)} after the "
+                   "context was made")
+        report.add("past the cap", "skip", "not tried (--no-alloc)")
+        report.add("compute share", "skip",
+                   "not measured (--no-alloc)" if cores_pct else "no compute share set")
+    else:
+        _judge_fill(report, facts.get("fill"), cap, shim.get("loaded"))
+        _judge_share(report, facts, cores_pct)
     _judge_costs(report, facts.get("costs"), report.baseline)
 
 

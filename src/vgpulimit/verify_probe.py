@@ -6,11 +6,14 @@ with the step's name, so that a probe that crashes leaves how far it got.
 It judges nothing: vgpulimit.verify compares the facts with the limits.
 
     python -m vgpulimit.verify_probe --report FILE [--device I] [--quick]
-                                     [--costs-only --alloc-room BYTES | --nvml-processes]
+                                     [--costs-only --alloc-room BYTES | --nvml-processes
+                                      | --no-alloc]
 
 It never holds more than the cap: it allocates what is free under the cap,
 then one block more, which a working shim refuses, and frees everything.
 Without the shim it allocates nothing bigger than one small block at a time.
+With --no-alloc it allocates nothing at all: it makes the context (which the
+region counts), reads the views and exits.
 """
 
 from __future__ import annotations
@@ -248,7 +251,7 @@ def nvml_facts(uuid: str | None, index: int, progress: Progress, when: str,
 class Device:
     """One device's primary context, a stream and the spin kernel on it."""
 
-    def __init__(self, cuda: Cuda, index: int) -> None:
+    def __init__(self, cuda: Cuda, index: int, kernel: bool = True) -> None:
         self.cuda = cuda
         c = ctypes
         cuda.call("cuInit", 0)
@@ -258,8 +261,10 @@ class Device:
         cuda.call("cuDevicePrimaryCtxRetain", c.byref(self.ctx), self.handle)
         cuda.call("cuCtxSetCurrent", self.ctx)
         self.stream = c.c_void_p()
-        cuda.call("cuStreamCreate", c.byref(self.stream), CU_STREAM_NON_BLOCKING)
         self.module = c.c_void_p()
+        if not kernel:   # no stream, no module: nothing the driver would allocate for them
+            return
+        cuda.call("cuStreamCreate", c.byref(self.stream), CU_STREAM_NON_BLOCKING)
         ptx = resources.files("vgpulimit").joinpath("spin.ptx").read_bytes() + b"\0"
         cuda.call("cuModuleLoadData", c.byref(self.module), c.c_char_p(ptx))
         self.kernel = c.c_void_p()
@@ -325,8 +330,10 @@ class Device:
         self.cuda.call("cuMemFree_v2", ctypes.c_uint64(ptr))
 
     def close(self) -> None:
-        self.cuda.try_call("cuModuleUnload", self.module)
-        self.cuda.try_call("cuStreamDestroy_v2", self.stream)
+        if self.module.value:
+            self.cuda.try_call("cuModuleUnload", self.module)
+        if self.stream.value:
+            self.cuda.try_call("cuStreamDestroy_v2", self.stream)
         self.cuda.try_call("cuDevicePrimaryCtxRelease_v2", self.handle)
 
 
@@ -456,9 +463,12 @@ def costs(dev: Device, alloc_room: int) -> dict:
 
 
 def probe(index: int, quick: bool, costs_only: bool, alloc_room: int,
-          progress: Progress | None = None) -> dict:
+          progress: Progress | None = None, no_alloc: bool = False) -> dict:
     """The facts; each step is reached through ``progress`` first, and the
-    facts found so far are written with it."""
+    facts found so far are written with it.  With ``no_alloc``, the views
+    only: the context, the driver's and NVML's figures, the region -- no
+    stream, module, fill, cost or share, so nothing counts against the cap
+    beyond the context itself."""
     progress = progress or Progress()
     facts = progress.facts
     facts.update({"pids": host_pids(), "shim": shim_facts()})
@@ -471,7 +481,7 @@ def probe(index: int, quick: bool, costs_only: bool, alloc_room: int,
     dev = None
     try:
         progress.reach("cuInit, the primary context and the spin kernel's module")
-        dev = Device(cuda, index)
+        dev = Device(cuda, index, kernel=not no_alloc)
         if costs_only:
             progress.reach("added cost (launches, allocations)")
             facts["costs"] = costs(dev, alloc_room)
@@ -483,6 +493,11 @@ def probe(index: int, quick: bool, costs_only: bool, alloc_room: int,
         facts["cap_bytes"] = cap = cap_bytes(region, index, facts["cuda"])
         nvml_facts(facts["cuda"]["uuid"], index, progress, "before the fill",
                    facts.setdefault("nvml_before", {}))
+        if no_alloc:
+            nvml_facts(facts["cuda"]["uuid"], index, progress, "with the context only",
+                       facts.setdefault("nvml", {}))
+            facts["meminfo_after"] = dev.meminfo()
+            return facts
         if cap is not None and facts["shim"]["loaded"]:
             progress.reach("past the cap (filling the cap, then one block more)")
             facts["fill"] = fill(dev, facts["cuda"]["mem_get_info"]["free"], cap)
@@ -557,10 +572,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--costs-only", action="store_true")
     parser.add_argument("--alloc-room", type=int, default=0)
     parser.add_argument("--nvml-processes", action="store_true")
+    parser.add_argument("--no-alloc", action="store_true")
     args = parser.parse_args(argv)
     progress = Progress(args.report)
     facts = listed(args.device, progress) if args.nvml_processes else \
-        probe(args.device, args.quick, args.costs_only, args.alloc_room, progress)
+        probe(args.device, args.quick, args.costs_only, args.alloc_room, progress,
+              args.no_alloc)
     progress.done(facts)
     return 0
 
