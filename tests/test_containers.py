@@ -275,9 +275,11 @@ def test_the_daemonset_installs_the_hook_and_serves_metrics(manifests):
     assert service_port["targetPort"] == port["name"]
     # The node view joins the driver's host pids and sees every GPU through NVML.
     assert pod["spec"]["hostPID"] is True
-    env = {e["name"]: e["value"] for e in by_name["metrics"]["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in by_name["metrics"]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert "utility" in env["NVIDIA_DRIVER_CAPABILITIES"].split(",")
+    # The Hostname label is the node's name, as DCGM exporter's.
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
 def test_the_kubernetes_page_names_the_paths_the_manifests_install(manifests):

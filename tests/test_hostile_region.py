@@ -187,7 +187,7 @@ def test_metrics_serve_the_good_beside_the_truncated(sim_env, regions):
         _, stderr = server.communicate(timeout=30)
     assert samples[("vgpulimit_region_readable", series(good))] == 1
     assert samples[("vgpulimit_region_readable", series(bad))] == 0
-    dev = series(good, device="0", uuid="")
+    dev = series(good, device="0", UUID="")
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 256 * MiB
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == GiB
     about_bad = [k for k in samples if ("region", str(bad)) in k[1]]

@@ -122,7 +122,7 @@ def test_metrics_of_the_node(sim_env, tmp_path):
 
     def gpu(name, index):
         [value] = [v for (n, labels), v in samples.items()
-                   if n == name and dict(labels)["uuid"] == uuids[index]]
+                   if n == name and dict(labels)["UUID"] == uuids[index]]
         return value
 
     assert gpu("vgpulimit_gpu_memory_total_bytes", 0) == 16 * GiB

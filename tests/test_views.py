@@ -16,6 +16,10 @@ from containers import container
 from prometheus_client.parser import text_string_to_metric_families
 
 import vgpulimit
+from vgpulimit.metrics import OTHERS, hostname
+
+# The node, as the metrics server run by these tests names it (DCGM's Hostname).
+NODE = hostname()
 
 
 def status(env, *args):
@@ -78,6 +82,8 @@ def series(region, **labels: str) -> tuple:
     region in no engine's layout names no pod, container or claim."""
     who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": "", "pod": "",
            "namespace": ""}
+    if "device" in labels:   # a series about a GPU: labelled as DCGM exporter labels its own
+        who["Hostname"] = NODE
     return tuple(sorted({**who, **labels}.items()))
 
 
@@ -105,7 +111,7 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
         uuid = json.loads(status(sim_env, "--json", "--interval", "0", "--region",
                                  str(region)).stdout)["devices"][0]["uuid"]
     assert holder["allocs"].count("CUDA_SUCCESS") == 4
-    dev = series(region, device="0", uuid=uuid)
+    dev = series(region, device="0", UUID=uuid)
     assert samples[("vgpulimit_region_readable", series(region))] == 1
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
@@ -122,6 +128,61 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
     labels = dict(key[1])
     assert labels["pid"] == str(holder["pid"]) and labels["command"].startswith("python")
     assert labels["host_pid"] in (str(holder["pid"]), "")
+
+
+def serve_and_scrape(env, *args) -> dict[tuple[str, tuple], float]:
+    server = subprocess.Popen(
+        list(map(str, vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", *args))),
+        env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        return scrape(server.stderr.readline().split()[-1])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_metrics_label_gpus_as_dcgm_exporter_does(sim_env, tmp_path):
+    """UUID, modelName and Hostname (from $NODE_NAME, as DCGM exporter's
+    DaemonSet sets it) on the GPU series; UUID and Hostname on the
+    container's, so that a query joins them with DCGM's on those labels."""
+    env = dict(sim_env, NODE_NAME="gpu-node-7")
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory", "2GiB"], [(256 * MiB, 1)]):
+        [gpu] = json.loads(status(env, "--all", tmp_path, "--json", "--interval",
+                                  "0").stdout)["gpus"]
+        samples = serve_and_scrape(env, "--all", tmp_path)
+    [(_, labels)] = [k for k in samples if k[0] == "vgpulimit_gpu_memory_total_bytes"]
+    assert dict(labels) == {"UUID": gpu["uuid"], "gpu": "0", "modelName": gpu["name"],
+                            "Hostname": "gpu-node-7"}
+    assert gpu["uuid"].startswith("GPU-") and gpu["name"].startswith("NVIDIA ")
+    dev = {**dict(series(region, device="0", UUID=gpu["uuid"])), "Hostname": "gpu-node-7"}
+    assert samples[("vgpulimit_memory_used_bytes", tuple(sorted(dev.items())))] == 256 * MiB
+    assert not [k for k in samples if "uuid" in dict(k[1]) or "name" in dict(k[1])]
+
+
+def test_per_process_series_are_bounded(sim_env, tmp_path):
+    """Four processes in one container, --max-processes 2: the two largest
+    have a series each, the other two are summed into one, (others)."""
+    region = tmp_path / "c" / "region"
+    blocks = [64 * MiB, 128 * MiB, 256 * MiB, 32 * MiB]
+    with container(sim_env, region, ["--memory", "2GiB"], [(b, 1) for b in blocks]) as reports:
+        samples = serve_and_scrape(sim_env, "--max-processes", "2", "--region", region)
+    per_process = {dict(k[1])["pid"] or dict(k[1])["command"]: v
+                   for k, v in samples.items() if k[0] == "vgpulimit_process_memory_used_bytes"}
+    others = per_process.pop(OTHERS)
+    assert others == (64 + 32) * MiB
+    assert sorted(per_process.values()) == [128 * MiB, 256 * MiB]
+    assert set(per_process) <= {str(r["pid"]) for r in reports}
+    [used] = [v for k, v in samples.items() if k[0] == "vgpulimit_memory_used_bytes"]
+    assert sum(per_process.values()) + others == used == sum(blocks)
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "many"])
+def test_metrics_max_processes_bad_input_is_one_line(sim_env, tmp_path, value):
+    result = run(vgpulimit_cmd("metrics", "--max-processes", value, "--all", tmp_path), sim_env,
+                 check=False)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert "--max-processes" in result.stderr
 
 
 def test_metrics_bad_listen_is_one_line(sim_env, tmp_path):

@@ -217,6 +217,9 @@ def _build_parser() -> argparse.ArgumentParser:
                          help="the kubelet's pod log directory (/var/log/pods), whose "
                               "<namespace>_<pod>_<uid> entries name the pods of HAMi's and KAI's "
                               "regions (default: none)")
+    metrics.add_argument("--max-processes", metavar="N", type=_max_processes, default=10,
+                         help="per-process series per container and device, the largest by "
+                              "memory; the rest are summed into one (default 10, 0 to 1000)")
     _add_view_sources(metrics)
 
     set_ = commands.add_parser(
@@ -412,6 +415,12 @@ def _cmd_top(args: argparse.Namespace) -> int:
     return top.run(paths, directory, args.interval, once=args.once)
 
 
+def _max_processes(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and int(text) <= 1000):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number 0-1000")
+    return int(text)
+
+
 def _cmd_metrics(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import metrics
@@ -419,7 +428,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
         raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     try:
-        metrics.serve(args.listen, paths, directory, args.pod_logs)
+        metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes)
     except metrics.ListenError as exc:
         raise UsageError(str(exc)) from None
     except metrics.ServeError as exc:

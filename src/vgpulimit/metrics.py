@@ -9,6 +9,14 @@ layouts of HAMi and KAI, and the pod's name and namespace where the kubelet's
 log directories name that UID (layouts.py); "" where nothing says.  Series
 about a device also carry the device index as the container numbers it, and
 the device's UUID ("" until a process of the container has seen the device).
+Per-process series are bounded: at most ``max_processes`` per container and
+device (per GPU for the processes outside any cap), the largest by memory;
+the rest are summed into one series whose command is ``(others)`` and whose
+pid and host_pid are "".
+Series about a GPU are labelled as DCGM exporter labels its own --
+``UUID`` ("GPU-…"), ``Hostname`` (the node: $NODE_NAME, else the host's
+name), and on the physical GPU series ``gpu`` (its index) and ``modelName``
+-- so that a dashboard joins them with DCGM's without relabelling.
 Devices a container has not used yet are left out.  The compute utilisation
 is the share of the whole GPU that the container's kernels took since the
 previous scrape (since the server started, for the first).  Per-process
@@ -29,7 +37,9 @@ or does not support) is left out, and the function named once in the log.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -45,6 +55,9 @@ from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9489"
+# Per-process series per container and device: the largest by memory, the rest summed.
+DEFAULT_MAX_PROCESSES = 10
+OTHERS = "(others)"
 # A command line as a label value: enough to tell processes apart, not a whole argv.
 _COMMAND_CHARS = 120
 _LISTEN = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})")
@@ -69,10 +82,26 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
+def hostname() -> str:
+    """The node, as DCGM exporter names it: $NODE_NAME (set from the pod's
+    spec.nodeName in a DaemonSet), else the host's name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def bounded(rows: Sequence[tuple[list[str], int]], most: int
+            ) -> tuple[list[tuple[list[str], int]], int, int]:
+    """The ``most`` largest rows (labels, bytes) and the bytes and count of the rest."""
+    ranked = sorted(rows, key=lambda row: row[1], reverse=True)
+    rest = ranked[most:]
+    return ranked[:most], sum(b for _, b in rest), len(rest)
+
+
 class RegionCollector(Collector):
     def __init__(self, sampler: Sampler, pod_logs: str | None = None,
-                 physical: bool = False) -> None:
+                 physical: bool = False, max_processes: int = DEFAULT_MAX_PROCESSES) -> None:
         self._sampler = sampler
+        self._max_processes = max_processes
+        self._hostname = hostname()
         self._pod_logs = pod_logs
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
@@ -100,13 +129,15 @@ class RegionCollector(Collector):
         for path, why in sample.errors:
             readable.add_metric(_who(path), 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["region", *LABELS, "device", "uuid"]
+        device_labels = ["region", *LABELS, "device", "UUID", "Hostname"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
                                  "Device memory the container holds", labels=device_labels)
         process_used = GaugeMetricFamily(
-            "vgpulimit_process_memory_used_bytes", "Device memory one process of the container holds",
+            "vgpulimit_process_memory_used_bytes",
+            f"Device memory one process of the container holds (the largest "
+            f"{self._max_processes}; command {OTHERS!r}: the rest, summed)",
             labels=[*device_labels, "pid", "host_pid", "command"])
         refusals = CounterMetricFamily("vgpulimit_oom_refusals_total",
                                        "Allocations refused at the memory cap", labels=device_labels)
@@ -130,7 +161,7 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [*_who(snap.path), str(dev.index), dev.uuid or ""]
+                labels = [*_who(snap.path), str(dev.index), dev.uuid or "", self._hostname]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -140,15 +171,16 @@ class RegionCollector(Collector):
                     policy.add_metric([*labels, dev.cores_policy], 1)
                 busy.add_metric(labels, dev.busy_ns / 1e9)
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
+                rows = []
                 for proc in snap.processes:
                     host = sample.host_pid(proc)
                     details = sample.details.get(host or -1)
                     if details is not None and details.gone:
                         continue   # never memory for a process that is gone
                     if dev.index in proc.used_bytes:
-                        process_used.add_metric(
-                            [*labels, str(proc.pid), str(host or ""), proc.comm],
-                            proc.used_bytes[dev.index])
+                        rows.append(([str(proc.pid), str(host or ""), proc.comm],
+                                     proc.used_bytes[dev.index]))
+                self._add_bounded(process_used, labels, rows)
         build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
                                   labels=["version"])
         build.add_metric([__version__], 1)
@@ -160,7 +192,7 @@ class RegionCollector(Collector):
         if node.error is not None:
             self._complain(f"no physical GPU view: {node.error}")
             return
-        gpu_labels = ["uuid", "gpu", "name"]
+        gpu_labels = ["UUID", "gpu", "modelName", "Hostname"]
 
         def gauge(name: str, text: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, text, labels=[*gpu_labels, *extra])
@@ -184,13 +216,15 @@ class RegionCollector(Collector):
                             "Memory the driver counts as used that no container's region holds "
                             "(outside any cap)")
         outside = gauge("vgpulimit_gpu_process_unaccounted_bytes",
-                        "Memory a process the driver lists holds outside any cap (in no region)",
+                        f"Memory a process the driver lists holds outside any cap (in no region; "
+                        f"the largest {self._max_processes}, command {OTHERS!r}: the rest, "
+                        f"summed)",
                         ("host_pid", "command"))
         util = gauge("vgpulimit_gpu_utilization_ratio",
                      "Share of the last sample period the GPU was busy, as the driver says (0-1)")
         for view in node.gpus:
             g = view.gpu
-            labels = [g.uuid, str(g.index), g.name]
+            labels = [g.uuid, str(g.index), g.name, self._hostname]
             # A figure NVML did not give is left out, never shown as 0.
             if g.total_bytes is not None:
                 total.add_metric(labels, g.total_bytes)
@@ -206,13 +240,24 @@ class RegionCollector(Collector):
                 unaccounted.add_metric(labels, view.outside_bytes)
             if g.utilization_pct is not None:
                 util.add_metric(labels, g.utilization_pct / 100)
+            rows = []
             for proc in view.outside or ():
                 details = sample.details.get(proc.pid)
                 if proc.used_bytes is None or (details is not None and details.gone):
                     continue   # never memory for a process that is gone
                 command = details.command[:_COMMAND_CHARS] if details is not None else ""
-                outside.add_metric([*labels, str(proc.pid), command], proc.used_bytes)
+                rows.append(([str(proc.pid), command], proc.used_bytes))
+            self._add_bounded(outside, labels, rows)
         yield from (total, used, reserved, committed, ratio, uncapped, unaccounted, outside, util)
+
+    def _add_bounded(self, family: GaugeMetricFamily, labels: list[str],
+                     rows: Sequence[tuple[list[str], int]]) -> None:
+        kept, rest, count = bounded(rows, self._max_processes)
+        for own, value in kept:
+            family.add_metric([*labels, *own], value)
+        if count:
+            blank = [""] * (len(rows[0][0]) - 1)
+            family.add_metric([*labels, *blank, OTHERS], rest)
 
     def _complain(self, line: str) -> None:
         """Once per distinct problem: a scrape loop must not flood the log."""
@@ -222,7 +267,7 @@ class RegionCollector(Collector):
 
 
 def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
-          pod_logs: str | None = None) -> None:
+          pod_logs: str | None = None, max_processes: int = DEFAULT_MAX_PROCESSES) -> None:
     """Serves /metrics until interrupted.  A named region that cannot be read
     is an error at start; later, and for regions found under ``directory``,
     problems are logged once and the scrape goes on without them."""
@@ -230,7 +275,8 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str]
     sampler = Sampler(paths, directory)
     sampler.sample()   # the start of the first utilisation window; raises for a bad --region
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None))
+    registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None,
+                                      max_processes=max_processes))
     shown = f"[{host}]" if ":" in host else host
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
