@@ -5,13 +5,14 @@ top` on a pseudo-terminal."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.request
 
 import pexpect
 import pytest
-from conftest import GiB, MiB, run, vgpulimit_cmd
+from conftest import TESTS, GiB, MiB, run, vgpulimit_cmd
 from containers import container
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -272,3 +273,58 @@ def device_tables(text: str) -> list[list[str]]:
         else:
             rows = None
     return tables
+
+
+DEPLOY = TESTS.parent / "deploy"
+# PromQL words that are not metric names: functions (followed by "("), and these.
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
+                 "unless", "bool", "offset"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects: its identifiers outside label
+    matchers, ranges, strings and grouping lists, less functions and keywords."""
+    bare = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]', " ", expr)
+    bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)
+    words = [m[1] for m in re.finditer(r"([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?", bare) if not m[2]]
+    return {w for w in words if w not in _PROMQL_WORDS}
+
+
+def test_the_dashboard_and_servicemonitor_use_what_the_exporter_serves(sim_env, tmp_path):
+    """deploy/grafana-dashboard.json queries only metrics `vgpulimit metrics`
+    serves (a scrape on the simulated GPU with a capped container and --all),
+    and deploy/servicemonitor.yaml scrapes the metrics Service's port with
+    honorLabels."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML is a test dependency")
+    region = tmp_path / "node" / "c" / "region"
+    with container(sim_env, region, ["--memory", "2GiB", "--cores", "30"], [(256 * MiB, 1)]):
+        samples = serve_and_scrape(sim_env, "--all", tmp_path / "node")
+    served = {name for name, _ in samples}
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["definition"].removeprefix("label_values(").split(",")[0]
+              for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert len(exprs) >= 8
+    used = set().union(*map(promql_metric_names, exprs))
+    assert used and all(name.startswith("vgpulimit_") for name in used), used
+    assert used <= served, used - served
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+    monitor = yaml.safe_load((DEPLOY / "servicemonitor.yaml").read_text())
+    manifests = list(yaml.safe_load_all((DEPLOY / "vgpulimit.yaml").read_text()))
+    [service] = [m for m in manifests if m and m["kind"] == "Service"]
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1",
+                                                        "ServiceMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= \
+        service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == \
+        [service["metadata"]["namespace"]]
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
+    assert endpoint["honorLabels"] is True and endpoint["path"] == "/metrics"
+
+
+def test_promql_metric_names():
+    assert promql_metric_names(
+        'sum by (pod) (rate(a_total{x="b(c)"}[5m])) * on(UUID) group_left(modelName) b_c'
+        ' / count(d == 0)') == {"a_total", "b_c", "d"}
