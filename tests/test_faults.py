@@ -205,6 +205,12 @@ def test_a_runtime_directory_another_user_made_is_not_used(sim_env, shim_path, c
     with as_user_dir() as top:
         client = top / "alloc_client"
         shutil.copy(cbin / "alloc_client", client)
+        # The installed package may sit where the victim cannot read (a
+        # Python under /root): the shim and the simulated driver go beside the client.
+        shim = top / "libvgpulimit.so"
+        shutil.copy(shim_path, shim)
+        driver = top / "driver"
+        shutil.copytree(sim_env["LD_LIBRARY_PATH"], driver)
         tmpdir = top / "tmp"
         tmpdir.mkdir(mode=0o1777)
         os.chmod(tmpdir, 0o1777)
@@ -215,8 +221,8 @@ def test_a_runtime_directory_another_user_made_is_not_used(sim_env, shim_path, c
         state = top / "simgpu"
         state.mkdir()
         os.chown(state, victim, victim)
-        env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB", TMPDIR=str(tmpdir),
-                   SIMGPU_STATE=str(state / "state"))
+        env = dict(sim_env, LD_PRELOAD=str(shim), LD_LIBRARY_PATH=str(driver), VGPULIMIT_MEMORY="1GiB",
+                   TMPDIR=str(tmpdir), SIMGPU_STATE=str(state / "state"))
         env.pop("XDG_RUNTIME_DIR")
         result = subprocess.run(["setpriv", f"--reuid={victim}", f"--regid={victim}", "--clear-groups",
                                  str(client), "link", str(256 * MiB), "2"],
