@@ -238,3 +238,21 @@ def test_two_containers_of_one_pod_share_a_region_and_its_cap(sim_env, shim_path
     client = f"{sys.executable} {CLIENTS / 'cuda_fill.py'} {256 * MiB} 5; exit $?"
     b = json.loads(run([*OWN_PID_NAMESPACE, "sh", "-c", client], env, timeout=60).stdout)
     assert b["allocs"] == [OK] * 4 + [OOM]
+
+
+def test_a_process_joining_a_full_container_has_its_context_counted(sim_env, shim_path, tmp_path,
+                                                                      tenants):
+    """A container (pid namespace and /proc of its own) is at its 1 GiB cap: a
+    256 MiB context and 768 MiB.  A further process there makes a context: it
+    finds itself in the driver's list all the same (its probe is not refused
+    by the full cap), so its context is counted, does not fit, and is undone,
+    as on a full GPU."""
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="256MiB")
+    region = tmp_path / "region"
+    a = tenants(env, 768 * MiB, own_pid_namespace=True,
+                limits=["--memory", "1GiB", "--region", region])
+    assert a.report["allocs"] == [OK]
+    joined = dict(env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region))
+    result = run([*OWN_PID_NAMESPACE, sys.executable, CLIENTS / "hold.py", "1"], joined, check=False)
+    assert result.returncode == 1
+    assert f"hold: cuDevicePrimaryCtxRetain: {OOM}" in result.stderr, result.stderr

@@ -108,12 +108,13 @@ static bool claimed_by_another(unsigned int pid)
 
 /* One probe: the pid whose memory rose by the probe and fell by it again,
  * if exactly one did; 0 otherwise.  Needs a current context on `device`.
- * The probe is reserved under the cap like any allocation. */
+ * The probe is counted while it lives, even past a full cap (no refusal
+ * counted for it): a process joining a full container must still find
+ * itself, so that its context is charged and its allocations refused. */
 static unsigned int probe_once(int device, nvmlDevice_t handle)
 {
     static nvmlProcessInfo_t before[MAX_LISTED], during[MAX_LISTED], after[MAX_LISTED]; /* under `lock` */
-    if (vgl_reserve((uint32_t)device, PROBE_BYTES, false, NULL) < 0)
-        return 0;
+    vgl_reserve((uint32_t)device, PROBE_BYTES, true, NULL);
     int nb = list_processes(handle, before), nd = -1, na = -1;
     CUdeviceptr_v2 probe;
     if (nb >= 0 && vgl_real.cuMemAlloc_v2(&probe, PROBE_BYTES) == CUDA_SUCCESS) {
