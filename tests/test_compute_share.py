@@ -280,12 +280,15 @@ def test_two_containers_of_long_kernels_each_get_their_share(tmp_path, sim_env, 
 def test_four_processes_of_long_kernels_start_without_a_debt(sim_env, launch_client):
     """Four processes of 20 ms kernels at 10 %, started together: each one's
     first kernels, not measured yet, wait behind the others' time slices, and
-    that wait is not charged, so the container is near its share from the
-    start (it once got under half of it)."""
-    started = time.monotonic()
+    that wait is not charged, so over the whole run, its start included, the
+    container gets its share (it once got under half of it).  (Its first
+    kernels, of unknown cost, run ahead of the share and are paid for in the
+    seconds after: a window after the start would see that repayment.)"""
     output = Container(sim_env, 10, loops(launch_client, 4, seconds=6, kernel_us=20000)).finish()
-    assert len(progress(output)) == 4
-    assert 5 <= share(output, started + 1.5, started + 6, kernel_us=20000) <= 15
+    done = [line.split() for line in output.splitlines() if line.startswith("done ")]
+    assert len(done) == 4
+    ran_s = sum(int(fields[2]) for fields in done) * 20000e-6
+    assert 7 <= 100 * ran_s / max(float(fields[3]) for fields in done) <= 13, done
 
 
 def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_path, sim_env, launch_client):
@@ -396,17 +399,19 @@ LOOPS_SETUP = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryC
                "cuModuleLoadData", "cuModuleGetFunction", "cuStreamCreate", "cuStreamSynchronize")
 
 
-@pytest.mark.parametrize("kernel_us, seconds, cpu_us, least", [(1000, "2", 0, 500), (20000, "6", 0, 150),
-                                                               (2, "1", 10, 10000)])
+@pytest.mark.parametrize("kernel_us, seconds, cpu_us, least, per_launch",
+                         [(1000, "2", 0, 500, 0.25), (2, "1", 10, 10000, 0.25), (20000, "6", 0, 150, 4)])
 def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client, kernel_us, seconds,
-                                                         cpu_us, least):
+                                                         cpu_us, least, per_launch):
     """At 90 % the shim measures samples of launches, not every launch, and
     asks for the current context only now and then (the thread's is kept
     until a context call changes it): under a quarter of an added driver call
-    per launch, with 1 ms kernels, with 20 ms ones and in a launch-bound
-    program (2 us kernels, 10 us of CPU work after each), the shim's setting
-    up included (the loop's own is not: the calls it alone makes, one event
-    recorded and one waited for per batch, its two events)."""
+    per launch, with 1 ms kernels and in a launch-bound program (2 us kernels,
+    10 us of CPU work after each), the shim's setting up included (the loop's
+    own is not: the calls it alone makes, one event recorded and one waited
+    for per batch, its two events).  A kernel of 5 ms or more is measured at
+    every launch, a few calls (microseconds) against its milliseconds: at
+    most four a launch with 20 ms kernels."""
     calls_file = tmp_path / "calls.jsonl"
     got = run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--", launch_client, "kernel", str(kernel_us),
                             seconds, str(cpu_us)), dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout
@@ -415,4 +420,4 @@ def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, laun
     assert calls["cuLaunchKernel"] == launched >= least
     assert calls.get("cuCtxGetCurrent", 0) <= launched // 32 + 5, calls
     loops_own = launched + 2 * calls["cuEventSynchronize"] + sum(calls.get(name, 0) for name in LOOPS_SETUP) + 2
-    assert sum(calls.values()) - loops_own < launched // 4, calls
+    assert sum(calls.values()) - loops_own < launched * per_launch, calls

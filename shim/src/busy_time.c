@@ -442,7 +442,8 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         return;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index];
-    bool due = t->sampling || t->nstreams > 1 || vgl_cadence_due(&t->cadence, now_ns);
+    bool due = t->sampling || t->nstreams > 1 ||
+               vgl_cadence_due(&t->cadence, now_ns, l->known ? l->cost_ns : 0);
     if (!l->known && !s->open && t->nstreams == 1) {
         struct vgl_settlement evicted;
         due = vgl_cost_measure_first(&measure.costs, l->key, l->device, now_ns, &evicted);

@@ -393,8 +393,9 @@ struct vgl_cadence {
     uint32_t every;                 /* launches before the next */
     uint32_t held;                  /* measurements in a row that moved no cost up */
 };
-/* Whether the next launch is measured (CLOCK_MONOTONIC `now_ns`). */
-bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns);
+/* Whether the next launch, of a kernel known to cost `cost_ns` (0: not
+ * known), is measured (CLOCK_MONOTONIC `now_ns`). */
+bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns, int64_t cost_ns);
 void vgl_cadence_skipped(struct vgl_cadence *c);
 void vgl_cadence_sampled(struct vgl_cadence *c, uint64_t now_ns);
 /* A kernel not measured yet was launched: measurements follow one another. */

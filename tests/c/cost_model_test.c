@@ -157,17 +157,17 @@ static void test_the_first_launches_are_settled_at_the_third_measurement(void)
 static void test_the_cadence(void)
 {
     struct vgl_cadence c = {.sampled_ns = S};
-    CHECK(vgl_cadence_due(&c, S), "due at first");
+    CHECK(vgl_cadence_due(&c, S, 1000000), "due at first");
     vgl_cadence_learnt(&c, 1);
-    CHECK(vgl_cadence_due(&c, S), "a new cost: due");
+    CHECK(vgl_cadence_due(&c, S, 1000000), "a new cost: due");
     vgl_cadence_learnt(&c, 0);
-    CHECK(vgl_cadence_due(&c, S), "held once: due");
+    CHECK(vgl_cadence_due(&c, S, 1000000), "held once: due");
     vgl_cadence_learnt(&c, -1);
     uint32_t gaps[3];
     for (int i = 0; i < 3; i++) {
         vgl_cadence_sampled(&c, S);
         uint32_t n = 0;
-        while (!vgl_cadence_due(&c, S)) {
+        while (!vgl_cadence_due(&c, S, 1000000)) {
             vgl_cadence_skipped(&c);
             n++;
         }
@@ -177,10 +177,14 @@ static void test_the_cadence(void)
     CHECK(gaps[0] == 8 && gaps[1] == 32 && gaps[2] == 128, "gaps %u %u %u", gaps[0], gaps[1], gaps[2]);
     vgl_cadence_learnt(&c, 1);
     vgl_cadence_sampled(&c, S);
-    CHECK(vgl_cadence_due(&c, S), "a cost moved up: every launch again");
-    /* Long kernels are measured every two seconds all the same. */
+    CHECK(vgl_cadence_due(&c, S, 1000000), "a cost moved up: every launch again");
+    /* A kernel measured seldom is measured every two seconds all the same;
+     * one of 5 ms or more, at every launch. */
     struct vgl_cadence slow = {.every = 128, .sampled_ns = S};
-    CHECK(!vgl_cadence_due(&slow, 3 * S - 1) && vgl_cadence_due(&slow, 3 * S), "two seconds after the last");
+    CHECK(!vgl_cadence_due(&slow, 3 * S - 1, 1000000) && vgl_cadence_due(&slow, 3 * S, 1000000),
+          "two seconds after the last");
+    CHECK(vgl_cadence_due(&slow, S, 5000000) && !vgl_cadence_due(&slow, S, 4999999),
+          "a kernel of 5 ms or more: at every launch");
 }
 
 static int64_t add(struct vgl_union *u, int64_t start, int64_t end, int64_t charged, bool known, const void *key,
