@@ -145,6 +145,8 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from vgpulimit.completion import SHELLS
+
     parser = _Parser(prog=PROG, description="Per-container GPU memory caps, "
                      "enforced by an LD_PRELOAD shim.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -267,6 +269,14 @@ def _build_parser() -> argparse.ArgumentParser:
                              "only (for readiness probes beside a running workload)")
     verify.add_argument("--json", action="store_true",
                         help="the checks and what the probe saw, as one JSON document")
+
+    completion = commands.add_parser(
+        "completion", help="print a shell completion script",
+        description="Print the completion script of vgpulimit for SHELL, written from this "
+                    "parser.  Load it in the running shell with "
+                    "'source <(vgpulimit completion bash)' (or zsh), or for good: save bash's "
+                    "as /etc/bash_completion.d/vgpulimit, and source zsh's from ~/.zshrc.")
+    completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help=" or ".join(SHELLS))
 
     commands.add_parser("libpath", help="print the path of libvgpulimit.so (for LD_PRELOAD)")
     commands.add_parser("simgpu-path",
@@ -459,6 +469,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_FAILURE
 
 
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from vgpulimit import completion
+
+    sys.stdout.write(completion.script(_build_parser(), args.shell))
+    return 0
+
+
 def _cmd_libpath(args: argparse.Namespace) -> int:
     from vgpulimit._paths import libpath
 
@@ -575,6 +592,7 @@ _COMMANDS = {
     "metrics": _cmd_metrics,
     "set": _cmd_set,
     "verify": _cmd_verify,
+    "completion": _cmd_completion,
     "libpath": _cmd_libpath,
     "simgpu-path": _cmd_simgpu_path,
     "oci-hook": _cmd_oci_hook,
