@@ -7,16 +7,17 @@ hook found them in the container's annotations (identity.py), else the pod
 UID, container name and claim UID that the file's directories give in the
 layouts of HAMi and KAI, and the pod's name and namespace where the kubelet's
 log directories name that UID (layouts.py); "" where nothing says.  Series
-about a device also carry the device index as the container numbers it, and
-the device's UUID ("" until a process of the container has seen the device).
+about a device also carry the device index as the container numbers it, the
+device's UUID ("" until a process of the container has seen the device) and
+its modelName (NVML's name of the GPU of that UUID; "" where NVML cannot say).
 Per-process series are bounded: at most ``max_processes`` per container and
 device (per GPU for the processes outside any cap), the largest by memory;
 the rest are summed into one series whose command is ``(others)`` and whose
 pid and host_pid are "".
 Series about a GPU are labelled as DCGM exporter labels its own --
-``UUID`` ("GPU-…"), ``Hostname`` (the node: $NODE_NAME, else the host's
-name), and on the physical GPU series ``gpu`` (its index) and ``modelName``
--- so that a dashboard joins them with DCGM's without relabelling.
+``UUID`` ("GPU-…"), ``modelName``, ``Hostname`` (the node: $NODE_NAME, else
+the host's name), and on the physical GPU series ``gpu`` (its index) -- so
+that a dashboard joins them with DCGM's without relabelling.
 Devices a container has not used yet are left out.  The compute utilisation
 is the share of the whole GPU that the container's kernels took since the
 previous scrape (since the server started, for the first).  Per-process
@@ -106,6 +107,9 @@ class RegionCollector(Collector):
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
+        # GPU UUID -> NVML's name of it (DCGM's modelName); "" where NVML could
+        # not say.  A board's name never changes: NVML is asked once per UUID.
+        self._model_names: dict[str, str] = {}
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -115,21 +119,23 @@ class RegionCollector(Collector):
                 sample, gpus = node.take(self._sampler)
             else:
                 sample, gpus = self._sampler.sample(strict=False), None
+            self._learn_model_names(sample, gpus)
         pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
 
         def _who(path: str) -> list[str]:
             return [path, *region_labels(path, pods).values()]
 
+        # Hostname here too: a dashboard counts the unreadable regions by node.
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
                                      "scrape (0: truncated, garbled or unreadable; no other series)",
-                                     labels=["region", *LABELS])
+                                     labels=["region", *LABELS, "Hostname"])
         for view in sample.views:
-            readable.add_metric(_who(view.path), 1)
+            readable.add_metric([*_who(view.path), self._hostname], 1)
         for path, why in sample.errors:
-            readable.add_metric(_who(path), 0)
+            readable.add_metric([*_who(path), self._hostname], 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["region", *LABELS, "device", "UUID", "Hostname"]
+        device_labels = ["region", *LABELS, "device", "UUID", "modelName", "Hostname"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
@@ -161,7 +167,8 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [*_who(snap.path), str(dev.index), dev.uuid or "", self._hostname]
+                labels = [*_who(snap.path), str(dev.index), dev.uuid or "",
+                          self._model_names.get(dev.uuid or "", ""), self._hostname]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -187,6 +194,29 @@ class RegionCollector(Collector):
         yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled)
         if gpus is not None:
             yield from self._physical_families(gpus, sample)
+
+    def _learn_model_names(self, sample, node) -> None:
+        """The names of the GPUs the containers have used, from the node view
+        read for this scrape (--all), else from NVML once per new UUID.  Where
+        NVML cannot be read, "" for now, and asked again at the next scrape."""
+        if node is not None:
+            self._model_names.update((v.gpu.uuid, v.gpu.name) for v in node.gpus)
+        new = {dev.uuid for view in sample.views for dev in view.snapshot.devices
+               if dev.seen and dev.uuid and dev.uuid not in self._model_names}
+        if not new or (node is not None and node.error is not None):
+            return
+        names: dict[str, str] = {}
+        if node is None:
+            from vgpulimit import node as node_view
+            from vgpulimit.nvml import NvmlError
+
+            try:
+                names = {gpu.uuid: gpu.name for gpu in node_view.read_gpus()}
+            except NvmlError as exc:
+                self._complain(f"modelName is \"\" on the containers' series: {exc}")
+                return
+        # A UUID NVML does not list (another node's GPU): "" for good.
+        self._model_names.update((uuid, names.get(uuid, "")) for uuid in new)
 
     def _physical_families(self, node, sample) -> Iterator[Metric]:
         if node.error is not None:
