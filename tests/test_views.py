@@ -169,6 +169,57 @@ def test_metrics_label_gpus_as_dcgm_exporter_does(sim_env, tmp_path):
     assert not [k for k in samples if "uuid" in dict(k[1]) or "name" in dict(k[1])]
 
 
+# HAMi's vGPU monitor's names, and the labels of each (its cmd/vGPUmonitor/metrics.go).
+HAMI_CONTAINER = {"zone", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"}
+HAMI_FAMILIES = {
+    "vGPU_device_memory_usage_in_bytes": HAMI_CONTAINER,
+    "vGPU_device_memory_limit_in_bytes": HAMI_CONTAINER,
+    "Device_memory_desc_of_container": HAMI_CONTAINER | {"context", "module", "data", "offset"},
+    "Device_utilization_desc_of_container": HAMI_CONTAINER,
+    "HostGPUMemoryUsage": {"zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"},
+    "HostCoreUtilization": {"zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"},
+}
+
+
+def test_hami_names_serve_the_same_figures_as_hamis_monitor_names_them(sim_env, tmp_path):
+    """--hami-names: a HAMi dashboard's queries find the container's use and
+    cap and the GPU's use under HAMi's names and labels; without it, none."""
+    env = dict(sim_env, NODE_NAME="gpu-node-7")
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory", "2GiB"], [(256 * MiB, 1)]):
+        [gpu] = json.loads(status(env, "--all", tmp_path, "--json", "--interval",
+                                  "0").stdout)["gpus"]
+        plain = serve_and_scrape(env, "--all", tmp_path)
+        server = subprocess.Popen(
+            list(map(str, vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--hami-names",
+                                        "--all", tmp_path))),
+            env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            url = server.stderr.readline().split()[-1]
+            scrape(url)
+            samples = scrape(url)   # the second: a utilisation measured since the first
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert not [k for k in plain if k[0] in HAMI_FAMILIES]
+    hami = {}
+    for (name, labels), value in samples.items():
+        if name in HAMI_FAMILIES:
+            assert {label for label, _ in labels} == HAMI_FAMILIES[name], name
+            hami[name] = (dict(labels), value)
+    assert set(hami) == set(HAMI_FAMILIES)
+    ctr = {"zone": "vGPU", "podnamespace": "", "podname": "", "ctrname": "", "vdeviceid": "0",
+           "deviceuuid": gpu["uuid"]}
+    assert hami["vGPU_device_memory_usage_in_bytes"] == (ctr, 256 * MiB)
+    assert hami["vGPU_device_memory_limit_in_bytes"] == (ctr, 2 * GiB)
+    assert hami["Device_memory_desc_of_container"][1] == 256 * MiB
+    assert 0 <= hami["Device_utilization_desc_of_container"][1] <= 100
+    host = {"zone": "vGPU", "nodeid": "gpu-node-7", "deviceidx": "0", "deviceuuid": gpu["uuid"],
+            "devicetype": f"NVIDIA-{gpu['name']}"}
+    assert hami["HostGPUMemoryUsage"][0] == host and hami["HostGPUMemoryUsage"][1] >= 256 * MiB
+    assert hami["HostCoreUtilization"][0] == host
+
+
 def test_per_process_series_are_bounded(sim_env, tmp_path):
     """Four processes in one container, --max-processes 2: the two largest
     have a series each, the other two are summed into one, (others)."""

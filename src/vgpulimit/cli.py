@@ -222,6 +222,10 @@ def _build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--max-processes", metavar="N", type=_max_processes, default=10,
                          help="per-process series per container and device, the largest by "
                               "memory; the rest are summed into one (default 10, 0 to 1000)")
+    metrics.add_argument("--hami-names", action="store_true",
+                         help="also serve the figures under the names and labels of HAMi's vGPU "
+                              "monitor (vGPU_device_memory_usage_in_bytes, HostGPUMemoryUsage, "
+                              "...), so that HAMi's dashboards work")
     _add_view_sources(metrics)
 
     set_ = commands.add_parser(
@@ -438,7 +442,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
         raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     try:
-        metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes)
+        metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes,
+                      args.hami_names)
     except metrics.ListenError as exc:
         raise UsageError(str(exc)) from None
     except metrics.ServeError as exc:

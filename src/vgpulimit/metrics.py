@@ -14,6 +14,8 @@ Per-process series are bounded: at most ``max_processes`` per container and
 device (per GPU for the processes outside any cap), the largest by memory;
 the rest are summed into one series whose command is ``(others)`` and whose
 pid and host_pid are "".
+With --hami-names, the figures HAMi's vGPU monitor exports are served under
+its names and labels too (_hami_families), so that HAMi's dashboards work.
 Series about a GPU are labelled as DCGM exporter labels its own --
 ``UUID`` ("GPU-…"), ``modelName``, ``Hostname`` (the node: $NODE_NAME, else
 the host's name), and on the physical GPU series ``gpu`` (its index) -- so
@@ -99,9 +101,11 @@ def bounded(rows: Sequence[tuple[list[str], int]], most: int
 
 class RegionCollector(Collector):
     def __init__(self, sampler: Sampler, pod_logs: str | None = None,
-                 physical: bool = False, max_processes: int = DEFAULT_MAX_PROCESSES) -> None:
+                 physical: bool = False, max_processes: int = DEFAULT_MAX_PROCESSES,
+                 hami_names: bool = False) -> None:
         self._sampler = sampler
         self._max_processes = max_processes
+        self._hami_names = hami_names
         self._hostname = hostname()
         self._pod_logs = pod_logs
         self._physical = physical
@@ -194,6 +198,57 @@ class RegionCollector(Collector):
         yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled)
         if gpus is not None:
             yield from self._physical_families(gpus, sample)
+        if self._hami_names:
+            yield from self._hami_families(sample, gpus, pods)
+
+    def _hami_families(self, sample, node, pods) -> Iterator[Metric]:
+        """The same figures under the names and labels of HAMi's vGPU monitor
+        (its legacy names, which HAMi's own dashboards query), for a node that
+        moves from HAMi: its zone label is "vGPU", a device type is
+        "NVIDIA-" and NVML's name, utilisations are percentages.  Only what
+        vgpulimit measures: no context/module/data split of a container's
+        memory (those labels are ""), no last kernel time, no MIG."""
+        who = ["zone", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"]
+        usage = GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
+                                  labels=who)
+        limit = GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
+                                  labels=who)
+        memory = GaugeMetricFamily("Device_memory_desc_of_container",
+                                   "Container device memory description",
+                                   labels=[*who, "context", "module", "data", "offset"])
+        utilization = GaugeMetricFamily("Device_utilization_desc_of_container",
+                                        "Container device utilization description", labels=who)
+        for view in sample.views:
+            names = region_labels(view.path, pods)
+            for dev in view.snapshot.devices:
+                if not dev.seen:
+                    continue
+                labels = ["vGPU", names["namespace"], names["pod"], names["container"],
+                          str(dev.index), dev.uuid or ""]
+                usage.add_metric(labels, dev.used_bytes)
+                # HAMi's limit is the device's memory where there is no cap.
+                room = dev.cap_bytes if dev.cap_bytes is not None else dev.total_bytes
+                if room:
+                    limit.add_metric(labels, room)
+                memory.add_metric([*labels, "", "", "", ""], dev.used_bytes)
+                share = view.share_pct.get(dev.index)
+                if share is not None:   # measured between two scrapes: none at the first
+                    utilization.add_metric(labels, share)
+        yield from (usage, limit, memory, utilization)
+        if node is None or node.error is not None:
+            return
+        host = ["zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"]
+        host_memory = GaugeMetricFamily("HostGPUMemoryUsage", "GPU device memory usage",
+                                        labels=host)
+        host_util = GaugeMetricFamily("HostCoreUtilization", "GPU core utilization", labels=host)
+        for view in node.gpus:
+            g = view.gpu
+            labels = ["vGPU", self._hostname, str(g.index), g.uuid, f"NVIDIA-{g.name}"]
+            if g.used_bytes is not None:
+                host_memory.add_metric(labels, g.used_bytes)
+            if g.utilization_pct is not None:
+                host_util.add_metric(labels, g.utilization_pct)
+        yield from (host_memory, host_util)
 
     def _learn_model_names(self, sample, node) -> None:
         """The names of the GPUs the containers have used, from the node view
@@ -297,7 +352,8 @@ class RegionCollector(Collector):
 
 
 def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
-          pod_logs: str | None = None, max_processes: int = DEFAULT_MAX_PROCESSES) -> None:
+          pod_logs: str | None = None, max_processes: int = DEFAULT_MAX_PROCESSES,
+          hami_names: bool = False) -> None:
     """Serves /metrics until interrupted.  A named region that cannot be read
     is an error at start; later, and for regions found under ``directory``,
     problems are logged once and the scrape goes on without them."""
@@ -306,7 +362,7 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str]
     sampler.sample()   # the start of the first utilisation window; raises for a bad --region
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None,
-                                      max_processes=max_processes))
+                                      max_processes=max_processes, hami_names=hami_names))
     shown = f"[{host}]" if ":" in host else host
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
