@@ -75,7 +75,8 @@ def test_bash_completes_the_flags_of_the_command_typed(bash_script):
 def test_bash_completes_a_flags_value_and_offers_nothing_for_a_size(bash_script):
     assert complete("bash", bash_script, ["vgpulimit", "set", "--cores-policy", "b"]) == ["borrow"]
     # --cores-policy=b: bash splits it at the '='.
-    assert complete("bash", bash_script, ["vgpulimit", "run", "--cores-policy", "=", "h"]) == ["hard"]
+    assert complete("bash", bash_script,
+                    ["vgpulimit", "run", "--cores-policy", "=", "h"]) == ["hard"]
     assert complete("bash", bash_script, ["vgpulimit", "completion", ""]) == ["bash", "zsh"]
     assert complete("bash", bash_script, ["vgpulimit", "run", "--memory", ""]) == []
 

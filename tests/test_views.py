@@ -236,7 +236,8 @@ def test_per_process_series_are_bounded(sim_env, tmp_path):
     [used] = [v for k, v in samples.items() if k[0] == "vgpulimit_memory_used_bytes"]
     assert sum(per_process.values()) + others == used == sum(blocks)
     # With --region alone there is no node view: the GPU's name is NVML's all the same.
-    [gpu] = json.loads(status(sim_env, "--all", tmp_path, "--json", "--interval", "0").stdout)["gpus"]
+    [gpu] = json.loads(status(sim_env, "--all", tmp_path, "--json", "--interval",
+                              "0").stdout)["gpus"]
     assert {dict(k[1])["modelName"] for k in samples if "UUID" in dict(k[1])} == {gpu["name"]}
 
 

@@ -76,9 +76,10 @@ def _value_kind(action: argparse.Action) -> str:
 
 
 # The walk, fixed.  Its tables' names are none of zsh's special ones
-# (commands, options, words).  Files are offered only where a file goes (compopt: as
-# file names, a slash after a directory), never in place of a size.  bash's COMP_WORDBREAKS splits `--memory=4GiB` into three
-# words, `--memory`, `=`, `4GiB`, hence the `=` cases.
+# (commands, options, words).  Files are offered only where a file goes
+# (compopt: as file names, a slash after a directory), never in place of a
+# size.  bash's COMP_WORDBREAKS splits `--memory=4GiB` into three words,
+# `--memory`, `=`, `4GiB`, hence the `=` cases.
 _FUNCTION = r"""
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} path=@PROG@ word kind key
     local -i i=1
