@@ -1,7 +1,8 @@
-/* stat and fstat for the glibc floor (glibc_floor.h): the system calls that
- * glibc >= 2.33 makes for them.  On x86_64 and aarch64 the kernel's struct
+/* stat, fstat and memfd_create for the glibc floor (glibc_floor.h): the
+ * system calls that newer glibcs make for them.  On x86_64 and aarch64 the kernel's struct
  * stat is glibc's, so the result needs no conversion. */
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,4 +17,9 @@ int vgl_floor_stat(const char *path, struct stat *buf)
 int vgl_floor_fstat(int fd, struct stat *buf)
 {
     return (int)syscall(SYS_fstat, fd, buf);
+}
+
+int vgl_floor_memfd_create(const char *name, unsigned int flags)
+{
+    return (int)syscall(SYS_memfd_create, name, flags);
 }

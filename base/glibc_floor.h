@@ -2,21 +2,25 @@
  * glibc starts, and the manylinux2014 floor).  The hook copies one build of
  * the shim into every container, and the loader stops every process of an
  * image whose glibc lacks a version the shim names, so the shim must not
- * name the versions of the glibc it happens to be built on.
+ * name the versions of the glibc it happens to be built on.  The simulated
+ * driver ships in the same wheel and is held to the same floor, so that the
+ * wheel is one manylinux2014 wheel rather than one for glibc 2.34 on.
  *
- * The build includes this file before every source of the shim, its core and
- * the base they link (-include).  Each function used that a newer glibc gave
+ * The build includes this file before every source of the shim, its core,
+ * the simulated driver and the base they link (-include).  Each function used that a newer glibc gave
  * a new version is pinned to the version it first had; the link still
  * resolves against the build machine's libc, which keeps those versions for old binaries.  On
  * glibc < 2.34 the dl* functions live in libdl.so.2 and the pthread ones in
- * libpthread.so.0: the shim lists both as needed (shim/meson.build), and the
+ * libpthread.so.0: the shim lists both as needed (shim/meson.build; simgpu
+ * uses no dl* function and lists the second), and the
  * loader finds a versioned symbol by version, in whichever library has it.
- * tests/test_platforms.py reads the built shim's version needs: a function
- * used anew that needs pinning fails it. */
+ * tests/test_platforms.py reads the version needs of every library the wheel
+ * ships: a function used anew that needs pinning fails it. */
 #ifndef VGPULIMIT_GLIBC_FLOOR_H
 #define VGPULIMIT_GLIBC_FLOOR_H
 #ifndef __ASSEMBLER__
 
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #if defined(__x86_64__)
@@ -56,6 +60,11 @@ int vgl_floor_stat(const char *path, struct stat *buf);
 int vgl_floor_fstat(int fd, struct stat *buf);
 #define stat(path, buf) vgl_floor_stat(path, buf)
 #define fstat(fd, buf) vgl_floor_fstat(fd, buf)
+
+/* memfd_create came to glibc in 2.27, years after its system call (Linux
+ * 3.17): the simulated driver's VMM calls the system call. */
+int vgl_floor_memfd_create(const char *name, unsigned int flags);
+#define memfd_create(name, flags) vgl_floor_memfd_create(name, flags)
 
 #endif
 #endif

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -280,6 +281,31 @@ def test_the_daemonset_installs_the_hook_and_serves_metrics(manifests):
     assert "utility" in env["NVIDIA_DRIVER_CAPABILITIES"].split(",")
     # The Hostname label is the node's name, as DCGM exporter's.
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+# A version in deploy/ (x.y.z, not an address's 0.0.0.0), and before it what
+# makes it another project's: the CUDA base image of verify-pod.yaml.
+_VERSION_IN_TEXT = re.compile(r"(nvidia/cuda:)?(?<!\d)(?<!\d\.)(\d+\.\d+\.\d+)(?!\.?\d)")
+
+
+def test_every_version_deploy_spells_is_the_one_meson_build_writes():
+    """The image tags, the versioned /opt/vgpulimit/<version> the hook runs
+    from, the Containerfile's ARG and the page that explains them: a release
+    that forgets one here fails this rather than a node."""
+    [written] = re.findall(r"^\s*version:\s*'([^']+)'", (REPO / "meson.build").read_text(),
+                           re.MULTILINE)
+    assert vgpulimit.__version__ == written, "the installed package is not this tree's: reinstall"
+    spelled = []
+    for path in sorted((REPO / "deploy").iterdir()):
+        for line_number, line in enumerate(path.read_text().splitlines(), 1):
+            for m in _VERSION_IN_TEXT.finditer(line):
+                if not m[1]:
+                    spelled.append((f"{path.name}:{line_number}", m[2]))
+    wrong = [(where, found) for where, found in spelled if found != written]
+    assert wrong == [], f"deploy/ spells another version than meson.build's {written}: {wrong}"
+    # The forms it has today, so that the pattern cannot quietly match none.
+    assert {where.split(":")[0] for where, _ in spelled} >= \
+        {"Containerfile", "README.md", "verify-pod.yaml", "vgpulimit.yaml"}
 
 
 def test_the_kubernetes_page_names_the_paths_the_manifests_install(manifests):

@@ -1,5 +1,6 @@
 """Where the shim loads: every glibc from 2.17 on, on x86_64 and on aarch64
-(NVIDIA's Grace nodes).
+(NVIDIA's Grace nodes); the simulated driver and the cffi module that ship
+with it hold to the same floor.
 
 The version needs are read from the built shim with readelf, as the dynamic
 loader checks them.  The aarch64 build is made with cross/aarch64-linux-gnu.ini
@@ -57,16 +58,28 @@ def glibc_release(name: str) -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
-def assert_loads_on_glibc_2_17(shim: Path) -> None:
-    needs = version_needs(shim)
+def assert_loads_on_glibc_2_17(library: Path, old_libraries=OLD_GLIBC_LIBRARIES) -> None:
+    """``old_libraries``: where the functions it uses lived before glibc 2.34,
+    which it must name as needed for a loader of then to load them."""
+    needs = version_needs(library)
     assert needs, "readelf shows no version needs at all"
     assert set(needs) <= {"libc.so.6"} | OLD_GLIBC_LIBRARIES | LOADERS, needs
     names = [name for names in needs.values() for name in names]
     too_new = [name for name in names
                if glibc_release(name) is None or glibc_release(name) > GLIBC_FLOOR]
-    assert too_new == [], f"needs more than glibc {GLIBC_FLOOR}: {needs}"
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", readelf(shim, "-d"))
-    assert OLD_GLIBC_LIBRARIES <= set(needed), needed
+    assert too_new == [], f"{library.name} needs more than glibc {GLIBC_FLOOR}: {needs}"
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", readelf(library, "-d"))
+    assert old_libraries <= set(needed), needed
+
+
+# What each library the wheel ships needs of glibc < 2.34 beyond libc.so.6.
+# simgpu calls no dl* function; the cffi module is loaded by a Python that has
+# libpthread already.
+SHIPPED_OLD_LIBRARIES = {
+    "libvgpulimit.so": OLD_GLIBC_LIBRARIES,
+    "libcuda.so.1": {"libpthread.so.0"},
+    "libnvidia-ml.so.1": {"libpthread.so.0"},
+}
 
 
 # -- the shim as installed here ------------------------------------------------------------------
@@ -75,6 +88,18 @@ def assert_loads_on_glibc_2_17(shim: Path) -> None:
 @pytest.mark.skipif(not have("readelf"), reason="binutils (readelf) is not installed")
 def test_the_installed_shim_needs_glibc_2_17_at_most(shim_path):
     assert_loads_on_glibc_2_17(shim_path)
+
+
+@pytest.mark.skipif(not have("readelf"), reason="binutils (readelf) is not installed")
+def test_every_library_the_package_ships_needs_glibc_2_17_at_most(shim_path):
+    """The simulated driver and the cffi module too: one manylinux2014 wheel."""
+    package = shim_path.parent.parent
+    libraries = sorted(p for p in package.rglob("*.so*") if p.is_file())
+    names = [p.name for p in libraries]
+    assert set(SHIPPED_OLD_LIBRARIES) <= set(names), names
+    assert any(name.startswith("_core.") for name in names), names
+    for library in libraries:
+        assert_loads_on_glibc_2_17(library, SHIPPED_OLD_LIBRARIES.get(library.name, set()))
 
 
 @pytest.mark.skipif(not have("readelf"), reason="binutils (readelf) is not installed")
@@ -181,6 +206,11 @@ def test_the_aarch64_shim_is_bti_marked_by_every_object_of_its_own(aarch64):
 
 def test_the_aarch64_shim_needs_glibc_2_17_at_most(aarch64):
     assert_loads_on_glibc_2_17(aarch64["shim"])
+
+
+@pytest.mark.parametrize("name", ["libcuda.so.1", "libnvidia-ml.so.1"])
+def test_the_aarch64_simgpu_needs_glibc_2_17_at_most(aarch64, name):
+    assert_loads_on_glibc_2_17(aarch64["simgpu"] / name, SHIPPED_OLD_LIBRARIES[name])
 
 
 def test_the_aarch64_shim_exports_only_its_hooks_and_dlsym(aarch64):

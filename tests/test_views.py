@@ -82,9 +82,9 @@ def series(region, **labels: str) -> tuple:
     """The labels of a series about ``region``, as scrape() keys them: a
     region in no engine's layout names no pod, container or claim."""
     who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": "", "pod": "",
-           "namespace": ""}
+           "namespace": "", "Hostname": NODE}
     if "device" in labels:   # a series about a GPU: labelled as DCGM exporter labels its own
-        who["Hostname"] = NODE
+        who["modelName"] = ""
     return tuple(sorted({**who, **labels}.items()))
 
 
@@ -111,8 +111,10 @@ def test_metrics_scraped_over_http(sim_env, tmp_path):
             server.wait(timeout=30)
         uuid = json.loads(status(sim_env, "--json", "--interval", "0", "--region",
                                  str(region)).stdout)["devices"][0]["uuid"]
+        [gpu] = json.loads(status(sim_env, "--json", "--interval", "0", "--all",
+                                  str(tmp_path)).stdout)["gpus"]
     assert holder["allocs"].count("CUDA_SUCCESS") == 4
-    dev = series(region, device="0", UUID=uuid)
+    dev = series(region, device="0", UUID=uuid, modelName=gpu["name"])
     assert samples[("vgpulimit_region_readable", series(region))] == 1
     assert samples[("vgpulimit_memory_limit_bytes", dev)] == 2 * GiB
     assert samples[("vgpulimit_memory_used_bytes", dev)] == 2 * GiB
@@ -144,8 +146,8 @@ def serve_and_scrape(env, *args) -> dict[tuple[str, tuple], float]:
 
 def test_metrics_label_gpus_as_dcgm_exporter_does(sim_env, tmp_path):
     """UUID, modelName and Hostname (from $NODE_NAME, as DCGM exporter's
-    DaemonSet sets it) on the GPU series; UUID and Hostname on the
-    container's, so that a query joins them with DCGM's on those labels."""
+    DaemonSet sets it) on the GPU series and on the container's, so that a
+    query joins them with DCGM's on those labels."""
     env = dict(sim_env, NODE_NAME="gpu-node-7")
     region = tmp_path / "c" / "region"
     with container(env, region, ["--memory", "2GiB"], [(256 * MiB, 1)]):
@@ -156,9 +158,66 @@ def test_metrics_label_gpus_as_dcgm_exporter_does(sim_env, tmp_path):
     assert dict(labels) == {"UUID": gpu["uuid"], "gpu": "0", "modelName": gpu["name"],
                             "Hostname": "gpu-node-7"}
     assert gpu["uuid"].startswith("GPU-") and gpu["name"].startswith("NVIDIA ")
-    dev = {**dict(series(region, device="0", UUID=gpu["uuid"])), "Hostname": "gpu-node-7"}
+    dev = {**dict(series(region, device="0", UUID=gpu["uuid"], modelName=gpu["name"])),
+           "Hostname": "gpu-node-7"}
     assert samples[("vgpulimit_memory_used_bytes", tuple(sorted(dev.items())))] == 256 * MiB
+    # Every series about a device carries all three, the same on each.
+    about_devices = [dict(k[1]) for k in samples if "UUID" in dict(k[1])]
+    assert about_devices and all(
+        (labels["modelName"], labels["Hostname"]) == (gpu["name"], "gpu-node-7")
+        for labels in about_devices if labels["UUID"] == gpu["uuid"])
     assert not [k for k in samples if "uuid" in dict(k[1]) or "name" in dict(k[1])]
+
+
+# HAMi's vGPU monitor's names, and the labels of each (its cmd/vGPUmonitor/metrics.go).
+HAMI_CONTAINER = {"zone", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"}
+HAMI_FAMILIES = {
+    "vGPU_device_memory_usage_in_bytes": HAMI_CONTAINER,
+    "vGPU_device_memory_limit_in_bytes": HAMI_CONTAINER,
+    "Device_memory_desc_of_container": HAMI_CONTAINER | {"context", "module", "data", "offset"},
+    "Device_utilization_desc_of_container": HAMI_CONTAINER,
+    "HostGPUMemoryUsage": {"zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"},
+    "HostCoreUtilization": {"zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"},
+}
+
+
+def test_hami_names_serve_the_same_figures_as_hamis_monitor_names_them(sim_env, tmp_path):
+    """--hami-names: a HAMi dashboard's queries find the container's use and
+    cap and the GPU's use under HAMi's names and labels; without it, none."""
+    env = dict(sim_env, NODE_NAME="gpu-node-7")
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory", "2GiB"], [(256 * MiB, 1)]):
+        [gpu] = json.loads(status(env, "--all", tmp_path, "--json", "--interval",
+                                  "0").stdout)["gpus"]
+        plain = serve_and_scrape(env, "--all", tmp_path)
+        server = subprocess.Popen(
+            list(map(str, vgpulimit_cmd("metrics", "--listen", "127.0.0.1:0", "--hami-names",
+                                        "--all", tmp_path))),
+            env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            url = server.stderr.readline().split()[-1]
+            scrape(url)
+            samples = scrape(url)   # the second: a utilisation measured since the first
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert not [k for k in plain if k[0] in HAMI_FAMILIES]
+    hami = {}
+    for (name, labels), value in samples.items():
+        if name in HAMI_FAMILIES:
+            assert {label for label, _ in labels} == HAMI_FAMILIES[name], name
+            hami[name] = (dict(labels), value)
+    assert set(hami) == set(HAMI_FAMILIES)
+    ctr = {"zone": "vGPU", "podnamespace": "", "podname": "", "ctrname": "", "vdeviceid": "0",
+           "deviceuuid": gpu["uuid"]}
+    assert hami["vGPU_device_memory_usage_in_bytes"] == (ctr, 256 * MiB)
+    assert hami["vGPU_device_memory_limit_in_bytes"] == (ctr, 2 * GiB)
+    assert hami["Device_memory_desc_of_container"][1] == 256 * MiB
+    assert 0 <= hami["Device_utilization_desc_of_container"][1] <= 100
+    host = {"zone": "vGPU", "nodeid": "gpu-node-7", "deviceidx": "0", "deviceuuid": gpu["uuid"],
+            "devicetype": f"NVIDIA-{gpu['name']}"}
+    assert hami["HostGPUMemoryUsage"][0] == host and hami["HostGPUMemoryUsage"][1] >= 256 * MiB
+    assert hami["HostCoreUtilization"][0] == host
 
 
 def test_per_process_series_are_bounded(sim_env, tmp_path):
@@ -176,6 +235,10 @@ def test_per_process_series_are_bounded(sim_env, tmp_path):
     assert set(per_process) <= {str(r["pid"]) for r in reports}
     [used] = [v for k, v in samples.items() if k[0] == "vgpulimit_memory_used_bytes"]
     assert sum(per_process.values()) + others == used == sum(blocks)
+    # With --region alone there is no node view: the GPU's name is NVML's all the same.
+    [gpu] = json.loads(status(sim_env, "--all", tmp_path, "--json", "--interval",
+                              "0").stdout)["gpus"]
+    assert {dict(k[1])["modelName"] for k in samples if "UUID" in dict(k[1])} == {gpu["name"]}
 
 
 @pytest.mark.parametrize("value", ["-1", "1001", "many"])
@@ -309,6 +372,23 @@ def test_the_dashboard_and_servicemonitor_use_what_the_exporter_serves(sim_env, 
     assert used and all(name.startswith("vgpulimit_") for name in used), used
     assert used <= served, used - served
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    # Every label it filters on, lists values of or names in a legend is one
+    # the series it queries carry (modelName on the containers' as on the GPUs').
+    labels_of = {name: set() for name in served}
+    for name, labels in samples:
+        labels_of[name].update(label for label, _ in labels)
+    queries = [(t["expr"], re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", "")))
+               for p in dashboard["panels"] for t in p["targets"]]
+    for v in dashboard["templating"]["list"]:
+        if v["type"] == "query":   # label_values(SELECTOR, LABEL)
+            selector, label = v["definition"].removeprefix("label_values(").rsplit(",", 1)
+            queries.append((selector, [label.strip(" )")]))
+    for expr, shown in queries:
+        carried = set.intersection(*(labels_of[name] for name in promql_metric_names(expr)))
+        for name, matchers in re.findall(r"([A-Za-z_:][\w:]*)\{([^}]*)\}", expr):
+            matched = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", matchers))
+            assert matched <= labels_of[name], (expr, matched - labels_of[name])
+        assert set(shown) <= carried, (expr, set(shown) - carried)
 
     monitor = yaml.safe_load((DEPLOY / "servicemonitor.yaml").read_text())
     manifests = list(yaml.safe_load_all((DEPLOY / "vgpulimit.yaml").read_text()))

@@ -145,6 +145,8 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from vgpulimit.completion import SHELLS
+
     parser = _Parser(prog=PROG, description="Per-container GPU memory caps, "
                      "enforced by an LD_PRELOAD shim.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -220,6 +222,10 @@ def _build_parser() -> argparse.ArgumentParser:
     metrics.add_argument("--max-processes", metavar="N", type=_max_processes, default=10,
                          help="per-process series per container and device, the largest by "
                               "memory; the rest are summed into one (default 10, 0 to 1000)")
+    metrics.add_argument("--hami-names", action="store_true",
+                         help="also serve the figures under the names and labels of HAMi's vGPU "
+                              "monitor (vGPU_device_memory_usage_in_bytes, HostGPUMemoryUsage, "
+                              "...), so that HAMi's dashboards work")
     _add_view_sources(metrics)
 
     set_ = commands.add_parser(
@@ -267,6 +273,14 @@ def _build_parser() -> argparse.ArgumentParser:
                              "only (for readiness probes beside a running workload)")
     verify.add_argument("--json", action="store_true",
                         help="the checks and what the probe saw, as one JSON document")
+
+    completion = commands.add_parser(
+        "completion", help="print a shell completion script",
+        description="Print the completion script of vgpulimit for SHELL, written from this "
+                    "parser.  Load it in the running shell with "
+                    "'source <(vgpulimit completion bash)' (or zsh), or for good: save bash's "
+                    "as /etc/bash_completion.d/vgpulimit, and source zsh's from ~/.zshrc.")
+    completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help=" or ".join(SHELLS))
 
     commands.add_parser("libpath", help="print the path of libvgpulimit.so (for LD_PRELOAD)")
     commands.add_parser("simgpu-path",
@@ -428,7 +442,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
         raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     try:
-        metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes)
+        metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes,
+                      args.hami_names)
     except metrics.ListenError as exc:
         raise UsageError(str(exc)) from None
     except metrics.ServeError as exc:
@@ -457,6 +472,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                           quick=args.quick, no_alloc=args.no_alloc))
     sys.stdout.write(verify.render_json(report) if args.json else verify.render_text(report))
     return 0 if report.ok else EXIT_FAILURE
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from vgpulimit import completion
+
+    sys.stdout.write(completion.script(_build_parser(), args.shell))
+    return 0
 
 
 def _cmd_libpath(args: argparse.Namespace) -> int:
@@ -575,6 +597,7 @@ _COMMANDS = {
     "metrics": _cmd_metrics,
     "set": _cmd_set,
     "verify": _cmd_verify,
+    "completion": _cmd_completion,
     "libpath": _cmd_libpath,
     "simgpu-path": _cmd_simgpu_path,
     "oci-hook": _cmd_oci_hook,

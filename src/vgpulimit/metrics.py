@@ -7,16 +7,19 @@ hook found them in the container's annotations (identity.py), else the pod
 UID, container name and claim UID that the file's directories give in the
 layouts of HAMi and KAI, and the pod's name and namespace where the kubelet's
 log directories name that UID (layouts.py); "" where nothing says.  Series
-about a device also carry the device index as the container numbers it, and
-the device's UUID ("" until a process of the container has seen the device).
+about a device also carry the device index as the container numbers it, the
+device's UUID ("" until a process of the container has seen the device) and
+its modelName (NVML's name of the GPU of that UUID; "" where NVML cannot say).
 Per-process series are bounded: at most ``max_processes`` per container and
 device (per GPU for the processes outside any cap), the largest by memory;
 the rest are summed into one series whose command is ``(others)`` and whose
 pid and host_pid are "".
+With --hami-names, the figures HAMi's vGPU monitor exports are served under
+its names and labels too (_hami_families), so that HAMi's dashboards work.
 Series about a GPU are labelled as DCGM exporter labels its own --
-``UUID`` ("GPU-…"), ``Hostname`` (the node: $NODE_NAME, else the host's
-name), and on the physical GPU series ``gpu`` (its index) and ``modelName``
--- so that a dashboard joins them with DCGM's without relabelling.
+``UUID`` ("GPU-…"), ``modelName``, ``Hostname`` (the node: $NODE_NAME, else
+the host's name), and on the physical GPU series ``gpu`` (its index) -- so
+that a dashboard joins them with DCGM's without relabelling.
 Devices a container has not used yet are left out.  The compute utilisation
 is the share of the whole GPU that the container's kernels took since the
 previous scrape (since the server started, for the first).  Per-process
@@ -98,14 +101,19 @@ def bounded(rows: Sequence[tuple[list[str], int]], most: int
 
 class RegionCollector(Collector):
     def __init__(self, sampler: Sampler, pod_logs: str | None = None,
-                 physical: bool = False, max_processes: int = DEFAULT_MAX_PROCESSES) -> None:
+                 physical: bool = False, max_processes: int = DEFAULT_MAX_PROCESSES,
+                 hami_names: bool = False) -> None:
         self._sampler = sampler
         self._max_processes = max_processes
+        self._hami_names = hami_names
         self._hostname = hostname()
         self._pod_logs = pod_logs
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
+        # GPU UUID -> NVML's name of it (DCGM's modelName); "" where NVML could
+        # not say.  A board's name never changes: NVML is asked once per UUID.
+        self._model_names: dict[str, str] = {}
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -115,21 +123,23 @@ class RegionCollector(Collector):
                 sample, gpus = node.take(self._sampler)
             else:
                 sample, gpus = self._sampler.sample(strict=False), None
+            self._learn_model_names(sample, gpus)
         pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
 
         def _who(path: str) -> list[str]:
             return [path, *region_labels(path, pods).values()]
 
+        # Hostname here too: a dashboard counts the unreadable regions by node.
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
                                      "scrape (0: truncated, garbled or unreadable; no other series)",
-                                     labels=["region", *LABELS])
+                                     labels=["region", *LABELS, "Hostname"])
         for view in sample.views:
-            readable.add_metric(_who(view.path), 1)
+            readable.add_metric([*_who(view.path), self._hostname], 1)
         for path, why in sample.errors:
-            readable.add_metric(_who(path), 0)
+            readable.add_metric([*_who(path), self._hostname], 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["region", *LABELS, "device", "UUID", "Hostname"]
+        device_labels = ["region", *LABELS, "device", "UUID", "modelName", "Hostname"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
@@ -161,7 +171,8 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [*_who(snap.path), str(dev.index), dev.uuid or "", self._hostname]
+                labels = [*_who(snap.path), str(dev.index), dev.uuid or "",
+                          self._model_names.get(dev.uuid or "", ""), self._hostname]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -187,6 +198,80 @@ class RegionCollector(Collector):
         yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled)
         if gpus is not None:
             yield from self._physical_families(gpus, sample)
+        if self._hami_names:
+            yield from self._hami_families(sample, gpus, pods)
+
+    def _hami_families(self, sample, node, pods) -> Iterator[Metric]:
+        """The same figures under the names and labels of HAMi's vGPU monitor
+        (its legacy names, which HAMi's own dashboards query), for a node that
+        moves from HAMi: its zone label is "vGPU", a device type is
+        "NVIDIA-" and NVML's name, utilisations are percentages.  Only what
+        vgpulimit measures: no context/module/data split of a container's
+        memory (those labels are ""), no last kernel time, no MIG."""
+        who = ["zone", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"]
+        usage = GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
+                                  labels=who)
+        limit = GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
+                                  labels=who)
+        memory = GaugeMetricFamily("Device_memory_desc_of_container",
+                                   "Container device memory description",
+                                   labels=[*who, "context", "module", "data", "offset"])
+        utilization = GaugeMetricFamily("Device_utilization_desc_of_container",
+                                        "Container device utilization description", labels=who)
+        for view in sample.views:
+            names = region_labels(view.path, pods)
+            for dev in view.snapshot.devices:
+                if not dev.seen:
+                    continue
+                labels = ["vGPU", names["namespace"], names["pod"], names["container"],
+                          str(dev.index), dev.uuid or ""]
+                usage.add_metric(labels, dev.used_bytes)
+                # HAMi's limit is the device's memory where there is no cap.
+                room = dev.cap_bytes if dev.cap_bytes is not None else dev.total_bytes
+                if room:
+                    limit.add_metric(labels, room)
+                memory.add_metric([*labels, "", "", "", ""], dev.used_bytes)
+                share = view.share_pct.get(dev.index)
+                if share is not None:   # measured between two scrapes: none at the first
+                    utilization.add_metric(labels, share)
+        yield from (usage, limit, memory, utilization)
+        if node is None or node.error is not None:
+            return
+        host = ["zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"]
+        host_memory = GaugeMetricFamily("HostGPUMemoryUsage", "GPU device memory usage",
+                                        labels=host)
+        host_util = GaugeMetricFamily("HostCoreUtilization", "GPU core utilization", labels=host)
+        for view in node.gpus:
+            g = view.gpu
+            labels = ["vGPU", self._hostname, str(g.index), g.uuid, f"NVIDIA-{g.name}"]
+            if g.used_bytes is not None:
+                host_memory.add_metric(labels, g.used_bytes)
+            if g.utilization_pct is not None:
+                host_util.add_metric(labels, g.utilization_pct)
+        yield from (host_memory, host_util)
+
+    def _learn_model_names(self, sample, node) -> None:
+        """The names of the GPUs the containers have used, from the node view
+        read for this scrape (--all), else from NVML once per new UUID.  Where
+        NVML cannot be read, "" for now, and asked again at the next scrape."""
+        if node is not None:
+            self._model_names.update((v.gpu.uuid, v.gpu.name) for v in node.gpus)
+        new = {dev.uuid for view in sample.views for dev in view.snapshot.devices
+               if dev.seen and dev.uuid and dev.uuid not in self._model_names}
+        if not new or (node is not None and node.error is not None):
+            return
+        names: dict[str, str] = {}
+        if node is None:
+            from vgpulimit import node as node_view
+            from vgpulimit.nvml import NvmlError
+
+            try:
+                names = {gpu.uuid: gpu.name for gpu in node_view.read_gpus()}
+            except NvmlError as exc:
+                self._complain(f"modelName is \"\" on the containers' series: {exc}")
+                return
+        # A UUID NVML does not list (another node's GPU): "" for good.
+        self._model_names.update((uuid, names.get(uuid, "")) for uuid in new)
 
     def _physical_families(self, node, sample) -> Iterator[Metric]:
         if node.error is not None:
@@ -267,7 +352,8 @@ class RegionCollector(Collector):
 
 
 def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
-          pod_logs: str | None = None, max_processes: int = DEFAULT_MAX_PROCESSES) -> None:
+          pod_logs: str | None = None, max_processes: int = DEFAULT_MAX_PROCESSES,
+          hami_names: bool = False) -> None:
     """Serves /metrics until interrupted.  A named region that cannot be read
     is an error at start; later, and for regions found under ``directory``,
     problems are logged once and the scrape goes on without them."""
@@ -276,7 +362,7 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str]
     sampler.sample()   # the start of the first utilisation window; raises for a bad --region
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None,
-                                      max_processes=max_processes))
+                                      max_processes=max_processes, hami_names=hami_names))
     shown = f"[{host}]" if ":" in host else host
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
