@@ -56,7 +56,25 @@ def test_the_example_image_starts_with_vgpulimit_run_and_takes_limits_from_env()
 
 # -- PID 1 in a PID namespace of its own ---------------------------------------------------------
 
-SIGNAL_CHILD = """
+# How a child below waits for its signal: ARMED before it says "ready", then WAIT.
+# Not `while True: signal.pause()`: a signal that lands after the interpreter last
+# looked for pending signals and before pause(2) begins runs only the C part of
+# the handler (it notes the signal for later), and pause() then sleeps through it
+# for good -- the test timed out at 60 s.  The C part also writes to the wake-up
+# fd, so a read of it returns whether the signal came before or during the read,
+# and the interpreter runs the Python handler as that read returns.
+ARMED = """
+import os, signal
+_wakeup, _noted = os.pipe()
+os.set_blocking(_noted, False)
+signal.set_wakeup_fd(_noted)
+"""
+WAIT = """
+while True:
+    os.read(_wakeup, 1)
+"""
+
+SIGNAL_HANDLERS = """
 import os, signal, sys
 def on(sig, frame):
     print("child got", signal.Signals(sig).name, flush=True)
@@ -65,10 +83,28 @@ def on(sig, frame):
     sys.exit(7)                     # it is not (SIGWINCH): exit with a status of our own
 for sig in %s:
     signal.signal(sig, on)
-print("ready", flush=True)
-while True:
-    signal.pause()
 """ % [int(s) for s in FORWARDED]
+SIGNAL_CHILD = SIGNAL_HANDLERS + ARMED + 'print("ready", flush=True)\n' + WAIT
+
+
+def test_a_child_acts_on_a_signal_that_lands_between_ready_and_its_wait():
+    # The stretch between "ready" and the wait, a few bytecodes in the tests
+    # above, is widened to about a second: one bytecode running a C loop in
+    # which the interpreter does not look for signals.  A signal sent then lands
+    # in it; with signal.pause() as the wait, the child never ran its handler.
+    child = (SIGNAL_HANDLERS + ARMED + "import itertools\n" + 'print("ready", flush=True)\n'
+             + "-1 in itertools.repeat(0, 100_000_000)\n" + WAIT)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.1)   # past print(), whose return looks for signals: into the stretch
+        proc.send_signal(signal.SIGUSR2)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out == "child got SIGUSR2\n"
+    assert proc.returncode == -signal.SIGUSR2
 
 
 def pid_namespace_or_skip() -> str:
@@ -146,10 +182,7 @@ while state(orphan) is not None and time.monotonic() < deadline:
 print("orphan", "reaped" if state(orphan) is None else "left as " + state(orphan)[0], flush=True)
 pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
 print("zombies", sum(1 for p in pids if (state(p) or ("",))[0] == "Z"), flush=True)
-print("ready", flush=True)
-while True:
-    signal.pause()
-"""
+""" + ARMED + 'print("ready", flush=True)\n' + WAIT
 
 
 @pytest.fixture
