@@ -103,9 +103,9 @@ def test_the_core_calls_nothing_of_the_preload_library():
 # -- the Python package ----------------------------------------------------------------------
 
 PACKAGE = ROOT / "src" / "vgpulimit"
-# What writes the views out for people (nvitop's tui): its models (status.py,
+# What writes the views out for people and scripts (nvitop's tui): its models (status.py,
 # node.py: nvitop's api) and everything else never import it.
-RENDERERS = {"vgpulimit.render", "vgpulimit.top"}
+RENDERERS = {"vgpulimit.render", "vgpulimit.query", "vgpulimit.top"}
 FRONTS = {"vgpulimit.cli", "vgpulimit.top"}
 
 

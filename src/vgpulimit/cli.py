@@ -192,6 +192,13 @@ def _build_parser() -> argparse.ArgumentParser:
                     "(NVML): memory as the driver counts it, the containers on each, memory "
                     "outside any cap and the caps committed against the GPU's memory.")
     status.add_argument("--json", action="store_true", help="machine-readable, bytes as integers")
+    status.add_argument("--query", metavar="FIELD,...",
+                        help="for scripts, as nvidia-smi's --query-gpu: these fields of each "
+                             "device, one CSV row each (e.g. index,memory.used,cores.measured); "
+                             "'--query help' lists them")
+    status.add_argument("--format", metavar="FORMAT",
+                        help="with --query: csv (default), csv,noheader (no header line), "
+                             "csv,nounits (no units after the values) or csv,noheader,nounits")
     _add_view_sources(status)
     status.add_argument("--interval", metavar="SECONDS", type=_measure_interval, default=0.5,
                         help=f"measure the compute share over this long, {MIN_INTERVAL_S:g} to "
@@ -401,14 +408,28 @@ def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from vgpulimit import render, status
+    from vgpulimit import query, render, status
 
+    if args.format is not None and args.query is None:
+        raise UsageError("status: --format is the form of --query's rows; give --query FIELD,... "
+                         "with it (see 'vgpulimit status --query help')")
+    if args.query is not None:
+        if args.json:
+            raise UsageError("status: --query writes CSV and --json JSON; give one of them")
+        if args.query.strip() == "help":
+            sys.stdout.write(query.help_text())
+            return 0
+        fields = query.parse_fields(args.query)
+        fmt = query.parse_format("csv" if args.format is None else args.format)
     paths, directory = _view_sources(args)
     if directory is None:
         sample = status.take(paths, directory, args.interval)
         [view] = sample.views
-        sys.stdout.write(render.render_json(view, sample) if args.json
-                         else render.render_text(view, sample))
+        if args.query is not None:
+            sys.stdout.write(query.render_csv(render.status_document(view, sample), fields, fmt))
+        else:
+            sys.stdout.write(render.render_json(view, sample) if args.json
+                             else render.render_text(view, sample))
         return 0
     from vgpulimit import node
 
@@ -417,6 +438,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.interval > 0:
         time.sleep(args.interval)
         sample, gpus = node.take(sampler)
+    if args.query is not None:
+        document = render.status_document_all(sample, gpus)
+        sys.stdout.write(query.render_csv(document, fields, fmt))
+        for error in document["errors"]:   # on stderr: the rows stay CSV
+            print(f"{PROG}: region {error['region']}: {error['error']}", file=sys.stderr)
+        return 0
     sys.stdout.write(render.render_json_all(sample, gpus) if args.json
                      else render.render_text_all(sample, gpus))
     return 0

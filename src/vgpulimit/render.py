@@ -240,11 +240,14 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
     }
 
 
-def render_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> str:
-    return json.dumps({"version": STATUS_VERSION} | to_json(view, sample), indent=2) + "\n"
+def status_document(view: ContainerView | RegionSnapshot, sample: Sample | None = None
+                    ) -> dict[str, Any]:
+    """What `status --json` prints of one region; `status --query` writes the same as CSV."""
+    return {"version": STATUS_VERSION} | to_json(view, sample)
 
 
-def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
+def status_document_all(sample: Sample, node: NodeView | None = None) -> dict[str, Any]:
+    """What `status --all --json` prints: the node's GPUs, every region, the unreadable ones."""
     document: dict[str, Any] = {"version": STATUS_VERSION}
     if node is not None:
         document |= node_json(node, sample)
@@ -252,7 +255,15 @@ def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
         "regions": [to_json(view, sample) for view in sample.views],
         "errors": [{"region": path, "error": why} for path, why in sample.errors],
     }
-    return json.dumps(document, indent=2) + "\n"
+    return document
+
+
+def render_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> str:
+    return json.dumps(status_document(view, sample), indent=2) + "\n"
+
+
+def render_json_all(sample: Sample, node: NodeView | None = None) -> str:
+    return json.dumps(status_document_all(sample, node), indent=2) + "\n"
 
 
 
