@@ -3,8 +3,10 @@ the Kubernetes manifests."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pty
 import re
 import shutil
 import signal
@@ -150,6 +152,120 @@ def test_as_pid_1_each_signal_reaches_the_child_and_its_status_comes_back(tmp_pa
         proc.wait()
     assert out == f"child got {sig.name}\n"
     assert proc.returncode == (7 if sig == signal.SIGWINCH else 128 + sig)
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def core_loaded(pid: int) -> bool:
+    """Whether ``pid`` runs vgpulimit (a fork of ours has not until its exec)
+    and has loaded its native core."""
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"vgpulimit"]
+                and "/vgpulimit/_core." in Path(f"/proc/{pid}/maps").read_text())
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+
+
+def in_set_up(supervisor: int, send) -> bool:
+    """Calls ``send`` while the supervisor sets the run up; False if it had
+    its child before this could.  It is in its set-up once it has loaded its
+    native core (the parser's limits, the region) and has no child yet; it is
+    stopped there, so that what is sent lands before the child exists."""
+    deadline = time.monotonic() + 30
+    while not core_loaded(supervisor):
+        assert proc_state(supervisor) is not None, "the supervisor ended in its set-up"
+        assert time.monotonic() < deadline, "the supervisor never loaded its native core"
+        time.sleep(0.0005)
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        while proc_state(supervisor) not in ("T", None):
+            time.sleep(0.0005)
+        if Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split():
+            return False
+        send()
+        return True
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+
+
+# As PID 1, SIGTERM (`docker stop`) with no handler is dropped by the kernel;
+# elsewhere SIGUSR1 with no handler kills the supervisor: either way, one that
+# came before the child exists was lost, unless the supervisor holds it.
+@pytest.mark.parametrize("pid_1, sig", [(True, signal.SIGTERM), (False, signal.SIGUSR1)],
+                         ids=["pid-1-SIGTERM", "SIGUSR1"])
+def test_a_signal_in_the_set_up_reaches_the_child(tmp_path, pid_1, sig):
+    wrap = [pid_namespace_or_skip(), "--pid", "--fork", "--mount-proc"] if pid_1 else []
+    for _ in range(5):
+        # sleep exits 0 unless the signal reaches it and ends it.
+        proc = subprocess.Popen([*wrap, *vgpulimit_cmd("run", "--", "sleep", "15")],
+                                stderr=subprocess.PIPE, text=True, env=base_env(), cwd=tmp_path)
+        try:
+            supervisor = only_child(proc.pid) if pid_1 else proc.pid
+            sent = in_set_up(supervisor, functools.partial(os.kill, supervisor, sig))
+            if not sent:            # too late: end this run, try again
+                only_child(supervisor)
+                os.kill(supervisor, signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+        if sent:
+            break
+    assert sent, "the supervisor had its child each time before it could be signalled"
+    assert proc.returncode == 128 + sig, err
+
+
+def pending(pid: int) -> int:
+    """The signals pending for the process ``pid`` as a whole, as a mask."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^ShdPnd:\s*(\w+)", status, re.MULTILINE)[1], 16)
+
+
+def test_a_ctrl_c_in_the_set_up_ends_the_run_with_130():
+    # The terminal's SIGINT reaches the supervisor's process group before the
+    # child is in it: the child did not get it, so it is no double to drop.
+    def ctrl_c(pid: int, fd: int) -> None:
+        os.write(fd, b"\x03")
+        deadline = time.monotonic() + 10
+        while not pending(pid) & (1 << (signal.SIGINT - 1)):
+            assert time.monotonic() < deadline, "the terminal's SIGINT never came"
+            time.sleep(0.001)
+
+    for _ in range(5):
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execvpe(sys.executable, vgpulimit_cmd("run", "--", "sleep", "15"), base_env())
+        code = None
+        try:
+            sent = in_set_up(pid, functools.partial(ctrl_c, pid, fd))
+            if not sent:            # too late: end this run, try again
+                only_child(pid)
+                os.kill(pid, signal.SIGTERM)
+            code = exit_code_within(pid, 60)
+        finally:
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(fd)
+        if sent:
+            break
+    assert sent, "the supervisor had its child each time before it could be signalled"
+    assert code == 128 + signal.SIGINT
+
+
+def exit_code_within(pid: int, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        assert time.monotonic() < deadline, f"process {pid} did not end in {seconds} s"
+        time.sleep(0.01)
 
 
 # -- PID 1 of a real container ------------------------------------------------------------------

@@ -4,10 +4,19 @@ The package is the supervisor and the views; the enforcement is the C library
 ``_lib/libvgpulimit.so`` that ships inside it (``vgpulimit libpath``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-# Written once, in meson.build's project(); the installed metadata carries it.
-try:
-    __version__ = version("vgpulimit")
-except PackageNotFoundError:   # the source tree, not installed
-    __version__ = "unknown"
+def __getattr__(name: str) -> str:
+    # ``__version__``, looked up when first asked for: importlib.metadata takes
+    # some 15 ms to import and search, and `vgpulimit run` holds its signals
+    # only once the package and its CLI are imported (cli.main).
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    # Written once, in meson.build's project(); the installed metadata carries it.
+    try:
+        found = version("vgpulimit")
+    except PackageNotFoundError:   # the source tree, not installed
+        found = "unknown"
+    globals()["__version__"] = found
+    return found

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from vgpulimit import __version__
+from vgpulimit import signals
 from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError
 
 PROG = "vgpulimit"
@@ -145,6 +145,7 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from vgpulimit import __version__
     from vgpulimit.completion import SHELLS
 
     parser = _Parser(prog=PROG, description="Per-container GPU memory caps, "
@@ -634,12 +635,18 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        parser = _build_parser()
-        args = parser.parse_args(_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
-        return _COMMANDS[args.action](args)
-    except KeyboardInterrupt:
-        return 128 + 2
-    except VgpulimitError as exc:   # every expected error, and its code: here only
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `run` holds the signals it forwards from here, not from the child's
+    # start: as a container's PID 1, a `docker stop` during the set-up (the
+    # parser, the imports, the region: tens of ms) would be lost.  Only
+    # --help and --version may come before a command, so `run` is first.
+    with signals.held() if argv[:1] == ["run"] else contextlib.nullcontext():
+        try:
+            parser = _build_parser()
+            args = parser.parse_args(_dash_values(parser, argv))
+            return _COMMANDS[args.action](args)
+        except KeyboardInterrupt:
+            return 128 + 2
+        except VgpulimitError as exc:   # every expected error, and its code: here only
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return exc.exit_code

@@ -27,6 +27,7 @@ from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.limits import MemoryLimit
 from vgpulimit.region import PARENT_LEN, Region, RegionError
 from vgpulimit.request import Limits
+from vgpulimit.signals import FORWARDED_SIGNALS, WAITED_SIGNALS, held
 
 REGION_VAR = "VGPULIMIT_REGION"
 
@@ -34,12 +35,6 @@ REGION_VAR = "VGPULIMIT_REGION"
 NOTHING_LIMITED = ("vgpulimit: note: no limit given (no --memory or --cores, no VGPULIMIT_* or HAMi "
                    "CUDA_DEVICE_* variables): the command runs with nothing limited")
 
-# Signals forwarded to the command; SIGCHLD is waited for too.
-FORWARDED_SIGNALS = frozenset({
-    signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
-})
-WAITED_SIGNALS = FORWARDED_SIGNALS | {signal.SIGCHLD}
 # The signals a terminal sends to its foreground process group (see _should_forward).
 TERMINAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGWINCH, signal.SIGHUP})
 SI_KERNEL = 0x80
@@ -240,6 +235,16 @@ def _supervise(child: int, region: Region) -> int:
                 pass
 
 
+def _take_pending() -> list[int]:
+    """The forwarded signals that came before the child exists, taken off to
+    be sent to it as it starts: ``_should_forward`` would take a Ctrl-C among
+    them for one the child got from the terminal too, but it was not there."""
+    taken = []
+    while (info := signal.sigtimedwait(FORWARDED_SIGNALS, 0)) is not None:
+        taken.append(info.si_signo)
+    return taken
+
+
 def _exit_code(wait_status: int) -> int:
     code = os.waitstatus_to_exitcode(wait_status)
     return 128 - code if code < 0 else code
@@ -247,21 +252,19 @@ def _exit_code(wait_status: int) -> int:
 
 def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, started: str = "") -> int:
     """``started``: a line said once the command runs (not when it cannot start)."""
-    # Block the signals before the child exists, so none is lost (a SIGCHLD
-    # from a child that exits at once stays pending until we wait for it).
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WAITED_SIGNALS)
-    try:
-        child = _spawn(argv, env, old_mask)
+    # `vgpulimit run` holds them from its start (cli.main); a caller that did
+    # not, holds them before the child exists: a SIGCHLD from a child that
+    # exits at once stays pending until we wait for it.
+    with held() as sigmask:
+        early = _take_pending()
+        child = _spawn(argv, env, sigmask)
+        for sig in early:
+            os.kill(child, sig)
         if started:
             print(started, file=sys.stderr)
         status = _supervise(child, region)
         _reclaim(region)
         return _exit_code(status)
-    finally:
-        # Drop what arrived after the child's end, rather than raise it in Python.
-        while signal.sigtimedwait(WAITED_SIGNALS, 0) is not None:
-            pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 @dataclass(frozen=True)
