@@ -509,6 +509,8 @@ def test_run_with_a_runtime_directory_out_of_inodes_is_one_line(sim_env, tmp_pat
     (["top", "--interval", "-5", "--region", "r"],
      "argument --interval: '-5' is not a number of seconds from 0.1 to 3600"),
     (["status", "--interval", "-1", "--region", "r"], "'-1' is not a number of seconds"),
+    # top has a flag -1 of its own: a negative number after --interval is still its value
+    (["top", "--interval", "-1", "--region", "r"], "'-1' is not a number of seconds"),
 ])
 def test_a_value_that_starts_with_a_dash_is_judged_as_a_value(tmp_path, args, says):
     line = one_error(vgpulimit(*args, cwd=tmp_path), 2)

@@ -84,7 +84,10 @@ def _dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
         following = next(words, None)
         if following is None:
             break
-        if following.startswith("-") and following != "--" and following not in parser._option_string_actions:
+        # A negative number is a value even where the command has it as a
+        # flag (`top --interval -1`: top's own -1 would leave --interval empty).
+        if following.startswith("-") and following != "--" and (
+                following not in parser._option_string_actions or following[1:].isdigit()):
             out[-1] = f"{word}={following}"
         else:
             out.append(following)
