@@ -333,6 +333,17 @@ void vgl_share_used(int device, int64_t charged_ns, int64_t used_ns);
 /* A launch waited `ns` for budget. */
 void vgl_share_waited(int device, uint64_t ns);
 
+/* priority.c — priority between tenants on one device (vgpulimit/board.h). */
+/* Whether the container has a row in the node's priority board (looked at
+ * once, when the region is mapped). */
+bool vgl_priority_takes_part(void);
+/* 0: a launch of `cost_ns` on `device` may go now (and is written in the
+ * container's beacon); else how many ns to wait, for a container of a higher
+ * priority, before asking again.  Only while vgl_priority_takes_part(). */
+int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns);
+/* A launch on `device` waited `ns` for higher priorities. */
+void vgl_priority_yielded(int device, uint64_t ns);
+
 /* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
  * and how often to measure.  No driver, no clock, no lock: testable alone
  * (tests/c/cost_model_test.c); the caller holds its own lock. */

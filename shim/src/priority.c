@@ -1,0 +1,244 @@
+/* Priority between tenants on one GPU: while a container of a higher
+ * priority has work on a device, the launches of lower ones wait (but for a
+ * launch every FLOOR_NS, so that they are never starved outright), and while
+ * a higher one merely shares the device, lower ones keep at most LOOKAHEAD_NS
+ * of work in flight, so that a higher container's kernel waits behind little
+ * of theirs.  Once the higher ones' work is done (GRACE_NS after it was
+ * expected to end), the lower ones launch again, each held to its own share
+ * by throttle.c as before: priority only ever adds waiting.
+ *
+ * Who is higher comes from the node's board (vgpulimit/board.h), mapped
+ * read-only; whether they have work from their beacons, which each
+ * container writes for itself at every launch: until when the work it has
+ * launched is expected to keep each device busy (its kernels' known costs,
+ * queued one after another).  The container's own priority is its board row,
+ * not its region or environment, which the tenant may write.
+ *
+ * No lock on the launch path: the board is read with plain loads of words
+ * setters write whole; beacons are extended with a compare-and-swap. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "vgpulimit/board.h"
+
+/* How long after a higher container's work was expected to end it still
+ * counts as busy: its kernels may have waited behind a lower one's. */
+#define GRACE_NS 1000000
+/* The work a lower container keeps in flight beside a higher one. */
+#define LOOKAHEAD_NS 1000000
+/* While held back, a lower container still launches once this often. */
+#define FLOOR_NS 50000000
+/* A held-back launch looks at the board again at least this often. */
+#define MAX_YIELD_NS 2000000
+
+struct other {
+    uint64_t key;
+    const struct vgl_beacon *beacon;   /* NULL: not mapped (yet, or it cannot be) */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    int state;                         /* 0: not looked at; 1: takes part; -1: does not */
+    const struct vgl_board *board;
+    struct vgl_beacon *own;
+    uint32_t row;
+    uint64_t key;
+    char dir[VGL_PARENT_LEN];
+    struct other others[VGL_BOARD_ROWS];
+    uint64_t last_floor_ns;
+} prio = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void forget_in_child(void)
+{
+    /* The mappings stay valid in the child; only the lock may be held. */
+    pthread_mutex_init(&prio.lock, NULL);
+}
+VGL_AFTER_FORK(forget_in_child)
+
+static const void *map_file(const char *path, size_t size, bool writable)
+{
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == size)
+        map = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    close(fd);
+    return map == MAP_FAILED ? NULL : map;
+}
+
+/* The beacon named `name` in the board's directory, mapped; NULL if it
+ * cannot be (gone, or not a beacon). */
+static void *map_beacon(const char *name, bool writable)
+{
+    char path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
+    snprintf(path, sizeof path, "%s/%.*s", prio.dir, VGL_BEACON_NAME_LEN - 1, name);
+    void *map = (void *)map_file(path, sizeof(struct vgl_beacon), writable);
+    if (map && vgl_beacon_check(map, sizeof(struct vgl_beacon)) != 0) {
+        munmap(map, sizeof(struct vgl_beacon));
+        return NULL;
+    }
+    return map;
+}
+
+/* The region that names the container's board: the outermost that names
+ * one (a nested run's own region may not). */
+static const struct vgl_region *board_region(void)
+{
+    for (uint32_t i = vgl_links(); i-- > 0;) {
+        const struct vgl_region *r = vgl_link_at(i).region;
+        if (r && __atomic_load_n(&r->board[0], __ATOMIC_RELAXED))
+            return r;
+    }
+    return NULL;
+}
+
+static int set_up(void)
+{
+    const struct vgl_region *region = board_region();
+    if (!region)
+        return -1;
+    char path[VGL_PARENT_LEN];
+    memcpy(path, region->board, sizeof path);
+    path[sizeof path - 1] = '\0';
+    prio.row = region->board_row;
+    prio.key = region->board_key;
+    char *slash = strrchr(path, '/');
+    if (path[0] != '/' || !slash || prio.row >= VGL_BOARD_ROWS) {
+        vgl_log(VGL_LOG_WARN, "the region names no usable priority board (\"%s\"); priorities are ignored", path);
+        return -1;
+    }
+    snprintf(prio.dir, sizeof prio.dir, "%.*s", (int)(slash - path), path);
+    const struct vgl_board *board = map_file(path, sizeof *board, false);
+    if (!board || vgl_board_check(board, sizeof *board) != 0) {
+        vgl_log(VGL_LOG_WARN, "%s is not a priority board this process can read; priorities are ignored", path);
+        if (board)
+            munmap((void *)board, sizeof *board);
+        return -1;
+    }
+    const struct vgl_board_row *row = &board->row[prio.row];
+    if (__atomic_load_n(&row->key, __ATOMIC_RELAXED) != prio.key ||
+        !(prio.own = map_beacon(row->beacon, true))) {
+        vgl_log(VGL_LOG_WARN, "the container's row %u of %s is not its own, or its beacon cannot be "
+                "written; priorities are ignored", prio.row, path);
+        munmap((void *)board, sizeof *board);
+        return -1;
+    }
+    prio.board = board;
+    return 1;
+}
+
+bool vgl_priority_takes_part(void)
+{
+    int state = __atomic_load_n(&prio.state, __ATOMIC_ACQUIRE);
+    if (VGL_LIKELY(state))
+        return state > 0;
+    pthread_mutex_lock(&prio.lock);
+    if (!prio.state && vgl_self.region)
+        __atomic_store_n(&prio.state, set_up(), __ATOMIC_RELEASE);
+    state = prio.state;
+    pthread_mutex_unlock(&prio.lock);
+    return state > 0;
+}
+
+/* Row i's beacon, mapped anew when the row changed hands. */
+static const struct vgl_beacon *beacon_of(uint32_t i, uint64_t key)
+{
+    struct other *o = &prio.others[i];
+    if (__atomic_load_n(&o->key, __ATOMIC_ACQUIRE) == key)
+        return o->beacon;
+    pthread_mutex_lock(&prio.lock);
+    if (o->key != key) {
+        if (o->beacon)
+            munmap((void *)o->beacon, sizeof *o->beacon);
+        char name[VGL_BEACON_NAME_LEN];
+        memcpy(name, prio.board->row[i].beacon, sizeof name);
+        name[sizeof name - 1] = '\0';
+        o->beacon = strchr(name, '/') ? NULL : map_beacon(name, false);
+        __atomic_store_n(&o->key, key, __ATOMIC_RELEASE);
+    }
+    const struct vgl_beacon *b = o->beacon;
+    pthread_mutex_unlock(&prio.lock);
+    return b;
+}
+
+static const struct vgl_beacon_device *entry_for(const struct vgl_beacon *b, const uint8_t uuid[16])
+{
+    for (int d = 0; d < VGL_MAX_DEVICES; d++)
+        if (memcmp(b->device[d].uuid, uuid, 16) == 0)
+            return &b->device[d];
+    return NULL;
+}
+
+/* Of the containers above this one on the device `uuid`: until when any is
+ * busy (0: none has been), and whether any launched there at all. */
+static uint64_t higher_busy_until(const uint8_t uuid[16], bool *shares)
+{
+    uint32_t rank = vgl_priority_rank(__atomic_load_n(&prio.board->row[prio.row].priority, __ATOMIC_RELAXED));
+    uint64_t until = 0;
+    *shares = false;
+    for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
+        const struct vgl_board_row *r = &prio.board->row[i];
+        uint64_t key = __atomic_load_n(&r->key, __ATOMIC_ACQUIRE);
+        if (!key || i == prio.row || vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED)) <= rank)
+            continue;
+        const struct vgl_beacon *b = beacon_of(i, key);
+        const struct vgl_beacon_device *e = b ? entry_for(b, uuid) : NULL;
+        if (!e || !__atomic_load_n(&e->launches, __ATOMIC_RELAXED))
+            continue;
+        *shares = true;
+        uint64_t t = __atomic_load_n(&e->busy_until_ns, __ATOMIC_RELAXED);
+        until = t > until ? t : until;
+    }
+    return until;
+}
+
+int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
+{
+    const uint8_t *uuid = vgl_self.region->devices[device].uuid;
+    static const uint8_t none[16];
+    if (memcmp(uuid, none, sizeof none) == 0)
+        return 0; /* its UUID not known yet: no one else's beacon can be matched */
+    struct vgl_beacon_device *own = &prio.own->device[device];
+    bool shares;
+    uint64_t higher = higher_busy_until(uuid, &shares);
+    int64_t wait = 0;
+    if (higher && higher + GRACE_NS > now_ns) {
+        uint64_t last = __atomic_load_n(&prio.last_floor_ns, __ATOMIC_RELAXED);
+        if (now_ns - last >= FLOOR_NS &&
+            __atomic_compare_exchange_n(&prio.last_floor_ns, &last, now_ns, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            wait = 0;
+        else
+            wait = (int64_t)(higher + GRACE_NS - now_ns);
+    } else if (shares) {
+        uint64_t mine = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED);
+        if (mine > now_ns + LOOKAHEAD_NS)
+            wait = (int64_t)(mine - now_ns - LOOKAHEAD_NS);
+    }
+    if (wait > 0)
+        return wait < MAX_YIELD_NS ? wait : MAX_YIELD_NS;
+    /* Admitted: the container's work now ends this much later. */
+    if (memcmp(own->uuid, uuid, sizeof own->uuid) != 0)
+        memcpy(own->uuid, uuid, sizeof own->uuid);
+    uint64_t until = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED), next;
+    do
+        next = (until > now_ns ? until : now_ns) + (uint64_t)(cost_ns > 0 ? cost_ns : 0);
+    while (!__atomic_compare_exchange_n(&own->busy_until_ns, &until, next, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+    __atomic_add_fetch(&own->launches, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void vgl_priority_yielded(int device, uint64_t ns)
+{
+    for (uint32_t i = 0; i < vgl_links(); i++)
+        __atomic_add_fetch(&vgl_link_at(i).region->yielded_ns[device], ns, __ATOMIC_RELAXED);
+}
