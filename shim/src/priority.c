@@ -1,6 +1,7 @@
 /* Priority between tenants on one GPU: while a container of a higher
  * priority has work on a device, the launches of lower ones wait (but for a
- * launch every FLOOR_NS, so that they are never starved outright), and while
+ * launch every FLOOR_NS once held that long, so that they are never starved
+ * outright), and while
  * a higher one merely shares the device, lower ones keep at most LOOKAHEAD_NS
  * of work in flight, so that a higher container's kernel waits behind little
  * of theirs.  Once the higher ones' work is done (GRACE_NS after it was
@@ -28,11 +29,13 @@
 #include "vgpulimit/board.h"
 
 /* How long after a higher container's work was expected to end it still
- * counts as busy: its kernels may have waited behind a lower one's. */
-#define GRACE_NS 1000000
+ * counts as busy: its estimate is of kernels' known costs, and the host's
+ * clock runs on while its next launch is on the way. */
+#define GRACE_NS 500000
 /* The work a lower container keeps in flight beside a higher one. */
-#define LOOKAHEAD_NS 1000000
-/* While held back, a lower container still launches once this often. */
+#define LOOKAHEAD_NS 500000
+/* Held back this long, a lower container still launches once, and once
+ * every FLOOR_NS while it stays held. */
 #define FLOOR_NS 50000000
 /* A held-back launch looks at the board again at least this often. */
 #define MAX_YIELD_NS 2000000
@@ -51,6 +54,7 @@ static struct {
     uint64_t key;
     char dir[VGL_PARENT_LEN];
     struct other others[VGL_BOARD_ROWS];
+    uint64_t held_since_ns;            /* a launch has been held back since (0: none is) */
     uint64_t last_floor_ns;
 } prio = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -177,27 +181,52 @@ static const struct vgl_beacon_device *entry_for(const struct vgl_beacon *b, con
     return NULL;
 }
 
-/* Of the containers above this one on the device `uuid`: until when any is
- * busy (0: none has been), and whether any launched there at all. */
-static uint64_t higher_busy_until(const uint8_t uuid[16], bool *shares)
+/* What the other containers on the device `uuid` have launched there: until
+ * when the work of those above this one lasts (0: none has any), until when
+ * that of those below does, and whether any above launched there at all. */
+struct others_busy {
+    uint64_t higher_ns, lower_ns;
+    bool higher_shares;
+};
+
+static struct others_busy others_busy(const uint8_t uuid[16])
 {
     uint32_t rank = vgl_priority_rank(__atomic_load_n(&prio.board->row[prio.row].priority, __ATOMIC_RELAXED));
-    uint64_t until = 0;
-    *shares = false;
+    struct others_busy o = {0, 0, false};
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
         const struct vgl_board_row *r = &prio.board->row[i];
         uint64_t key = __atomic_load_n(&r->key, __ATOMIC_ACQUIRE);
-        if (!key || i == prio.row || vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED)) <= rank)
+        if (!key || i == prio.row)
+            continue;
+        uint32_t other = vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED));
+        if (other == rank)
             continue;
         const struct vgl_beacon *b = beacon_of(i, key);
         const struct vgl_beacon_device *e = b ? entry_for(b, uuid) : NULL;
         if (!e || !__atomic_load_n(&e->launches, __ATOMIC_RELAXED))
             continue;
-        *shares = true;
         uint64_t t = __atomic_load_n(&e->busy_until_ns, __ATOMIC_RELAXED);
-        until = t > until ? t : until;
+        uint64_t *until = other > rank ? &o.higher_ns : &o.lower_ns;
+        *until = t > *until ? t : *until;
+        o.higher_shares = o.higher_shares || other > rank;
     }
-    return until;
+    return o;
+}
+
+/* Whether a launch held back since `held_ns` (0: not held) may go as the
+ * floor: after FLOOR_NS held, one launch of the container's per FLOOR_NS. */
+static bool floor_due(uint64_t now_ns)
+{
+    uint64_t held = __atomic_load_n(&prio.held_since_ns, __ATOMIC_RELAXED);
+    if (!held) {
+        __atomic_compare_exchange_n(&prio.held_since_ns, &held, now_ns, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+        return false;
+    }
+    uint64_t last = __atomic_load_n(&prio.last_floor_ns, __ATOMIC_RELAXED);
+    return now_ns - held >= FLOOR_NS && now_ns - last >= FLOOR_NS &&
+           __atomic_compare_exchange_n(&prio.last_floor_ns, &last, now_ns, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
 }
 
 int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
@@ -207,30 +236,30 @@ int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
     if (memcmp(uuid, none, sizeof none) == 0)
         return 0; /* its UUID not known yet: no one else's beacon can be matched */
     struct vgl_beacon_device *own = &prio.own->device[device];
-    bool shares;
-    uint64_t higher = higher_busy_until(uuid, &shares);
+    struct others_busy o = others_busy(uuid);
     int64_t wait = 0;
-    if (higher && higher + GRACE_NS > now_ns) {
-        uint64_t last = __atomic_load_n(&prio.last_floor_ns, __ATOMIC_RELAXED);
-        if (now_ns - last >= FLOOR_NS &&
-            __atomic_compare_exchange_n(&prio.last_floor_ns, &last, now_ns, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-            wait = 0;
-        else
-            wait = (int64_t)(higher + GRACE_NS - now_ns);
-    } else if (shares) {
+    bool floor = false;
+    if (o.higher_ns && o.higher_ns + GRACE_NS > now_ns) {
+        floor = floor_due(now_ns);
+        wait = floor ? 0 : (int64_t)(o.higher_ns + GRACE_NS - now_ns);
+    } else if (o.higher_shares) {
         uint64_t mine = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED);
         if (mine > now_ns + LOOKAHEAD_NS)
             wait = (int64_t)(mine - now_ns - LOOKAHEAD_NS);
     }
     if (wait > 0)
         return wait < MAX_YIELD_NS ? wait : MAX_YIELD_NS;
-    /* Admitted: the container's work now ends this much later. */
+    if (!floor)
+        __atomic_store_n(&prio.held_since_ns, 0, __ATOMIC_RELAXED);
+    /* Admitted: the container's work now ends this much later, and not
+     * before what lower containers have in flight, which time-slices with
+     * it (so that they wait until it is really done). */
     if (memcmp(own->uuid, uuid, sizeof own->uuid) != 0)
         memcpy(own->uuid, uuid, sizeof own->uuid);
+    uint64_t start = now_ns > o.lower_ns ? now_ns : o.lower_ns;
     uint64_t until = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED), next;
     do
-        next = (until > now_ns ? until : now_ns) + (uint64_t)(cost_ns > 0 ? cost_ns : 0);
+        next = (until > start ? until : start) + (uint64_t)(cost_ns > 0 ? cost_ns : 0);
     while (!__atomic_compare_exchange_n(&own->busy_until_ns, &until, next, true, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED));
     __atomic_add_fetch(&own->launches, 1, __ATOMIC_RELEASE);
