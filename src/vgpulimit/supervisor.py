@@ -108,8 +108,8 @@ def _prepend_path(value: str | None, entry: str, separators: str = ":") -> str:
 # region's path alone (the region carries the limits), so none of these may
 # reach it with another meaning.
 _CONTRACT_VARS = re.compile(
-    r"(VGPULIMIT_(MEMORY|CORES)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
-    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE")
+    r"(VGPULIMIT_(MEMORY|CORES|PRIORITY)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
+    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE|CUDA_TASK_PRIORITY")
 
 
 def child_environment(environ: Mapping[str, str], region_path: str,
@@ -368,6 +368,10 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
             raise UsageError(f"run: the path of the region this runs in, {outer}, is longer than "
                              f"{PARENT_LEN - 1} bytes: a nested run cannot count in it")
         _looser(outer, options.limits)
+        if options.limits.priority is not None:
+            # Else a tenant could give itself a row of its own, above its container's.
+            _warn(f"{options.limits.priority.source} {options.limits.priority.text} is ignored: a nested run "
+                  f"keeps the priority of the region {outer} it runs in")
     workdir = None
     if options.region_path is not None:
         region_path = os.path.abspath(options.region_path)
@@ -385,7 +389,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
                            **limits.by_uuid()) as region:
             if options.limits.cores_policy is not None:
                 region.set_cores_policy(options.limits.cores_policy.value)
-            row = _join_board(options, region) if limits.priority is not None else None
+            row = _join_board(options, region) if limits.priority is not None and outer is None else None
             try:
                 env = child_environment(environ, region_path, options.simulate)
                 nothing = outer is None and limits.limits_nothing() and limits.priority is None
