@@ -28,6 +28,11 @@ class Row:
     row: int
     key: int
 
+    @property
+    def beacon(self) -> str:
+        """The beacon's file name beside the board (board.c names it so)."""
+        return f"beacon-{self.key:016x}"
+
 
 def _fail(board: str, err: int, action: str) -> BoardError:
     if err == -errno.ENOSPC:

@@ -28,8 +28,9 @@ enum {
 struct vgl_board_row {
     uint64_t key;                /* 0: a free row */
     uint32_t priority;           /* enum vgl_priority */
-    int32_t owner_pid;           /* the supervisor that holds the row; 0: none (the hook's,
-                                    freed when its region's container is removed) */
+    int32_t owner_pid;           /* the process that holds the row (a supervisor, or the hook's
+                                    container's init), in the setters' pid namespace; once it is
+                                    gone the row is free; 0: until it is left */
     uint64_t owner_start;        /* its /proc/<pid>/stat starttime: a reused pid is not it */
     char beacon[64];             /* VGL_BEACON_NAME_LEN: the beacon's file name in the board's
                                     directory, NUL-terminated */
