@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,6 +110,18 @@ static int beacon_path(const char *board, const char *name, char *out, size_t le
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* Not getrandom: board.o is linked into the shim, whose glibc floor (2.17)
+ * is older than it. */
+static int random_key(uint64_t *key)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t got = read(fd, key, sizeof *key);
+    close(fd);
+    return got == (ssize_t)sizeof *key ? 0 : -EIO;
+}
+
 /* A row whose supervisor is gone: free, though it was not left. */
 static bool abandoned(const struct vgl_board_row *r)
 {
@@ -135,8 +146,7 @@ int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64
         err = -ENOSPC;
     uint64_t k = 0;
     while (!err && !k)
-        if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k)
-            err = -errno;
+        err = random_key(&k);
     char beacon[4096];
     struct vgl_board_row r = {.key = k, .priority = priority, .owner_pid = owner_pid};
     if (!err) {
