@@ -166,3 +166,25 @@ def test_set_priority_on_a_container_without_one_says_how_to_give_one(tmp_path, 
     result = run(vgpulimit_cmd("set", "--priority", "high", "--region", region), sim_env, check=False)
     assert result.returncode != 0
     assert "--priority" in result.stderr and "takes no part" in result.stderr
+
+
+def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, launch_client):
+    """The high container's tenant truncates its own beacon while the low one
+    reads it: the low one keeps launching (it reads beacons, never maps
+    them), and holds back no longer once the beacon says nothing.  (The high
+    one's own processes, which map it, may die of it: its tenant's doing.)"""
+    truncate = ("import os; from vgpulimit.region import Region; r = Region.open(os.environ['VGPULIMIT_REGION']); "
+                "d = os.path.dirname(r.snapshot().board); "
+                "os.truncate(os.path.join(d, f'beacon-{r.board_key:016x}'), 0); "
+                "import time; print('truncated', time.monotonic(), flush=True)")
+    high_cmd = ["sh", "-c", f"{launch_client} kernel 1000 2.5 & sleep 1; {vgpulimit_cmd('')[0]} -c \"{truncate}\"; wait"]
+    started = time.monotonic()
+    low = Container(sim_env, None, loops(launch_client, 1, seconds=5), flags=["--priority", "low"])
+    wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
+    high = Container(sim_env, None, high_cmd, flags=["--priority", "high"])
+    high_out = high.finish()
+    low_out = low.finish()   # exit 0: no SIGBUS
+    first, _ = span(high_out)
+    [truncated] = [float(line.split()[1]) for line in high_out.splitlines() if line.startswith("truncated ")]
+    assert share(low_out, first + 0.2, truncated - 0.1) <= 12
+    assert share(low_out, truncated + 0.3, truncated + 1.3) >= 30

@@ -15,8 +15,11 @@
  * queued one after another).  The container's own priority is its board row,
  * not its region or environment, which the tenant may write.
  *
- * No lock on the launch path: the board is read with plain loads of words
- * setters write whole; beacons are extended with a compare-and-swap. */
+ * Other containers' beacons are read, never mapped: each is its tenant's
+ * file, and one truncated under a mapping would kill its readers with
+ * SIGBUS.  A process reads them at most every REREAD_NS (one pread each),
+ * under a lock of its own; nothing is locked that another process holds.
+ * Its own beacon is mapped and extended with a compare-and-swap. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -39,10 +42,23 @@
 #define FLOOR_NS 50000000
 /* A held-back launch looks at the board again at least this often. */
 #define MAX_YIELD_NS 2000000
+/* Other containers' beacons are read again after this long. */
+#define REREAD_NS 100000
+/* A beacon is believed this far ahead at most: its tenant writes it (and
+ * the sums below must not wrap). */
+#define AHEAD_NS 1000000000ULL
 
 struct other {
-    uint64_t key;
-    const struct vgl_beacon *beacon;   /* NULL: not mapped (yet, or it cannot be) */
+    uint64_t key;                      /* the row's, when `fd` was opened */
+    int fd;                            /* its beacon, read-only; -1: none (or not a beacon) */
+};
+
+/* What the other containers on a device have launched there: until when the
+ * work of those above this one lasts (0: none has any), until when that of
+ * those below does, and whether any above launched there at all. */
+struct others_busy {
+    uint64_t higher_ns, lower_ns;
+    bool higher_shares;
 };
 
 static struct {
@@ -54,13 +70,17 @@ static struct {
     uint64_t key;
     char dir[VGL_PARENT_LEN];
     struct other others[VGL_BOARD_ROWS];
+    struct {
+        uint64_t read_ns;              /* 0: never */
+        struct others_busy busy;
+    } seen[VGL_MAX_DEVICES];           /* by the container's device index */
     uint64_t held_since_ns;            /* a launch has been held back since (0: none is) */
     uint64_t last_floor_ns;
 } prio = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void forget_in_child(void)
 {
-    /* The mappings stay valid in the child; only the lock may be held. */
+    /* The mapping and the descriptors stay valid in the child; only the lock may be held. */
     pthread_mutex_init(&prio.lock, NULL);
 }
 VGL_AFTER_FORK(forget_in_child)
@@ -78,13 +98,19 @@ static const void *map_file(const char *path, size_t size, bool writable)
     return map == MAP_FAILED ? NULL : map;
 }
 
-/* The beacon named `name` in the board's directory, mapped; NULL if it
- * cannot be (gone, or not a beacon). */
-static void *map_beacon(const char *name, bool writable)
+/* The path of the beacon named `name` (a row's, NUL-terminated within
+ * VGL_BEACON_NAME_LEN) in the board's directory. */
+static void beacon_path(const char *name, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%.*s", prio.dir, VGL_BEACON_NAME_LEN - 1, name);
+}
+
+/* The container's own beacon, mapped for writing; NULL if it cannot be. */
+static struct vgl_beacon *map_own_beacon(const char *name)
 {
     char path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
-    snprintf(path, sizeof path, "%s/%.*s", prio.dir, VGL_BEACON_NAME_LEN - 1, name);
-    void *map = (void *)map_file(path, sizeof(struct vgl_beacon), writable);
+    beacon_path(name, path, sizeof path);
+    void *map = (void *)map_file(path, sizeof(struct vgl_beacon), true);
     if (map && vgl_beacon_check(map, sizeof(struct vgl_beacon)) != 0) {
         munmap(map, sizeof(struct vgl_beacon));
         return NULL;
@@ -129,12 +155,14 @@ static int set_up(void)
     }
     const struct vgl_board_row *row = &board->row[prio.row];
     if (__atomic_load_n(&row->key, __ATOMIC_RELAXED) != prio.key ||
-        !(prio.own = map_beacon(row->beacon, true))) {
+        !(prio.own = map_own_beacon(row->beacon))) {
         vgl_log(VGL_LOG_WARN, "the container's row %u of %s is not its own, or its beacon cannot be "
                 "written; priorities are ignored", prio.row, path);
         munmap((void *)board, sizeof *board);
         return -1;
     }
+    for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++)
+        prio.others[i].fd = -1;
     prio.board = board;
     return 1;
 }
@@ -152,25 +180,29 @@ bool vgl_priority_takes_part(void)
     return state > 0;
 }
 
-/* Row i's beacon, mapped anew when the row changed hands. */
-static const struct vgl_beacon *beacon_of(uint32_t i, uint64_t key)
+/* Row i's beacon as it is now, into *out: false if it cannot be read (gone,
+ * or not a beacon).  Opened anew when the row changed hands.  Under prio.lock. */
+static bool read_beacon(uint32_t i, uint64_t key, struct vgl_beacon *out)
 {
     struct other *o = &prio.others[i];
-    if (__atomic_load_n(&o->key, __ATOMIC_ACQUIRE) == key)
-        return o->beacon;
-    pthread_mutex_lock(&prio.lock);
     if (o->key != key) {
-        if (o->beacon)
-            munmap((void *)o->beacon, sizeof *o->beacon);
-        char name[VGL_BEACON_NAME_LEN];
+        if (o->fd >= 0)
+            close(o->fd);
+        char name[VGL_BEACON_NAME_LEN], path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
         memcpy(name, prio.board->row[i].beacon, sizeof name);
         name[sizeof name - 1] = '\0';
-        o->beacon = strchr(name, '/') ? NULL : map_beacon(name, false);
-        __atomic_store_n(&o->key, key, __ATOMIC_RELEASE);
+        beacon_path(name, path, sizeof path);
+        /* O_NONBLOCK: a FIFO a tenant put in its beacon's place blocks no one. */
+        o->fd = strchr(name, '/') ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        struct stat st;
+        if (o->fd >= 0 && (fstat(o->fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+            close(o->fd);
+            o->fd = -1;
+        }
+        o->key = key;
     }
-    const struct vgl_beacon *b = o->beacon;
-    pthread_mutex_unlock(&prio.lock);
-    return b;
+    return o->fd >= 0 && pread(o->fd, out, sizeof *out, 0) == (ssize_t)sizeof *out &&
+           vgl_beacon_check(out, sizeof *out) == 0;
 }
 
 static const struct vgl_beacon_device *entry_for(const struct vgl_beacon *b, const uint8_t uuid[16])
@@ -181,16 +213,16 @@ static const struct vgl_beacon_device *entry_for(const struct vgl_beacon *b, con
     return NULL;
 }
 
-/* What the other containers on the device `uuid` have launched there: until
- * when the work of those above this one lasts (0: none has any), until when
- * that of those below does, and whether any above launched there at all. */
-struct others_busy {
-    uint64_t higher_ns, lower_ns;
-    bool higher_shares;
-};
-
-static struct others_busy others_busy(const uint8_t uuid[16])
+/* The other containers' work on container device `device` (UUID `uuid`), as
+ * their beacons said at most REREAD_NS ago. */
+static struct others_busy others_busy(int device, const uint8_t uuid[16], uint64_t now_ns)
 {
+    pthread_mutex_lock(&prio.lock);
+    if (prio.seen[device].read_ns && now_ns - prio.seen[device].read_ns < REREAD_NS) {
+        struct others_busy cached = prio.seen[device].busy;
+        pthread_mutex_unlock(&prio.lock);
+        return cached;
+    }
     uint32_t rank = vgl_priority_rank(__atomic_load_n(&prio.board->row[prio.row].priority, __ATOMIC_RELAXED));
     struct others_busy o = {0, 0, false};
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
@@ -199,17 +231,20 @@ static struct others_busy others_busy(const uint8_t uuid[16])
         if (!key || i == prio.row)
             continue;
         uint32_t other = vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED));
-        if (other == rank)
+        struct vgl_beacon b;
+        if (other == rank || !read_beacon(i, key, &b))
             continue;
-        const struct vgl_beacon *b = beacon_of(i, key);
-        const struct vgl_beacon_device *e = b ? entry_for(b, uuid) : NULL;
-        if (!e || !__atomic_load_n(&e->launches, __ATOMIC_RELAXED))
+        const struct vgl_beacon_device *e = entry_for(&b, uuid);
+        if (!e || !e->launches)
             continue;
-        uint64_t t = __atomic_load_n(&e->busy_until_ns, __ATOMIC_RELAXED);
         uint64_t *until = other > rank ? &o.higher_ns : &o.lower_ns;
+        uint64_t t = e->busy_until_ns < now_ns + AHEAD_NS ? e->busy_until_ns : now_ns + AHEAD_NS;
         *until = t > *until ? t : *until;
         o.higher_shares = o.higher_shares || other > rank;
     }
+    prio.seen[device].read_ns = now_ns;
+    prio.seen[device].busy = o;
+    pthread_mutex_unlock(&prio.lock);
     return o;
 }
 
@@ -236,7 +271,7 @@ int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
     if (memcmp(uuid, none, sizeof none) == 0)
         return 0; /* its UUID not known yet: no one else's beacon can be matched */
     struct vgl_beacon_device *own = &prio.own->device[device];
-    struct others_busy o = others_busy(uuid);
+    struct others_busy o = others_busy(device, uuid, now_ns);
     int64_t wait = 0;
     bool floor = false;
     if (o.higher_ns && o.higher_ns + GRACE_NS > now_ns) {
