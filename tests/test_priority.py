@@ -188,3 +188,16 @@ def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, la
     [truncated] = [float(line.split()[1]) for line in high_out.splitlines() if line.startswith("truncated ")]
     assert share(low_out, first + 0.2, truncated - 0.1) <= 12
     assert share(low_out, truncated + 0.3, truncated + 1.3) >= 30
+
+
+def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_path, sim_env, shim_path,
+                                                                          launch_client):
+    """HAMi's device plugin sets CUDA_TASK_PRIORITY with a bare preload: no
+    setter gives the container a row, so it takes no part, and says so once."""
+    region = tmp_path / "cache"
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_TASK_PRIORITY="0", CUDA_DEVICE_SM_LIMIT="50",
+               CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region))
+    result = run([launch_client, "kernel", "1000", "0.3"], env)
+    assert result.stderr.count("takes no part in priorities") == 1, result.stderr
+    shown = status(region, sim_env)
+    assert (shown["priority"], shown["priority_board"]) == ("high", None)

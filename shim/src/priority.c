@@ -133,8 +133,15 @@ static const struct vgl_region *board_region(void)
 static int set_up(void)
 {
     const struct vgl_region *region = board_region();
-    if (!region)
+    if (!region) {
+        /* Asked for in the environment alone (HAMi's device plugin sets
+         * CUDA_TASK_PRIORITY): no setter gave the container a row. */
+        if (vgl_self.region->priority)
+            vgl_log(VGL_LOG_WARN, "a priority was asked for (VGPULIMIT_PRIORITY or CUDA_TASK_PRIORITY), but "
+                    "the container has no row in a priority board: only vgpulimit run and the OCI hook "
+                    "give one; it takes no part in priorities");
         return -1;
+    }
     char path[VGL_PARENT_LEN];
     memcpy(path, region->board, sizeof path);
     path[sizeof path - 1] = '\0';
