@@ -201,3 +201,33 @@ def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_p
     assert result.stderr.count("takes no part in priorities") == 1, result.stderr
     shown = status(region, sim_env)
     assert (shown["priority"], shown["priority_board"]) == ("high", None)
+
+
+def test_set_raises_a_low_container_while_it_runs(tmp_path, sim_env, launch_client):
+    """`vgpulimit set --priority high` from the node, on a low container held
+    back by a high one: from then on the two are equals, time-sliced."""
+    low_region = tmp_path / "low.region"
+    started = time.monotonic()
+    low = Container(sim_env, None, loops(launch_client, 1, seconds=6), region=low_region,
+                    flags=["--priority", "low"])
+    wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
+    high_started = time.monotonic()
+    high = Container(sim_env, None, loops(launch_client, 1, seconds=4.5), flags=["--priority", "high"])
+    wait_for(lambda: reported(high, high_started + 1.5), "1.5 s of the high container")
+    run(vgpulimit_cmd("set", "--priority", "high", "--region", low_region), sim_env)
+    raised = time.monotonic()
+    high_out, low_out = high.finish(), low.finish()
+    first, last = span(high_out)
+    assert share(low_out, first + 0.3, raised - 0.1) <= 12
+    assert share(low_out, raised + 0.3, last) >= 30
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--board", "/tmp/b"], "--board is the priority board of --priority"),
+    (["--priority", "low", "--board", "rel/board"], "--board 'rel/board' must be an absolute path"),
+])
+def test_a_board_needs_a_priority_and_an_absolute_path(sim_env, flags, expected):
+    result = run(vgpulimit_cmd("run", "--simulate", *flags, "--", "true"), sim_env, check=False)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert expected in line
