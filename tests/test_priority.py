@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import C_DIR, compile_c, run, vgpulimit_cmd
+from conftest import C_DIR, SHIM_SRC, base_env, compile_c, run, vgpulimit_cmd
 from test_compute_share import Container, loops, progress, share, wait_for
 
 
@@ -231,3 +231,12 @@ def test_a_board_needs_a_priority_and_an_absolute_path(sim_env, flags, expected)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert expected in line
+
+
+def test_the_priority_model_alone_under_sanitizers(tmp_path):
+    binary = compile_c(tmp_path / "priority_model_test",
+                       [C_DIR / "priority_model_test.c", SHIM_SRC / "priority_model.c"],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    result = run([binary], base_env(), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(" passed, 0 failed\n")

@@ -1,12 +1,12 @@
 /* Priority between tenants on one GPU: while a container of a higher
  * priority has work on a device, the launches of lower ones wait (but for a
- * launch every FLOOR_NS once held that long, so that they are never starved
- * outright), and while
- * a higher one merely shares the device, lower ones keep at most LOOKAHEAD_NS
- * of work in flight, so that a higher container's kernel waits behind little
- * of theirs.  Once the higher ones' work is done (GRACE_NS after it was
- * expected to end), the lower ones launch again, each held to its own share
- * by throttle.c as before: priority only ever adds waiting.
+ * launch every 50 ms once held that long, so that they are never starved
+ * outright), and while a higher one merely shares the device, lower ones
+ * keep at most 0.5 ms of work in flight, so that a higher container's kernel
+ * waits behind little of theirs.  Once the higher ones' work is done (0.5 ms
+ * after it was expected to end), the lower ones launch again, each held to
+ * its own share by throttle.c as before: priority only ever adds waiting.
+ * What to do is decided by priority_model.c; this file is what it acts on.
  *
  * Who is higher comes from the node's board (vgpulimit/board.h), mapped
  * read-only; whether they have work from their beacons, which each
@@ -31,17 +31,6 @@
 #include "internal.h"
 #include "vgpulimit/board.h"
 
-/* How long after a higher container's work was expected to end it still
- * counts as busy: its estimate is of kernels' known costs, and the host's
- * clock runs on while its next launch is on the way. */
-#define GRACE_NS 500000
-/* The work a lower container keeps in flight beside a higher one. */
-#define LOOKAHEAD_NS 500000
-/* Held back this long, a lower container still launches once, and once
- * every FLOOR_NS while it stays held. */
-#define FLOOR_NS 50000000
-/* A held-back launch looks at the board again at least this often. */
-#define MAX_YIELD_NS 2000000
 /* Other containers' beacons are read again after this long. */
 #define REREAD_NS 100000
 /* A beacon is believed this far ahead at most: its tenant writes it (and
@@ -53,13 +42,6 @@ struct other {
     int fd;                            /* its beacon, read-only; -1: none (or not a beacon) */
 };
 
-/* What the other containers on a device have launched there: until when the
- * work of those above this one lasts (0: none has any), until when that of
- * those below does, and whether any above launched there at all. */
-struct others_busy {
-    uint64_t higher_ns, lower_ns;
-    bool higher_shares;
-};
 
 static struct {
     pthread_mutex_t lock;
@@ -72,10 +54,9 @@ static struct {
     struct other others[VGL_BOARD_ROWS];
     struct {
         uint64_t read_ns;              /* 0: never */
-        struct others_busy busy;
+        struct vgl_priority_view busy;
     } seen[VGL_MAX_DEVICES];           /* by the container's device index */
-    uint64_t held_since_ns;            /* a launch has been held back since (0: none is) */
-    uint64_t last_floor_ns;
+    struct vgl_priority_hold hold;
 } prio = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void forget_in_child(void)
@@ -221,17 +202,13 @@ static const struct vgl_beacon_device *entry_for(const struct vgl_beacon *b, con
 }
 
 /* The other containers' work on container device `device` (UUID `uuid`), as
- * their beacons said at most REREAD_NS ago. */
-static struct others_busy others_busy(int device, const uint8_t uuid[16], uint64_t now_ns)
+ * their beacons said at most REREAD_NS ago.  Under prio.lock. */
+static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], uint64_t now_ns)
 {
-    pthread_mutex_lock(&prio.lock);
-    if (prio.seen[device].read_ns && now_ns - prio.seen[device].read_ns < REREAD_NS) {
-        struct others_busy cached = prio.seen[device].busy;
-        pthread_mutex_unlock(&prio.lock);
-        return cached;
-    }
+    if (prio.seen[device].read_ns && now_ns - prio.seen[device].read_ns < REREAD_NS)
+        return prio.seen[device].busy;
     uint32_t rank = vgl_priority_rank(__atomic_load_n(&prio.board->row[prio.row].priority, __ATOMIC_RELAXED));
-    struct others_busy o = {0, 0, false};
+    struct vgl_priority_view o = {0, 0, false};
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
         const struct vgl_board_row *r = &prio.board->row[i];
         uint64_t key = __atomic_load_n(&r->key, __ATOMIC_ACQUIRE);
@@ -251,24 +228,7 @@ static struct others_busy others_busy(int device, const uint8_t uuid[16], uint64
     }
     prio.seen[device].read_ns = now_ns;
     prio.seen[device].busy = o;
-    pthread_mutex_unlock(&prio.lock);
     return o;
-}
-
-/* Whether a launch held back since `held_ns` (0: not held) may go as the
- * floor: after FLOOR_NS held, one launch of the container's per FLOOR_NS. */
-static bool floor_due(uint64_t now_ns)
-{
-    uint64_t held = __atomic_load_n(&prio.held_since_ns, __ATOMIC_RELAXED);
-    if (!held) {
-        __atomic_compare_exchange_n(&prio.held_since_ns, &held, now_ns, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
-        return false;
-    }
-    uint64_t last = __atomic_load_n(&prio.last_floor_ns, __ATOMIC_RELAXED);
-    return now_ns - held >= FLOOR_NS && now_ns - last >= FLOOR_NS &&
-           __atomic_compare_exchange_n(&prio.last_floor_ns, &last, now_ns, false, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED);
 }
 
 int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
@@ -278,32 +238,20 @@ int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
     if (memcmp(uuid, none, sizeof none) == 0)
         return 0; /* its UUID not known yet: no one else's beacon can be matched */
     struct vgl_beacon_device *own = &prio.own->device[device];
-    struct others_busy o = others_busy(device, uuid, now_ns);
-    int64_t wait = 0;
-    bool floor = false;
-    if (o.higher_ns && o.higher_ns + GRACE_NS > now_ns) {
-        floor = floor_due(now_ns);
-        wait = floor ? 0 : (int64_t)(o.higher_ns + GRACE_NS - now_ns);
-    } else if (o.higher_shares) {
-        uint64_t mine = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED);
-        if (mine > now_ns + LOOKAHEAD_NS)
-            wait = (int64_t)(mine - now_ns - LOOKAHEAD_NS);
-    }
+    pthread_mutex_lock(&prio.lock);
+    struct vgl_priority_view v = others_busy(device, uuid, now_ns);
+    int64_t wait = vgl_priority_wait(&v, __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED), now_ns,
+                                     &prio.hold);
+    pthread_mutex_unlock(&prio.lock);
     if (wait > 0)
-        return wait < MAX_YIELD_NS ? wait : MAX_YIELD_NS;
-    if (!floor)
-        __atomic_store_n(&prio.held_since_ns, 0, __ATOMIC_RELAXED);
-    /* Admitted: the container's work now ends this much later, and not
-     * before what lower containers have in flight, which time-slices with
-     * it (so that they wait until it is really done). */
+        return wait;
+    /* Admitted: the container's work (all its processes') now lasts longer. */
     if (memcmp(own->uuid, uuid, sizeof own->uuid) != 0)
         memcpy(own->uuid, uuid, sizeof own->uuid);
-    uint64_t start = now_ns > o.lower_ns ? now_ns : o.lower_ns;
-    uint64_t until = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED), next;
-    do
-        next = (until > start ? until : start) + (uint64_t)(cost_ns > 0 ? cost_ns : 0);
-    while (!__atomic_compare_exchange_n(&own->busy_until_ns, &until, next, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED));
+    uint64_t until = __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&own->busy_until_ns, &until, vgl_priority_until(&v, until, now_ns, cost_ns),
+                                        true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
     __atomic_add_fetch(&own->launches, 1, __ATOMIC_RELEASE);
     return 0;
 }
