@@ -29,6 +29,7 @@ benchmarks/real_gpu.py runs the same four ways as its priority rows.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -88,7 +89,7 @@ def completed_at(output: str, t: float) -> float:
     """The batch's completed launches at time t, interpolated between its reports."""
     points = [(float(f[2]), int(f[3])) for f in (line.split() for line in output.splitlines())
               if len(f) == 4 and f[0] == "progress"]
-    for (t0, n0), (t1, n1) in zip(points, points[1:]):
+    for (t0, n0), (t1, n1) in itertools.pairwise(points):
         if t0 <= t <= t1:
             return n0 + (n1 - n0) * (t - t0) / (t1 - t0) if t1 > t0 else n0
     raise RuntimeError(f"the batch job reported no progress around {t:.3f}")
@@ -146,11 +147,11 @@ def run_ways(start: Callable[[list[str]], object], finish: Callable[[object], st
 
 def table(ways: Sequence[Way], simulate: bool) -> str:
     alone = ways[0]
-    lines = [f"service: {RATE} requests/s of {'+'.join(str(k / 1000) for k in SERVICE_KERNELS_US)} ms kernels; "
-             f"batch: {BATCH_KERNEL_US / 1000:g} ms kernels back to back"
-             + ("; simgpu, 2 ms time slices" if simulate else ""),
-             f"goal with priorities: p99 <= {P99_FACTOR:g} x {alone.p99_ms:.2f} + {P99_SLACK_MS:g} = "
-             f"{p99_goal_ms(alone):.2f} ms; batch >= {IDLE_SHARE_PCT:g} % of the idle time",
+    lines = [(f"service: {RATE} requests/s of {'+'.join(str(k / 1000) for k in SERVICE_KERNELS_US)} ms kernels; "
+              f"batch: {BATCH_KERNEL_US / 1000:g} ms kernels back to back"
+              + ("; simgpu, 2 ms time slices" if simulate else "")),
+             (f"goal with priorities: p99 <= {P99_FACTOR:g} x {alone.p99_ms:.2f} + {P99_SLACK_MS:g} = "
+              f"{p99_goal_ms(alone):.2f} ms; batch >= {IDLE_SHARE_PCT:g} % of the idle time"),
              f"{'way':<14}{'requests':>9}{'p50 ms':>9}{'p99 ms':>9}{'batch share of idle':>22}"]
     for w in ways:
         share = "-" if w.idle_share_pct is None else f"{w.idle_share_pct:.1f} %"

@@ -774,7 +774,7 @@ def pair_spec(kernels: Kernels) -> Spec:
 def priority_spec() -> Spec:
     """benchmarks/priority.py's four ways, as rows: the service's latency
     alone and beside a batch job, and with priorities, judged by the goals."""
-    import priority as service_bench   # benchmarks/priority.py, beside this file
+    import priority as service_bench  # benchmarks/priority.py, beside this file
 
     seconds = 8.0
 

@@ -84,9 +84,9 @@ def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
 def test_priority_never_exceeds_a_share(tmp_path, sim_env, launch_client):
     """A high container at 40 % gets 40 %, not more, beside a low one, which
     has the rest of the GPU while the high one waits for its budget."""
-    low_out, high_out, low_region, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
-                                                                  high_flags=["--cores", "40"],
-                                                                  high_seconds=3.0)
+    low_out, high_out, _, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
+                                                          high_flags=["--cores", "40"],
+                                                          high_seconds=3.0)
     first, last = span(high_out)
     assert 30 <= share(high_out, first + 1, last) <= 48
     assert share(low_out, first + 1, last) >= 30
@@ -101,8 +101,8 @@ def test_a_tenant_cannot_raise_its_own_priority(tmp_path, sim_env, launch_client
     nested = [*vgpulimit_cmd("run", "--simulate", "--priority", "high", "--"), launch_client, "kernel", "1000", "5.2"]
     rewrite = ("from vgpulimit.region import Region; import os; r = Region.open(os.environ['VGPULIMIT_REGION']); "
                "s = r.snapshot(); r.set_priority('high', s.board, r.board_row, r.board_key)")
-    tenant = ["sh", "-c", f"VGPULIMIT_PRIORITY=high CUDA_TASK_PRIORITY=0 {vgpulimit_cmd('')[0]} -c \"{rewrite}\" && "
-              f"VGPULIMIT_PRIORITY=high CUDA_TASK_PRIORITY=0 exec {' '.join(map(str, nested))}"]
+    tenant = ["sh", "-c", (f"VGPULIMIT_PRIORITY=high CUDA_TASK_PRIORITY=0 {vgpulimit_cmd('')[0]} -c \"{rewrite}\" && "
+                           f"VGPULIMIT_PRIORITY=high CUDA_TASK_PRIORITY=0 exec {' '.join(map(str, nested))}")]
     low_out, high_out, low_region, _ = beside_a_low_one(tmp_path, sim_env, launch_client, low_command=tenant)
     first, last = span(high_out)
     assert share(high_out, first + 0.3, last) >= 80

@@ -225,7 +225,7 @@ def test_priorities_between_two_containers(sanitized, tmp_path):
     try:
         sanitized_run(sanitized, tmp_path, [client, "kernel", "1000", "1"], VGPULIMIT_REGION=str(regions["high"]))
     finally:
-        out, err = low.communicate(timeout=60)
+        _, err = low.communicate(timeout=60)
     assert not [line for line in err.splitlines() if line.startswith(SANITIZERS_SAID)], err
     assert low.returncode == 0, err
     with Region.open(regions["low"]) as region:

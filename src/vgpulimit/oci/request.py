@@ -23,7 +23,13 @@ def requested(config: Mapping[str, Any]):
     (the variables may come with the image, the annotation from whoever runs
     it)."""
     from vgpulimit import environment
-    from vgpulimit.limits import LimitError, parse_cores, parse_cores_policy, parse_memory, parse_priority
+    from vgpulimit.limits import (
+        LimitError,
+        parse_cores,
+        parse_cores_policy,
+        parse_memory,
+        parse_priority,
+    )
     from vgpulimit.request import Limits, Setting, layer
 
     env, annotations = config_environment(config), config_annotations(config)
