@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import C_DIR, SHIM_SRC, base_env, compile_c, run, vgpulimit_cmd
 from test_compute_share import Container, loops, progress, share, wait_for
+from test_views import serve_and_scrape
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,9 @@ def test_high_goes_first(tmp_path, sim_env, launch_client):
     assert high["yielded_ns"] == 0 and high["throttled_ns"] == 0, high
     assert status(low_region, sim_env)["priority"] == "low"
     assert status(high_region, sim_env)["priority"] == "high"
+    yielded = [v for (name, _), v in serve_and_scrape(sim_env, "--region", low_region).items()
+               if name == "vgpulimit_yielded_seconds_total"]
+    assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
 
 
 def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
