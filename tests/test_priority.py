@@ -44,22 +44,26 @@ def span(output: str) -> tuple[float, float]:
     return min(times), max(times)
 
 
-def beside_a_low_one(tmp_path, env, client, high_flags=(), low_command=None, high_seconds=2.0):
+def beside_a_low_one(tmp_path, env, client, high_flags=(), low_command=None, high_seconds=2.0,
+                     priorities=("low", "high")):
     """A low container's loop of 1 ms kernels; once it has run a second, a
-    high one's for `high_seconds`.  Both outputs, and the two regions."""
+    high one's for `high_seconds` (or of the two `priorities`).  Both
+    outputs, and the two regions."""
     low_region, high_region = tmp_path / "low.region", tmp_path / "high.region"
     started = time.monotonic()
     low = Container(env, None, low_command or loops(client, 1, seconds=high_seconds + 3.2), region=low_region,
-                    flags=["--priority", "low"])
+                    flags=["--priority", priorities[0]])
     wait_for(lambda: reported(low, started + 1.0), "progress from the low container")
     high = Container(env, None, loops(client, 1, seconds=high_seconds), region=high_region,
-                     flags=["--priority", "high", *high_flags])
+                     flags=["--priority", priorities[1], *high_flags])
     high_out = high.finish()
     return low.finish(), high_out, low_region, high_region
 
 
-def test_high_goes_first(tmp_path, sim_env, launch_client):
-    low_out, high_out, low_region, high_region = beside_a_low_one(tmp_path, sim_env, launch_client)
+@pytest.mark.parametrize("lower, higher", [("low", "high"), ("low", "normal"), ("normal", "high")])
+def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
+    low_out, high_out, low_region, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
+                                                                  priorities=(lower, higher))
     first, last = span(high_out)
     assert share(high_out, first + 0.3, last) >= 80
     assert share(low_out, first + 0.3, last) <= 12
@@ -67,8 +71,8 @@ def test_high_goes_first(tmp_path, sim_env, launch_client):
     # The low container's launches waited about as long as the high one ran.
     assert low["yielded_ns"] >= 0.5 * (last - first) * 1e9, low
     assert high["yielded_ns"] == 0 and high["throttled_ns"] == 0, high
-    assert status(low_region, sim_env)["priority"] == "low"
-    assert status(high_region, sim_env)["priority"] == "high"
+    assert status(low_region, sim_env)["priority"] == lower
+    assert status(high_region, sim_env)["priority"] == higher
     yielded = [v for (name, _), v in serve_and_scrape(sim_env, "--region", low_region).items()
                if name == "vgpulimit_yielded_seconds_total"]
     assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
