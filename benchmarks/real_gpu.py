@@ -20,6 +20,11 @@ run -- without vgpulimit, then under it:
   one block, one block per SM, or filling the GPU on two streams, at shares
   10-90 %, and two containers at 30 + 60 %: the share is kernels completed
   times a kernel's length (as events time it, uncapped) over the wall time;
+- priority: a service at 100 requests/s of 0.5, 1 and 2 ms kernels alone,
+  beside a batch job of 1 ms kernels with no priorities, with the service
+  high and the batch low, and with the batch borrowing at 50 %
+  (benchmarks/priority.py): p50 and p99 latency, and the batch job's share of
+  the GPU time the service left idle;
 - programs: PyTorch bf16 matmuls at 30 % alone and as 30 + 60 % tenants,
   torch.compile at 30 %, 40 small ops eager (launch-bound) and as a CUDA
   graph at 50 and 90 %: each as a share of its own uncapped throughput (a
@@ -79,11 +84,12 @@ LAUNCH_BOUND_KEPT = 0.95               # eager PyTorch (GPU ~11 % busy) under a 
 NODE_TOLERANCE_BYTES = 16 * MiB
 RUN_BUDGET_S = 480.0                   # the whole run on a GPU: 8 minutes
 
-GROUPS = ("memory", "tools", "share", "programs", "costs", "node")
+GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node")
 GROUP_TITLES = {"memory": "memory cap (4 GiB)", "tools": "tools inside the cap", "share": "compute share",
-                "programs": "real programs", "costs": "costs from C", "node": "node view"}
+                "priority": "priority between tenants", "programs": "real programs", "costs": "costs from C",
+                "node": "node view"}
 # Cheap and decisive first; torch.compile's cold compile last.
-RUN_ORDER = ("tools", "memory", "share", "costs", "node", "programs")
+RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "programs")
 
 NEEDS_RUNTIME = ("needs the real CUDA runtime ({what}), which stops on the simulated driver "
                  "(libcudart asks the driver for NVIDIA's private export tables)")
@@ -765,6 +771,51 @@ def pair_spec(kernels: Kernels) -> Spec:
     return Spec(f"share.pair.{kernels.us}us", f"{kernels.text()}: 30 % + 60 %", 60, fn)
 
 
+def priority_spec() -> Spec:
+    """benchmarks/priority.py's four ways, as rows: the service's latency
+    alone and beside a batch job, and with priorities, judged by the goals."""
+    import priority as service_bench  # benchmarks/priority.py, beside this file
+
+    seconds = 8.0
+
+    def fn(bench: Bench) -> list[Row]:
+        length = 2.0 if bench.quick else seconds
+        env = dict(bench.env)
+
+        def fresh(index: int) -> None:
+            if bench.simulate:   # a simulated GPU of each way's own
+                env["SIMGPU_STATE"] = str(bench.work / f"priority-{index}.state")
+
+        def finish(proc: Proc) -> str:
+            out, err = bench.finish(proc, length + 60, "a priority container")
+            if proc.returncode != 0:
+                raise RuntimeError(failed("a priority container", (proc.returncode, err)))
+            return out
+
+        ways = service_bench.run_ways(lambda command: bench.start(command, env), finish, bench.capped,
+                                      bench.c_client(), length, fresh)
+        alone, plain, high, borrowing = ways
+
+        def latency(w) -> str:
+            return f"p50 {w.p50_ms:.2f} ms, p99 {w.p99_ms:.2f} ms"
+
+        def share(w) -> str:
+            return f"; the batch {w.idle_share_pct:.0f} % of the idle time"
+
+        data = {w.name: {"p50_ms": w.p50_ms, "p99_ms": w.p99_ms, "idle_share_pct": w.idle_share_pct}
+                for w in ways}
+        goal = (f"p99 <= {service_bench.p99_goal_ms(alone):.2f} ms, the batch >= "
+                f"{service_bench.IDLE_SHARE_PCT:g} % of the idle time")
+        return [Row("priority", "service alone", uncapped=latency(alone), data=data),
+                Row("priority", "service beside a batch job, no priorities", uncapped=latency(plain) + share(plain)),
+                Row("priority", "service high, batch job low", uncapped=latency(plain) + " (no priorities)",
+                    capped=latency(high) + share(high), expect=goal,
+                    verdict=verdict(service_bench.meets_goals(alone, high))),
+                Row("priority", "service high, batch job low borrowing at 50 %",
+                    capped=latency(borrowing) + share(borrowing))]
+    return Spec("priority.service", "service beside a batch job", 4 * (seconds + 8) + 60, fn)
+
+
 # --- 4. real programs ---------------------------------------------------------------------------
 
 def program_once(bench: Bench, mode: str, seconds: float, cores: int | None,
@@ -1046,6 +1097,7 @@ def plan(quick: bool) -> list[Spec]:
     specs = [memory_spec(*c) for c in MEMORY_CLIENTS]
     specs += [tool_spec(name) for name in tool_commands()] + [verify_spec()]
     specs += [share_spec(k, s) for k, s in cells] + [pair_spec(k) for k in pairs]
+    specs += [priority_spec()]
     specs += [matmul_spec(), compile_spec(), launch_spec()]
     specs += [costs_spec(), node_spec()]
     return specs

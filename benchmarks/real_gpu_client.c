@@ -14,6 +14,13 @@
  *       on a busy stream and prints "kernel_ns N" (one kernel's span).
  *       Prints "progress PID T N" after each batch it waited for
  *       (CLOCK_MONOTONIC seconds when the wait returned, kernels completed).
+ *   real_gpu_client service PTX RATE SECONDS KERNEL_US...
+ *       A latency-sensitive service (benchmarks/priority.py): requests arrive
+ *       at RATE per second on a fixed schedule (one that finds the previous
+ *       still running waits, and its latency counts the wait); each launches
+ *       vgl_spin_us<KERNEL_US> of each KERNEL_US, one after another on one
+ *       stream, and waits for them.  Prints "request PID ARRIVAL LATENCY_US"
+ *       for each (ARRIVAL in CLOCK_MONOTONIC seconds).
  *   real_gpu_client cost PTX LAUNCHES PAIRS
  *       Prints "launch NS" (an empty kernel's cuLaunchKernel, LAUNCHES in a
  *       row, per call) and "alloc_free NS" (cuMemAlloc + cuMemFree of 1 MiB,
@@ -237,6 +244,52 @@ static int spin(int argc, char **argv)
     return 0;
 }
 
+static void sleep_until(double t)
+{
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
+        ;
+}
+
+static int service(int argc, char **argv)
+{
+    enum { MAX_KERNELS = 16 };
+    double rate = argc >= 6 ? atof(argv[3]) : 0, seconds = argc >= 6 ? atof(argv[4]) : 0;
+    int nkernels = argc - 5;
+    if (rate <= 0 || seconds <= 0 || nkernels < 1 || nkernels > MAX_KERNELS) {
+        fprintf(stderr, "usage: real_gpu_client service PTX RATE SECONDS KERNEL_US... (1 to %d kernels)\n",
+                MAX_KERNELS);
+        return 2;
+    }
+    open_device();
+    CUfunction kernels[MAX_KERNELS];
+    for (int k = 0; k < nkernels; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "vgl_spin_us%ld", atol(argv[5 + k]));
+        kernels[k] = load_kernel(argv[2], name);
+    }
+    CUstream stream;
+    CALL(CUresult(*)(CUstream *, unsigned), "cuStreamCreate", &stream, CU_STREAM_NON_BLOCKING);
+    CUresult (*sync)(CUstream) = (CUresult(*)(CUstream))fn("cuStreamSynchronize");
+    double start = now_s() + 0.01;
+    for (long n = 0;; n++) {
+        double arrival = start + (double)n / rate;
+        if (arrival - start >= seconds)
+            break;
+        sleep_until(arrival);
+        for (int k = 0; k < nkernels; k++)
+            CALL(launch_fn, "cuLaunchKernel", kernels[k], 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+        CUresult rc = sync(stream);
+        if (rc != CUDA_SUCCESS) {
+            fprintf(stderr, "real_gpu_client: cuStreamSynchronize failed: %s (%d)\n", error_name(rc), (int)rc);
+            return 4;
+        }
+        printf("request %d %.6f %.1f\n", (int)getpid(), arrival, (now_s() - arrival) * 1e6);
+    }
+    fflush(stdout);
+    return 0;
+}
+
 static int cost(int argc, char **argv)
 {
     if (argc != 5) {
@@ -330,8 +383,10 @@ int main(int argc, char **argv)
         return spin(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "cost") == 0)
         return cost(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "service") == 0)
+        return service(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "fill") == 0)
         return fill(argc, argv);
-    fprintf(stderr, "usage: real_gpu_client spin|cost|fill ...\n");
+    fprintf(stderr, "usage: real_gpu_client spin|service|cost|fill ...\n");
     return 2;
 }

@@ -107,6 +107,7 @@ def test_output_file(tmp_path):
     (["--memory", "lots"], "--memory: 'lots' is not a valid value; accepted forms"),
     (["--cores", "0"], "--cores: '0' is out of range"),
     (["--name", "a b"], "--name: 'a b' is not a CDI device name"),
+    (["--cores", "30", "--priority", "urgent"], "--priority: 'urgent' is not a valid value; accepted forms: high, normal, low"),
 ])
 def test_bad_flags_are_one_line(args, expected):
     result = generate(*args)
@@ -173,3 +174,8 @@ def test_a_container_started_from_the_spec_is_capped_as_with_the_hook(tmp_path):
 def test_the_spec_carries_the_compute_policy():
     [device] = spec_of("--cores", "30", "--cores-policy", "borrow")["devices"]
     assert device["containerEdits"]["env"] == ["VGPULIMIT_CORES=30", "VGPULIMIT_CORES_POLICY=borrow"]
+
+
+def test_the_spec_carries_the_priority():
+    [device] = spec_of("--cores", "30", "--priority", "low")["devices"]
+    assert device["containerEdits"]["env"] == ["VGPULIMIT_CORES=30", "VGPULIMIT_PRIORITY=low"]

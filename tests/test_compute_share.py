@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,8 @@ class Container:
     output collected line by line."""
 
     def __init__(self, env, cores: int | None, command: list[str], region: Path | None = None,
-                 policy: str | None = None):
-        flags = ["--cores", str(cores)] if cores is not None else []
+                 policy: str | None = None, flags: Sequence[str] = ()):
+        flags = [*flags, *(["--cores", str(cores)] if cores is not None else [])]
         flags += ["--cores-policy", policy] if policy is not None else []
         flags += ["--region", str(region)] if region is not None else []
         self.proc = subprocess.Popen(vgpulimit_cmd("run", "--simulate", *flags, "--", *map(str, command)),

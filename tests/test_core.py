@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from conftest import BASE, C_DIR, SHIM_SRC, base_env, compile_c, cuda_toolkit_include, have, run
 
-CORE_SOURCES = [*(SHIM_SRC / name for name in ("limits.c", "region.c", "slot_owner.c", "ledger.c", "log.c")),
+CORE_SOURCES = [*(SHIM_SRC / name for name in ("limits.c", "region.c", "slot_owner.c", "ledger.c", "board.c", "log.c")),
                 *(BASE / name for name in ("clock.c", "identity.c", "robust.c", "create.c", "number.c"))]
 
 

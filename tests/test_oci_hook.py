@@ -523,3 +523,30 @@ def test_a_link_planted_while_the_container_ran_is_not_followed_at_poststop(tmp_
     assert f"{bundle.rootfs}/etc in the container's rootfs is a symbolic link" in result.stderr
     assert not (bundle.rootfs / ".vgpulimit").exists()
     assert os.listdir(tmp_path / "node") == []
+
+
+def test_a_priority_annotation_gives_a_row_the_container_cannot_change(tmp_path, bundles):
+    """vgpulimit.io/priority: the hook gives the container a row in the node's
+    board and mounts the board read-only, the container's own beacon
+    writable.  Root in the container cannot write the board, nor change its
+    priority with `vgpulimit set`; its launches are written in its beacon;
+    poststop frees the row."""
+    from vgpulimit._core import ffi, lib
+
+    script = ("(echo x >> /.vgpulimit/board/priority.board) 2>/dev/null && echo wrote-board || echo board-read-only; "
+              "python -m vgpulimit set --priority low --region /.vgpulimit/region; echo set-exit $?; "
+              "/tmp/launch_client kernel 100 0.3 > /dev/null && cat /.vgpulimit/board/beacon-* > /tmp/beacon")
+    bundle = bundles(["sh", "-c", script])
+    compile_c(bundle.rootfs / "tmp" / "launch_client", [TESTS / "c" / "launch_client.c"], "-ldl")
+    bundle.config["annotations"] = {"vgpulimit.io/priority": "high"}
+    result = bundle.run()
+    assert result.returncode == 0, result.stderr
+    assert "board-read-only" in result.stdout and "set-exit 0" not in result.stdout, result.stdout
+    assert "not writable here" in result.stderr, result.stderr
+    beacon = bytearray((bundle.rootfs / "tmp" / "beacon").read_bytes())
+    assert lib.vgl_beacon_check(ffi.from_buffer(beacon), len(beacon)) == 0
+    assert ffi.cast("struct vgl_beacon *", ffi.from_buffer(beacon)).device[0].launches > 0
+    board = bytearray((tmp_path / "node" / ".priority" / "priority.board").read_bytes())
+    view = ffi.cast("struct vgl_board *", ffi.from_buffer(board))
+    assert not any(view.row[i].key for i in range(lib.VGL_BOARD_ROWS))   # poststop freed it
+    assert os.listdir(tmp_path / "node" / ".priority") == ["priority.board"]

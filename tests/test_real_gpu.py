@@ -68,6 +68,10 @@ def test_the_simulated_run_prints_the_whole_table(tmp_path):
     assert shares and all(r["verdict"] in ("PASS", "FAIL") and r["capped"] for r in shares), shares
     costs = [r for r in rows if r["group"] == "costs"]
     assert len(costs) == 2 and all(r["verdict"] == "INFO" for r in costs), costs
+    # The service's latency beside a batch job: four ways, the one with priorities judged.
+    priority = [r for r in rows if r["group"] == "priority"]
+    assert [r["verdict"] for r in priority][:2] == ["INFO", "INFO"] and len(priority) == 4, priority
+    assert priority[2]["verdict"] in ("PASS", "FAIL") and priority[2]["capped"], priority
 
 
 class FakeBench:
@@ -178,6 +182,13 @@ def judged(rows: list[real_gpu.Row]) -> list[str]:
     return [f"{r.group}: {r.name}: {r.verdict} {r.note} (without: {r.uncapped}; under: {r.capped}; "
             f"pass line: {r.expect})" for r in rows
             if r.verdict not in ("PASS", "SKIP") or "out of time" in r.note]
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_a_high_service_keeps_its_latency_beside_a_low_batch_job(report):
+    rows = report.group("priority")
+    assert len(rows) == 4 and all(r.verdict != "ERROR" for r in rows), judged(rows)
+    assert judged([r for r in rows if r.expect]) == []
 
 
 @pytest.mark.gpu

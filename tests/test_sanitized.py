@@ -199,3 +199,34 @@ def test_short_and_launch_bound_work_under_a_compute_share(sanitized, tmp_path, 
                            [sanitized["bin"] / "launch_client", path, kernel_us, "0.5", cpu_us],
                            VGPULIMIT_CORES="10", VGPULIMIT_REGION=str(tmp_path / "region"))
     assert int(result.stdout.split("done ")[1].split()[1]) > 0
+
+
+def test_priorities_between_two_containers(sanitized, tmp_path):
+    """A low container's launch loop beside a high one's, each with a row in
+    one board: the high one writes its beacon at every launch, the low one
+    reads it and waits."""
+    from vgpulimit import board
+
+    regions = {}
+    for name, priority in (("low", "low"), ("high", "high")):
+        path = tmp_path / f"{name}.region"
+        row = board.join(str(tmp_path / "priority.board"), priority)
+        with Region.create(path, [None] * 16, [0] * 16) as region:
+            region.set_priority(priority, str(tmp_path / "priority.board"), row.row, row.key)
+        regions[name] = path
+    client = sanitized["bin"] / "launch_client"
+    low_env = base_env(
+        LD_PRELOAD=f"{sanitized['preload']} {sanitized['build'] / 'shim' / 'libvgpulimit.so'}",
+        LD_LIBRARY_PATH=str(sanitized["build"] / "simgpu"), SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+        SIMGPU_CONTEXT_OVERHEAD="0", ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1",
+        VGPULIMIT_REGION=str(regions["low"]))
+    low = subprocess.Popen([client, "kernel", "1000", "2"], env=low_env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        sanitized_run(sanitized, tmp_path, [client, "kernel", "1000", "1"], VGPULIMIT_REGION=str(regions["high"]))
+    finally:
+        _, err = low.communicate(timeout=60)
+    assert not [line for line in err.splitlines() if line.startswith(SANITIZERS_SAID)], err
+    assert low.returncode == 0, err
+    with Region.open(regions["low"]) as region:
+        assert region.snapshot(all_devices=True).devices[0].yielded_ns > 0

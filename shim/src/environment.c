@@ -33,6 +33,8 @@ static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 static const char OUR_POLICY[] = "VGPULIMIT_CORES_POLICY";
 static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
 static const char HAMI_DISABLE[] = "CUDA_DISABLE_CONTROL";
+static const char OUR_PRIORITY[] = "VGPULIMIT_PRIORITY";
+static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
 static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
 
@@ -417,6 +419,26 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", policy_name, policy,
             vgl_cores_policy_forms());
     }
+    /* The priority: ours (high, normal, low) beats HAMi-core's (0 high, 1 low). */
+    out->priority = -1;
+    const char *priority = lookup(envp, OUR_PRIORITY);
+    const char *priority_name = priority ? OUR_PRIORITY : HAMI_PRIORITY;
+    priority = priority ? priority : lookup(envp, HAMI_PRIORITY);
+    uint32_t priority_value;
+    if (priority) {
+        out->asks = 1;
+        bool ours_given = priority_name == OUR_PRIORITY;
+        if ((ours_given ? vgl_parse_priority(priority, &priority_value)
+                        : vgl_parse_hami_priority(priority, &priority_value)) == 0) {
+            out->priority = (int32_t)priority_value;
+            out->priority_from.source = ours_given ? VGL_ENV_OURS : VGL_ENV_HAMI;
+            snprintf(out->priority_from.name, sizeof out->priority_from.name, "%s", priority_name);
+            snprintf(out->priority_from.text, sizeof out->priority_from.text, "%s", priority);
+        } else {
+            say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", priority_name, priority,
+                ours_given ? vgl_priority_forms() : vgl_hami_priority_forms());
+        }
+    }
     const char *ours = NULL; /* a VGPULIMIT_ variable that sets something up */
     const char *hami_policy = lookup(envp, HAMI_POLICY);
     bool hami_cores_off = hami_policy && strcasecmp(hami_policy, "DISABLE") == 0;
@@ -433,6 +455,10 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             continue; /* a second entry of one name: getenv sees the first */
         if (strcmp(name, OUR_POLICY) == 0) {
             ours = OUR_POLICY; /* read above */
+            continue;
+        }
+        if (strcmp(name, OUR_PRIORITY) == 0) {
+            ours = OUR_PRIORITY; /* read above */
             continue;
         }
         const struct family *f = NULL;
@@ -463,7 +489,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
             say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
-                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
     const char *portion = lookup(envp, KAI_PORTION);

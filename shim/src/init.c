@@ -247,6 +247,10 @@ static struct vgl_region *open_region(void)
         /* Its name hashes the policy too: whoever made it wrote the same. */
         for (int i = 0; made && !err && env->cores_policy > 0 && i < VGL_MAX_DEVICES; i++)
             __atomic_store_n(&region->devices[i].cores_policy, (uint32_t)env->cores_policy, __ATOMIC_RELEASE);
+        /* For the views only: with no setter there is no board row, and a
+         * priority means nothing without one (priority.c). */
+        if (made && !err && env->priority > 0)
+            region->priority = (uint32_t)env->priority;
     }
     if (err) {
         static int said; /* every later call fails the same way: once is enough */

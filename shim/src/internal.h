@@ -333,6 +333,50 @@ void vgl_share_used(int device, int64_t charged_ns, int64_t used_ns);
 /* A launch waited `ns` for budget. */
 void vgl_share_waited(int device, uint64_t ns);
 
+/* priority_model.c — what a launch does about priorities, from what the
+ * other containers' beacons say.  No clock, no files: testable alone. */
+/* How long after a higher container's work was expected to end it still
+ * counts as busy: its estimate is of kernels' known costs, and the host's
+ * clock runs on while its next launch is on the way. */
+#define VGL_PRIORITY_GRACE_NS 500000ULL
+/* The work a lower container keeps in flight beside a higher one. */
+#define VGL_PRIORITY_LOOKAHEAD_NS 500000ULL
+/* Held back this long, a lower container still launches once, and once
+ * every VGL_PRIORITY_FLOOR_NS while it stays held. */
+#define VGL_PRIORITY_FLOOR_NS 50000000ULL
+/* A held-back launch looks at the board again at least this often. */
+#define VGL_PRIORITY_MAX_WAIT_NS 2000000LL
+/* What the other containers on a device have launched there (CLOCK_MONOTONIC). */
+struct vgl_priority_view {
+    uint64_t higher_ns;             /* until when the work of those above lasts; 0: none has any */
+    uint64_t lower_ns;              /* ... of those below */
+    bool higher_shares;             /* one above has launched on the device */
+};
+/* A process's launches held back (the caller's lock guards it). */
+struct vgl_priority_hold {
+    uint64_t held_since_ns;         /* 0: none is held */
+    uint64_t last_floor_ns;         /* the last launch let go as the floor */
+};
+/* 0: a launch may go now; else how many ns to wait before asking again
+ * (at most VGL_PRIORITY_MAX_WAIT_NS).  `own_until_ns`: until when the
+ * container's own launched work lasts. */
+int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
+                          struct vgl_priority_hold *hold);
+/* Until when the container's work lasts once a launch of `cost_ns` goes now. */
+uint64_t vgl_priority_until(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
+                            int64_t cost_ns);
+
+/* priority.c — priority between tenants on one device (vgpulimit/board.h). */
+/* Whether the container has a row in the node's priority board (looked at
+ * once, when the region is mapped). */
+bool vgl_priority_takes_part(void);
+/* 0: a launch of `cost_ns` on `device` may go now (and is written in the
+ * container's beacon); else how many ns to wait, for a container of a higher
+ * priority, before asking again.  Only while vgl_priority_takes_part(). */
+int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns);
+/* A launch on `device` waited `ns` for higher priorities. */
+void vgl_priority_yielded(int device, uint64_t ns);
+
 /* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
  * and how often to measure.  No driver, no clock, no lock: testable alone
  * (tests/c/cost_model_test.c); the caller holds its own lock. */

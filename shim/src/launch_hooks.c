@@ -74,6 +74,9 @@ static void refresh(void)
     bool limited = vgl_self.nouter > 0;
     for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++)
         limited = limited || vgl_throttle_share(&region->devices[i]);
+    /* A container with a priority writes its beacon at every launch, and a
+     * low one may have to wait: all its launches pass the gate. */
+    limited = limited || vgl_priority_takes_part();
     __atomic_store_n(&seen_generation, generation, __ATOMIC_RELAXED);
     __atomic_store_n(&unlimited_generation, limited ? 0 : generation, __ATOMIC_RELAXED);
     __atomic_store_n(&limits_generation, &region->generation, __ATOMIC_RELEASE);
@@ -98,13 +101,33 @@ static int launch_device(CUcontext *ctx)
                         "for; its launches are not limited", device, VGL_MAX_DEVICES);
         return -1;
     }
-    return device >= 0 && vgl_share_limits(device) ? device : -1;
+    return device >= 0 && (vgl_share_limits(device) || vgl_priority_takes_part()) ? device : -1;
 }
 
 static void sleep_ns(int64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
     nanosleep(&ts, NULL);
+}
+
+/* Holds a launch back while a container of a higher priority has work on
+ * its device (priority.c), after the share admitted it: the time it waits is
+ * counted apart (yielded_ns), not as throttled.  Returns the clock then. */
+static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, bool quiet)
+{
+    int64_t wait = vgl_priority_admit(device, now, l->cost_ns);
+    if (wait <= 0)
+        return now;
+    vgl_busy_wait(l, now, true, quiet);
+    while (wait > 0) {
+        sleep_ns(wait);
+        uint64_t woke = vgl_clock_ns(CLOCK_MONOTONIC);
+        vgl_priority_yielded(device, woke - now);
+        now = woke;
+        vgl_busy_wait(l, now, false, quiet);
+        wait = vgl_priority_admit(device, now, l->cost_ns);
+    }
+    return now;
 }
 
 /* Waits for budget for a launch of `key` on `stream`.  A launch the driver
@@ -160,6 +183,8 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
             until = now + (uint64_t)wait;
         }
     }
+    if (vgl_priority_takes_part())
+        now = yield_to_higher(l, device, now, quiet);
     vgl_busy_begin(l, now, quiet);
 }
 

@@ -22,6 +22,8 @@ static const char CORES_FORMS[] = "a whole percentage of the GPU's time from 1 t
 const char *vgl_memory_forms(void) { return MEMORY_FORMS; }
 const char *vgl_cores_forms(void) { return CORES_FORMS; }
 const char *vgl_cores_policy_forms(void) { return "hard, borrow, none (HAMi-core's FORCE, DEFAULT, DISABLE)"; }
+const char *vgl_priority_forms(void) { return "high, normal, low"; }
+const char *vgl_hami_priority_forms(void) { return "0 (high) or 1 (low)"; }
 
 int vgl_parse_memory(const char *text, struct vgl_mem_limit *out)
 {
@@ -108,6 +110,35 @@ int vgl_parse_cores_policy(const char *text, uint32_t *out_policy)
         }
     }
     return -EINVAL;
+}
+
+int vgl_parse_priority(const char *text, uint32_t *out_priority)
+{
+    static const char *const NAMES[] = {"normal", "high", "low"}; /* enum vgl_priority, in order */
+    char buf[16];
+    if (vgl_trimmed(text, buf, sizeof buf))
+        return -EINVAL;
+    for (uint32_t i = 0; i < 3; i++) {
+        if (strcasecmp(buf, NAMES[i]) == 0) {
+            *out_priority = i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+int vgl_parse_hami_priority(const char *text, uint32_t *out_priority)
+{
+    char buf[16];
+    if (vgl_trimmed(text, buf, sizeof buf) || (strcmp(buf, "0") != 0 && strcmp(buf, "1") != 0))
+        return -EINVAL;
+    *out_priority = buf[0] == '0' ? VGL_PRIORITY_HIGH : VGL_PRIORITY_LOW;
+    return 0;
+}
+
+uint32_t vgl_priority_rank(uint32_t priority)
+{
+    return priority == VGL_PRIORITY_HIGH ? 2 : priority == VGL_PRIORITY_LOW ? 0 : 1;
 }
 
 const char *vgl_format_bytes(uint64_t bytes, char *buf, uint32_t len)

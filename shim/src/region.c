@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "vgpulimit/board.h"
 
 static const char MAGIC[8] = "VGPULIM";
 
@@ -99,6 +100,10 @@ static bool plausible(const struct vgl_region *region)
 {
     const char *parent = region->parent;
     if (memchr(parent, '\0', VGL_PARENT_LEN) == NULL || (parent[0] && parent[0] != '/'))
+        return false;
+    const char *board = region->board;
+    if (memchr(board, '\0', VGL_PARENT_LEN) == NULL || (board[0] && board[0] != '/') ||
+        region->priority > VGL_PRIORITY_LOW || region->board_row >= VGL_BOARD_ROWS)
         return false;
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
         const struct vgl_device_state *dev = &region->devices[d];

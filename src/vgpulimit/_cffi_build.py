@@ -1,6 +1,6 @@
 """Writes the C source of vgpulimit._core (cffi, API mode).
 
-Run by meson: ``python _cffi_build.py OUTPUT.c limits.h region.h environment.h paths.h``.  The
+Run by meson: ``python _cffi_build.py OUTPUT.c limits.h region.h environment.h paths.h board.h``.  The
 headers are written so that, without their preprocessor lines (include guards
 and includes), they are valid cffi declarations: the layout is declared once,
 in C, and cffi's generated code checks it against the compiler's view.
@@ -12,7 +12,8 @@ from pathlib import Path
 import cffi
 
 SOURCE = ('#include "vgpulimit/limits.h"\n#include "vgpulimit/region.h"\n'
-          '#include "vgpulimit/environment.h"\n#include "vgpulimit/paths.h"\n')
+          '#include "vgpulimit/environment.h"\n#include "vgpulimit/paths.h"\n'
+          '#include "vgpulimit/board.h"\n')
 
 
 def cdef_text(header: Path) -> str:

@@ -60,11 +60,12 @@ def default_name(memory: str | None, cores: str | None) -> str:
 
 def generate(name: str | None = None, memory: str | None = None, cores: str | None = None,
              node_dir: str | None = None, cores_policy: str | None = None,
-             admit: bool = False, admit_uncapped: bool = False) -> dict[str, Any]:
+             admit: bool = False, admit_uncapped: bool = False,
+             priority: str | None = None) -> dict[str, Any]:
     """The spec, as a JSON-ready dict.  Limits are checked by the one parser and
     kept as the user wrote them, as `vgpulimit run` passes them on."""
     from vgpulimit._paths import libpath
-    from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory
+    from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory, parse_priority
 
     # "none" says so: a spec whose containers run with no limit is asked for
     # by name, never the silent result of a forgotten flag.
@@ -80,6 +81,8 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         parse_cores(cores, "--cores")
     if cores_policy is not None:
         parse_cores_policy(cores_policy, "--cores-policy")
+    if priority is not None:
+        parse_priority(priority, "--priority")
     if name is None:
         name = default_name(memory, cores)
     elif not _NAME.fullmatch(name):
@@ -95,6 +98,8 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         env.append(f"VGPULIMIT_CORES={cores}")
     if cores_policy is not None:
         env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
+    if priority is not None:
+        env.append(f"VGPULIMIT_PRIORITY={priority}")
     args = hook_command(node_dir, admit, admit_uncapped)
     edits: dict[str, Any] = {"env": env} if env else {}
     edits |= {

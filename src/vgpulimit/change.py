@@ -16,6 +16,7 @@ from vgpulimit.limits import (
     parse_cores,
     parse_cores_policy,
     parse_memory,
+    parse_priority,
 )
 from vgpulimit.region import Region
 from vgpulimit.request import parse_device_items, split_uuid_items
@@ -39,6 +40,7 @@ class Change:
     memory_all: object = _KEEP
     cores_all: object = _KEEP
     policy: str | None = None
+    priority: str | None = None
     memory: dict[int, MemoryLimit | None] = field(default_factory=dict)
     cores: dict[int, int] = field(default_factory=dict)
     memory_by_uuid: dict[str, MemoryLimit | None] = field(default_factory=dict)
@@ -47,15 +49,15 @@ class Change:
 
     @classmethod
     def parse(cls, memory: str | None, memory_device: Sequence[str], cores: str | None,
-              cores_device: Sequence[str], cores_policy: str | None) -> Change:
+              cores_device: Sequence[str], cores_policy: str | None, priority: str | None = None) -> Change:
         memory_items, memory_uuids = split_uuid_items(memory_device, "--memory-device")
         cores_items, cores_uuids = split_uuid_items(cores_device, "--cores-device")
         memory_by_index = parse_device_items(memory_items, "--memory-device")
         cores_by_index = parse_device_items(cores_items, "--cores-device", "PERCENT")
-        if (memory is None and cores is None and cores_policy is None and not memory_by_index
-                and not cores_by_index and not memory_uuids and not cores_uuids):
+        if (memory is None and cores is None and cores_policy is None and priority is None
+                and not memory_by_index and not cores_by_index and not memory_uuids and not cores_uuids):
             raise UsageError("set: nothing to change (give --memory, --memory-device, --cores, "
-                             "--cores-device or --cores-policy)")
+                             "--cores-device, --cores-policy or --priority)")
         given = [("--memory", memory)] if memory is not None else []
         given += [(f"--memory-device {i}", t) for i, t in memory_by_index.items()]
         given += [(f"--memory-device {u}", t) for u, t in memory_uuids.items()]
@@ -66,6 +68,7 @@ class Change:
             memory_all=_memory(memory, "--memory") if memory is not None else _KEEP,
             cores_all=_cores(cores, "--cores") if cores is not None else _KEEP,
             policy=parse_cores_policy(cores_policy) if cores_policy is not None else None,
+            priority=parse_priority(priority) if priority is not None else None,
             memory={i: _memory(t, f"--memory-device {i}") for i, t in memory_by_index.items()},
             cores={i: _cores(t, f"--cores-device {i}") for i, t in cores_by_index.items()},
             memory_by_uuid={u: _memory(t, f"--memory-device {u}") for u, t in memory_uuids.items()},
@@ -80,6 +83,8 @@ def apply(region_path: str, change: Change) -> list[str]:
     pending: list[str] = []
     with Region.open(region_path) as region:
         before = region.snapshot(all_devices=True)
+        if change.priority is not None:
+            changes += _set_priority(region, before, change.priority)
         if change.policy is not None:
             old_policies = {d.cores_policy for d in before.devices if d.cores_pct}
             region.set_cores_policy(change.policy)
@@ -115,6 +120,21 @@ def apply(region_path: str, change: Change) -> list[str]:
     grouped = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}"
                for what, indices in unnamed.items()]
     return changes + grouped + pending
+
+
+def _set_priority(region: Region, before, priority: str) -> list[str]:
+    """The board first: where it cannot be written (inside a container),
+    nothing changes, not even the region the tenant could write itself."""
+    from vgpulimit import board
+
+    if before.board is None:
+        raise UsageError(f"set --priority {priority}: the container takes no part in priorities (it "
+                         "was started without one); give it one when it starts: vgpulimit run --priority, "
+                         "or the vgpulimit.io/priority annotation")
+    row = board.Row(before.board, region.board_row, region.board_key)
+    board.set_priority(row, priority)
+    region.set_priority(priority, before.board, row.row, row.key)
+    return [] if before.priority == priority else [f"priority: {before.priority} → {priority}"]
 
 
 def _ranges(indices: list[int]) -> str:

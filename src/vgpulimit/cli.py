@@ -181,6 +181,12 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cores-policy", metavar="POLICY",
                      help="hard (default: never past the share), borrow (past it while no other "
                           "tenant uses the device) or none (no compute limit)")
+    run.add_argument("--priority", metavar="PRIORITY",
+                     help="high, normal or low: while a container of a higher priority has work "
+                          "on a GPU, lower ones hold back (default: none, takes no part)")
+    run.add_argument("--board", metavar="PATH",
+                     help="the node's priority board, with --priority (default: priority.board "
+                          "in the directory run makes regions in)")
     run.add_argument("--simulate", action="store_true",
                      help="run on the simulated GPU that ships with vgpulimit")
     run.add_argument("--region", metavar="PATH",
@@ -258,6 +264,9 @@ def _build_parser() -> argparse.ArgumentParser:
                            "repeatable)")
     set_.add_argument("--cores-policy", metavar="POLICY",
                       help="hard, borrow or none (every device)")
+    set_.add_argument("--priority", metavar="PRIORITY",
+                      help="high, normal or low, for a container that has one (written in the "
+                           "node's priority board, which a tenant cannot write)")
     set_.add_argument("--region", metavar="PATH",
                       help="the region file (default: $VGPULIMIT_REGION)")
 
@@ -343,6 +352,7 @@ def _add_container_commands(commands) -> None:
     generate.add_argument("--cores", metavar="PCT",
                           help="compute share in percent: 30 or 30%%, or 'none'")
     generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
+    generate.add_argument("--priority", metavar="PRIORITY", help="high, normal or low")
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
@@ -378,12 +388,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise UsageError("run: give --memory or --memory-units, not both")
         memory = request.memory_units(args.memory_units, args.unit)
     limits = request.resolve_limits(memory, args.memory_device, os.environ,
-                                    args.cores, args.cores_device, args.cores_policy)
+                                    args.cores, args.cores_device, args.cores_policy, args.priority)
+    if args.board is not None and limits.priority is None:
+        raise UsageError("run: --board is the priority board of --priority, and no priority is given; "
+                         "give --priority high|normal|low with it")
+    if args.board is not None and not os.path.isabs(args.board):
+        raise UsageError(f"run: --board {args.board!r} must be an absolute path (e.g. "
+                         "/run/vgpulimit/priority.board)")
     if args.region == "":
         raise UsageError("run: --region is empty; give the path where the region file is made "
                          "(e.g. /run/vgpulimit/job.region), or leave --region out for a private one")
     options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
-                                    region_path=args.region)
+                                    region_path=args.region, board_path=args.board)
     return supervisor.run(options)
 
 
@@ -487,7 +503,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
     from vgpulimit import change
 
     asked = change.Change.parse(args.memory, args.memory_device, args.cores, args.cores_device,
-                                args.cores_policy)
+                                args.cores_policy, args.priority)
     for note in asked.notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
     lines = change.apply(_region_path(args), asked)
@@ -577,7 +593,7 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     _absolute_node_dir("cdi generate", args.node_dir)
     admission = _admission(args)
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
-                        admission is not None, args.admit_uncapped)
+                        admission is not None, args.admit_uncapped, priority=args.priority)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -36,6 +36,7 @@ class Environment:
     memory: Mapping[int, Setting] = field(default_factory=dict)   # value: MemoryLimit
     cores: Mapping[int, Setting] = field(default_factory=dict)    # value: percent
     cores_policy: Setting | None = None   # value: "hard", "borrow" or "none"
+    priority: Setting | None = None       # value: "high", "normal" or "low"
     # By device UUID ("GPU-…", lower case), whatever CUDA numbers that device:
     memory_by_uuid: Mapping[str, Setting] = field(default_factory=dict)   # value: MemoryLimit
     cores_by_uuid: Mapping[str, Setting] = field(default_factory=dict)    # value: percent
@@ -78,8 +79,14 @@ def read(environ: Mapping[str, str]) -> Environment:
 
         origin = out.cores_policy_from
         policy = Setting(_text(origin.text), _text(origin.name), CORES_POLICIES[out.cores_policy])
+    priority = None
+    if out.priority >= 0:
+        from vgpulimit.limits import PRIORITIES
+
+        origin = out.priority_from
+        priority = Setting(_text(origin.text), _text(origin.name), PRIORITIES[out.priority])
     return Environment(
-        memory=memory, cores=cores, cores_policy=policy, region_path=region,
+        memory=memory, cores=cores, cores_policy=policy, priority=priority, region_path=region,
         memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid,
         region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
         control_disabled=bool(out.control_disabled),

@@ -216,3 +216,18 @@ def parse_cores_policy(text: str, source: str = "--cores-policy") -> str:
 
 def _policy_forms() -> str:
     return ffi.string(lib.vgl_cores_policy_forms()).decode()
+
+
+PRIORITIES = ("normal", "high", "low")   # enum vgl_priority, in order
+
+
+def parse_priority(text: str, source: str = "--priority") -> str:
+    """Parses a priority between tenants: high, normal or low."""
+    out = ffi.new("uint32_t *")
+    if lib.vgl_parse_priority(_encode(text, source, _priority_forms), out) != 0:
+        raise LimitError(source, text, "not a valid value", _priority_forms())
+    return PRIORITIES[out[0]]
+
+
+def _priority_forms() -> str:
+    return ffi.string(lib.vgl_priority_forms()).decode()

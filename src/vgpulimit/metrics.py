@@ -166,6 +166,9 @@ class RegionCollector(Collector):
         throttled = CounterMetricFamily("vgpulimit_throttled_seconds_total",
                                         "Time the container's launches waited for compute budget",
                                         labels=device_labels)
+        yielded = CounterMetricFamily("vgpulimit_yielded_seconds_total",
+                                      "Time the container's launches held back for containers of a "
+                                      "higher priority", labels=device_labels)
         for view in sample.views:
             snap = view.snapshot
             for dev in snap.devices:
@@ -182,6 +185,8 @@ class RegionCollector(Collector):
                     policy.add_metric([*labels, dev.cores_policy], 1)
                 busy.add_metric(labels, dev.busy_ns / 1e9)
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
+                if snap.priority is not None:
+                    yielded.add_metric(labels, dev.yielded_ns / 1e9)
                 rows = []
                 for proc in snap.processes:
                     host = sample.host_pid(proc)
@@ -195,7 +200,8 @@ class RegionCollector(Collector):
         build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
                                   labels=["version"])
         build.add_metric([__version__], 1)
-        yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled)
+        yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled,
+                    yielded)
         if gpus is not None:
             yield from self._physical_families(gpus, sample)
         if self._hami_names:

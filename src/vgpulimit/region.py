@@ -65,6 +65,7 @@ class DeviceSnapshot:
     busy_ns: int = 0            # GPU time its kernels took; its growth over wall time is the share
     cores_policy: str = "hard"  # hard, borrow or none (limits.CORES_POLICIES)
     uuid: str | None = None     # "GPU-…" as CUDA reports it; None until a process has seen it
+    yielded_ns: int = 0         # time its launches held back for containers of a higher priority
 
     @property
     def seen(self) -> bool:
@@ -100,6 +101,8 @@ class RegionSnapshot:
     devices: tuple[DeviceSnapshot, ...]
     processes: tuple[ProcessSnapshot, ...]
     taken_ns: int = 0           # time.monotonic_ns() when read: shares divide by its growth
+    priority: str | None = None  # high, normal or low (limits.PRIORITIES); None: takes no part
+    board: str | None = None     # the node's priority board the container's row is in
 
 
 class Slot:
@@ -320,6 +323,31 @@ class Region:
         self._outcome(lib.vgl_region_set_limits(self._mapped, 0, ffi.addressof(dev, "limit"),
                                                 int(dev.cores_pct)))
 
+    @property
+    def board_row(self) -> int:
+        return int(self._mapped.board_row)
+
+    @property
+    def board_key(self) -> int:
+        return int(self._mapped.board_key)
+
+    def set_priority(self, priority: str, board: str, row: int, key: int) -> None:
+        """Records the container's priority and its row in the node's board
+        (board.py): the row is what the shim goes by, this for the views."""
+        from vgpulimit.limits import PRIORITIES
+
+        encoded = os.fsencode(board)
+        if len(encoded) >= PARENT_LEN:
+            raise RegionError(self.path, -errno.ENAMETOOLONG, "cannot name the board",
+                              f"{board} is longer than {PARENT_LEN - 1} bytes")
+        mapped = self._mapped
+        mapped.board_row = row
+        mapped.board_key = key
+        ffi.memmove(mapped.board, encoded + b"\0", len(encoded) + 1)
+        mapped.priority = PRIORITIES.index(priority)
+        dev = mapped.devices[0]
+        self._outcome(lib.vgl_region_set_limits(mapped, 0, ffi.addressof(dev, "limit"), int(dev.cores_pct)))
+
     def reserve(self, slot: Slot, device: int, nbytes: int, cap_bytes: int | None = None) -> bool:
         """Reserves bytes in the ledger as the shim does for an allocation;
         False (and a refusal counted) when they do not fit under the cap."""
@@ -425,6 +453,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 throttled_ns=int(dev.throttled_ns),
                 busy_ns=int(dev.busy_ns),
                 uuid=_uuid_text(bytes(dev.uuid)),
+                yielded_ns=int(region.yielded_ns[index]),
             )
         )
     processes = []
@@ -445,6 +474,8 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
         devices=tuple(devices),
         processes=tuple(processes),
         taken_ns=taken_ns,
+        priority=_priority_of(region),
+        board=ffi.string(region.board).decode(errors="replace") or None,
     )
 
 
@@ -527,3 +558,9 @@ def _policy_name(value: int) -> str:
     from vgpulimit.limits import CORES_POLICIES
 
     return CORES_POLICIES[value] if 0 <= value < len(CORES_POLICIES) else "hard"
+
+
+def _priority_of(region) -> str | None:
+    from vgpulimit.limits import PRIORITIES
+
+    return PRIORITIES[int(region.priority)] if region.board[0] != b"\0" or region.priority else None

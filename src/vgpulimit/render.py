@@ -147,6 +147,11 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     who = identity.of_region(snap.path)
     named = f" - {shown(who.name)}" if who.name else ""
     lines = [f"region {shown(snap.path)} (generation {snap.generation}){named}", ""]
+    if snap.priority is not None and snap.board is None:
+        lines[-1:-1] = [f"priority {snap.priority} asked for, but no board: takes no part"]
+    elif snap.priority is not None:
+        held = sum(d.yielded_ns for d in snap.devices) / 1e9
+        lines[-1:-1] = [f"priority {snap.priority} (held back for higher ones: {held:.1f} s)"]
     devices = devices_of(view, sample)
     if devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),
@@ -214,6 +219,8 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
         "region": snap.path,
         "identity": identity_json(identity.of_region(snap.path)),
         "generation": snap.generation,
+        "priority": snap.priority,
+        "priority_board": snap.board,
         "devices": [
             {
                 "index": dev.index,
@@ -233,6 +240,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
                 "compute_share_pct": view.share_pct.get(dev.index),
                 "busy_ns": dev.busy_ns,
                 "throttled_ns": dev.throttled_ns,
+                "yielded_ns": dev.yielded_ns,
             }
             for dev in devices_of(view, sample)
         ],

@@ -19,6 +19,7 @@ from vgpulimit.limits import (
     parse_cores,
     parse_cores_policy,
     parse_memory,
+    parse_priority,
 )
 from vgpulimit.region import MAX_DEVICES
 
@@ -34,6 +35,7 @@ class Limits:
     memory: Mapping[int, Setting] = field(default_factory=dict)   # device -> its cap
     cores: Mapping[int, Setting] = field(default_factory=dict)    # device -> its share
     cores_policy: Setting | None = None   # value: limits.CORES_POLICIES; None: hard
+    priority: Setting | None = None       # value: limits.PRIORITIES; None: takes no part
     warnings: tuple[str, ...] = ()   # what the user should know: overridden values
     # By device UUID ("GPU-…"): the device of that UUID, whatever CUDA numbers it.
     memory_by_uuid: Mapping[str, Setting] = field(default_factory=dict)
@@ -141,6 +143,7 @@ def resolve_limits(
     cores: str | None = None,
     cores_device: Sequence[str] = (),
     cores_policy: str | None = None,
+    priority: str | None = None,
 ) -> Limits:
     """The limits of a run: the flags, over what the environment the
     supervisor was started with says (read by the shim's own reader: ours
@@ -169,11 +172,16 @@ def resolve_limits(
     policy = env.cores_policy
     if cores_policy is not None:
         policy = Setting(cores_policy, "--cores-policy", parse_cores_policy(cores_policy, "--cores-policy"))
+    priority_setting = env.priority
+    if priority is not None:
+        priority_setting = Setting(priority, "--priority", parse_priority(priority, "--priority"))
+        if env.priority is not None and env.priority.value != priority_setting.value:
+            warnings.append(f"--priority {priority} overrides {env.priority.source}={env.priority.text}")
     for setting in [*memory_all.values(), *memory_by_uuid.values()]:
         note = decimal_note(setting.text, setting.source, setting.value)
         if note:
             warnings.append(note)
-    return Limits(memory=memory_all, cores=cores_all, cores_policy=policy,
+    return Limits(memory=memory_all, cores=cores_all, cores_policy=policy, priority=priority_setting,
                   warnings=tuple(dict.fromkeys(warnings)),
                   memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid)
 

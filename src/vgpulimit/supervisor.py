@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vgpulimit import environment
+from vgpulimit import board, environment
 from vgpulimit._paths import container_region, libpath, runtime_dirs, simgpu_dir
 from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.limits import MemoryLimit
@@ -103,8 +103,8 @@ def _prepend_path(value: str | None, entry: str, separators: str = ":") -> str:
 # region's path alone (the region carries the limits), so none of these may
 # reach it with another meaning.
 _CONTRACT_VARS = re.compile(
-    r"(VGPULIMIT_(MEMORY|CORES)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
-    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE")
+    r"(VGPULIMIT_(MEMORY|CORES|PRIORITY)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
+    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE|CUDA_TASK_PRIORITY")
 
 
 def child_environment(environ: Mapping[str, str], region_path: str,
@@ -273,6 +273,7 @@ class RunOptions:
     limits: Limits
     simulate: bool = False
     region_path: str | None = None   # None: a fresh private one, removed afterwards
+    board_path: str | None = None    # with a priority; None: priority.board beside run's regions
 
 
 def _warn(line: str) -> None:
@@ -329,6 +330,22 @@ def _bytes_of(limit: MemoryLimit, total: int) -> int:
     return limit.bytes or total * limit.ppm // 1_000_000
 
 
+def _join_board(options: RunOptions, region: Region) -> board.Row:
+    """The container's row in the node's priority board, held by this
+    supervisor (a row whose supervisor is gone is free again)."""
+    path = options.board_path or str(runtime_base() / board.BOARD_NAME)
+    try:
+        row = board.join(path, options.limits.priority.value, owner_pid=os.getpid())
+    except board.BoardError as exc:
+        raise SupervisorError(f"run: --priority {options.limits.priority.text}: {exc}") from None
+    try:
+        region.set_priority(options.limits.priority.value, path, row.row, row.key)
+    except RegionError:
+        board.leave(row)
+        raise
+    return row
+
+
 def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     """Runs the command under the limits; returns the exit code for it
     (its status, or 128+N when a signal N killed it).
@@ -354,6 +371,10 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
             raise UsageError(f"run: the path of the region this runs in, {outer}, is longer than "
                              f"{PARENT_LEN - 1} bytes: a nested run cannot count in it")
         _looser(outer, options.limits)
+        if options.limits.priority is not None:
+            # Else a tenant could give itself a row of its own, above its container's.
+            _warn(f"{options.limits.priority.source} {options.limits.priority.text} is ignored: a nested run "
+                  f"keeps the priority of the region {outer} it runs in")
     workdir = None
     if options.region_path is not None:
         region_path = os.path.abspath(options.region_path)
@@ -371,9 +392,14 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
                            **limits.by_uuid()) as region:
             if options.limits.cores_policy is not None:
                 region.set_cores_policy(options.limits.cores_policy.value)
-            env = child_environment(environ, region_path, options.simulate)
-            nothing = outer is None and limits.limits_nothing()
-            return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "")
+            row = _join_board(options, region) if limits.priority is not None and outer is None else None
+            try:
+                env = child_environment(environ, region_path, options.simulate)
+                nothing = outer is None and limits.limits_nothing() and limits.priority is None
+                return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "")
+            finally:
+                if row is not None:
+                    board.leave(row)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

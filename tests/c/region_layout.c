@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "vgpulimit/board.h"
 #include "vgpulimit/region.h"
 
 #define PIN(expr, expected)                                                         \
@@ -20,7 +21,7 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 6);
+    PIN(VGL_REGION_VERSION, 7);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
     PIN(sizeof(struct vgl_device_state), 112);
@@ -60,6 +61,27 @@ int main(void)
     PIN(offsetof(struct vgl_uuid_limit, cores_pct), 32);
     PIN(offsetof(struct vgl_uuid_limit, flags), 36);
     PIN(offsetof(struct vgl_region, by_uuid), 360 + 16 * 112 + 1024 * 184);
-    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 184 + 16 * 40);
+    PIN(offsetof(struct vgl_region, priority), 360 + 16 * 112 + 1024 * 184 + 16 * 40);
+    PIN(offsetof(struct vgl_region, board_row), 360 + 16 * 112 + 1024 * 184 + 16 * 40 + 4);
+    PIN(offsetof(struct vgl_region, board_key), 360 + 16 * 112 + 1024 * 184 + 16 * 40 + 8);
+    PIN(offsetof(struct vgl_region, board), 360 + 16 * 112 + 1024 * 184 + 16 * 40 + 16);
+    PIN(offsetof(struct vgl_region, yielded_ns), 360 + 16 * 112 + 1024 * 184 + 16 * 40 + 272);
+    PIN(sizeof(struct vgl_region), 360 + 16 * 112 + 1024 * 184 + 16 * 40 + 272 + 16 * 8);
+    PIN(VGL_BOARD_VERSION, 1);
+    PIN(sizeof(struct vgl_board_row), 88);
+    PIN(offsetof(struct vgl_board_row, priority), 8);
+    PIN(offsetof(struct vgl_board_row, owner_pid), 12);
+    PIN(offsetof(struct vgl_board_row, owner_start), 16);
+    PIN(offsetof(struct vgl_board_row, beacon), 24);
+    PIN(offsetof(struct vgl_board, version), 8);
+    PIN(offsetof(struct vgl_board, rows), 12);
+    PIN(offsetof(struct vgl_board, generation), 16);
+    PIN(offsetof(struct vgl_board, row), 24);
+    PIN(sizeof(struct vgl_board), 24 + 64 * 88);
+    PIN(sizeof(struct vgl_beacon_device), 32);
+    PIN(offsetof(struct vgl_beacon_device, busy_until_ns), 16);
+    PIN(offsetof(struct vgl_beacon_device, launches), 24);
+    PIN(offsetof(struct vgl_beacon, device), 16);
+    PIN(sizeof(struct vgl_beacon), 16 + 16 * 32);
     return failed;
 }

@@ -65,6 +65,9 @@ struct vgl_env {
     int32_t log_level;                     /* 0 error .. 3 debug; -1: not set */
     int32_t cores_policy;                  /* enum vgl_cores_policy; -1: not set */
     struct vgl_env_origin cores_policy_from;
+    int32_t priority;                      /* enum vgl_priority (VGPULIMIT_PRIORITY > HAMi's
+                                              CUDA_TASK_PRIORITY); -1: not set */
+    struct vgl_env_origin priority_from;
     uint32_t asks;                         /* a limit or region variable is present */
     uint32_t control_disabled;             /* HAMi's CUDA_DISABLE_CONTROL=true: enforce nothing */
     uint32_t errors;                       /* variables that cannot be used: fail closed */

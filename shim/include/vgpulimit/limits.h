@@ -27,10 +27,26 @@ enum vgl_cores_policy {
 /* Compute policy: hard, borrow or none, or HAMi-core's FORCE, DEFAULT or
  * DISABLE (either case).  0, or -EINVAL. */
 int vgl_parse_cores_policy(const char *text, uint32_t *out_policy);
+/* The priority between tenants on one GPU (board.h): while a container of a
+ * higher priority has work on the device, lower ones hold back.  Normal is
+ * 0 so that a region or a board row nobody gave one is normal. */
+enum vgl_priority {
+    VGL_PRIORITY_NORMAL = 0,
+    VGL_PRIORITY_HIGH = 1,
+    VGL_PRIORITY_LOW = 2,
+};
+/* Priority: high, normal or low (either case).  0, or -EINVAL. */
+int vgl_parse_priority(const char *text, uint32_t *out_priority);
+/* HAMi-core's CUDA_TASK_PRIORITY: 0 is high, 1 is low.  0, or -EINVAL. */
+int vgl_parse_hami_priority(const char *text, uint32_t *out_priority);
+/* Higher for a higher priority, so that ranks compare as priorities do. */
+uint32_t vgl_priority_rank(uint32_t priority);
 /* The accepted forms, for error messages. */
 const char *vgl_memory_forms(void);
 const char *vgl_cores_forms(void);
 const char *vgl_cores_policy_forms(void);
+const char *vgl_priority_forms(void);
+const char *vgl_hami_priority_forms(void);
 
 /* A byte count for people, into `buf`: exact in the largest binary unit that
  * holds it whole ("1 GiB", "3000 MiB"), else to one decimal ("1.5 GiB"). */

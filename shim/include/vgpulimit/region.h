@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 6,
+    VGL_REGION_VERSION = 7,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -115,6 +115,16 @@ struct vgl_region {
      * calls it; copied into devices[i] when device i's UUID is first written
      * there, so devices[] is what every reader and the ledger go by. */
     struct vgl_uuid_limit by_uuid[16];    /* VGL_MAX_DEVICES */
+    /* The container's priority (enum vgl_priority), as its setter gave it,
+     * for the views.  What every container goes by, its own included, is its
+     * row in the node's board (board.h), which no tenant can write. */
+    uint32_t priority;
+    uint32_t board_row;          /* the container's row in the board, with board[0] */
+    uint64_t board_key;          /* that row's key: a row taken since by another is not its */
+    char board[256];             /* the node's priority board as the container sees its path;
+                                    "": the container takes no part in priorities */
+    uint64_t yielded_ns[16];     /* per device: time launches held back for containers of a
+                                    higher priority (priority.c) */
 };
 
 /* region.c — every function returns 0 or a negative errno unless it says otherwise. */

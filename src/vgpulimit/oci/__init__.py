@@ -9,7 +9,8 @@ stage is read from the state's status, so one hooks.d entry serves them all.
 A container asks with limit variables in ``process.env`` (VGPULIMIT_MEMORY[_i],
 VGPULIMIT_CORES[_i], or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_i] and
 CUDA_DEVICE_SM_LIMIT[_i]) or with the annotations vgpulimit.io/memory and
-vgpulimit.io/cores (and vgpulimit.io/cores-policy, as VGPULIMIT_CORES_POLICY).  An annotation beats the variables of its kind: the
+vgpulimit.io/cores (and vgpulimit.io/cores-policy, as VGPULIMIT_CORES_POLICY;
+vgpulimit.io/priority, as VGPULIMIT_PRIORITY).  An annotation beats the variables of its kind: the
 variables come with the image, the annotations from whoever runs it.  A
 container whose environment names its region (VGPULIMIT_REGION, or
 CUDA_DEVICE_MEMORY_SHARED_CACHE as HAMi's device plugin sets it) is left to
@@ -58,6 +59,13 @@ MANIFEST = "installed.json"
 MEMORY_ANNOTATION = "vgpulimit.io/memory"
 CORES_ANNOTATION = "vgpulimit.io/cores"
 CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
+PRIORITY_ANNOTATION = "vgpulimit.io/priority"
+
+# Priorities: the node's board and the containers' beacons, in a directory of
+# the node directory (whose name no container id takes), mounted read-only
+# into each container that has a priority, its own beacon writable on top.
+BOARD_DIR = ".priority"
+CONTAINER_BOARD_DIR = f"/{CONTAINER_DIR}/board"
 
 
 class HookError(VgpulimitError, RuntimeError):

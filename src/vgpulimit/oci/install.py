@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 from collections.abc import Mapping
@@ -13,6 +14,8 @@ from typing import Any
 from vgpulimit import identity
 from vgpulimit.identity import Identity
 from vgpulimit.oci import (
+    BOARD_DIR,
+    CONTAINER_BOARD_DIR,
     CONTAINER_DIR,
     CONTAINER_REGION,
     MANIFEST,
@@ -52,6 +55,9 @@ class _Prepared:
     tree: int           # the region, as a detached mount
     region: os.stat_result
     shim: bytes
+    board_tree: int = -1     # with a priority: the board's directory, and the beacon,
+    beacon_tree: int = -1    # as detached mounts
+    beacon: str = ""
 
 
 def _open_dir(path: Path) -> int:
@@ -59,7 +65,7 @@ def _open_dir(path: Path) -> int:
 
 
 def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
-                  who: Identity) -> _Prepared:
+                  who: Identity, pid: int = 0) -> _Prepared:
     from vgpulimit._paths import libpath
     from vgpulimit.region import Region, RegionError
 
@@ -75,17 +81,68 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
     except OSError:
         os.close(entry_fd)
         raise
+    row = None
     if not region_path.exists():
         try:
             with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
                                group_shared=True, **limits.by_uuid()) as region:
                 if limits.cores_policy is not None:
                     region.set_cores_policy(limits.cores_policy.value)
+                if limits.priority is not None:
+                    row = _join_board(node_dir, limits.priority, owner, region, pid)
         except RegionError as exc:
             raise HookError(str(exc)) from None
         os.chown(region_path, *owner)
-    return _Prepared(node_fd=_open_dir(node_dir), entry_fd=entry_fd,
-                     tree=clone_mount(str(region_path)), region=os.stat(region_path), shim=shim)
+    else:
+        row = _row_of(node_dir, region_path)
+    prepared = _Prepared(node_fd=_open_dir(node_dir), entry_fd=entry_fd,
+                         tree=clone_mount(str(region_path)), region=os.stat(region_path), shim=shim)
+    if row is None:
+        return prepared
+    return dataclasses.replace(prepared, board_tree=clone_mount(str(node_dir / BOARD_DIR)),
+                               beacon_tree=clone_mount(str(node_dir / BOARD_DIR / row.beacon)),
+                               beacon=row.beacon)
+
+
+def _join_board(node_dir: Path, priority, owner: tuple[int, int], region, pid: int):
+    """The container's row in the node's board, which only the hook writes
+    (root's, 0644, mounted read-only in containers); the beacon is the
+    container's user's to write.  The row is held by the container's init
+    (`pid`): poststop frees it, and if no poststop comes, the next container
+    to join takes it once that process is gone."""
+    from vgpulimit import board
+
+    directory = node_dir / BOARD_DIR
+    directory.mkdir(mode=0o755, exist_ok=True)
+    try:
+        row = board.join(str(directory / board.BOARD_NAME), priority.value, owner_pid=pid,
+                         beacon_uid=owner[0])
+    except board.BoardError as exc:
+        raise HookError(f"{priority.source} {priority.text}: {exc}") from None
+    region.set_priority(priority.value, f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}", row.row, row.key)
+    return row
+
+
+def _row_of(node_dir: Path, region_path: Path):
+    """The board row a region made earlier holds (the hook run twice), or None."""
+    from vgpulimit import board
+    from vgpulimit.region import Region, RegionError
+
+    try:
+        with Region.open(region_path) as region:
+            if region.snapshot().board is None:
+                return None
+            return board.Row(str(node_dir / BOARD_DIR / board.BOARD_NAME), region.board_row, region.board_key)
+    except RegionError:
+        return None
+
+
+def _leave_board(node_dir: Path, region_path: Path) -> None:
+    from vgpulimit import board
+
+    row = _row_of(node_dir, region_path)
+    if row is not None:
+        board.leave(row)
 
 
 def _remove_entry(node_fd: int, name: str) -> None:
@@ -96,6 +153,10 @@ def _remove_entry(node_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     try:
+        # Through the descriptors: after a failure inside the container's
+        # mount namespace, the node's paths name nothing.
+        with contextlib.suppress(OSError):
+            _leave_board(Path(f"/proc/self/fd/{node_fd}"), Path(f"/proc/self/fd/{entry_fd}") / REGION_NAME)
         for file in (REGION_NAME, MANIFEST, f".{MANIFEST}.tmp", identity.IDENTITY_NAME,
                      f".{identity.IDENTITY_NAME}.tmp"):
             try:
@@ -165,6 +226,31 @@ def _mount_region(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> No
         attach_mount(prepared.tree, target)
     finally:
         os.close(target)
+
+
+def _mount_board(rootfs: Rootfs, prepared: _Prepared, manifest: Manifest) -> None:
+    """The node's board, read-only, at /.vgpulimit/board, and the container's
+    own beacon in it, writable: the shim reads every row and beacon there and
+    writes only its own (board.h)."""
+    if prepared.board_tree < 0:
+        return
+    parts = split_path(CONTAINER_BOARD_DIR)
+    rootfs.dir(parts, create=True, made=manifest.made)
+    target = rootfs.open_file(parts, os.O_PATH | os.O_DIRECTORY)
+    try:
+        attach_mount(prepared.board_tree, target)
+    finally:
+        os.close(target)
+    mounted = rootfs.lookup_afresh(parts)
+    try:
+        remount_read_only(mounted)
+        beacon = os.open(prepared.beacon, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=mounted)
+        try:
+            attach_mount(prepared.beacon_tree, beacon)
+        finally:
+            os.close(beacon)
+    finally:
+        os.close(mounted)
 
 
 def _bind_onto_itself(rootfs: Rootfs, parts: tuple[str, ...], read_only: bool,
@@ -285,7 +371,7 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
             gpus = (admission.check(state.id, config, limits, node_dir) if admission is not None
                     else given_gpus(config))
             who = identity.from_annotations(state.id, config_annotations(config), gpus)
-            prepared = _prepare_node(node_dir, state.id, limits, owner, who)
+            prepared = _prepare_node(node_dir, state.id, limits, owner, who, state.pid)
             manifest.save(prepared.entry_fd)
     except (HookError, OSError) as exc:
         if node_dir.is_dir():
@@ -308,7 +394,7 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
         for parts in (split_path(CONTAINER_DIR), PRELOAD[:-1]):
             if rootfs.entry(parts) is not None:   # refuses a link before anything is written
                 rootfs.dir(parts)
-        for step in (_make_dir, _install_shim, _install_preload, _mount_region):
+        for step in (_make_dir, _install_shim, _install_preload, _mount_region, _mount_board):
             step(rootfs, prepared, manifest)
             manifest.save(prepared.entry_fd)
         root = config.get("root")

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vgpulimit.oci import CORES_ANNOTATION, CORES_POLICY_ANNOTATION, MEMORY_ANNOTATION, HookError
+from vgpulimit.oci import (
+    CORES_ANNOTATION,
+    CORES_POLICY_ANNOTATION,
+    MEMORY_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    HookError,
+)
 from vgpulimit.oci.state import annotations as config_annotations
 from vgpulimit.oci.state import environment as config_environment
 
@@ -17,14 +23,21 @@ def requested(config: Mapping[str, Any]):
     (the variables may come with the image, the annotation from whoever runs
     it)."""
     from vgpulimit import environment
-    from vgpulimit.limits import LimitError, parse_cores, parse_cores_policy, parse_memory
+    from vgpulimit.limits import (
+        LimitError,
+        parse_cores,
+        parse_cores_policy,
+        parse_memory,
+        parse_priority,
+    )
     from vgpulimit.request import Limits, Setting, layer
 
     env, annotations = config_environment(config), config_annotations(config)
     found = environment.read(env)
-    asks_by_annotation = MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
+    asks_by_annotation = (MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
+                          or PRIORITY_ANNOTATION in annotations)
     by_uuid = found.memory_by_uuid or found.cores_by_uuid
-    if not (found.memory or found.cores or by_uuid or asks_by_annotation or found.errors):
+    if not (found.memory or found.cores or by_uuid or found.priority or asks_by_annotation or found.errors):
         return None
     if found.region_path:
         # A device plugin that mounts the shim itself named the region (HAMi's
@@ -46,5 +59,6 @@ def requested(config: Mapping[str, Any]):
     memory = layer(found.memory, annotation(MEMORY_ANNOTATION, parse_memory), {}, warnings)
     cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
     policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
-    return Limits(memory=memory, cores=cores, cores_policy=policy, warnings=tuple(warnings),
+    priority = annotation(PRIORITY_ANNOTATION, parse_priority) or found.priority
+    return Limits(memory=memory, cores=cores, cores_policy=policy, priority=priority, warnings=tuple(warnings),
                   memory_by_uuid=found.memory_by_uuid, cores_by_uuid=found.cores_by_uuid)

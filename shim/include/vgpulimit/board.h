@@ -1,0 +1,79 @@
+/* The node's priority board: which containers take part in priorities, and
+ * the priority of each.  One small file per node, written only by setters
+ * (`vgpulimit run`, `vgpulimit set`, the OCI hook) and mapped read-only by
+ * every container's processes, so no tenant can raise its own priority or
+ * lower another's (docs/threat-model.md).
+ *
+ * Each row names a beacon: a file of the container's own, beside the board,
+ * where its processes write until when their launched work will keep each
+ * device busy.  Others read it; only the container writes it, so a tenant
+ * can say it is busy (what it could do by launching kernels anyway) but not
+ * make another look busy or idle.
+ *
+ * Fixed-width fields; pinned by tests/c/region_layout.c.  This header is fed
+ * to cffi (src/vgpulimit/_cffi_build.py): no macros in its body. */
+#ifndef VGPULIMIT_BOARD_H
+#define VGPULIMIT_BOARD_H
+
+#include <stdint.h>
+
+#include "vgpulimit/limits.h"
+
+enum {
+    VGL_BOARD_VERSION = 1,
+    VGL_BOARD_ROWS = 64,
+    VGL_BEACON_NAME_LEN = 64,
+};
+
+struct vgl_board_row {
+    uint64_t key;                /* 0: a free row */
+    uint32_t priority;           /* enum vgl_priority */
+    int32_t owner_pid;           /* the process that holds the row (a supervisor, or the hook's
+                                    container's init), in the setters' pid namespace; once it is
+                                    gone the row is free; 0: until it is left */
+    uint64_t owner_start;        /* its /proc/<pid>/stat starttime: a reused pid is not it */
+    char beacon[64];             /* VGL_BEACON_NAME_LEN: the beacon's file name in the board's
+                                    directory, NUL-terminated */
+};
+
+struct vgl_board {
+    char magic[8];               /* "VGLBOARD" (no NUL) */
+    uint32_t version;            /* VGL_BOARD_VERSION */
+    uint32_t rows;               /* VGL_BOARD_ROWS */
+    uint64_t generation;         /* bumped by every change of a row */
+    struct vgl_board_row row[64];   /* VGL_BOARD_ROWS */
+};
+
+struct vgl_beacon_device {
+    uint8_t uuid[16];            /* the device (all zero: an unused entry) */
+    uint64_t busy_until_ns;      /* CLOCK_MONOTONIC until which the work launched so far is
+                                    expected to keep the device busy */
+    uint64_t launches;
+};
+
+struct vgl_beacon {
+    char magic[8];               /* "VGLBEACN" (no NUL) */
+    uint32_t version;            /* VGL_BOARD_VERSION */
+    uint32_t pad;
+    struct vgl_beacon_device device[16];  /* VGL_MAX_DEVICES, by the container's device index */
+};
+
+/* board.c — the setters' side; 0 or a negative errno. */
+
+/* Gives a new container a row of `priority` in the board at `path` (made,
+ * mode 0644, if missing) held by process `owner_pid` (0: none), and makes its
+ * beacon beside it (mode 0644, owned by `beacon_uid` when it is not -1).
+ * *key and *row name the row.  -ENOSPC: every row is held. */
+int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
+                   uint64_t *key, uint32_t *row);
+/* Sets the priority of the row `row` if it still has `key`: -ESRCH if not. */
+int vgl_board_set(const char *path, uint32_t row, uint64_t key, uint32_t priority);
+/* Frees the row and removes its beacon (nothing if the row has another key). */
+int vgl_board_leave(const char *path, uint32_t row, uint64_t key);
+/* Validates `size` bytes of a board or a beacon: 0, -EPROTO (not one),
+ * -EPROTONOSUPPORT (another version), -EBADF (wrong size), -EBADMSG (a value
+ * no setter writes). */
+int vgl_board_check(const void *image, uint64_t size);
+int vgl_beacon_check(const void *image, uint64_t size);
+
+#endif

@@ -1,0 +1,226 @@
+/* The node's priority board (vgpulimit/board.h), the setters' side: rows are
+ * taken, changed and freed under an flock of the board file, which only
+ * setters can open for writing; containers map it read-only (priority.c).
+ * A setter killed while it holds the flock loses it with its descriptor, so
+ * nothing here can block the next one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "vgpulimit/board.h"
+#include "vgpulimit/region.h"
+
+static const char BOARD_MAGIC[8] = {'V', 'G', 'L', 'B', 'O', 'A', 'R', 'D'};
+static const char BEACON_MAGIC[8] = {'V', 'G', 'L', 'B', 'E', 'A', 'C', 'N'};
+
+_Static_assert(VGL_MAX_DEVICES == 16, "struct vgl_beacon holds 16 devices");
+
+int vgl_board_check(const void *image, uint64_t size)
+{
+    const struct vgl_board *b = image;
+    if (size < sizeof BOARD_MAGIC || memcmp(b->magic, BOARD_MAGIC, sizeof BOARD_MAGIC) != 0)
+        return -EPROTO;
+    if (size < offsetof(struct vgl_board, rows))
+        return -EBADF;
+    if (b->version != VGL_BOARD_VERSION)
+        return -EPROTONOSUPPORT;
+    if (size != sizeof *b)
+        return -EBADF;
+    if (b->rows != VGL_BOARD_ROWS)
+        return -EBADMSG;
+    for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
+        const struct vgl_board_row *r = &b->row[i];
+        if (!r->key)
+            continue;
+        /* A beacon's name is a plain file name: never a path out of the board's directory. */
+        if (r->priority > VGL_PRIORITY_LOW || !memchr(r->beacon, '\0', sizeof r->beacon) || !r->beacon[0] ||
+            strchr(r->beacon, '/') || r->beacon[0] == '.')
+            return -EBADMSG;
+    }
+    return 0;
+}
+
+int vgl_beacon_check(const void *image, uint64_t size)
+{
+    const struct vgl_beacon *b = image;
+    if (size < sizeof BEACON_MAGIC || memcmp(b->magic, BEACON_MAGIC, sizeof BEACON_MAGIC) != 0)
+        return -EPROTO;
+    if (size < offsetof(struct vgl_beacon, pad))
+        return -EBADF;
+    if (b->version != VGL_BOARD_VERSION)
+        return -EPROTONOSUPPORT;
+    return size == sizeof *b ? 0 : -EBADF;
+}
+
+/* Opens the board at `path` for writing, locked, made if missing: a
+ * descriptor, or a negative errno. */
+static int open_locked(const char *path, bool create)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0644);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EPROTO;
+    }
+    /* Made now (or by a setter killed before it wrote one): a fresh board. */
+    if (st.st_size == 0) {
+        struct vgl_board fresh = {.version = VGL_BOARD_VERSION, .rows = VGL_BOARD_ROWS};
+        memcpy(fresh.magic, BOARD_MAGIC, sizeof BOARD_MAGIC);
+        if (pwrite(fd, &fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh) {
+            close(fd);
+            return -EIO;
+        }
+    }
+    return fd;
+}
+
+static int read_board(int fd, struct vgl_board *b)
+{
+    ssize_t got = pread(fd, b, sizeof *b, 0);
+    if (got < 0)
+        return -errno;
+    return vgl_board_check(b, (uint64_t)got);
+}
+
+static int write_board(int fd, struct vgl_board *b)
+{
+    b->generation++;
+    return pwrite(fd, b, sizeof *b, 0) == (ssize_t)sizeof *b ? 0 : -EIO;
+}
+
+/* The beacon's path: the board's directory and its name. */
+static int beacon_path(const char *board, const char *name, char *out, size_t len)
+{
+    const char *slash = strrchr(board, '/');
+    int dir = slash ? (int)(slash - board) : 0;
+    int n = slash ? snprintf(out, len, "%.*s/%s", dir, board, name) : snprintf(out, len, "%s", name);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Not getrandom: board.o is linked into the shim, whose glibc floor (2.17)
+ * is older than it. */
+static int random_key(uint64_t *key)
+{
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t got = read(fd, key, sizeof *key);
+    close(fd);
+    return got == (ssize_t)sizeof *key ? 0 : -EIO;
+}
+
+/* A row whose supervisor is gone: free, though it was not left. */
+static bool abandoned(const struct vgl_board_row *r)
+{
+    return r->owner_pid > 0 && !vgl_proc_running(r->owner_pid, r->owner_start);
+}
+
+int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
+                   uint64_t *key, uint32_t *row)
+{
+    if (priority > VGL_PRIORITY_LOW)
+        return -EINVAL;
+    int fd = open_locked(path, true);
+    if (fd < 0)
+        return fd;
+    struct vgl_board b;
+    int err = read_board(fd, &b);
+    uint32_t i = 0;
+    for (; !err && i < VGL_BOARD_ROWS; i++)
+        if (!b.row[i].key || abandoned(&b.row[i]))
+            break;
+    if (!err && i == VGL_BOARD_ROWS)
+        err = -ENOSPC;
+    uint64_t k = 0;
+    while (!err && !k)
+        err = random_key(&k);
+    char beacon[4096];
+    struct vgl_board_row r = {.key = k, .priority = priority, .owner_pid = owner_pid};
+    if (!err) {
+        if (b.row[i].key) {
+            char old[4096];
+            if (beacon_path(path, b.row[i].beacon, old, sizeof old) == 0)
+                unlink(old);
+        }
+        r.owner_start = owner_pid > 0 ? vgl_proc_start_time(owner_pid) : 0;
+        snprintf(r.beacon, sizeof r.beacon, "beacon-%016llx", (unsigned long long)k);
+        err = beacon_path(path, r.beacon, beacon, sizeof beacon);
+    }
+    if (!err) {
+        /* Written whole before the row names it: a reader never maps a short one. */
+        struct vgl_beacon fresh = {.version = VGL_BOARD_VERSION};
+        memcpy(fresh.magic, BEACON_MAGIC, sizeof BEACON_MAGIC);
+        int bfd = open(beacon, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (bfd < 0)
+            err = -errno;
+        else if (write(bfd, &fresh, sizeof fresh) != (ssize_t)sizeof fresh ||
+                 (beacon_uid >= 0 && fchown(bfd, (uid_t)beacon_uid, (gid_t)-1) < 0))
+            err = errno ? -errno : -EIO;
+        if (bfd >= 0)
+            close(bfd);
+        if (err)
+            unlink(beacon);
+    }
+    if (!err) {
+        b.row[i] = r;
+        err = write_board(fd, &b);
+    }
+    close(fd);
+    if (!err) {
+        *key = k;
+        *row = i;
+    }
+    return err;
+}
+
+int vgl_board_set(const char *path, uint32_t row, uint64_t key, uint32_t priority)
+{
+    if (priority > VGL_PRIORITY_LOW || row >= VGL_BOARD_ROWS || !key)
+        return -EINVAL;
+    int fd = open_locked(path, false);
+    if (fd < 0)
+        return fd;
+    struct vgl_board b;
+    int err = read_board(fd, &b);
+    if (!err && b.row[row].key != key)
+        err = -ESRCH;
+    if (!err) {
+        b.row[row].priority = priority;
+        err = write_board(fd, &b);
+    }
+    close(fd);
+    return err;
+}
+
+int vgl_board_leave(const char *path, uint32_t row, uint64_t key)
+{
+    if (row >= VGL_BOARD_ROWS || !key)
+        return -EINVAL;
+    int fd = open_locked(path, false);
+    if (fd < 0)
+        return fd;
+    struct vgl_board b;
+    int err = read_board(fd, &b);
+    if (!err && b.row[row].key == key) {
+        char beacon[4096];
+        if (beacon_path(path, b.row[row].beacon, beacon, sizeof beacon) == 0)
+            unlink(beacon);
+        memset(&b.row[row], 0, sizeof b.row[row]);
+        err = write_board(fd, &b);
+    }
+    close(fd);
+    return err;
+}

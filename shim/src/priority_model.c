@@ -1,0 +1,42 @@
+/* What a launch does about priorities, from what the other containers'
+ * beacons say (priority.c reads them): wait for higher containers' work,
+ * go as the floor, keep little in flight beside them, or go; and until when
+ * the container's work then lasts.  No clock, no files, no atomics: the
+ * caller passes the time, and holds its own lock around `hold`.  Tested
+ * alone (tests/c/priority_model_test.c). */
+#include "internal.h"
+
+int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
+                          struct vgl_priority_hold *hold)
+{
+    int64_t wait = 0;
+    bool floor = false;
+    if (v->higher_ns && v->higher_ns + VGL_PRIORITY_GRACE_NS > now_ns) {
+        /* Held this long, one launch goes every VGL_PRIORITY_FLOOR_NS. */
+        if (!hold->held_since_ns)
+            hold->held_since_ns = now_ns;
+        floor = now_ns - hold->held_since_ns >= VGL_PRIORITY_FLOOR_NS &&
+                now_ns - hold->last_floor_ns >= VGL_PRIORITY_FLOOR_NS;
+        if (floor)
+            hold->last_floor_ns = now_ns;
+        else
+            wait = (int64_t)(v->higher_ns + VGL_PRIORITY_GRACE_NS - now_ns);
+    } else if (v->higher_shares && own_until_ns > now_ns + VGL_PRIORITY_LOOKAHEAD_NS) {
+        wait = (int64_t)(own_until_ns - now_ns - VGL_PRIORITY_LOOKAHEAD_NS);
+    }
+    if (wait > 0)
+        return wait < VGL_PRIORITY_MAX_WAIT_NS ? wait : VGL_PRIORITY_MAX_WAIT_NS;
+    if (!floor)
+        hold->held_since_ns = 0;
+    return 0;
+}
+
+uint64_t vgl_priority_until(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
+                            int64_t cost_ns)
+{
+    /* Not before what lower containers have in flight: it time-slices with
+     * the container's, so they must wait until that is really done. */
+    uint64_t start = now_ns > v->lower_ns ? now_ns : v->lower_ns;
+    start = own_until_ns > start ? own_until_ns : start;
+    return start + (uint64_t)(cost_ns > 0 ? cost_ns : 0);
+}

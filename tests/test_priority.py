@@ -1,0 +1,250 @@
+"""Priority between tenants: `vgpulimit run --priority high|normal|low`.  While
+a higher container has work on the GPU, lower ones hold back; when it goes
+idle they have the GPU back, each within its own share; and a tenant cannot
+raise its own priority.  Judged, as the compute share is, by what the
+simulated GPU ran (each launch loop of tests/c/launch_client.c reports its
+completed kernels of known length) and by the regions' counters
+(`vgpulimit status --json`: busy_ns, yielded_ns); nothing here times the
+machine."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import C_DIR, SHIM_SRC, base_env, compile_c, run, vgpulimit_cmd
+from test_compute_share import Container, loops, progress, share, wait_for
+from test_views import serve_and_scrape
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("launch")
+    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+
+
+def status(region: Path, env) -> dict:
+    return json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
+
+
+def device0(region: Path, env) -> dict:
+    [device] = [d for d in status(region, env)["devices"] if d["index"] == 0]
+    return device
+
+
+def reported(container: Container, after: float) -> bool:
+    return any(t >= after for points in progress("".join(container.lines)).values() for t, _ in points)
+
+
+def span(output: str) -> tuple[float, float]:
+    """The first and last progress report of a container's loops."""
+    times = [t for points in progress(output).values() for t, _ in points]
+    return min(times), max(times)
+
+
+def beside_a_low_one(tmp_path, env, client, high_flags=(), low_command=None, high_seconds=2.0,
+                     priorities=("low", "high")):
+    """A low container's loop of 1 ms kernels; once it has run a second, a
+    high one's for `high_seconds` (or of the two `priorities`).  Both
+    outputs, and the two regions."""
+    low_region, high_region = tmp_path / "low.region", tmp_path / "high.region"
+    started = time.monotonic()
+    low = Container(env, None, low_command or loops(client, 1, seconds=high_seconds + 3.2), region=low_region,
+                    flags=["--priority", priorities[0]])
+    wait_for(lambda: reported(low, started + 1.0), "progress from the low container")
+    high = Container(env, None, loops(client, 1, seconds=high_seconds), region=high_region,
+                     flags=["--priority", priorities[1], *high_flags])
+    high_out = high.finish()
+    return low.finish(), high_out, low_region, high_region
+
+
+@pytest.mark.parametrize("lower, higher", [("low", "high"), ("low", "normal"), ("normal", "high")])
+def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
+    low_out, high_out, low_region, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
+                                                                  priorities=(lower, higher))
+    first, last = span(high_out)
+    assert share(high_out, first + 0.3, last) >= 80
+    assert share(low_out, first + 0.3, last) <= 12
+    low, high = device0(low_region, sim_env), device0(high_region, sim_env)
+    # The low container's launches waited about as long as the high one ran.
+    assert low["yielded_ns"] >= 0.5 * (last - first) * 1e9, low
+    assert high["yielded_ns"] == 0 and high["throttled_ns"] == 0, high
+    assert status(low_region, sim_env)["priority"] == lower
+    assert status(high_region, sim_env)["priority"] == higher
+    yielded = [v for (name, _), v in serve_and_scrape(sim_env, "--region", low_region).items()
+               if name == "vgpulimit_yielded_seconds_total"]
+    assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
+
+
+def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
+    low_out, high_out, _, _ = beside_a_low_one(tmp_path, sim_env, launch_client)
+    _, high_end = span(high_out)
+    assert share(low_out, high_end + 0.2, high_end + 1.2) >= 80
+    # Back within the first report after the high one's last (~100 ms apart).
+    [points] = progress(low_out).values()
+    after = [p for p in points if p[0] > high_end]
+    (t0, n0), (t1, n1) = after[1], after[3]
+    assert (n1 - n0) * 1e-3 / (t1 - t0) >= 0.6, after[:4]
+
+
+def test_priority_never_exceeds_a_share(tmp_path, sim_env, launch_client):
+    """A high container at 40 % gets 40 %, not more, beside a low one, which
+    has the rest of the GPU while the high one waits for its budget."""
+    low_out, high_out, _, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
+                                                          high_flags=["--cores", "40"],
+                                                          high_seconds=3.0)
+    first, last = span(high_out)
+    assert 30 <= share(high_out, first + 1, last) <= 48
+    assert share(low_out, first + 1, last) >= 30
+    assert device0(high_region, sim_env)["throttled_ns"] > 0
+
+
+def test_a_tenant_cannot_raise_its_own_priority(tmp_path, sim_env, launch_client):
+    """A process of the low container asks for high with its environment
+    (ours and HAMi's variable) and with a nested `vgpulimit run --priority
+    high`, and writes its own region's priority: what it is goes by the
+    node's board, which only the setter writes.  It still holds back."""
+    nested = [*vgpulimit_cmd("run", "--simulate", "--priority", "high", "--"), launch_client, "kernel", "1000", "5.2"]
+    rewrite = ("from vgpulimit.region import Region; import os; r = Region.open(os.environ['VGPULIMIT_REGION']); "
+               "s = r.snapshot(); r.set_priority('high', s.board, r.board_row, r.board_key)")
+    tenant = ["sh", "-c", (f"VGPULIMIT_PRIORITY=high CUDA_TASK_PRIORITY=0 {vgpulimit_cmd('')[0]} -c \"{rewrite}\" && "
+                           f"VGPULIMIT_PRIORITY=high CUDA_TASK_PRIORITY=0 exec {' '.join(map(str, nested))}")]
+    low_out, high_out, low_region, _ = beside_a_low_one(tmp_path, sim_env, launch_client, low_command=tenant)
+    first, last = span(high_out)
+    assert share(high_out, first + 0.3, last) >= 80
+    assert share(low_out, first + 0.3, last) <= 12
+    # The nested run's waits count in the container's region too (it used
+    # the device only through the nested one: a view lists it with all_devices).
+    from vgpulimit.region import read_snapshot
+
+    assert read_snapshot(low_region, all_devices=True).devices[0].yielded_ns > 0
+
+
+def test_the_board_is_left_as_found_and_set_changes_a_priority_live(tmp_path, sim_env, launch_client):
+    from vgpulimit._core import ffi, lib
+
+    region, board = tmp_path / "region", tmp_path / "board"
+    container = Container(sim_env, None, loops(launch_client, 1, seconds=2.5), region=region,
+                          flags=["--priority", "low", "--board", str(board)])
+    wait_for(lambda: reported(container, 0), "progress")
+    out = run(vgpulimit_cmd("set", "--priority", "high", "--region", region), sim_env).stdout
+    assert "priority: low → high" in out
+
+    def rows() -> list[tuple[int, str]]:
+        image = bytearray(board.read_bytes())
+        view = ffi.cast("struct vgl_board *", ffi.from_buffer(image))
+        return [(int(view.row[i].priority), ffi.string(view.row[i].beacon).decode())
+                for i in range(lib.VGL_BOARD_ROWS) if view.row[i].key]
+
+    [(priority, beacon)] = rows()
+    assert priority == lib.VGL_PRIORITY_HIGH and (tmp_path / beacon).is_file()
+    assert status(region, sim_env)["priority"] == "high"
+    container.finish()
+    assert rows() == [] and not (tmp_path / beacon).exists()
+
+
+@pytest.mark.parametrize("given, named, forms", [
+    (["--priority", "urgent"], "--priority", "high, normal, low"),
+    ({"VGPULIMIT_PRIORITY": "urgent"}, "VGPULIMIT_PRIORITY", "high, normal, low"),
+    ({"CUDA_TASK_PRIORITY": "high"}, "CUDA_TASK_PRIORITY", "0 (high) or 1 (low)"),
+])
+def test_a_bad_priority_names_itself_and_the_accepted_forms(sim_env, given, named, forms):
+    flags = given if isinstance(given, list) else []
+    env = dict(sim_env, **given) if isinstance(given, dict) else sim_env
+    result = run(vgpulimit_cmd("run", "--simulate", *flags, "--", "true"), env, check=False)
+    assert result.returncode != 0
+    [line] = result.stderr.strip().splitlines()
+    assert named in line and forms in line
+
+
+@pytest.mark.parametrize("variable, value, priority", [("VGPULIMIT_PRIORITY", "HIGH", "high"),
+                                                       ("CUDA_TASK_PRIORITY", "0", "high"),
+                                                       ("CUDA_TASK_PRIORITY", "1", "low")])
+def test_the_priority_variables_are_read_as_the_flag(tmp_path, sim_env, variable, value, priority):
+    region = tmp_path / "region"
+    run(vgpulimit_cmd("run", "--simulate", "--region", region, "--", "true"), dict(sim_env, **{variable: value}))
+    assert status(region, sim_env)["priority"] == priority
+
+
+def test_set_priority_on_a_container_without_one_says_how_to_give_one(tmp_path, sim_env):
+    region = tmp_path / "region"
+    run(vgpulimit_cmd("run", "--simulate", "--cores", "50", "--region", region, "--", "true"), sim_env)
+    result = run(vgpulimit_cmd("set", "--priority", "high", "--region", region), sim_env, check=False)
+    assert result.returncode != 0
+    assert "--priority" in result.stderr and "takes no part" in result.stderr
+
+
+def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, launch_client):
+    """The high container's tenant truncates its own beacon while the low one
+    reads it: the low one keeps launching (it reads beacons, never maps
+    them), and holds back no longer once the beacon says nothing.  (The high
+    one's own processes, which map it, may die of it: its tenant's doing.)"""
+    truncate = ("import os; from vgpulimit.region import Region; r = Region.open(os.environ['VGPULIMIT_REGION']); "
+                "d = os.path.dirname(r.snapshot().board); "
+                "os.truncate(os.path.join(d, f'beacon-{r.board_key:016x}'), 0); "
+                "import time; print('truncated', time.monotonic(), flush=True)")
+    high_cmd = ["sh", "-c", f"{launch_client} kernel 1000 2.5 & sleep 1; {vgpulimit_cmd('')[0]} -c \"{truncate}\"; wait"]
+    started = time.monotonic()
+    low = Container(sim_env, None, loops(launch_client, 1, seconds=5), flags=["--priority", "low"])
+    wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
+    high = Container(sim_env, None, high_cmd, flags=["--priority", "high"])
+    high_out = high.finish()
+    low_out = low.finish()   # exit 0: no SIGBUS
+    first, _ = span(high_out)
+    [truncated] = [float(line.split()[1]) for line in high_out.splitlines() if line.startswith("truncated ")]
+    assert share(low_out, first + 0.2, truncated - 0.1) <= 12
+    assert share(low_out, truncated + 0.3, truncated + 1.3) >= 30
+
+
+def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_path, sim_env, shim_path,
+                                                                          launch_client):
+    """HAMi's device plugin sets CUDA_TASK_PRIORITY with a bare preload: no
+    setter gives the container a row, so it takes no part, and says so once."""
+    region = tmp_path / "cache"
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_TASK_PRIORITY="0", CUDA_DEVICE_SM_LIMIT="50",
+               CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region))
+    result = run([launch_client, "kernel", "1000", "0.3"], env)
+    assert result.stderr.count("takes no part in priorities") == 1, result.stderr
+    shown = status(region, sim_env)
+    assert (shown["priority"], shown["priority_board"]) == ("high", None)
+
+
+def test_set_raises_a_low_container_while_it_runs(tmp_path, sim_env, launch_client):
+    """`vgpulimit set --priority high` from the node, on a low container held
+    back by a high one: from then on the two are equals, time-sliced."""
+    low_region = tmp_path / "low.region"
+    started = time.monotonic()
+    low = Container(sim_env, None, loops(launch_client, 1, seconds=6), region=low_region,
+                    flags=["--priority", "low"])
+    wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
+    high_started = time.monotonic()
+    high = Container(sim_env, None, loops(launch_client, 1, seconds=4.5), flags=["--priority", "high"])
+    wait_for(lambda: reported(high, high_started + 1.5), "1.5 s of the high container")
+    run(vgpulimit_cmd("set", "--priority", "high", "--region", low_region), sim_env)
+    raised = time.monotonic()
+    high_out, low_out = high.finish(), low.finish()
+    first, last = span(high_out)
+    assert share(low_out, first + 0.3, raised - 0.1) <= 12
+    assert share(low_out, raised + 0.3, last) >= 30
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--board", "/tmp/b"], "--board is the priority board of --priority"),
+    (["--priority", "low", "--board", "rel/board"], "--board 'rel/board' must be an absolute path"),
+])
+def test_a_board_needs_a_priority_and_an_absolute_path(sim_env, flags, expected):
+    result = run(vgpulimit_cmd("run", "--simulate", *flags, "--", "true"), sim_env, check=False)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert expected in line
+
+
+def test_the_priority_model_alone_under_sanitizers(tmp_path):
+    binary = compile_c(tmp_path / "priority_model_test",
+                       [C_DIR / "priority_model_test.c", SHIM_SRC / "priority_model.c"],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    result = run([binary], base_env(), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(" passed, 0 failed\n")
