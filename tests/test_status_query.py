@@ -133,3 +133,25 @@ def test_a_value_with_a_comma_stays_one_csv_value_and_unknown_is_na():
     text = query.render_csv(document, fields, query.parse_format("csv,noheader"))
     assert text == ('"/run/a, b/region", ns/p/c, 3, [N/A], [N/A], [N/A], none, 13 %, 0.003 s, 1\n')
     assert rows(text)[0][0] == "/run/a, b/region"
+
+
+def test_query_priority_and_its_wait_as_status_json_gives_them(sim_env, tmp_path):
+    """`priority` is the container's (none without one), `priority.yielded`
+    each device's `yielded_ns`, in seconds as `cores.throttled`."""
+    from test_views import held_back
+
+    low, plain = tmp_path / "low" / "region", tmp_path / "plain" / "region"
+    with container(sim_env, low, ["--priority", "low", "--memory", "1GiB"], [(128 * MiB, 1)]), \
+            container(sim_env, plain, ["--memory", "1GiB"], [(128 * MiB, 1)]):
+        held_back(low, 1.5)
+        document = json.loads(status(sim_env, "--json", "--region", low, "--interval", "0").stdout)
+        text = status(sim_env, "--region", low, "--interval", "0", "--query",
+                      "index,priority,priority.yielded").stdout
+        bare = status(sim_env, "--region", plain, "--interval", "0", "--query",
+                      "priority,priority.yielded", "--format", "csv,noheader,nounits").stdout
+    assert document["priority"] == "low" and document["devices"][0]["yielded_ns"] == 1_500_000_000
+    assert rows(text) == [["index", "priority", "priority.yielded [s]"], ["0", "low", "1.500 s"]]
+    assert rows(bare) == [["none", "0.000"]]
+    help_lines = status(sim_env, "--query", "help").stdout.splitlines()
+    assert any(line.split()[:1] == ["priority"] for line in help_lines)
+    assert any(line.split()[:2] == ["priority.yielded", "[s]"] for line in help_lines)

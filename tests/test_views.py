@@ -273,6 +273,39 @@ def test_top_shows_the_cap_and_a_process_and_quits_on_q(sim_env, tmp_path):
     assert top.exitstatus == 0
 
 
+def held_back(region, seconds: float, device: int = 0) -> None:
+    """Counts in a region what a container's launches would have waited for
+    higher priorities (the shim counts it only beside a higher container)."""
+    from vgpulimit.region import Region
+
+    with Region.open(region) as mapped:
+        mapped._mapped.yielded_ns[device] = int(seconds * 1e9)
+
+
+def test_top_shows_a_containers_priority_as_status_does(sim_env, tmp_path):
+    """On the container's own view and under its GPU in the node's, within
+    the terminal's width; a container without one shows none."""
+    node = tmp_path / "node"
+    low, plain = node / "low" / "region", node / "plain" / "region"
+    with container(sim_env, low, ["--priority", "low", "--memory", "1GiB"], [(256 * MiB, 1)]), \
+            container(sim_env, plain, ["--memory", "1GiB"], [(128 * MiB, 1)]):
+        held_back(low, 1.5)
+        said = status(sim_env, "--region", low, "--interval", "0").stdout
+        own = run(vgpulimit_cmd("top", "-1", "--region", low, "--interval", "0.1"),
+                  dict(sim_env, COLUMNS="80")).stdout
+        nodes = run(vgpulimit_cmd("top", "-1", "--all", node, "--interval", "0.1"),
+                    dict(sim_env, COLUMNS="80")).stdout
+        other = run(vgpulimit_cmd("top", "-1", "--region", plain, "--interval", "0.1"),
+                    dict(sim_env, COLUMNS="80")).stdout
+    line = "priority low (held back for higher ones: 1.5 s)"
+    assert line in said.splitlines()
+    assert line in own.splitlines()
+    [shown] = [text for text in nodes.splitlines() if "priority" in text]
+    assert shown.strip() == line
+    assert max(len(text) for text in nodes.splitlines()) <= 80
+    assert "priority" not in other
+
+
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_status_shows_the_devices_the_node_has(sim_env, tmp_path, gpus):
     """A cap for every device is kept for all sixteen device numbers; the

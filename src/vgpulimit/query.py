@@ -93,6 +93,10 @@ FIELDS: tuple[Field, ...] = (
           "in all", lambda r, d: _seconds(d["throttled_ns"])),
     Field("cores.busy", "s", "the GPU time the container's kernels took, in all",
           lambda r, d: _seconds(d["busy_ns"])),
+    Field("priority", None, "the container's priority between tenants: high, normal or low; none "
+          "where it takes no part", lambda r, d: _or_none(r["priority"])),
+    Field("priority.yielded", "s", "how long the container's launches on the device held back for "
+          "containers of a higher priority, in all", lambda r, d: _seconds(d["yielded_ns"])),
     Field("processes.count", None, "the container's live processes that hold memory on the "
           "device", lambda r, d: _processes_on(r, d["index"])),
 )

@@ -116,6 +116,19 @@ def _cores_text(cores_pct: int, policy: str) -> str:
     return f"{cores_pct}%" + ("" if policy == "hard" else f" {policy}")
 
 
+def priority_text(snap: RegionSnapshot, yielded_ns: int | None = None) -> str | None:
+    """What the views say of a container's priority (None: it has none): its
+    wait for higher ones is ``yielded_ns`` (one device's, where a line is about
+    one device), else that of all its devices."""
+    if snap.priority is None:
+        return None
+    if snap.board is None:
+        return f"priority {snap.priority} asked for, but no board: takes no part"
+    if yielded_ns is None:
+        yielded_ns = sum(d.yielded_ns for d in snap.devices)
+    return f"priority {snap.priority} (held back for higher ones: {yielded_ns / 1e9:.1f} s)"
+
+
 def process_row(proc: ProcessSnapshot, details: ProcessDetails | None,
                 host_pid: int | None = None) -> tuple[str, ...]:
     """PID, HOST PID, USER, CPU, RSS, AGE, USED, COMMAND; a process that is
@@ -147,11 +160,9 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     who = identity.of_region(snap.path)
     named = f" - {shown(who.name)}" if who.name else ""
     lines = [f"region {shown(snap.path)} (generation {snap.generation}){named}", ""]
-    if snap.priority is not None and snap.board is None:
-        lines[-1:-1] = [f"priority {snap.priority} asked for, but no board: takes no part"]
-    elif snap.priority is not None:
-        held = sum(d.yielded_ns for d in snap.devices) / 1e9
-        lines[-1:-1] = [f"priority {snap.priority} (held back for higher ones: {held:.1f} s)"]
+    said = priority_text(snap)
+    if said is not None:
+        lines[-1:-1] = [said]
     devices = devices_of(view, sample)
     if devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),

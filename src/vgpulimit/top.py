@@ -148,12 +148,18 @@ def _processes(view: ContainerView, sample: Sample, sort: str = "memory") -> Ren
     return Group(*lines)
 
 
+def _priority(view: ContainerView) -> str | None:
+    from vgpulimit.render import priority_text
+
+    return priority_text(view.snapshot)
+
+
 def _indented(line: Text) -> Text:
     return Text("  ", no_wrap=True, overflow="ellipsis").append(line)
 
 
 def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
-    from vgpulimit.render import commit_text, outside_text, reserve_text, tail
+    from vgpulimit.render import commit_text, outside_text, priority_text, reserve_text, tail
 
     g = gpu.gpu
     util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
@@ -181,6 +187,9 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
         lines.append(Text(f" {tail(shown(t.name), 30):<30} {t.index:>3} "
                           f"{format_bytes(t.used_bytes) + ' / ' + cap:>19} {share:>5} "
                           f"{t.throttled_ns / 1e9:>7.1f} s", no_wrap=True, overflow="ellipsis"))
+        said = priority_text(t.view.snapshot, t.device.yielded_ns if t.device is not None else 0)
+        if said is not None:
+            lines.append(Text(f"   {said}", no_wrap=True, overflow="ellipsis"))
         rows = _region_rows(t.view.snapshot.processes, sample, t.index)
         lines += [_indented(_process_line(*row)) for row in _sorted(rows, sort)]
     if gpu.outside:
@@ -218,8 +227,11 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
     for view in sample.views:
         if view.path in placed:
             continue
-        parts += [Text(""), Text(f"region {shown(view.path)}", overflow="fold"), _devices(view),
-                  _processes(view, sample, choice.sort)]
+        parts += [Text(""), Text(f"region {shown(view.path)}", overflow="fold")]
+        said = _priority(view)
+        if said is not None:
+            parts.append(Text(said, no_wrap=True, overflow="ellipsis"))
+        parts += [_devices(view), _processes(view, sample, choice.sort)]
     for path, why in sample.errors:
         parts.append(Text(f"region {shown(path)}: {shown(why)}", overflow="fold"))
     return Group(*parts)
