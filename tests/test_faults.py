@@ -339,6 +339,24 @@ def test_a_new_process_fails_closed_for_the_call_while_a_holder_is_stopped(
     assert allocs(run(client, env).stdout) == ["alloc 0 0", "alloc 1 0"]
 
 
+def test_a_process_waits_out_a_stopped_holder_once_not_at_every_call(
+        capped_region, sim_env, shim_path, cbin):
+    """A program that allocates in a loop while a holder is stopped: every
+    allocation is refused, but only the first waits the bound; the later
+    ones, seeing the same holder, give up at once.  Before, each waited the
+    bound (twice: for a slot and to reclaim), 40 s and more for ten."""
+    count = 10
+    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(capped_region))
+    client = [cbin / "alloc_client", "link", str(MiB), str(count)]
+    with stopped_holder(capped_region, LOCK_AT):
+        try:
+            result = run(client, env, timeout=5 * LOCK_WAIT_S + 5, check=False)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"{count} refused allocations took more than {e.timeout} s") from None
+    assert allocs(result.stdout) == [f"alloc {i} 2" for i in range(count)], result
+    assert f"the region lock of {capped_region} was held for more than {LOCK_WAIT_S} s" in result.stderr
+
+
 def test_a_lock_word_a_tenant_wrote_stalls_nobody(capped_region, sim_env, shim_path, cbin):
     """A tenant writes the lock word to name pid 1 as the holder: `set` and
     a new process are refused after the bound with one line, not hung."""

@@ -58,6 +58,8 @@ bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *s
 /* ledger.c (also region.h) */
 /* The longest anyone waits for the region lock (ledger.c says why). */
 #define VGL_LOCK_WAIT_NS 2000000000ULL
+/* The wait, after one ran out, while the same thread holds the lock. */
+#define VGL_LOCK_RECHECK_NS 100000000ULL
 /* What a refusal for a lock held past its bound says of `region`'s lock. */
 #define VGL_LOCK_HELD_FMT "the region lock of %s was held for more than %d s by thread %u (a process " \
     "stopped while holding it, or a lock word written by something other than vgpulimit)"

@@ -98,11 +98,27 @@ static bool any_frozen(const struct vgl_region *region)
  * nobody waits for it longer than VGL_LOCK_WAIT_NS: then the caller is told
  * (-ETIMEDOUT) and does without, failing closed for that call (a slot is not
  * claimed, a limit not changed, the dead not reclaimed); the next call tries
- * again.  The holder may be working still, so nothing it guards is touched. */
+ * again.  The holder may be working still, so nothing it guards is touched.
+ *
+ * A program that calls in a loop would wait the bound at every call, so the
+ * process remembers the holder that kept the lock for a whole wait (the same
+ * thread named at its start and end), and waits only VGL_LOCK_RECHECK_NS
+ * while the lock word names that thread: held by another thread, or by
+ * nobody, the wait is the whole bound again.  Remembered by the thread id
+ * alone, for any region and pid namespace: a thread that merely has the same
+ * id (or the same one, taking the lock again) then gets the short wait, which
+ * the lock's ordinary holders (a claim, a recount) are done well within. */
+static uint32_t stuck_holder; /* 0: none; atomic, never a lock of its own */
+
 int vgl_ledger_lock(struct vgl_region *region)
 {
     bool repaired;
-    int err = vgl_robust_lock_within(region_mutex(region), VGL_LOCK_WAIT_NS, &repaired);
+    uint32_t holder = vgl_robust_owner(region_mutex(region));
+    bool stuck = holder && holder == __atomic_load_n(&stuck_holder, __ATOMIC_RELAXED);
+    int err = vgl_robust_lock_within(region_mutex(region), stuck ? VGL_LOCK_RECHECK_NS : VGL_LOCK_WAIT_NS,
+                                     &repaired);
+    if (err == -ETIMEDOUT && !stuck && holder && holder == vgl_robust_owner(region_mutex(region)))
+        __atomic_store_n(&stuck_holder, holder, __ATOMIC_RELAXED);
     if (repaired) {
         static unsigned said;
         vgl_log_bounded(VGL_LOG_ERROR, &said, "the region lock's word named no possible thread (it was "

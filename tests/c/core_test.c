@@ -550,6 +550,77 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A child that takes the region lock and keeps it (as a stopped process
+ * would) until a byte comes on `*let_go`, then lives on, not holding it,
+ * until `*let_go` is closed. */
+static pid_t lock_keeper(struct vgl_region *region, int *let_go)
+{
+    int ready[2], release[2];
+    if (pipe(ready) != 0 || pipe(release) != 0)
+        return -1;
+    pid_t pid = fork_child();
+    if (pid == 0) {
+        close(ready[0]);
+        close(release[1]);
+        raw_lock(region);
+        char c = 1;
+        if (write(ready[1], &c, 1) != 1 || read(release[0], &c, 1) != 1)
+            _exit(1);
+        pthread_mutex_unlock((pthread_mutex_t *)(void *)region->lock.opaque);
+        while (read(release[0], &c, 1) > 0)
+            ;
+        _exit(0);
+    }
+    close(ready[1]);
+    close(release[0]);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 1, "the keeper took the lock");
+    close(ready[0]);
+    *let_go = release[1];
+    return pid;
+}
+
+/* A live holder that keeps the region lock costs a process one whole wait,
+ * not one per call (a program allocating in a loop would get one call per
+ * bound); a lock that changed hands is waited for whole again. */
+static void test_stuck_holder(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/stuck", dir);
+    struct vgl_region *region;
+    CHECK(vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && vgl_region_open(path, &region) == 0,
+          "cannot make %s", path);
+    int let_first_go, let_second_go;
+    pid_t first = lock_keeper(region, &let_first_go);
+    uint64_t start = now_ns();
+    CHECK(vgl_ledger_lock(region) == -ETIMEDOUT, "refused while the keeper holds it");
+    CHECK(now_ns() - start >= VGL_LOCK_WAIT_NS, "the first wait is the whole bound");
+    start = now_ns();
+    for (int i = 0; i < 5; i++)
+        CHECK(vgl_ledger_lock(region) == -ETIMEDOUT, "refused again (%d)", i);
+    uint64_t later = now_ns() - start;
+    CHECK(later < VGL_LOCK_WAIT_NS, "five later waits on the same holder took %llu ms in all, not a fraction of one bound",
+          (unsigned long long)(later / 1000000u));
+    char c = 1;
+    CHECK(write(let_first_go, &c, 1) == 1, "let go");
+    start = now_ns();
+    while (vgl_region_lock_holder(region) != 0 && now_ns() - start < VGL_LOCK_WAIT_NS)
+        sched_yield(); /* the keeper lets go soon after the byte */
+    CHECK(vgl_ledger_lock(region) == 0, "taken once let go");
+    vgl_ledger_unlock(region);
+    /* The first keeper lives on, so the second is another thread. */
+    pid_t second = lock_keeper(region, &let_second_go);
+    start = now_ns();
+    CHECK(vgl_ledger_lock(region) == -ETIMEDOUT, "refused while another keeper holds it");
+    CHECK(now_ns() - start >= VGL_LOCK_WAIT_NS, "a lock that changed hands is waited for whole again");
+    CHECK(write(let_second_go, &c, 1) == 1, "let go");
+    close(let_first_go);
+    close(let_second_go);
+    waitpid(first, NULL, 0);
+    waitpid(second, NULL, 0);
+    vgl_region_close(region);
+}
+
 /* A holder killed with SIGKILL at random moments (mid-reservation, mid-release,
  * mid-reclaim or mid-recount under the region lock) 100 times while a survivor
  * keeps allocating: the survivor never stalls, the next allocation that needs
@@ -737,7 +808,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: core_test SCRATCH_DIR [parser|start_time|region_files|racing|"
-                        "death_mid_change|stopped_mid_change|exec_again|dead_holders|broken_lock|kill_storm|board]...\n");
+                        "death_mid_change|stopped_mid_change|exec_again|dead_holders|broken_lock|kill_storm|board|stuck_holder]...\n");
         return 2;
     }
     vgl_log_level = VGL_LOG_ERROR;
@@ -771,5 +842,8 @@ int main(int argc, char **argv)
     } else {
         CHECK(0, "cannot make %s", path);
     }
+    /* Last: the process remembers the holder it waited out. */
+    if (wanted(argc, argv, "stuck_holder"))
+        test_stuck_holder(argv[1]);
     return check_summary();
 }
