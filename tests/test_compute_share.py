@@ -310,6 +310,24 @@ def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_pat
     assert device["throttled_ns"] == 0, device
 
 
+def test_a_launch_bound_program_on_two_streams_is_charged_its_kernels_and_not_throttled(tmp_path, sim_env,
+                                                                                        launch_client):
+    """The same program launching on two streams in turn.  Its launches are
+    measured in runs per stream, whose spans hold the GPU's idle time between
+    launches (it was charged four times its kernels' time and throttled):
+    what the region charged is still its kernels' time within a quarter, and
+    no launch waited for budget."""
+    region = tmp_path / "region"
+    output = Container(sim_env, 50, [launch_client, "streams2", 2, 2, 10], region=region).finish()
+    launched = int(output.split("done ")[1].split()[1])
+    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
+                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    kernels_ns = launched * 2000
+    assert launched >= 1000
+    assert 0.75 * kernels_ns <= device["busy_ns"] <= 1.25 * kernels_ns, (device, kernels_ns)
+    assert device["throttled_ns"] == 0, device
+
+
 def test_the_cost_model_alone_under_sanitizers(tmp_path):
     binary = compile_c(tmp_path / "cost_model_test", [C_DIR / "cost_model_test.c", SHIM_SRC / "cost_model.c"],
                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all")

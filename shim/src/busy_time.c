@@ -26,7 +26,15 @@
  * charged time, LONG_RUN_NS where its kernels are long), after a kernel not
  * measured yet, and when the process sleeps for budget (so that spans hold
  * no sleep).  A run's span may hold the GPU's idle time where its stream ran
- * dry: runs are counted at most what their launches are known to cost.
+ * dry: runs are counted at most what their launches are known to cost.  So
+ * that this bounds them by the kernels' time, not the gaps' (a launch-bound
+ * program on two streams was charged four times its kernels' time), a
+ * launch is also timed alone as the model's cadence asks: its stream's run
+ * ends just before it, that event asked whether it completed at once (the
+ * stream was idle: the kernel's interval begins as the launch returned, as
+ * on one stream), and a run of it alone ends just after; it is read back
+ * with the others, adds to the union from where its kernel began, and
+ * teaches its cost, beside the union's groups (the least is the cost).
  *
  * A kernel not measured yet is measured at once, alone; its other launches
  * meanwhile are settled at what it took.
@@ -72,13 +80,14 @@ enum {
 struct run {
     uint32_t stream;                /* index in the tracker's streams */
     bool alone;                     /* one launch timed by its own two events, read as one span */
+    bool timed;                     /* of several streams: one launch timed alone, in its stream's chain */
     CUevent start;                  /* NULL: the run began where the stream's previous one ended */
     CUevent end;
     int64_t charged_ns;
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
-    uint64_t idle_at_ns;            /* alone: its start event had completed at this time (0: not, or not asked) */
-    uint64_t returned_ns;           /* alone: its launch returned at this time */
+    uint64_t idle_at_ns;            /* alone, timed: its start event had completed at this time (0: not, or not asked) */
+    uint64_t returned_ns;           /* alone, timed: its launch returned at this time */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
     uint64_t closed_ns;             /* when its end was recorded */
@@ -191,12 +200,13 @@ static bool since_reference(struct vgl_tracker *t, CUevent e, int64_t *ns, bool 
 /* Under the lock: a launch of `key` (NULL: of several targets) took
  * `per_launch_ns`; how far apart measurements are follows from how that
  * moved its cost (the model's cadence). */
-static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns, bool on_host_clock, uint64_t now)
+static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns, enum vgl_clock clock,
+                   uint64_t now)
 {
     int moved = 0;
     if (key) {
         struct vgl_settlement waited;
-        moved = vgl_cost_learn(&measure.costs, key, per_launch_ns, on_host_clock, now, &waited);
+        moved = vgl_cost_learn(&measure.costs, key, per_launch_ns, clock, now, &waited);
         int64_t cost;
         vgl_cost_known(&measure.costs, key, &cost);
         VGL_LOG(VGL_LOG_DEBUG, "learnt %.3f ms a launch: cost %.3f ms", per_launch_ns / 1e6, cost / 1e6);
@@ -210,7 +220,7 @@ static void close_group(struct vgl_tracker *t, uint64_t now)
 {
     struct vgl_lesson lesson;
     if (vgl_union_close(&t->runs, &lesson))
-        learnt(t, lesson.key, lesson.per_launch_ns, false, now);
+        learnt(t, lesson.key, lesson.per_launch_ns, VGL_OVER_RUNS, now);
 }
 
 static bool any_open(const struct vgl_tracker *t)
@@ -242,7 +252,7 @@ static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t sp
     /* A kernel's first few measurements are settled together, at its cost
      * then (cost_model.c). */
     bool held = vgl_cost_held_back(&measure.costs, r->key, r->charged_ns);
-    learnt(t, r->key, took, r->idle_at_ns != 0, now);
+    learnt(t, r->key, took, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now);
     if (held)
         return -1;
     /* Counted at most what it was charged: a span stretched by other
@@ -260,13 +270,20 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
     if (!since_reference(t, r->end, &end, failed) || (r->start && !since_reference(t, r->start, &start, failed)))
         return false;
     s->last_end_ns = end;
+    if (r->timed) {
+        /* Its kernel began at its start event, or, on an idle stream, as its
+         * launch returned; it teaches its cost as a launch on one stream does. */
+        start = vgl_interval_start(start, r->idle_at_ns, r->returned_ns);
+        start = start < end ? start : end;
+        learnt(t, r->key, end - start, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now);
+    }
     struct vgl_span span = {.start_ns = start, .end_ns = end, .charged_ns = r->charged_ns,
                             .launches = r->launches, .known = r->known, .key = r->key};
     struct vgl_lesson lesson;
     bool taught;
     *busy = vgl_union_add(&t->runs, &span, &lesson, &taught);
     if (taught)
-        learnt(t, lesson.key, lesson.per_launch_ns, false, now);
+        learnt(t, lesson.key, lesson.per_launch_ns, VGL_OVER_RUNS, now);
     /* A kernel not measured before: at most what it has been learnt to cost
      * (once a later run ended the group), which a span exceeds when other
      * contexts' slices stretched it; else the processes of one container,
@@ -274,8 +291,9 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
     int64_t cost;
     if (!r->known && r->key && vgl_cost_known(&measure.costs, r->key, &cost) && *busy > cost * r->launches)
         *busy = cost * r->launches;
-    VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches charged %.3f ms, span %.3f ms, "
-            "busy %.3f ms counted", r->stream, r->launches, r->charged_ns / 1e6, (end - start) / 1e6, *busy / 1e6);
+    VGL_LOG(VGL_LOG_DEBUG, "run on stream %u read back: %u launches%s charged %.3f ms, span %.3f ms, "
+            "busy %.3f ms counted", r->stream, r->launches, r->timed ? " (timed alone)" : "", r->charged_ns / 1e6,
+            (end - start) / 1e6, *busy / 1e6);
     return true;
 }
 
@@ -310,23 +328,24 @@ static void harvest(struct vgl_tracker *t, uint64_t now)
 }
 
 /* Under the lock: closes the stream's open run with an event; the stream's
- * next run begins there if `chain`. */
-static void close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool chain)
+ * next run begins there if `chain`.  Returns that event (NULL: none was
+ * recorded), valid until the run is read back. */
+static CUevent close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool chain)
 {
     struct stream_runs *s = &t->streams[index];
     if (!s->open)
-        return;
+        return NULL;
     struct run r = s->current;
     s->open = false;
     if (!r.launches) {
         spare(t, r.start); /* nothing ran in it: nothing to measure */
-        return;
+        return NULL;
     }
     r.end = mark(t, s->stream);
     if (!r.end) {
         vgl_share_used((int)t->device, r.charged_ns, r.charged_ns);
         spare(t, r.start);
-        return;
+        return NULL;
     }
     r.due_ns = r.known ? now + 2 * (uint64_t)r.charged_ns : now;
     r.closed_ns = now;
@@ -338,6 +357,7 @@ static void close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool 
         s->open = true;
         s->current = (struct run){.stream = index, .known = true};
     }
+    return r.end;
 }
 
 /* Under the lock: the sample ends, every run closed; another follows at once
@@ -351,7 +371,9 @@ static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
     for (uint32_t i = 0; i < t->nstreams; i++)
         close_run(t, i, now, chain);
     t->sampling = chain;
-    vgl_cadence_sampled(&t->cadence, now);
+    /* On several streams the cadence is that of launches timed alone. */
+    if (t->nstreams == 1)
+        vgl_cadence_sampled(&t->cadence, now);
 }
 
 /* Under the lock: the tracker of `ctx` (on `device`), made on first use;
@@ -449,6 +471,19 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         due = vgl_cost_measure_first(&measure.costs, l->key, l->device, now_ns, &evicted);
         settle(evicted);
     }
+    /* On several streams, a launch timed alone: its stream's run ends just
+     * before it (at `at`), unless none of its launches was made yet. */
+    bool timing = t->nstreams > 1 && s->stream == l->stream &&
+                  (!l->known || vgl_cadence_due(&t->cadence, now_ns, l->cost_ns));
+    CUevent at = NULL;
+    if (timing && s->open) {
+        if (s->current.launches)
+            at = close_run(t, (uint32_t)l->index, now_ns, true);
+        else if (s->current.start)
+            at = s->current.start;
+        else
+            s->open = false; /* chained to an end that may have been read back (its event recorded again) */
+    }
     if (s->stream == l->stream && !s->open && due) {
         CUevent start;
         if (t->nstreams == 1) {
@@ -481,6 +516,18 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
             s->current = (struct run){.stream = (uint32_t)l->index, .start = start, .known = true};
         }
         t->sampling = t->sampling || s->open;
+        /* A run opened here begins at its start event, or at the reference
+         * (a new one, recorded on this stream). */
+        if (s->open)
+            at = s->current.start ? s->current.start : t->reference;
+    }
+    if (timing && s->open && at) {
+        s->current.timed = true;
+        l->timed = true;
+        vgl_cadence_sampled(&t->cadence, now_ns);
+        uint64_t when = vgl_clock_ns(CLOCK_MONOTONIC);
+        if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(at) == CUDA_SUCCESS)
+            s->current.idle_at_ns = when;
     }
     l->measured = s->stream == l->stream && s->open;
     pthread_mutex_unlock(&measure.lock);
@@ -524,6 +571,12 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
         return;
     }
     struct run *r = &s->current;
+    /* A run to time this launch alone that another launch joined first (from
+     * another thread) times neither. */
+    if (r->timed && (!l->timed || r->launches))
+        r->timed = false;
+    if (t->nstreams > 1 && !l->timed)
+        vgl_cadence_skipped(&t->cadence);
     if (!r->launches)
         r->returned_ns = returned;
     r->key = r->launches == 0 || r->key == l->key ? l->key : NULL;
@@ -536,7 +589,9 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
      * its other launches meanwhile wait for what it took rather than each
      * being measured. */
     int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
-    if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
+    if (!quiet && r->timed)
+        close_run(t, (uint32_t)l->index, returned, true); /* the stream's next run begins after it */
+    else if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
         end_sample(t, returned ? returned : vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

@@ -22,12 +22,17 @@
  * window and the one before), since an interval only grows
  * with waiting (behind other processes' time slices); a measurement that
  * began on the host's clock first goes through the median of the kernel's
- * last three, so that one the host made too short (the thread descheduled as
- * the launch returned) is not taken as its cost.
+ * last three (unions of runs left out), so that one the host made too short
+ * (the thread descheduled as the launch returned) is not taken as its cost.
  *
  * Where a context launches on several streams, runs of launches per stream
  * are merged into the time during which any of its kernels was on the GPU,
- * counted once however many streams overlapped: the union (vgl_union_add). */
+ * counted once however many streams overlapped: the union (vgl_union_add),
+ * each run counted at most what its launches are known to cost.  A group of
+ * overlapping runs teaches its union per launch, which is the cost of
+ * kernels that kept their streams busy (concurrent ones counted once); where
+ * the streams ran dry between launches it holds the idle gaps, so launches
+ * timed alone on those streams teach too, and the least is the cost. */
 #include <string.h>
 
 #include "internal.h"
@@ -130,7 +135,7 @@ static int64_t median3(int64_t a, int64_t b, int64_t c)
     return c < lo ? lo : c > hi ? hi : c;
 }
 
-int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, bool on_host_clock,
+int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, enum vgl_clock clock,
                    uint64_t now_ns, struct vgl_settlement *settled)
 {
     struct vgl_cost *c = &costs->slot[cost_slot(key)];
@@ -148,10 +153,16 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
                                .pending_charged_ns = c->key == key ? c->pending_charged_ns : 0, .device = c->device};
         return 1;
     }
-    /* A measurement of the GPU's clock alone is never too short: taken as it is. */
-    int64_t taken = on_host_clock ? median3(c->last[0], c->last[1], per_launch_ns) : per_launch_ns;
-    c->last[0] = c->last[1];
-    c->last[1] = per_launch_ns;
+    /* A measurement of the GPU's clock alone is never too short: taken as it
+     * is.  A union of runs per launch is kept out of the median: its spans
+     * hold the idle gaps of a launch-bound program on several streams
+     * (several times its kernels), and two of those would outvote its
+     * kernel timed alone. */
+    int64_t taken = clock == VGL_ON_HOST ? median3(c->last[0], c->last[1], per_launch_ns) : per_launch_ns;
+    if (clock != VGL_OVER_RUNS) {
+        c->last[0] = c->last[1];
+        c->last[1] = per_launch_ns;
+    }
     if (now_ns - c->window_from >= COST_WINDOW_NS && c->window_samples >= WINDOW_SAMPLES) {
         c->earlier_ns = c->window_ns;
         c->window_ns = taken;

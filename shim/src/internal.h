@@ -392,7 +392,7 @@ struct vgl_cost {
     int64_t earlier_ns;             /* the least of the window before */
     uint64_t window_from;           /* when the current window began */
     uint32_t window_samples;        /* its measurements */
-    int64_t last[2];                /* its last two measurements, for the median of three */
+    int64_t last[2];                /* its last two measurements (not unions of runs), for the median of three */
     uint64_t measuring_ns;          /* ns 0: when its first measurement began */
     uint32_t measured;              /* measurements so far, counted up to the first few */
     uint32_t pending;               /* launches held back until the first few measurements */
@@ -419,12 +419,17 @@ bool vgl_cost_measure_first(struct vgl_costs *costs, const void *key, int device
  * back, to be settled at the kernel's cost once that has been measured a few
  * times; false: settle it now. */
 bool vgl_cost_held_back(struct vgl_costs *costs, const void *key, int64_t charged_ns);
-/* A measurement: a launch of `key` took `per_launch_ns` (`on_host_clock`:
- * from where its launch returned, vgl_interval_start).  Returns whether the
+/* Where a measurement was read. */
+enum vgl_clock {
+    VGL_ON_GPU,                     /* between two events, one launch: never too short */
+    VGL_ON_HOST,                    /* from where its launch returned (vgl_interval_start): may be cut short */
+    VGL_OVER_RUNS,                  /* a union of runs per launch (several streams): may hold idle gaps */
+};
+/* A measurement: a launch of `key` took `per_launch_ns`, read as `clock` says.  Returns whether the
  * cost moved up (1), down (-1) by more than an eighth, or held (0).
  * *settled: launches held back for the kernel's first few measurements (or
  * of a key whose place it took). */
-int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, bool on_host_clock,
+int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_ns, enum vgl_clock clock,
                    uint64_t now_ns, struct vgl_settlement *settled);
 void vgl_costs_forget(struct vgl_costs *costs);
 /* Where a launch's interval begins on the GPU's clock: at its start event's
@@ -495,6 +500,7 @@ struct vgl_launch {
     int64_t cost_ns;                /* what it is charged */
     bool known;                     /* that is a measured cost */
     bool measured;                  /* it joins a run of its stream */
+    bool timed;                     /* ... on several streams, one that times it alone */
     struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
     int index;                      /* its stream's in the tracker; -1: none */
 };

@@ -27,14 +27,21 @@ static int64_t cost_of(struct vgl_costs *costs, const void *key)
 static void learn(struct vgl_costs *costs, const void *key, int64_t ns, uint64_t now)
 {
     struct vgl_settlement settled;
-    vgl_cost_learn(costs, key, ns, false, now, &settled);
+    vgl_cost_learn(costs, key, ns, VGL_ON_GPU, now, &settled);
 }
 
 /* A measurement from where the launch returned, on the host's clock. */
 static void learn_on_host(struct vgl_costs *costs, const void *key, int64_t ns, uint64_t now)
 {
     struct vgl_settlement settled;
-    vgl_cost_learn(costs, key, ns, true, now, &settled);
+    vgl_cost_learn(costs, key, ns, VGL_ON_HOST, now, &settled);
+}
+
+/* A group of runs on several streams, its union per launch. */
+static void learn_over_runs(struct vgl_costs *costs, const void *key, int64_t ns, uint64_t now)
+{
+    struct vgl_settlement settled;
+    vgl_cost_learn(costs, key, ns, VGL_OVER_RUNS, now, &settled);
 }
 
 /* A launch-bound program: its start event completed before the launch (the
@@ -98,6 +105,25 @@ static void test_one_short_measurement_on_the_host_clock_is_not_taken(void)
     free(costs);
 }
 
+/* A launch-bound program on two streams: every group of runs teaches its
+ * union per launch on the GPU's clock, 12 us with the idle gaps, while a
+ * launch timed alone, from its return, took 2 us.  Over windows that roll,
+ * the groups' lessons do not enter the median of the host's measurements:
+ * the cost is the kernel's, not the gaps'. */
+static void test_runs_with_idle_gaps_do_not_outvote_a_launch_timed_alone(void)
+{
+    struct vgl_costs *costs = fresh();
+    for (uint64_t w = 0; w < 4; w++)
+        for (uint64_t i = 0; i < 6; i++) {
+            uint64_t now = S + w * S + 3 * i;
+            learn_over_runs(costs, &k1, 12 * US, now);
+            learn_over_runs(costs, &k1, 12 * US, now + 1);
+            learn_on_host(costs, &k1, 2 * US, now + 2);
+        }
+    CHECK(cost_of(costs, &k1) == 2 * US, "cost %lld", (long long)cost_of(costs, &k1));
+    free(costs);
+}
+
 /* A kernel that became slower is charged so within two windows. */
 static void test_a_slower_kernel_is_charged_so_within_two_windows(void)
 {
@@ -133,18 +159,18 @@ static void test_the_first_launches_are_settled_at_the_third_measurement(void)
     CHECK(!vgl_cost_measure_first(costs, &k1, 1, S + 1, &s), "the next waits for it");
     CHECK(vgl_cost_held_back(costs, &k1, VGL_FIRST_COST_NS) && vgl_cost_held_back(costs, &k1, VGL_FIRST_COST_NS),
           "it and the measured one are held back");
-    vgl_cost_learn(costs, &k1, 80 * MS, false, S + 2, &s);
+    vgl_cost_learn(costs, &k1, 80 * MS, VGL_ON_GPU, S + 2, &s);
     CHECK(!s.charged_ns && !s.used_ns, "not settled at the first");
     CHECK(cost_of(costs, &k1) == 80 * MS, "though launches after it are charged so");
     CHECK(vgl_cost_held_back(costs, &k1, 80 * MS), "and held back");
-    vgl_cost_learn(costs, &k1, 20 * MS, false, S + 3, &s);
+    vgl_cost_learn(costs, &k1, 20 * MS, VGL_ON_GPU, S + 3, &s);
     CHECK(!s.charged_ns, "nor at the second");
     CHECK(vgl_cost_held_back(costs, &k1, 80 * MS), "the third measured");
-    vgl_cost_learn(costs, &k1, 20 * MS, false, S + 4, &s);
+    vgl_cost_learn(costs, &k1, 20 * MS, VGL_ON_GPU, S + 4, &s);
     CHECK(s.charged_ns == 2 * VGL_FIRST_COST_NS + 2 * 80 * MS && s.used_ns == 4 * 20 * MS && s.device == 1,
           "at the third: %lld charged, %lld used", (long long)s.charged_ns, (long long)s.used_ns);
     CHECK(!vgl_cost_held_back(costs, &k1, 20 * MS), "settled as charged from then");
-    vgl_cost_learn(costs, &k1, 20 * MS, false, S + 5, &s);
+    vgl_cost_learn(costs, &k1, 20 * MS, VGL_ON_GPU, S + 5, &s);
     CHECK(!s.charged_ns, "once");
     /* A first measurement that never comes back is tried again after a second. */
     CHECK(vgl_cost_measure_first(costs, &k2, 0, S, &s), "k2 measured");
@@ -240,6 +266,7 @@ int main(void)
     test_a_kernel_never_measured_costs_the_first_charge();
     test_the_least_of_recent_measurements();
     test_one_short_measurement_on_the_host_clock_is_not_taken();
+    test_runs_with_idle_gaps_do_not_outvote_a_launch_timed_alone();
     test_a_slower_kernel_is_charged_so_within_two_windows();
     test_a_seldom_measured_kernel_keeps_its_least();
     test_the_first_launches_are_settled_at_the_third_measurement();
