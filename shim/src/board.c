@@ -21,15 +21,28 @@ static const char BEACON_MAGIC[8] = {'V', 'G', 'L', 'B', 'E', 'A', 'C', 'N'};
 
 _Static_assert(VGL_MAX_DEVICES == 16, "struct vgl_beacon holds 16 devices");
 
+/* Both files begin with their magic and the layout's version, read up to
+ * `header` bytes: -EPROTO for some other file, -EBADF for one cut short,
+ * -EPROTONOSUPPORT for another version. */
+_Static_assert(offsetof(struct vgl_board, version) == sizeof BOARD_MAGIC &&
+               offsetof(struct vgl_beacon, version) == sizeof BEACON_MAGIC, "magic, then version");
+static int check_start(const void *image, uint64_t size, const char magic[8], uint64_t header)
+{
+    if (size < 8 || memcmp(image, magic, 8) != 0)
+        return -EPROTO;
+    if (size < header)
+        return -EBADF;
+    uint32_t version;
+    memcpy(&version, (const char *)image + 8, sizeof version);
+    return version == VGL_BOARD_VERSION ? 0 : -EPROTONOSUPPORT;
+}
+
 int vgl_board_check(const void *image, uint64_t size)
 {
     const struct vgl_board *b = image;
-    if (size < sizeof BOARD_MAGIC || memcmp(b->magic, BOARD_MAGIC, sizeof BOARD_MAGIC) != 0)
-        return -EPROTO;
-    if (size < offsetof(struct vgl_board, rows))
-        return -EBADF;
-    if (b->version != VGL_BOARD_VERSION)
-        return -EPROTONOSUPPORT;
+    int err = check_start(image, size, BOARD_MAGIC, offsetof(struct vgl_board, rows));
+    if (err)
+        return err;
     if (size != sizeof *b)
         return -EBADF;
     if (b->rows != VGL_BOARD_ROWS)
@@ -48,14 +61,8 @@ int vgl_board_check(const void *image, uint64_t size)
 
 int vgl_beacon_check(const void *image, uint64_t size)
 {
-    const struct vgl_beacon *b = image;
-    if (size < sizeof BEACON_MAGIC || memcmp(b->magic, BEACON_MAGIC, sizeof BEACON_MAGIC) != 0)
-        return -EPROTO;
-    if (size < offsetof(struct vgl_beacon, pad))
-        return -EBADF;
-    if (b->version != VGL_BOARD_VERSION)
-        return -EPROTONOSUPPORT;
-    return size == sizeof *b ? 0 : -EBADF;
+    int err = check_start(image, size, BEACON_MAGIC, offsetof(struct vgl_beacon, pad));
+    return err ? err : size == sizeof(struct vgl_beacon) ? 0 : -EBADF;
 }
 
 /* Opens the board at `path` for writing, locked, made if missing: a
