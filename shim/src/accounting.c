@@ -77,8 +77,44 @@ uint64_t vgl_device_cap(int device, uint64_t total)
     return cap;
 }
 
+/* Changes to this process's charges begun and ended by its threads (a
+ * charge around a driver call, charge.c, is one): the driver's figure for
+ * the process is compared with the ledger only while they are equal
+ * (overhead.c). */
+static uint64_t begun, ended;
+
+uint64_t vgl_charges_mark(void)
+{
+    uint64_t e = __atomic_load_n(&ended, __ATOMIC_SEQ_CST);
+    uint64_t b = __atomic_load_n(&begun, __ATOMIC_SEQ_CST);
+    return b == e ? b : UINT64_MAX;
+}
+
+bool vgl_charges_quiet_since(uint64_t mark)
+{
+    return mark != UINT64_MAX && __atomic_load_n(&begun, __ATOMIC_SEQ_CST) == mark;
+}
+
+/* A charge under way in another thread of the parent is none of the child's. */
+static void forget_in_child(void)
+{
+    __atomic_store_n(&ended, __atomic_load_n(&begun, __ATOMIC_SEQ_CST), __ATOMIC_SEQ_CST);
+}
+VGL_AFTER_FORK(forget_in_child)
+
+void vgl_charges_enter(void) { __atomic_add_fetch(&begun, 1, __ATOMIC_SEQ_CST); }
+void vgl_charges_leave(void) { __atomic_add_fetch(&ended, 1, __ATOMIC_SEQ_CST); }
+
+/* Bytes ever reserved on each device by this process (overhead.c). */
+static uint64_t reserved_ever[VGL_MAX_DEVICES];
+
+uint64_t vgl_reserved_ever(int device) { return __atomic_load_n(&reserved_ever[device], __ATOMIC_SEQ_CST); }
+
 int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
 {
+    /* Before the ledger is: never behind what it says. */
+    if (device < VGL_MAX_DEVICES)
+        __atomic_add_fetch(&reserved_ever[device], bytes, __ATOMIC_SEQ_CST);
     uint64_t total = forced ? 0 : vgl_device_total((int)device);
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_link link = vgl_link_at(i);
@@ -105,10 +141,12 @@ void vgl_release(uint32_t device, uint64_t bytes)
 
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
 {
+    vgl_charges_enter();
     if (reserved < charged)
         vgl_release(device, charged - reserved);
     else if (reserved > charged)
         vgl_reserve(device, reserved - charged, true, NULL);
+    vgl_charges_leave();
 }
 
 /* The first attach binds the devices to their UUIDs, before the first

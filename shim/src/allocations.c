@@ -2,22 +2,19 @@
  * trim returns exactly what was charged.  One table per kind of handle
  * (pointers, VMM handles, arrays, pools): their values may coincide.  Open
  * addressing with backward-shift deletion; a key we do not know is simply
- * not found. */
+ * not found.
+ *
+ * A key is only ever recorded by the thread the driver just gave it to, and
+ * taken out by a thread about to give it back, before the driver is asked
+ * (charge.c, vmm_hooks.c): the driver may hand a freed handle to another
+ * thread at once, whose record must not meet the old one. */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "internal.h"
 
-struct entry {
-    uint64_t key;  /* 0: empty (no kind of handle is 0) */
-    uint64_t bytes;
-    uint64_t link; /* a key of another kind this one refers to (a mapping's handle) */
-    int32_t device;
-    int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it */
-};
-
 struct table {
-    struct entry *entries;
+    struct vgl_allocation *entries;
     size_t capacity; /* a power of two */
     size_t count;
 };
@@ -42,7 +39,7 @@ static size_t slot_of(const struct table *t, uint64_t key)
     return i;
 }
 
-static void put(struct table *t, struct entry e)
+static void put(struct table *t, struct vgl_allocation e)
 {
     size_t i = slot_of(t, e.key);
     if (!t->entries[i].key)
@@ -54,7 +51,7 @@ static bool grow(struct table *t)
 {
     struct table old = *t;
     size_t capacity = old.capacity ? old.capacity * 2 : 256;
-    struct entry *fresh = calloc(capacity, sizeof *fresh);
+    struct vgl_allocation *fresh = calloc(capacity, sizeof *fresh);
     if (!fresh)
         return false;
     *t = (struct table){fresh, capacity, 0};
@@ -68,13 +65,7 @@ static bool grow(struct table *t)
 bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
                          uint64_t link)
 {
-    struct table *t = &tables[kind];
-    pthread_mutex_lock(&lock);
-    bool ok = (t->count + 1) * 2 <= t->capacity || grow(t);
-    if (ok)
-        put(t, (struct entry){key, bytes, link, device, 1});
-    pthread_mutex_unlock(&lock);
-    return ok;
+    return vgl_allocations_restore(kind, &(struct vgl_allocation){key, bytes, link, device, 1});
 }
 
 /* Backward shift: move later members of the run into the hole at i. */
@@ -89,13 +80,14 @@ static void remove_at(struct table *t, size_t i)
             hole = j;
         }
     }
-    t->entries[hole] = (struct entry){0};
+    t->entries[hole] = (struct vgl_allocation){0};
     t->count--;
 }
 
 /* Finds `key`, adds `delta` to its holders, removes it when none is left
  * (or when `take`), and copies it to *out.  False: not found. */
-static bool update(enum vgl_allocation_kind kind, uint64_t key, int delta, bool take, struct entry *out)
+static bool update(enum vgl_allocation_kind kind, uint64_t key, int delta, bool take,
+                   struct vgl_allocation *out)
 {
     struct table *t = &tables[kind];
     bool found = false;
@@ -116,44 +108,39 @@ static bool update(enum vgl_allocation_kind kind, uint64_t key, int delta, bool 
 
 bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes)
 {
-    struct entry e;
-    if (!update(kind, key, 0, false, &e))
+    struct vgl_allocation a;
+    if (!update(kind, key, 0, false, &a))
         return false;
-    *device = e.device;
-    *bytes = e.bytes;
+    *device = a.device;
+    *bytes = a.bytes;
     return true;
 }
 
-bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes)
+bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out)
 {
-    struct entry e;
-    if (!update(kind, key, 0, true, &e))
-        return false;
-    *device = e.device;
-    *bytes = e.bytes;
-    return true;
+    return update(kind, key, 0, true, out);
 }
 
-bool vgl_allocations_take_link(enum vgl_allocation_kind kind, uint64_t key, uint64_t *bytes,
-                               uint64_t *link)
+bool vgl_allocations_restore(enum vgl_allocation_kind kind, const struct vgl_allocation *a)
 {
-    struct entry e;
-    if (!update(kind, key, 0, true, &e))
-        return false;
-    *bytes = e.bytes;
-    *link = e.link;
-    return true;
+    struct table *t = &tables[kind];
+    pthread_mutex_lock(&lock);
+    bool ok = (t->count + 1) * 2 <= t->capacity || grow(t);
+    if (ok)
+        put(t, *a);
+    pthread_mutex_unlock(&lock);
+    return ok;
 }
 
 int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta, int32_t *device,
                          uint64_t *bytes)
 {
-    struct entry e;
-    if (!update(kind, key, delta, false, &e))
+    struct vgl_allocation a;
+    if (!update(kind, key, delta, false, &a))
         return -1;
-    *device = e.device;
-    *bytes = e.bytes;
-    return e.refs < 0 ? 0 : e.refs;
+    *device = a.device;
+    *bytes = a.bytes;
+    return a.refs < 0 ? 0 : a.refs;
 }
 
 /* The parent's allocations are not the child's. */

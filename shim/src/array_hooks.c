@@ -153,18 +153,25 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
     return rc;
 }
 
+/* As cuMemFree: the charge stays until the driver has the memory back. */
 CUresult cuArrayDestroy(CUarray hArray)
 {
+    if (VGL_LIKELY(!vgl_config.enabled))
+        return vgl_real.cuArrayDestroy(hArray);
+    struct vgl_uncharge u;
+    vgl_uncharge_begin(VGL_ALLOC_ARRAY, (uint64_t)(uintptr_t)hArray, &u);
     CUresult rc = vgl_real.cuArrayDestroy(hArray);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS)
-        vgl_uncharge(VGL_ALLOC_ARRAY, (uint64_t)(uintptr_t)hArray);
+    vgl_uncharge_end(&u, rc);
     return rc;
 }
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
+    if (VGL_LIKELY(!vgl_config.enabled))
+        return vgl_real.cuMipmappedArrayDestroy(hMipmappedArray);
+    struct vgl_uncharge u;
+    vgl_uncharge_begin(VGL_ALLOC_ARRAY, (uint64_t)(uintptr_t)hMipmappedArray, &u);
     CUresult rc = vgl_real.cuMipmappedArrayDestroy(hMipmappedArray);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS)
-        vgl_uncharge(VGL_ALLOC_ARRAY, (uint64_t)(uintptr_t)hMipmappedArray);
+    vgl_uncharge_end(&u, rc);
     return rc;
 }

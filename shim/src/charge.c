@@ -27,9 +27,8 @@ static void log_refusal(const char *call, int device, uint64_t bytes, int link)
                     link ? "the run this one is nested in" : "the container");
 }
 
-CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
+static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
 {
-    c->device = -1;
     c->bytes = bytes;
     c->call = call;
     if (!vgl_ready()) {
@@ -70,6 +69,16 @@ CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct v
     return CUDA_SUCCESS;
 }
 
+CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
+{
+    c->device = -1;
+    vgl_charges_enter();
+    CUresult rc = begin(call, device, bytes, c);
+    if (c->device < 0)
+        vgl_charges_leave();
+    return rc;
+}
+
 bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force)
 {
     if (c->device < 0 || actual == c->bytes)
@@ -92,26 +101,53 @@ void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind 
 {
     if (c->device < 0)
         return;
-    if (rc == CUDA_SUCCESS && vgl_allocations_put(kind, key, c->device, c->bytes, 0))
-        return;
     /* The driver refused (or we could not record it, so a free could never
      * return it: then the memory stays used but uncounted, which is the
      * lesser harm than counting it forever). */
-    vgl_release((uint32_t)c->device, c->bytes);
+    if (rc != CUDA_SUCCESS || !vgl_allocations_put(kind, key, c->device, c->bytes, 0))
+        vgl_release((uint32_t)c->device, c->bytes);
+    c->device = -1;
+    vgl_charges_leave();
+}
+
+void vgl_charge_open(struct vgl_charge *c, const char *call, int device)
+{
+    vgl_charges_enter();
+    *c = (struct vgl_charge){.device = device, .bytes = 0, .call = call};
+}
+
+void vgl_charge_keep(struct vgl_charge *c)
+{
+    if (c->device < 0)
+        return;
+    c->device = -1;
+    vgl_charges_leave();
 }
 
 void vgl_charge_cancel(struct vgl_charge *c)
 {
-    if (c->device >= 0)
-        vgl_release((uint32_t)c->device, c->bytes);
+    if (c->device < 0)
+        return;
+    vgl_release((uint32_t)c->device, c->bytes);
     c->device = -1;
+    vgl_charges_leave();
 }
 
-void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key)
+void vgl_uncharge_begin(enum vgl_allocation_kind kind, uint64_t key, struct vgl_uncharge *u)
 {
-    int32_t device;
-    uint64_t bytes;
-    if (vgl_self.slot && vgl_allocations_take(kind, key, &device, &bytes))
-        vgl_release((uint32_t)device, bytes);
+    u->kind = kind;
+    vgl_charges_enter();
+    u->held = vgl_self.slot && vgl_allocations_take(kind, key, &u->a);
+}
+
+void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc)
+{
+    /* Refused, the memory is still held: so is its charge.  (Out of memory
+     * to put the record back, the charge is returned all the same: a free
+     * could never find it again.) */
+    if (u->held && (rc == CUDA_SUCCESS || !vgl_allocations_restore(u->kind, &u->a)))
+        vgl_release((uint32_t)u->a.device, u->a.bytes);
+    u->held = false;
+    vgl_charges_leave();
 }
 

@@ -122,14 +122,37 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     return rc;
 }
 
+/* A graph's (or an executable's) asks are taken out before the driver
+ * destroys it, since the driver may hand its handle to another thread's new
+ * graph at once; put back if the driver refused.  False: none were kept. */
+static bool take(struct table *t, const void *key, struct asks *out)
+{
+    pthread_mutex_lock(&gm.lock);
+    const struct asks *a = find(t, key);
+    if (a) {
+        *out = *a;
+        drop(t, key);
+    }
+    pthread_mutex_unlock(&gm.lock);
+    return a != NULL;
+}
+
+static void put_back(struct table *t, const struct asks *kept)
+{
+    pthread_mutex_lock(&gm.lock);
+    struct asks *a = entry(t, kept->key);
+    if (a)
+        *a = *kept;
+    pthread_mutex_unlock(&gm.lock);
+}
+
 CUresult cuGraphDestroy(CUgraph hGraph)
 {
+    struct asks kept;
+    bool had = VGL_UNLIKELY(vgl_config.enabled) && take(&gm.graphs, hGraph, &kept);
     CUresult rc = vgl_real.cuGraphDestroy(hGraph);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS) {
-        pthread_mutex_lock(&gm.lock);
-        drop(&gm.graphs, hGraph);
-        pthread_mutex_unlock(&gm.lock);
-    }
+    if (had && rc != CUDA_SUCCESS)
+        put_back(&gm.graphs, &kept);
     return rc;
 }
 
@@ -139,7 +162,7 @@ static CUresult instantiated(CUresult rc, CUgraphExec *exec, CUgraph graph)
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&gm.lock);
-    drop(&gm.execs, *exec); /* a handle reused after cuGraphExecDestroy went unseen */
+    drop(&gm.execs, *exec); /* a handle reused after a cuGraphExecDestroy that went unseen */
     const struct asks *g = find(&gm.graphs, graph);
     if (g) {
         struct asks copy = *g;
@@ -188,12 +211,11 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGr
 
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
+    struct asks kept;
+    bool had = VGL_UNLIKELY(vgl_config.enabled) && take(&gm.execs, hGraphExec, &kept);
     CUresult rc = vgl_real.cuGraphExecDestroy(hGraphExec);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS) {
-        pthread_mutex_lock(&gm.lock);
-        drop(&gm.execs, hGraphExec);
-        pthread_mutex_unlock(&gm.lock);
-    }
+    if (had && rc != CUDA_SUCCESS)
+        put_back(&gm.execs, &kept);
     return rc;
 }
 
@@ -241,12 +263,13 @@ CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(
             pool_attribute(d, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &now) && now > gm.charged[d]) {
             uint64_t growth = now - gm.charged[d];
             if (c[d].device < 0)
-                c[d] = (struct vgl_charge){.device = d, .bytes = 0, .call = call};
+                vgl_charge_open(&c[d], call, d);
             /* Grown past our headroom (fragmentation): the memory is held all
              * the same, so it is counted, and later allocations are refused. */
             if (!vgl_charge_settle(&c[d], growth, false))
                 vgl_charge_settle(&c[d], growth, true);
             gm.charged[d] = now;
+            vgl_charge_keep(&c[d]);
         } else {
             vgl_charge_cancel(&c[d]);
         }

@@ -184,15 +184,23 @@ enum vgl_allocation_kind {
     VGL_ALLOC_POOL,    /* memory pools: what their reserve was charged */
     VGL_ALLOC_KINDS
 };
+/* What one handle was charged. */
+struct vgl_allocation {
+    uint64_t key;  /* 0: empty (no kind of handle is 0) */
+    uint64_t bytes;
+    uint64_t link; /* a key of another kind this one refers to (a mapping's handle) */
+    int32_t device;
+    int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it */
+};
 /* Records (or replaces) what `key` was charged, with one holder; `link`: a
  * key of another kind it refers to, or 0. */
 bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
                          uint64_t link);
 bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
 /* Removes `key` and says what it was charged; false when it is not ours. */
-bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
-bool vgl_allocations_take_link(enum vgl_allocation_kind kind, uint64_t key, uint64_t *bytes,
-                               uint64_t *link);
+bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out);
+/* Puts back what vgl_allocations_take removed, as it was. */
+bool vgl_allocations_restore(enum vgl_allocation_kind kind, const struct vgl_allocation *a);
 /* Adds `delta` holders to `key`; removes it when none is left.  Returns the
  * holders left (0: removed, its charge is the caller's to return), -1: unknown. */
 int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta, int32_t *device,
@@ -215,6 +223,18 @@ uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t to
  * refused in *refused (0: its own; i: vgl_self.outer[i - 1]; may be NULL);
  * -ETIMEDOUT when a region's lock was needed and held past its bound. */
 int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused);
+/* The bytes this process ever asked vgl_reserve for on `device`, refused
+ * ones too: what it reserved between two readings is at most their difference. */
+uint64_t vgl_reserved_ever(int device);
+/* A change to this process's charges around a driver call (each charge
+ * of charge.c is one). */
+void vgl_charges_enter(void);
+void vgl_charges_leave(void);
+/* Whether no change was under way when the mark was taken, and none began
+ * since: then the ledger and the driver agree on the process's allocations. */
+uint64_t vgl_charges_mark(void);
+bool vgl_charges_quiet_since(uint64_t mark);
+
 /* Returns `bytes` on `device` to the process's region and each it is nested in. */
 void vgl_release(uint32_t device, uint64_t bytes);
 /* Brings a charge of `charged` bytes on `device` to `reserved`, what the
@@ -257,9 +277,22 @@ bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force);
 void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind kind, uint64_t key);
 /* Returns a reservation that nothing came of. */
 void vgl_charge_cancel(struct vgl_charge *c);
-/* Returns what (kind, key) was charged, if it was. */
-void vgl_uncharge(enum vgl_allocation_kind kind, uint64_t key);
-
+/* An empty charge on `device`, for memory the driver took beyond what was
+ * reserved (a pool's growth), to be settled with `force`. */
+void vgl_charge_open(struct vgl_charge *c, const char *call, int device);
+/* Ends a charge whose bytes stay counted, recorded by the caller itself. */
+void vgl_charge_keep(struct vgl_charge *c);
+/* Returning a charge when its memory is freed, in two steps around the
+ * driver's call: the record is taken out before it (the driver may hand the
+ * freed handle to another thread at once, which records it anew), and the
+ * bytes are returned after it, or the record put back if the driver refused. */
+struct vgl_uncharge {
+    enum vgl_allocation_kind kind;
+    bool held; /* a record was taken */
+    struct vgl_allocation a;
+};
+void vgl_uncharge_begin(enum vgl_allocation_kind kind, uint64_t key, struct vgl_uncharge *u);
+void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc);
 /* overhead.c — the driver's own cost for a process (context, modules, rounding). */
 /* Charges what NVML shows for this process on `device` beyond its
  * allocations, before `bytes` more are reserved: looks at most every 200 ms,

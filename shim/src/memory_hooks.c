@@ -101,21 +101,28 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     return settle_pitch(&c, rc, *dptr, *pPitch, Height, free_v1);
 }
 
-/* Freed first, uncharged after: until the driver has the memory back, the
- * container still holds it.  A pointer we never charged is simply passed on. */
+/* The charge stays until the driver has the memory back: a free it refuses
+ * leaves the memory held, and counted.  A pointer we never charged is simply
+ * passed on. */
 CUresult cuMemFree_v2(CUdeviceptr_v2 dptr)
 {
+    if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
+        return vgl_real.cuMemFree_v2(dptr);
+    struct vgl_uncharge u;
+    vgl_uncharge_begin(VGL_ALLOC_POINTER, dptr, &u);
     CUresult rc = vgl_real.cuMemFree_v2(dptr);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS && dptr)
-        vgl_uncharge(VGL_ALLOC_POINTER, dptr);
+    vgl_uncharge_end(&u, rc);
     return rc;
 }
 
 CUresult cuMemFree(CUdeviceptr_v1 dptr)
 {
+    if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
+        return vgl_real.cuMemFree(dptr);
+    struct vgl_uncharge u;
+    vgl_uncharge_begin(VGL_ALLOC_POINTER, dptr, &u);
     CUresult rc = vgl_real.cuMemFree(dptr);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS && dptr)
-        vgl_uncharge(VGL_ALLOC_POINTER, dptr);
+    vgl_uncharge_end(&u, rc);
     return rc;
 }
 

@@ -212,9 +212,24 @@ void vgl_overhead_check_now(int device)
     pthread_mutex_lock(&lock);
     __atomic_store_n(&checked_at[device], now, __ATOMIC_RELAXED);
     uint64_t reported;
+    uint64_t mark = vgl_charges_mark(), asked = vgl_reserved_ever(device);
+    /* For allocations: never less than the driver holds for them, as each
+     * is counted before the driver is asked and returned after it frees. */
+    uint64_t ours = __atomic_load_n(&vgl_self.slot->used_bytes[device], __ATOMIC_SEQ_CST) - charged[device];
     if (nvml_usage(device, &reported)) {
-        uint64_t ours = vgl_self.slot->used_bytes[device] - charged[device]; /* for allocations */
-        uint64_t overhead = reported > ours ? reported - ours : 0;
+        uint64_t overhead;
+        if (vgl_charges_quiet_since(mark)) {
+            overhead = reported > ours ? reported - ours : 0;
+        } else {
+            /* Other threads allocated or freed meanwhile: what the driver
+             * held for their allocations when it answered is at most what
+             * we counted before, plus what was reserved since.  So the
+             * difference is the least the overhead can be: raised to it,
+             * never lowered, until a quiet look says exactly. */
+            uint64_t bound = ours + (vgl_reserved_ever(device) - asked);
+            uint64_t least = reported > bound ? reported - bound : 0;
+            overhead = least > charged[device] ? least : charged[device];
+        }
         uint32_t dev = (uint32_t)device;
         if (overhead > charged[device])
             vgl_reserve(dev, overhead - charged[device], true, NULL);

@@ -116,13 +116,14 @@ static CUresult pool_alloc(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, C
             now > reserved) {
             uint64_t growth = now - reserved;
             if (c.device < 0)
-                c = (struct vgl_charge){.device = device, .bytes = 0, .call = call};
+                vgl_charge_open(&c, call, device);
             /* The driver grew the pool past our headroom (fragmentation):
              * the memory is held all the same, so it is counted, and the
              * allocations after it are refused until the pool shrinks. */
             if (!vgl_charge_settle(&c, growth, false))
                 vgl_charge_settle(&c, growth, true);
             vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)source, device, reserved + growth, 0);
+            vgl_charge_keep(&c);
         } else {
             vgl_charge_cancel(&c);
         }
@@ -176,11 +177,13 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
+    if (VGL_LIKELY(!vgl_config.enabled))
+        return vgl_real.cuMemPoolDestroy(pool);
+    struct vgl_uncharge u;
+    pthread_mutex_lock(&pools_lock);
+    vgl_uncharge_begin(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &u);
     CUresult rc = vgl_real.cuMemPoolDestroy(pool);
-    if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS) {
-        pthread_mutex_lock(&pools_lock);
-        vgl_uncharge(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool);
-        pthread_mutex_unlock(&pools_lock);
-    }
+    vgl_uncharge_end(&u, rc);
+    pthread_mutex_unlock(&pools_lock);
     return rc;
 }
