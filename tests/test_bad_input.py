@@ -167,3 +167,18 @@ def test_top_at_the_shortest_interval_quits_on_q(tmp_path):
     finally:
         top.close(force=True)
     assert top.exitstatus == 0
+
+
+# -- careless input: empty commands ----------------------------------------------
+
+
+# A shell's "$CMD" that was never set: no program has that name.
+@pytest.mark.parametrize("command", [[""], ["", "true"], [" "], ["\t"], ["\n"]])
+@pytest.mark.parametrize("dashes", [["--"], []])
+def test_run_of_a_command_with_an_empty_name_is_one_line(tmp_path, command, dashes):
+    region = tmp_path / "region"
+    line = error_line(vgpulimit("run", "--memory", "1GiB", "--region", str(region), *dashes,
+                                *command), 2)
+    assert line == (f"vgpulimit: error: run: the command's name is {command[0]!r}; give a program "
+                    "on PATH or a path to one (e.g. vgpulimit run -- python3 app.py)")
+    assert not region.exists()

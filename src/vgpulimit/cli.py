@@ -378,6 +378,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run: no command given (usage: vgpulimit run [OPTIONS] -- CMD [ARG...])")
+    if not command[0].strip():
+        # A shell's "$CMD" left empty: no program has that name, and exec
+        # would refuse it only after the region is made.
+        raise UsageError(f"run: the command's name is {command[0]!r}; give a program on PATH or "
+                         "a path to one (e.g. vgpulimit run -- python3 app.py)")
     memory = args.memory
     if args.unit is not None and args.memory_units is None:
         raise UsageError("run: --unit is the size of one --memory-units unit, and no --memory-units "

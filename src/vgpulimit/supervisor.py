@@ -137,6 +137,8 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], sigmask) -> int:
         raise CommandError(126, f"{name}: permission denied") from None
     except OSError as exc:
         raise CommandError(126, f"{name}: cannot execute: {exc.strerror}") from None
+    except ValueError as exc:   # an empty name, a NUL byte: no exec(2) could take it
+        raise CommandError(126, f"{name!r}: cannot execute: {exc}") from None
 
 
 def _should_forward(info: signal.struct_siginfo, child: int) -> bool:
