@@ -111,8 +111,13 @@ def test_install_hook_dir_empty_writes_nowhere(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("command", [["oci-hook"], ["cdi", "generate"]])
-@pytest.mark.parametrize("node_dir", ["", "containers"])
+# install-hook writes --node-dir into the hooks.d file, where the hook later
+# reads it from whatever directory the runtime runs it in: each limited
+# container would then fail to start (podman: exit 126).
+@pytest.mark.parametrize("command", [["oci-hook"], ["cdi", "generate"],
+                                     ["install-hook", "--dir", "hooks.d"]])
+@pytest.mark.parametrize("node_dir", ["", "containers", "./containers", "../containers",
+                                      "~/containers"])
 def test_a_node_dir_that_is_not_absolute_writes_nowhere(tmp_path, command, node_dir):
     line = error_line(vgpulimit(*command, "--node-dir", node_dir, cwd=tmp_path), 2)
     assert f"{command[0]}" in line and f"--node-dir {node_dir!r} is not an absolute path" in line

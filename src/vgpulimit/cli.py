@@ -580,6 +580,9 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
     if not args.dir:
         raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
                          f"(default {hooks_d.HOOKS_D_DIR})")
+    # Written into the hooks.d file, where the hook reads it from whatever
+    # directory the runtime runs it in: every limited container would fail.
+    _absolute_node_dir("install-hook", args.node_dir)
     try:
         admission = _admission(args)
         print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir, admission is not None,
