@@ -16,7 +16,7 @@ import hashlib
 import re
 from typing import Any
 
-from vgpulimit.errors import UsageError
+from vgpulimit.errors import UsageError, quoted
 from vgpulimit.oci import SHIM_PATH
 from vgpulimit.oci.hooks_d import HOOK_STAGES, hook_command
 
@@ -101,7 +101,7 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         name = default_name(memory, cores, policy_value, priority_value, admit, admit_uncapped,
                             node_dir)
     elif not _NAME.fullmatch(name):
-        raise CdiError(f"--name: {name!r} is not a CDI device name ({NAME_FORMS})")
+        raise CdiError(f"--name: {quoted(name)} is not a CDI device name ({NAME_FORMS})")
     if memory is None and cores is None and not (memory_none and cores_none):
         raise CdiError("cdi generate: no limit given, and a device with none runs its containers "
                        "uncapped; give --memory SIZE and/or --cores PCT, or --memory none --cores none "

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from vgpulimit import signals
-from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError
+from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError, quoted
 
 PROG = "vgpulimit"
 # Every form a SIZE may take; errors name the common ones and point here.
@@ -131,7 +131,7 @@ def _device(text: str) -> int:
     from vgpulimit.region import MAX_DEVICES
 
     if not (text.isascii() and text.isdigit() and int(text) < MAX_DEVICES):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device index 0-{MAX_DEVICES - 1}")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a device index 0-{MAX_DEVICES - 1}")
     return int(text)
 
 
