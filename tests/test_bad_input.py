@@ -5,6 +5,7 @@ accepted, and a non-zero exit."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -111,8 +112,13 @@ def test_install_hook_dir_empty_writes_nowhere(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("command", [["oci-hook"], ["cdi", "generate"]])
-@pytest.mark.parametrize("node_dir", ["", "containers"])
+# install-hook writes --node-dir into the hooks.d file, where the hook later
+# reads it from whatever directory the runtime runs it in: each limited
+# container would then fail to start (podman: exit 126).
+@pytest.mark.parametrize("command", [["oci-hook"], ["cdi", "generate"],
+                                     ["install-hook", "--dir", "hooks.d"]])
+@pytest.mark.parametrize("node_dir", ["", "containers", "./containers", "../containers",
+                                      "~/containers"])
 def test_a_node_dir_that_is_not_absolute_writes_nowhere(tmp_path, command, node_dir):
     line = error_line(vgpulimit(*command, "--node-dir", node_dir, cwd=tmp_path), 2)
     assert f"{command[0]}" in line and f"--node-dir {node_dir!r} is not an absolute path" in line
@@ -167,3 +173,77 @@ def test_top_at_the_shortest_interval_quits_on_q(tmp_path):
     finally:
         top.close(force=True)
     assert top.exitstatus == 0
+
+
+# -- careless input: empty commands, over-long names ----------------------------------------------
+
+
+# A shell's "$CMD" that was never set: no program has that name.
+@pytest.mark.parametrize("command", [[""], ["", "true"], [" "], ["\t"], ["\n"]])
+@pytest.mark.parametrize("dashes", [["--"], []])
+def test_run_of_a_command_with_an_empty_name_is_one_line(tmp_path, command, dashes):
+    region = tmp_path / "region"
+    line = error_line(vgpulimit("run", "--memory", "1GiB", "--region", str(region), *dashes,
+                                *command), 2)
+    assert line == (f"vgpulimit: error: run: the command's name is {command[0]!r}; give a program "
+                    "on PATH or a path to one (e.g. vgpulimit run -- python3 app.py)")
+    assert not region.exists()
+
+
+LONG = "a" * 5000
+
+
+def short_line(result: subprocess.CompletedProcess, code: int, length: int) -> str:
+    """One line that shows a long name cut, with the name's length."""
+    line = error_line(result, code)
+    assert not re.search(r"(.)\1{99}", line) and f"({length} characters)" in line, line
+    return line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run", "--memory-device", f"GPU-{LONG}=1GiB", "--", "true"],
+     "--memory-device: 'GPU-aaa"),
+    (["run", "--memory-device", f"{LONG}=1GiB", "--", "true"], "--memory-device: device index 'aaa"),
+    (["run", "--cores-device", f"{LONG}=30", "--", "true"], "--cores-device: device index 'aaa"),
+    (["run", "--memory-device", LONG, "--", "true"], "--memory-device: 'aaa"),
+    (["set", "--memory-device", f"{LONG}=1GiB", "--region", "/nonexistent"],
+     "--memory-device: device index 'aaa"),
+    (["set", "--cores-device", f"GPU-{LONG}=30", "--region", "/nonexistent"],
+     "--cores-device: 'GPU-aaa"),
+    (["verify", "--device", LONG], "argument --device: 'aaa"),
+    (["status", "--query", LONG, "--region", "/nonexistent"], "--query: unknown field 'aaa"),
+    (["cdi", "generate", "--memory", "1GiB", "--name", "/" * 5000], "--name: '///"),
+])
+def test_a_device_id_or_name_of_5000_characters_is_shown_cut(args, says):
+    length = 5000 if "GPU-" not in " ".join(args) else 5004
+    line = short_line(vgpulimit(*args), 2, length)
+    assert says in line
+
+
+@pytest.mark.parametrize("length", [256, 1024, 5000])
+@pytest.mark.parametrize("status, pid", [("creating", os.getpid()), ("stopped", None)])
+def test_a_container_id_longer_than_a_file_name_is_refused_in_one_short_line(tmp_path, length,
+                                                                              status, pid):
+    """Runc takes no id longer than a file name: the hook names a directory
+    after it.  Before, ids of 256-1024 letters got "remove <dir> once the
+    container is gone" for a directory that was never made, and longer ones
+    were echoed whole."""
+    bundle = plain_bundle(tmp_path, env={"VGPULIMIT_MEMORY": "1GiB"})
+    state = state_of(bundle, status, pid, container_id="a" * length)
+    line = short_line(hook(state, tmp_path / "node"), 1, length)
+    assert "is not one a runtime gives (1 to 255 letters, digits" in line
+    assert "remove" not in line
+    assert not (tmp_path / "node").exists()
+
+
+def test_a_container_id_of_odd_characters_is_shown_cut(tmp_path):
+    bundle = plain_bundle(tmp_path, env={"VGPULIMIT_MEMORY": "1GiB"})
+    state = state_of(bundle, "stopped", container_id="../" * 2000)
+    line = short_line(hook(state, tmp_path / "node"), 1, 6000)
+    assert "container id '../../" in line
+
+
+def test_a_container_id_of_255_letters_is_one_a_runtime_gives(tmp_path):
+    result = hook(state_of(plain_bundle(tmp_path), "stopped", container_id="a" * 255),
+                  tmp_path / "node")
+    assert (result.returncode, result.stderr) == (0, "")

@@ -232,3 +232,32 @@ def test_a_nested_run_in_a_container_of_the_hook_tightens_its_cap(runtime_region
     assert loosened.returncode == 1
     assert "--memory 8GiB is looser than the 1 GiB of the region /.vgpulimit/region" in loosened.stderr
     assert "in use by the run this one is nested in" in loosened.stderr
+
+
+# -- a process that edits its own environment (docs/threat-model.md) ----------------------------
+
+FILL_2GIB = [sys.executable, str(CLIENTS / "cuda_fill.py"), str(2 * GiB), "1"]
+
+
+@pytest.mark.parametrize("edit, says", [
+    ([], "it runs with no limit"),
+    (["VGPULIMIT_MEMORY=4GiB"], "it runs under its own limit variables only"),
+    (["CUDA_DEVICE_MEMORY_SHARED_CACHE={region}"], "it runs in another region, under its limits"),
+])
+def test_a_process_that_drops_the_region_run_gave_it_is_told_so(sim_env, tmp_path, edit, says):
+    """`env -u VGPULIMIT_REGION` sheds run's region, with the shim still
+    preloaded: the one thing the shim can do is say so, once."""
+    edit = [e.format(region=tmp_path / "other.region") for e in edit]
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--", "env", "-u",
+                               "VGPULIMIT_REGION", *edit, *FILL_2GIB), sim_env)
+    [line] = result.stderr.splitlines()
+    assert line.endswith("warning: VGPULIMIT_REGION is not set, though VGPULIMIT_SETTER=run says this "
+                         f"process was given a region: {says}")
+
+
+def test_a_process_with_the_shim_and_no_limits_says_nothing(sim_env, shim_path):
+    """A node that preloads the shim everywhere: a process that was never
+    given limits stays silent."""
+    result = run(FILL_2GIB, dict(sim_env, LD_PRELOAD=str(shim_path)))
+    assert result.stderr == ""
+    assert '"allocs": ["CUDA_SUCCESS"]' in result.stdout

@@ -66,6 +66,46 @@ def test_the_device_is_named_after_its_limits(args, name):
     assert device["name"] == name
 
 
+# Two specs in one directory that name the same device make the engine refuse
+# it: podman says only "unresolvable CDI devices".  So every flag that changes
+# the spec changes the default name.
+@pytest.mark.parametrize("one, other", [
+    (["--cores-policy", "borrow"], ["--cores-policy", "none"]),
+    (["--cores-policy", "hard"], []),
+    (["--priority", "high"], ["--priority", "low"]),
+    (["--priority", "normal"], []),
+    (["--admit"], []),
+    (["--admit", "--admit-uncapped"], ["--admit"]),
+    (["--node-dir", "/run/a"], ["--node-dir", "/run/b"]),
+    (["--node-dir", "/run/vgpulimit/containers"], []),
+])
+def test_specs_that_differ_in_one_flag_name_different_devices(one, other):
+    [first] = spec_of("--memory", "1GiB", *one)["devices"]
+    [second] = spec_of("--memory", "1GiB", *other)["devices"]
+    assert first["name"] != second["name"]
+    assert first["name"].startswith("1GiB")
+
+
+def test_the_default_names_of_all_flag_combinations_are_distinct():
+    from itertools import product
+
+    from vgpulimit.cdi import generate as generate_spec
+
+    names = {}
+    for policy, priority, admit, node_dir in product(
+            (None, "hard", "borrow", "none"), (None, "high", "normal", "low"),
+            ((False, False), (True, False), (True, True)), (None, "/run/a", "/run/b")):
+        spec = generate_spec(None, "1GiB", "30", node_dir, policy, *admit, priority=priority)
+        names.setdefault(spec["devices"][0]["name"], []).append((policy, priority, admit, node_dir))
+    assert [same for same in names.values() if len(same) > 1] == []
+
+
+def test_a_default_name_says_the_policy_and_the_priority():
+    [device] = spec_of("--memory", "1GiB", "--cores", "30%", "--cores-policy", "BORROW",
+                       "--priority", "low")["devices"]
+    assert device["name"] == "1GiB-cores30-policy-borrow-priority-low"
+
+
 # Engines refuse a cdiVersion newer than they know: podman 4.3.1 reads up to 0.5.0.
 @pytest.mark.parametrize("args, version", [
     (["--memory", "1GiB"], "0.5.0"),                    # the name "1GiB" starts with a digit

@@ -182,8 +182,10 @@ def test_the_child_gets_the_region_alone_which_carries_the_limits():
     report = run_report("--memory", "1GiB", "--memory-device", "1=50%",
                         env=clean_env(CUDA_DEVICE_MEMORY_LIMIT="2048m", VGPULIMIT_CORES="30"))
     env = report["env"]
-    # One carrier: no limit variable reaches the child to be read another way.
-    assert set(env) == {"VGPULIMIT_REGION", "LD_PRELOAD"}
+    # One carrier: no limit variable reaches the child to be read another way
+    # (VGPULIMIT_SETTER carries no limit: it says a region was given).
+    assert set(env) == {"VGPULIMIT_REGION", "VGPULIMIT_SETTER", "LD_PRELOAD"}
+    assert env["VGPULIMIT_SETTER"] == "run"
     assert env["LD_PRELOAD"] == libpath()
     assert report["memory"][0] == [GiB, 0] and report["memory"][2] == [GiB, 0]
     assert report["memory"][1] == [0, 500_000]

@@ -188,6 +188,26 @@ def test_device_smaller_than_the_cap_fails(sim_env):
         "FAIL device: device 0 has 512 MiB, less than its cap of 1 GiB: the cap cannot be given"]
 
 
+# A cap below what a context costs: the shim refuses the context itself.
+# Before, verify called the cap "unknown" and its source "the environment".
+@pytest.mark.parametrize("where, cap", [("fresh", "1MiB"), ("fresh", "100MiB"), ("here", "100MiB")])
+def test_a_cap_below_the_contexts_own_memory_says_the_context_does_not_fit(sim_env, where, cap):
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="300MiB")
+    if where == "fresh":
+        result = verify(env, "--simulate", "--memory", cap, "--quick")
+    else:
+        result = verify(env, "--memory", cap, "--quick", under=under_run("--memory", cap))
+    assert result.returncode == 1
+    shown = cap.replace("MiB", " MiB")
+    assert failures(result) == [(
+        f"FAIL context: the CUDA context's own memory does not fit under the cap of {shown} "
+        "(cuDevicePrimaryCtxRetain was refused with CUDA_ERROR_OUT_OF_MEMORY): a context costs the "
+        "driver device memory before anything is allocated; give a cap above that (hundreds of "
+        "MiB on most GPUs)")]
+    assert f"INFO limits: device 0: memory {shown}, compute no share; from " in result.stdout
+    assert "unknown" not in result.stdout and "from the environment" not in result.stdout
+
+
 def test_nothing_to_verify_fails(sim_env):
     result = verify(sim_env, "--quick")
     assert result.returncode == 1

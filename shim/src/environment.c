@@ -37,6 +37,7 @@ static const char OUR_PRIORITY[] = "VGPULIMIT_PRIORITY";
 static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
 static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
+static const char OUR_SETTER[] = "VGPULIMIT_SETTER";
 
 static const char *lookup(char **envp, const char *name);
 
@@ -369,6 +370,23 @@ static int log_level_of(const char *value)
     return -1;
 }
 
+/* `vgpulimit run` marks the processes it gives a region (VGPULIMIT_SETTER).
+ * One that has the mark but not the region -- `env -u VGPULIMIT_REGION`, a
+ * wrapper that cleans the environment by a list -- has shed the region's
+ * limits: said, never silent.  A process that drops the mark too cannot be
+ * told from one that never had limits, which must stay silent. */
+static void lost_region(char **envp, struct vgl_env *out)
+{
+    const char *setter = lookup(envp, OUR_SETTER);
+    if (!setter || lookup(envp, OUR_REGION))
+        return;
+    say(out, false, "%s is not set, though %s=%.32s%s says this process was given a region: it runs %s",
+        OUR_REGION, OUR_SETTER, setter, strlen(setter) > 32 ? "..." : "",
+        !out->asks ? "with no limit"
+        : out->region_path[0] ? "in another region, under its limits"
+                              : "under its own limit variables only");
+}
+
 /* The value of `name` in envp, as getenv would find it (the first). */
 static const char *lookup(char **envp, const char *name)
 {
@@ -487,7 +505,8 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             if (tier == OURS)
                 ours = OUR_REGION;
             r.region[tier] = value;
-        } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0) {
+        } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0 &&
+                   strcmp(name, OUR_SETTER) != 0) {
             say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
                             "VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
@@ -499,6 +518,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
     }
     merge(&r);
     kai_region(envp, out);
+    lost_region(envp, out);
     const char *disable = lookup(envp, HAMI_DISABLE);
     if (disable)
         read_disable(out, disable, ours);

@@ -12,10 +12,11 @@ the region belongs to one container.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
-from vgpulimit.errors import UsageError
+from vgpulimit.errors import UsageError, quoted
 from vgpulimit.oci import SHIM_PATH
 from vgpulimit.oci.hooks_d import HOOK_STAGES, hook_command
 
@@ -47,13 +48,28 @@ class CdiError(UsageError):
     """A flag the spec cannot be made from."""
 
 
-def default_name(memory: str | None, cores: str | None) -> str:
-    """A device name that says what it gives: "1GiB", "50pct-cores30", "shim"."""
+def default_name(memory: str | None, cores: str | None, cores_policy: str | None = None,
+                 priority: str | None = None, admit: bool = False, admit_uncapped: bool = False,
+                 node_dir: str | None = None) -> str:
+    """A device name that says what it gives: "1GiB", "50pct-cores30",
+    "cores30-policy-borrow-priority-low", "shim".  Every flag that changes the
+    spec is in it: two specs in one directory that name the same device make
+    the engine refuse it ("unresolvable CDI devices") without saying why.
+    ``cores_policy`` and ``priority`` as their parsers return them."""
     parts = []
     if memory is not None:
         parts.append(memory.strip().replace("%", "pct"))
     if cores is not None:
         parts.append("cores" + cores.strip().rstrip("%"))
+    if cores_policy is not None:
+        parts.append(f"policy-{cores_policy}")
+    if priority is not None:
+        parts.append(f"priority-{priority}")
+    if admit:
+        parts.append("admit-uncapped" if admit_uncapped else "admit")
+    if node_dir is not None:
+        # A path has characters no name may hold: its digest stands for it.
+        parts.append("node-" + hashlib.sha256(node_dir.encode("utf-8", "surrogateescape")).hexdigest()[:8])
     name = "-".join(parts) or "shim"
     return name if _NAME.fullmatch(name) else "limits"
 
@@ -79,14 +95,13 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         cores = None
     elif cores is not None:
         parse_cores(cores, "--cores")
-    if cores_policy is not None:
-        parse_cores_policy(cores_policy, "--cores-policy")
-    if priority is not None:
-        parse_priority(priority, "--priority")
+    policy_value = None if cores_policy is None else parse_cores_policy(cores_policy, "--cores-policy")
+    priority_value = None if priority is None else parse_priority(priority, "--priority")
     if name is None:
-        name = default_name(memory, cores)
+        name = default_name(memory, cores, policy_value, priority_value, admit, admit_uncapped,
+                            node_dir)
     elif not _NAME.fullmatch(name):
-        raise CdiError(f"--name: {name!r} is not a CDI device name ({NAME_FORMS})")
+        raise CdiError(f"--name: {quoted(name)} is not a CDI device name ({NAME_FORMS})")
     if memory is None and cores is None and not (memory_none and cores_none):
         raise CdiError("cdi generate: no limit given, and a device with none runs its containers "
                        "uncapped; give --memory SIZE and/or --cores PCT, or --memory none --cores none "

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from vgpulimit import signals
-from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError
+from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError, quoted
 
 PROG = "vgpulimit"
 # Every form a SIZE may take; errors name the common ones and point here.
@@ -131,7 +131,7 @@ def _device(text: str) -> int:
     from vgpulimit.region import MAX_DEVICES
 
     if not (text.isascii() and text.isdigit() and int(text) < MAX_DEVICES):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device index 0-{MAX_DEVICES - 1}")
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a device index 0-{MAX_DEVICES - 1}")
     return int(text)
 
 
@@ -378,6 +378,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run: no command given (usage: vgpulimit run [OPTIONS] -- CMD [ARG...])")
+    if not command[0].strip():
+        # A shell's "$CMD" left empty: no program has that name, and exec
+        # would refuse it only after the region is made.
+        raise UsageError(f"run: the command's name is {command[0]!r}; give a program on PATH or "
+                         "a path to one (e.g. vgpulimit run -- python3 app.py)")
     memory = args.memory
     if args.unit is not None and args.memory_units is None:
         raise UsageError("run: --unit is the size of one --memory-units unit, and no --memory-units "
@@ -575,6 +580,9 @@ def _cmd_install_hook(args: argparse.Namespace) -> int:
     if not args.dir:
         raise UsageError("install-hook: --dir is empty; give the hooks.d directory "
                          f"(default {hooks_d.HOOKS_D_DIR})")
+    # Written into the hooks.d file, where the hook reads it from whatever
+    # directory the runtime runs it in: every limited container would fail.
+    _absolute_node_dir("install-hook", args.node_dir)
     try:
         admission = _admission(args)
         print(hooks_d.install_hooks_d(Path(args.dir), args.node_dir, admission is not None,

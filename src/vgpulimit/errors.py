@@ -22,3 +22,16 @@ class UsageError(VgpulimitError, ValueError):
     """Bad input: a flag, a variable, an annotation the user gave."""
 
     exit_code = EXIT_USAGE
+
+
+# What a message shows of a name the user gave: enough to find it by, and
+# the line stays one line on a terminal however long the name was.
+QUOTED_MOST = 64
+
+
+def quoted(text: str, most: int = QUOTED_MOST) -> str:
+    """``text`` as a message quotes it (``repr``), cut after ``most``
+    characters with its length said: ``'aaaa…' (5000 characters)``."""
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most - 1] + '…'!r} ({len(text)} characters)"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpulimit.errors import UsageError
+from vgpulimit.errors import UsageError, quoted
 from vgpulimit.identity import Identity
 from vgpulimit.processes import shown
 
@@ -118,7 +118,7 @@ def parse_fields(text: str) -> tuple[Field, ...]:
         raise UsageError(f"--query {text!r} names no field; {_known()}")
     for name in names:
         if name not in BY_NAME:
-            raise UsageError(f"--query: unknown field {name!r}; {_known()}")
+            raise UsageError(f"--query: unknown field {quoted(name)}; {_known()}")
     return tuple(BY_NAME[name] for name in names)
 
 

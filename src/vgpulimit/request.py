@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from vgpulimit import environment
 from vgpulimit.environment import Setting
-from vgpulimit.errors import UsageError
+from vgpulimit.errors import UsageError, quoted
 from vgpulimit.limits import (
     MemoryLimit,
     ascii_number,
@@ -66,7 +66,7 @@ def _value(setting: Setting | None):
 def _device_index(text: str, source: str) -> int:
     index = ascii_number(text, MAX_DEVICES)
     if index is None:
-        raise UsageError(f"{source}: device index {text!r} is not in 0-{MAX_DEVICES - 1} "
+        raise UsageError(f"{source}: device index {quoted(text)} is not in 0-{MAX_DEVICES - 1} "
                          "(ASCII digits)")
     return index
 
@@ -86,10 +86,10 @@ def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[s
         try:
             uuid = parse_uuid(key, flag)
         except LimitError as exc:
-            raise UsageError(f"{flag}: {key.strip()!r} is not a GPU UUID (GPU- and 32 hex digits, as "
+            raise UsageError(f"{flag}: {quoted(key.strip())} is not a GPU UUID (GPU- and 32 hex digits, as "
                              "nvidia-smi -L prints it)") from exc
         if not sep:
-            raise UsageError(f"{flag}: {item!r} has no '=' and a value after the UUID")
+            raise UsageError(f"{flag}: {quoted(item)} has no '=' and a value after the UUID")
         if uuid in by_uuid:
             raise UsageError(f"{flag}: device {uuid} is given twice")
         by_uuid[uuid] = value
@@ -102,7 +102,7 @@ def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> d
     for item in items:
         index_text, sep, value = item.partition("=")
         if not sep:
-            raise UsageError(f"{flag}: {item!r} is not I={what} "
+            raise UsageError(f"{flag}: {quoted(item)} is not I={what} "
                              f"(a device index 0-{MAX_DEVICES - 1}, '=', a {what.lower()})")
         index = _device_index(index_text.strip(), flag)
         if index in values:

@@ -30,6 +30,7 @@ from vgpulimit.request import Limits
 from vgpulimit.signals import FORWARDED_SIGNALS, WAITED_SIGNALS, held
 
 REGION_VAR = "VGPULIMIT_REGION"
+SETTER_VAR = "VGPULIMIT_SETTER"
 
 # Said once by a run that limits nothing (no flag, no variable, no enclosing region).
 NOTHING_LIMITED = ("vgpulimit: note: no limit given (no --memory or --cores, no VGPULIMIT_* or HAMi "
@@ -116,6 +117,9 @@ def child_environment(environ: Mapping[str, str], region_path: str,
     LD_LIBRARY_PATH."""
     env = {k: v for k, v in environ.items() if not _CONTRACT_VARS.fullmatch(k)}
     env[REGION_VAR] = region_path
+    # The mark by which the shim tells a process that lost its region from
+    # one that never had one (shim/src/environment.c, lost_region).
+    env[SETTER_VAR] = "run"
     # The dynamic linker splits LD_PRELOAD on spaces and colons.
     env["LD_PRELOAD"] = _prepend_path(environ.get("LD_PRELOAD"), str(libpath()), " :")
     if simulate:
@@ -137,6 +141,8 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], sigmask) -> int:
         raise CommandError(126, f"{name}: permission denied") from None
     except OSError as exc:
         raise CommandError(126, f"{name}: cannot execute: {exc.strerror}") from None
+    except ValueError as exc:   # an empty name, a NUL byte: no exec(2) could take it
+        raise CommandError(126, f"{name!r}: cannot execute: {exc}") from None
 
 
 def _should_forward(info: signal.struct_siginfo, child: int) -> bool:

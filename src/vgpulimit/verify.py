@@ -285,7 +285,17 @@ def judge(report: Report, config: Configuration, origin: str | None,
         report.add("shim", "fail", f"limits are configured ({why}) but the shim is not loaded in "
                    "this process: it is in neither LD_PRELOAD nor /etc/ld.so.preload")
 
-    if "error" in facts:
+    no_context = facts.get("no_context") or {}
+    context_too_big = shim.get("loaded") and no_context.get("result") == "CUDA_ERROR_OUT_OF_MEMORY"
+    if context_too_big:
+        # The shim refuses a context whose own memory does not fit: the cap is
+        # there, and too small for anything to run under it.
+        cap_text = _size(facts.get("cap_bytes")) if facts.get("cap_bytes") is not None else "the cap"
+        report.add("context", "fail", f"the CUDA context's own memory does not fit under the cap of "
+                   f"{cap_text} ({no_context['call']} was refused with CUDA_ERROR_OUT_OF_MEMORY): "
+                   "a context costs the driver device memory before anything is allocated; give a "
+                   "cap above that (hundreds of MiB on most GPUs)")
+    elif "error" in facts:
         report.add("probe", "fail", facts["error"])
     if region.get("error"):
         report.add("region", "fail", region["error"])
@@ -343,8 +353,13 @@ def judge(report: Report, config: Configuration, origin: str | None,
         report.add("compute share", "skip",
                    "not measured (--no-alloc)" if cores_pct else "no compute share set")
     else:
-        _judge_fill(report, facts.get("fill"), cap, shim.get("loaded"))
-        _judge_share(report, facts, cores_pct)
+        if context_too_big:
+            report.add("past the cap", "skip", "not tried: no context to allocate in")
+            report.add("compute share", "skip", "not measured: no context to launch in"
+                       if cores_pct else "no compute share set")
+        else:
+            _judge_fill(report, facts.get("fill"), cap, shim.get("loaded"))
+            _judge_share(report, facts, cores_pct)
     _judge_costs(report, facts.get("costs"), report.baseline)
 
 

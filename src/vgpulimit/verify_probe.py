@@ -55,6 +55,7 @@ MiB = 1 << 20
 class DriverError(RuntimeError):
     def __init__(self, call: str, code: int, name: str) -> None:
         super().__init__(f"{call} returned {name} ({code})")
+        self.call = call
         self.code = code
         self.name = name
 
@@ -510,6 +511,13 @@ def probe(index: int, quick: bool, costs_only: bool, alloc_room: int,
                    facts.setdefault("nvml", {}))
     except DriverError as exc:
         facts["error"] = str(exc)
+        if dev is None:
+            # No context: what the region says is still known, and is what
+            # verify needs to tell a cap too small for the context from none.
+            facts["no_context"] = {"call": exc.call, "result": exc.name}
+            if "region" not in facts:
+                facts["region"] = region = region_facts(index)
+                facts["cap_bytes"] = (region or {}).get("cap_bytes")
     finally:
         if dev is not None:
             progress.reach("releasing the context")

@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from vgpulimit.errors import quoted
 from vgpulimit.oci import HookError
 
-# A container id as runc accepts it; it names a directory of ours.
-_CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,1023}")
+# A container id as runc accepts it.  It names a directory of ours (and
+# runc's, /run/runc/<id>), so it is one file name: at most NAME_MAX bytes.
+_CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+MAX_CONTAINER_ID = 255
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,10 @@ def read_state(stream: IO[str] | None) -> State:
     for key in ("id", "status", "bundle"):
         if not isinstance(state.get(key), str):
             raise HookError(f"the container state on stdin has no string {key!r} (OCI state)")
-    if not _CONTAINER_ID.fullmatch(state["id"]):
-        raise HookError(f"container id {state['id']!r} is not one a runtime gives "
-                        "(letters, digits, '_', '.', '+', '-')")
+    if not _CONTAINER_ID.fullmatch(state["id"]) or len(state["id"]) > MAX_CONTAINER_ID:
+        raise HookError(f"container id {quoted(state['id'])} is not one a runtime gives "
+                        f"(1 to {MAX_CONTAINER_ID} letters, digits, '_', '.', '+', '-', "
+                        "the first a letter or digit)")
     bundle = Path(state["bundle"])
     if not bundle.is_absolute():
         raise HookError(f"bundle {state['bundle']!r} in the container state is not an "
