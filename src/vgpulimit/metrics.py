@@ -45,7 +45,7 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -55,6 +55,7 @@ from vgpulimit import __version__
 from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.identity import region_labels
 from vgpulimit.layouts import LABELS, pod_names
+from vgpulimit.processes import shown
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9489"
@@ -116,6 +117,13 @@ class RegionCollector(Collector):
         self._model_names: dict[str, str] = {}
 
     def collect(self) -> Iterator[Metric]:
+        """Every family, each label value printable (processes.shown): a
+        directory, a process name or a command line is the tenant's choice,
+        and a byte that is not UTF-8 in one of them would fail the whole
+        scrape, a control character forge what a dashboard shows."""
+        yield from _printable(self._families())
+
+    def _families(self) -> Iterator[Metric]:
         with self._lock:
             if self._physical:
                 from vgpulimit import node
@@ -354,7 +362,16 @@ class RegionCollector(Collector):
         """Once per distinct problem: a scrape loop must not flood the log."""
         if line not in self._complained:
             self._complained.add(line)
-            print(f"vgpulimit metrics: {line}", file=sys.stderr, flush=True)
+            print(f"vgpulimit metrics: {shown(line)}", file=sys.stderr, flush=True)
+
+
+def _printable(families: Iterable[Metric]) -> Iterator[Metric]:
+    for family in families:
+        family.samples = [
+            sample if all(value.isprintable() for value in sample.labels.values())
+            else sample._replace(labels={name: shown(value) for name, value in sample.labels.items()})
+            for sample in family.samples]
+        yield family
 
 
 def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,

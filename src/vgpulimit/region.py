@@ -473,7 +473,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
             ProcessSnapshot(
                 pid=int(slot.pid),
                 host_pid=int(slot.host_pid) or None,
-                comm=ffi.string(slot.comm).decode(errors="replace"),
+                comm=ffi.string(slot.comm).decode("utf-8", "surrogateescape"),   # a view escapes it
                 used_bytes=used,
                 start_ticks=int(slot.start_time),
             )
