@@ -273,6 +273,40 @@ static void spread_claim_indices(struct reading *r)
     }
 }
 
+/* A name as Kubernetes makes a pod's UID (a UUID, or a static pod's hash)
+ * and a container's name (a DNS label): 1-63 letters, digits, '-' and '.',
+ * starting with a letter or a digit.  The pair names a directory that the
+ * node's views and metrics show, and a tenant can set both in its own
+ * environment: a byte outside these (not UTF-8, a newline, '/', '_', which
+ * splits the pair) would be its to choose there. */
+static bool ascii_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Not isalnum(): the application's locale may call a byte above 0x7f a letter. */
+static bool kubernetes_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len > 63 || !ascii_alnum(name[0]))
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!ascii_alnum(name[i]) && name[i] != '-' && name[i] != '.')
+            return false;
+    return true;
+}
+
+/* `text` for a line of the log: printable ASCII as it is, every other byte
+ * as \xNN, cut to fit `out`. */
+static const char *escaped(const char *text, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c && n + 5 < len; c++)
+        n += (size_t)snprintf(out + n, len - n, *c >= 0x20 && *c < 0x7f && *c != '\\' ? "%c" : "\\x%02x", *c);
+    out[n] = '\0';
+    return out;
+}
+
 /* KAI's resource isolator names no cache file: it gives the container the
  * node's vgpu directory at CONTAINER_VGPU_MOUNT with POD_UID and
  * CONTAINER_NAME, and the library keeps its file in
@@ -283,15 +317,16 @@ static void kai_region(char **envp, struct vgl_env *out)
                *name = lookup(envp, "CONTAINER_NAME");
     if (!mount || !pod || !name || out->region_path[0] || !out->asks)
         return;
-    /* Joined by '_', neither name can be "." or ".." on its own. */
-    bool usable = mount[0] == '/' && pod[0] && name[0] && !strchr(pod, '/') && !strchr(name, '/');
+    bool usable = mount[0] == '/' && kubernetes_name(pod) && kubernetes_name(name);
     int n = usable ? snprintf(out->region_path, sizeof out->region_path, "%s/containers/%s_%s/vgpulimit.cache",
                               mount, pod, name) : -1;
     if (n < 0 || (size_t)n >= sizeof out->region_path) {
+        char shown[3][96];
         out->region_path[0] = '\0';
         say(out, false, "%s=\"%s\" with POD_UID=\"%s\" and CONTAINER_NAME=\"%s\" make no region path "
-            "(an absolute directory, and names without '/'); the region is the shim's own", KAI_MOUNT, mount,
-            pod, name);
+            "(an absolute directory, and Kubernetes names: 1-63 letters, digits, '-' and '.'); the region "
+            "is the shim's own", KAI_MOUNT, escaped(mount, shown[0], sizeof shown[0]),
+            escaped(pod, shown[1], sizeof shown[1]), escaped(name, shown[2], sizeof shown[2]));
         return;
     }
     out->region_dir_len = (uint32_t)strlen(mount);

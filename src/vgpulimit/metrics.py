@@ -45,9 +45,9 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 
-from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -55,6 +55,8 @@ from vgpulimit import __version__
 from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.identity import region_labels
 from vgpulimit.layouts import LABELS, pod_names
+from vgpulimit.metrics_server import MetricsServer
+from vgpulimit.processes import shown
 from vgpulimit.status import Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9489"
@@ -114,8 +116,29 @@ class RegionCollector(Collector):
         # GPU UUID -> NVML's name of it (DCGM's modelName); "" where NVML could
         # not say.  A board's name never changes: NVML is asked once per UUID.
         self._model_names: dict[str, str] = {}
+        self._collections = 0
 
     def collect(self) -> Iterator[Metric]:
+        """Every family, each label value printable (processes.shown): a
+        directory, a process name or a command line is the tenant's choice,
+        and a byte that is not UTF-8 in one of them would fail the whole
+        scrape, a control character forge what a dashboard shows."""
+        started = time.monotonic()
+        with self._lock:
+            self._collections += 1
+            collections = self._collections
+        families = list(self._families())
+        took = GaugeMetricFamily("vgpulimit_scrape_duration_seconds",
+                                 "Time this server took to read the regions for this scrape "
+                                 "(scrapes that came while it read were served the same reading)")
+        took.add_metric([], time.monotonic() - started)
+        count = CounterMetricFamily("vgpulimit_scrape_collections_total",
+                                    "Readings of the regions this server made (one serves every "
+                                    "scrape that came while it ran)")
+        count.add_metric([], collections)
+        yield from _printable([*families, took, count])
+
+    def _families(self) -> Iterator[Metric]:
         with self._lock:
             if self._physical:
                 from vgpulimit import node
@@ -354,7 +377,16 @@ class RegionCollector(Collector):
         """Once per distinct problem: a scrape loop must not flood the log."""
         if line not in self._complained:
             self._complained.add(line)
-            print(f"vgpulimit metrics: {line}", file=sys.stderr, flush=True)
+            print(f"vgpulimit metrics: {shown(line)}", file=sys.stderr, flush=True)
+
+
+def _printable(families: Iterable[Metric]) -> Iterator[Metric]:
+    for family in families:
+        family.samples = [
+            sample if all(value.isprintable() for value in sample.labels.values())
+            else sample._replace(labels={name: shown(value) for name, value in sample.labels.items()})
+            for sample in family.samples]
+        yield family
 
 
 def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
@@ -369,15 +401,15 @@ def serve(listen: str, paths: Sequence[str] = (), directory: str | Sequence[str]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RegionCollector(sampler, pod_logs, physical=directory is not None,
                                       max_processes=max_processes, hami_names=hami_names))
-    shown = f"[{host}]" if ":" in host else host
+    at = f"[{host}]" if ":" in host else host
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server = MetricsServer(host, port, registry.collect)
     except OSError as exc:
-        raise ServeError(f"--listen {listen}: cannot listen on {shown}:{port}: "
+        raise ServeError(f"--listen {listen}: cannot listen on {at}:{port}: "
                          f"{exc.strerror or exc}") from None
-    print(f"vgpulimit: serving metrics on http://{shown}:{server.server_port}/metrics",
+    print(f"vgpulimit: serving metrics on http://{at}:{server.server_port}/metrics",
           file=sys.stderr, flush=True)
     try:
-        thread.join()
+        server.serve_forever()
     finally:
-        server.shutdown()
+        server.server_close()

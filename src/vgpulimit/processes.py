@@ -9,6 +9,7 @@ recorded) -- is "gone": a view shows it as such and never with memory."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -19,12 +20,25 @@ def shown(text: str) -> str:
     """``text`` safe to put on a terminal: every character that is not
     printable -- control characters (an escape sequence, a newline that would
     forge a row), format characters such as a right-to-left override -- as
-    its Python escape (``\\x1b``).  For what a tenant controls and a text view
-    prints: command lines, process names, container names and ids, paths.
-    JSON output escapes by itself and keeps the text as it is."""
+    its Python escape (``\\x1b``), and a byte that was not UTF-8 as ``\\xff``
+    (plain).  For what a tenant controls and a text view or a metric's label
+    shows: command lines, process names, container names and ids, paths.
+    JSON output escapes the rest by itself and keeps the text as it is."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() else plain(c) if _UNDECODED.match(c) else ascii(c)[1:-1]
+                   for c in text)
+
+
+# What os.fsdecode and psutil make of a byte that is not UTF-8 (surrogateescape).
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def plain(text: str) -> str:
+    """``text`` with each byte that was not UTF-8 -- a path, an argv, a user
+    name as the OS gave them -- written ``\\xff``: text that every encoder
+    takes (UTF-8 refuses the lone surrogates Python holds such bytes as)."""
+    return _UNDECODED.sub(lambda m: f"\\x{ord(m[0]) - 0xDC00:02x}", text)
 
 
 @dataclass(frozen=True)

@@ -374,21 +374,29 @@ class Region:
         return _snapshot(self.path, image, REGION_BYTES, all_devices)
 
 
-def read_snapshot(path: str | os.PathLike, all_devices: bool = False) -> RegionSnapshot:
+# read_snapshot's default: look at the machine's processes for this one region.
+_LOOK = frozenset({(-1, -1)})
+
+
+def read_snapshot(path: str | os.PathLike, all_devices: bool = False,
+                  running: frozenset[tuple[int, int]] | None = _LOOK) -> RegionSnapshot:
     """The region file at ``path`` as it is now, for the views: read with
     ordinary reads, never mapped (a file truncated under a mapping kills its
     reader), so read access is enough; validated before any of it is
     believed.  Read without the region's locks: each number is current, the
     set of them may be a moment apart.  RegionError: the file cannot be read,
     or is no whole region of this version, or holds values vgpulimit never
-    writes (garbled)."""
+    writes (garbled).  ``running``: running_processes() as the caller found
+    them, so that a view of many regions looks at the machine's processes
+    once, not once per region (by default, looked at for this one)."""
     fspath = os.fspath(path)
     try:
         image, got, size = _read_copy(fspath)
     except OSError as exc:
         raise RegionError(fspath, -(exc.errno or errno.EIO), "cannot open") from None
     return _snapshot(fspath, image, got, all_devices, action="region",
-                     detail=f"{size} bytes, expected {REGION_BYTES}")
+                     detail=f"{size} bytes, expected {REGION_BYTES}",
+                     running=running_processes() if running is _LOOK else running)
 
 
 def _read_copy(path: str) -> tuple[bytearray, int, int]:
@@ -409,7 +417,8 @@ def _read_copy(path: str) -> tuple[bytearray, int, int]:
 
 
 def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
-              action: str = "cannot read", detail: str = "") -> RegionSnapshot:
+              action: str = "cannot read", detail: str = "",
+              running: frozenset[tuple[int, int]] | None = _LOOK) -> RegionSnapshot:
     """A snapshot of ``size`` bytes of a region in ``image``, once the C side
     has validated them.  Devices with no limit that no process has seen are
     left out unless ``all_devices``."""
@@ -420,15 +429,16 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
     region = ffi.cast("struct vgl_region *", ffi.from_buffer(image))
     # A view never writes, so it cannot reclaim the slots of processes that
     # are gone; it leaves them (and their bytes) out instead.
-    running = _running_processes()
-    live = [slot for slot in (region.slots[i] for i in range(MAX_SLOTS))
+    if running is _LOOK:
+        running = running_processes()
+    claimed = [region.slots[i] for i in _live_slot_indices(image)]
+    live = [slot for slot in claimed
             if slot.state == lib.VGL_SLOT_LIVE
             and (running is None or not slot.start_time
                  or (int(slot.pid), int(slot.start_time)) in running)]
     gone = [0] * MAX_DEVICES
     if running is not None:
-        for index in range(MAX_SLOTS):
-            slot = region.slots[index]
+        for slot in claimed:
             if slot.state == lib.VGL_SLOT_LIVE and slot.start_time and \
                     (int(slot.pid), int(slot.start_time)) not in running:
                 for d in range(MAX_DEVICES):
@@ -463,7 +473,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
             ProcessSnapshot(
                 pid=int(slot.pid),
                 host_pid=int(slot.host_pid) or None,
-                comm=ffi.string(slot.comm).decode(errors="replace"),
+                comm=ffi.string(slot.comm).decode("utf-8", "surrogateescape"),   # a view escapes it
                 used_bytes=used,
                 start_ticks=int(slot.start_time),
             )
@@ -479,11 +489,28 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
     )
 
 
+_SLOTS_AT = ffi.offsetof("struct vgl_region", "slots")
+_SLOT_BYTES = ffi.sizeof("struct vgl_slot")
+_STATE_AT = ffi.offsetof("struct vgl_slot", "state")
+assert _SLOT_BYTES % 4 == 0 and _STATE_AT % 4 == 0, "a slot's state is a uint32_t on a 4-byte boundary"
+
+
+def _live_slot_indices(image: bytearray) -> list[int]:
+    """The slots whose state is live, read as plain integers: a region has a
+    thousand slots and few in use, and looking at each through cffi is most
+    of the time a node's scrape takes."""
+    start = _SLOTS_AT + _STATE_AT
+    with memoryview(image) as view, view[start:start + MAX_SLOTS * _SLOT_BYTES] as slots, \
+            slots.cast("I") as words:
+        states = words[::_SLOT_BYTES // 4].tolist()
+    return [i for i, state in enumerate(states) if state == lib.VGL_SLOT_LIVE]
+
+
 # The kernel's inode number of the initial pid namespace (PROC_PID_INIT_INO).
 _INITIAL_PID_NS = 0xEFFFFFFC
 
 
-def _running_processes() -> set[tuple[int, int]] | None:
+def running_processes() -> frozenset[tuple[int, int]] | None:
     """(pid, start time) of every process on the machine under each pid it
     has (NSpid: the host's, then each namespace's down to its own), as a slot
     names its process (the pid its container sees, /proc/<pid>/stat's
@@ -516,7 +543,7 @@ def _running_processes() -> set[tuple[int, int]] | None:
         for line in status_text.splitlines():
             if line.startswith(b"NSpid:"):
                 running.update((int(pid), start) for pid in line.split()[1:])
-    return running
+    return frozenset(running)
 
 
 def _not_a_file(path: str) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 from vgpulimit import identity
 from vgpulimit.limits import format_bytes
 from vgpulimit.node import DriverProcess, GpuView, NodeView, Tenant
-from vgpulimit.processes import ProcessDetails, format_age, shown
+from vgpulimit.processes import ProcessDetails, format_age, plain, shown
 from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, RegionSnapshot
 from vgpulimit.status import ContainerView, Sample, devices_of
 
@@ -262,7 +262,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
 def status_document(view: ContainerView | RegionSnapshot, sample: Sample | None = None
                     ) -> dict[str, Any]:
     """What `status --json` prints of one region; `status --query` writes the same as CSV."""
-    return {"version": STATUS_VERSION} | to_json(view, sample)
+    return _plain_strings({"version": STATUS_VERSION} | to_json(view, sample))
 
 
 def status_document_all(sample: Sample, node: NodeView | None = None) -> dict[str, Any]:
@@ -274,7 +274,20 @@ def status_document_all(sample: Sample, node: NodeView | None = None) -> dict[st
         "regions": [to_json(view, sample) for view in sample.views],
         "errors": [{"region": path, "error": why} for path, why in sample.errors],
     }
-    return document
+    return _plain_strings(document)
+
+
+def _plain_strings(value: Any) -> Any:
+    """Every string in a document processes.plain: a path or a command line
+    holds what bytes its tenant chose, and a program reading the document
+    must get text it can decode (control characters JSON escapes itself)."""
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {plain(k) if isinstance(k, str) else k: _plain_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_strings(v) for v in value]
+    return value
 
 
 def render_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) -> str:

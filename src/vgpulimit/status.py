@@ -31,6 +31,7 @@ from vgpulimit.region import (
     RegionError,
     RegionSnapshot,
     read_snapshot,
+    running_processes,
 )
 
 # -- reading regions -------------------------------------------------------------------------------
@@ -132,9 +133,10 @@ class Sampler:
         found = sorted({p for d in self._directories for p in find_regions(d)})
         for path in set(self._previous) - set(found) - set(self._paths):
             del self._previous[path]
+        running = running_processes()   # once: a node may have a thousand regions
         for path in self._paths + [p for p in found if p not in self._paths]:
             try:
-                views.append(self._view(path, read_snapshot(path)))
+                views.append(self._view(path, read_snapshot(path, running=running)))
             except RegionError as exc:
                 if strict and path in self._paths:
                     raise
