@@ -20,7 +20,7 @@
 /* For code that runs inside dlsym: a sanitizer's runtime looks its
  * interceptors up with dlsym before its shadow memory exists, so in a
  * sanitizer build of the shim that code must not be instrumented. */
-#define VGL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+#define VGL_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 /* Runs `fn` in the child after every fork.  Each module forgets what was its
  * parent's itself: the child is a process of its own, with no CUDA state, and
  * a lock some other thread held at the fork is held by no one in it. */
