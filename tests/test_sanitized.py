@@ -37,6 +37,7 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
     compile_c(bin_dir / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{bin_dir}", "-lcuda", "-ldl")
     compile_c(bin_dir / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{bin_dir}", "-lcuda")
     compile_c(bin_dir / "host_memory_test", [C_DIR / "host_memory_test.c"], f"-L{bin_dir}", "-lcuda")
+    compile_c(bin_dir / "thread_churn", [C_DIR / "thread_churn.c"], f"-L{bin_dir}", "-lcuda", "-lpthread")
     compile_c(bin_dir / "librtld_next_base.so", [C_DIR / "rtld_next_base.c"], "-shared", "-fPIC")
     compile_c(bin_dir / "librtld_next_wrap.so", [C_DIR / "rtld_next_wrap.c"], "-shared", "-fPIC", "-ldl")
     compile_c(bin_dir / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
@@ -80,6 +81,23 @@ def test_pinned_host_memory_and_copies_under_a_cap(sanitized, tmp_path):
     result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "host_memory_test"],
                            VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     assert result.stdout.endswith(" passed, 0 failed\n")
+
+
+@pytest.mark.parametrize("family", ["pointer", "array", "vmm", "pool"])
+def test_threads_allocating_and_freeing_at_once(sanitized, tmp_path, family):
+    result = subprocess.run([str(sanitized["bin"] / "thread_churn"), family, "8", "50", "8"],
+                            input="\n\n", capture_output=True, text=True, timeout=300, check=False,
+                            env=base_env(LD_PRELOAD=f"{sanitized['preload']} "
+                                         f"{sanitized['build'] / 'shim' / 'libvgpulimit.so'}",
+                                         LD_LIBRARY_PATH=str(sanitized["build"] / "simgpu"),
+                                         SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_MEMORY="16GiB",
+                                         SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0",
+                                         VGPULIMIT_MEMORY="1GiB",
+                                         CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"),
+                                         ASAN_OPTIONS="detect_leaks=0"))
+    said = [line for line in result.stderr.splitlines() if line.startswith(SANITIZERS_SAID)]
+    assert not said and result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == f"filled {1 << 30}\nfreed\n"
 
 
 def test_no_limit_bad_limit_and_null_arguments(sanitized, tmp_path):
