@@ -143,8 +143,11 @@ def hami_dra_spec(node_vgpu: Path, claim_uid: str, limits: list[tuple[str, str]]
                      "hostPath": str(node_vgpu.parent / "vgpulock"),
                      "options": ["rw", "nosuid", "nodev", "bind"]},
                 ]}}]}
-    schemas.check(CDI_SCHEMA, spec)
     return spec
+
+
+def test_the_hami_dra_specs_here_validate(tmp_path):
+    schemas.validate(CDI_SCHEMA, hami_dra_spec(tmp_path / "vgpu", "claim-1", [("30", "1024m"), ("60", "2g")]))
 
 
 def apply_cdi(spec: dict) -> tuple[dict[str, str], list[dict]]:
