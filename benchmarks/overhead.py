@@ -6,6 +6,9 @@ ns added per call.  Against the null driver the difference is the shim's own
 cost; against simgpu it is what a user of the simulated GPU sees.
 
     python benchmarks/overhead.py [--launches N] [--pairs N] [--repeat N]
+
+The defaults finish in about a minute on a 2-core machine (most of it on
+simgpu, where a launch costs microseconds); each step is said on stderr.
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ def contended(bench: Path, env: dict[str, str], processes: int, pairs: int) -> f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--launches", type=int, default=2_000_000)
-    parser.add_argument("--pairs", type=int, default=200_000)
+    parser.add_argument("--launches", type=int, default=200_000)
+    parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--contend", type=int, default=8, metavar="N",
                         help="also run N processes allocating at once in one region (0: skip)")
@@ -80,12 +83,15 @@ def main() -> None:
             "shim, 1 TiB cap": {"LD_PRELOAD": shim, "VGPULIMIT_MEMORY": "1TiB",
                                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": region},
         }
+        # The null driver has no NVML: each process's shim would say so once.
+        quiet = {"null driver": {"VGPULIMIT_LOG": "error"}, "simgpu": {}}
         best: dict[tuple[str, str], dict[str, float]] = {}
-        for _ in range(args.repeat):  # interleaved, so drift hits every setup alike
+        for run in range(args.repeat):  # interleaved, so drift hits every setup alike
             for driver, libdir in drivers.items():
                 for setup, extra in setups.items():
+                    print(f"run {run + 1}/{args.repeat}: {driver}, {setup}", file=sys.stderr, flush=True)
                     env = dict(base, LD_LIBRARY_PATH=libdir,
-                               SIMGPU_STATE=str(tmp_path / "simgpu.state"), **extra)
+                               SIMGPU_STATE=str(tmp_path / "simgpu.state"), **quiet[driver], **extra)
                     got = measure(bench, env, args.launches, args.pairs)
                     key = (driver, setup)
                     best[key] = {k: min(v, best.get(key, {}).get(k, v)) for k, v in got.items()}
@@ -94,7 +100,9 @@ def main() -> None:
         crowd: dict[str, float] = {}
         if args.contend:
             for setup in ("direct", "shim, 1 TiB cap"):
-                env = dict(base, LD_LIBRARY_PATH=drivers["null driver"], **setups[setup])
+                print(f"{args.contend} processes at once: {setup}", file=sys.stderr, flush=True)
+                env = dict(base, LD_LIBRARY_PATH=drivers["null driver"], **quiet["null driver"],
+                           **setups[setup])
                 crowd[setup] = min(contended(bench, env, args.contend, args.pairs // 4)
                                    for _ in range(args.repeat))
                 if os.path.exists(region):
