@@ -78,7 +78,7 @@ def test_the_shim_and_run_pick_the_same_runtime_directory(sim_env, shim_path, tm
     made = set(expected.glob("env-v*.region")) - before
     try:
         assert len(made) == 1, f"no new region in {expected}"
-        ask = "from vgpulimit.supervisor import runtime_base; print(runtime_base())"
+        ask = "from vgpulimit.placement import runtime_base; print(runtime_base())"
         picked = run([sys.executable, "-c", ask], env).stdout.strip()
         assert Path(picked) == expected
     finally:
