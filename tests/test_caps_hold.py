@@ -78,7 +78,7 @@ def test_the_shim_and_run_pick_the_same_runtime_directory(sim_env, shim_path, tm
     made = set(expected.glob("env-v*.region")) - before
     try:
         assert len(made) == 1, f"no new region in {expected}"
-        ask = "from vgpulimit.supervisor import runtime_base; print(runtime_base())"
+        ask = "from vgpulimit.placement import runtime_base; print(runtime_base())"
         picked = run([sys.executable, "-c", ask], env).stdout.strip()
         assert Path(picked) == expected
     finally:
@@ -121,6 +121,33 @@ def test_a_nested_run_cannot_loosen_the_outer_cap(sim_env):
     fits = run(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--",
                              *vgpulimit_cmd("run", "--simulate", "--"), *HOLD, "900"), sim_env)
     assert fits.returncode == 0
+
+
+def test_a_nested_run_is_told_each_limit_looser_than_its_regions():
+    """The comparison alone (request.looser), fed devices as a region holds
+    them: a size over a size, a share over a size once the device's size is
+    seen, the whole device over any size, a share over a share, a higher
+    compute share.  A tighter limit, or one where the region holds none, is
+    not said."""
+    from vgpulimit.region import MAX_DEVICES, DeviceSnapshot
+    from vgpulimit.request import looser, resolve_limits
+
+    def held(index: int, memory: str | None = None, total_bytes: int = 0, cores_pct: int = 0):
+        limit = parse_memory(memory, "held") if memory else None
+        return DeviceSnapshot(index, limit, None, cores_pct, total_bytes, 0, 0)
+
+    devices = [held(0, "1GiB"), held(1, "1GiB", total_bytes=80 * GiB), held(2, "1GiB"),
+               held(3, "50%"), held(4, cores_pct=30), held(5, "2GiB", cores_pct=30)]
+    devices += [held(i) for i in range(len(devices), MAX_DEVICES)]
+    asked = resolve_limits(None, ["0=2GiB", "1=50%", "2=100%", "3=60%", "4=1GiB", "5=1GiB"], {},
+                           cores_device=["4=60", "5=20", "0=20"])
+    lines = looser(asked, devices, "/r")
+    tail = " of the region /r this runs in, which holds too (a nested run can only tighten)"
+    assert lines == [f"--memory-device 0 2GiB is looser than the 1 GiB{tail}",
+                     f"--memory-device 1 50% is looser than the 1 GiB{tail}",
+                     f"--memory-device 2 100% is looser than the 1 GiB{tail}",
+                     f"--memory-device 3 60% is looser than the 50% of the device{tail}",
+                     f"--cores-device 4 60 is looser than the 30%{tail}"]
 
 
 def test_a_nested_run_tightens_the_outer_cap(sim_env):

@@ -241,7 +241,7 @@ def test_a_runtime_directory_another_user_made_is_not_used(sim_env, shim_path, c
 def test_run_names_the_owner_of_a_runtime_directory_it_cannot_use(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root to make a directory of another user's")
-    from vgpulimit.supervisor import _private_dir
+    from vgpulimit.placement import _private_dir
 
     planted = tmp_path / "vgpulimit-0"
     planted.mkdir()

@@ -27,6 +27,7 @@ from conftest import ROOT, base_env, have, real_gpu_missing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import real_gpu  # benchmarks/ is no package: from its folder
 import real_gpu_bundle
+from real_gpu_rows import share
 
 HEADER = "| group | row | without vgpulimit | under vgpulimit | pass line | result | s |"
 RUNTIME_ROWS = {"PyTorch, caching allocator", "PyTorch, expandable_segments:True",
@@ -131,7 +132,7 @@ def test_the_share_is_kernels_times_their_length_over_the_wall_time():
     output = ("progress 7 100.0 0\nprogress 7 101.0 300\nprogress 7 103.0 900\n"
               "progress 8 101.5 0\nprogress 8 102.5 20\nprogress 8 104.5 120\n")
     # From each process's first report + the settle: pid 7 ran 600 kernels of 1 ms in 2 s, pid 8 100.
-    assert real_gpu.kernels_share(output, 1e6, settle_s=1.0) == pytest.approx(30.0 + 5.0)
+    assert share.kernels_share(output, 1e6, settle_s=1.0) == pytest.approx(30.0 + 5.0)
 
 
 def test_the_device_command_fits_the_tool_and_is_the_readmes():

@@ -403,8 +403,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.region == "":
         raise UsageError("run: --region is empty; give the path where the region file is made "
                          "(e.g. /run/vgpulimit/job.region), or leave --region out for a private one")
-    options = supervisor.RunOptions(command=command, limits=limits, simulate=args.simulate,
-                                    region_path=args.region, board_path=args.board)
+    options = request.RunOptions(command=command, limits=limits, simulate=args.simulate,
+                                 region_path=args.region, board_path=args.board)
     return supervisor.run(options)
 
 
@@ -493,14 +493,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
     if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
         raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
-    try:
-        metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes,
-                      args.hami_names)
-    except metrics.ListenError as exc:
-        raise UsageError(str(exc)) from None
-    except metrics.ServeError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes, args.hami_names)
     return 0
 
 
@@ -517,11 +510,12 @@ def _cmd_set(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from vgpulimit import verify
+    from vgpulimit import supervisor, verify
 
     report = verify.verify(verify.Options(memory=args.memory, cores=args.cores,
                                           device=args.device, simulate=args.simulate,
-                                          quick=args.quick, no_alloc=args.no_alloc))
+                                          quick=args.quick, no_alloc=args.no_alloc),
+                           supervisor.run)
     sys.stdout.write(verify.render_json(report) if args.json else verify.render_text(report))
     return 0 if report.ok else EXIT_FAILURE
 

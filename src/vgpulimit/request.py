@@ -1,7 +1,8 @@
 """The limits a user asks for, as a model apart from what acts on them: the
 flags of `run` (and `verify`) over the limit variables, read by the shim's
 own reader in its precedence; the OCI hook's annotations over a container's
-variables.  Nothing here spawns, writes a region or prints: `run`
+variables; and whether a nested run asks for more than the region it runs
+in holds.  Nothing here spawns, writes a region or prints: `run`
 (supervisor.py), the hook and verify take a ``Limits`` and act on it."""
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from vgpulimit.limits import (
     parse_memory,
     parse_priority,
 )
-from vgpulimit.region import MAX_DEVICES
+from vgpulimit.region import MAX_DEVICES, DeviceSnapshot
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
 CORES_VAR = "VGPULIMIT_CORES"
 
-__all__ = ["CORES_VAR", "MEMORY_VAR", "Limits", "Setting", "UsageError", "layer", "parse_device_items",
-           "resolve_limits", "split_uuid_items"]
+__all__ = ["CORES_VAR", "MEMORY_VAR", "Limits", "RunOptions", "Setting", "UsageError", "layer", "looser",
+           "parse_device_items", "resolve_limits", "split_uuid_items"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,15 @@ class Limits:
         """The limits by UUID, as Region.create takes them."""
         return {"memory_by_uuid": {u: s.value for u, s in self.memory_by_uuid.items()},
                 "cores_by_uuid": {u: s.value for u, s in self.cores_by_uuid.items()}}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    command: Sequence[str]
+    limits: Limits
+    simulate: bool = False
+    region_path: str | None = None   # None: a fresh private one, removed afterwards
+    board_path: str | None = None    # with a priority; None: priority.board beside run's regions
 
 
 def _value(setting: Setting | None):
@@ -210,3 +220,35 @@ def memory_units(count: str, unit: str | None) -> Setting:
 def _setting(var: str, text: str, source: str) -> Setting:
     parse = parse_memory if var == MEMORY_VAR else parse_cores
     return Setting(text=text, source=source, value=parse(text, source))
+
+
+def looser(limits: Limits, held: Sequence[DeviceSnapshot], path: str) -> list[str]:
+    """What to say of each asked limit looser than those ``held`` by the
+    enclosing region at ``path``, which hold as well (a nested run can only
+    tighten)."""
+    lines = []
+    for index, setting in sorted(limits.memory.items()):
+        limit, asked, total = held[index].limit, setting.value, held[index].total_bytes
+        if limit is None:
+            continue
+        if limit.bytes and asked.bytes:
+            wider = asked.bytes > limit.bytes
+        elif limit.ppm and asked.ppm:
+            wider = asked.ppm > limit.ppm
+        elif total:   # one a size, one a share: comparable once the device's size is seen
+            wider = _bytes_of(asked, total) > _bytes_of(limit, total)
+        else:         # the whole device is looser than any size
+            wider = asked.ppm == 1_000_000
+        if wider:
+            lines.append(f"{setting.source} {setting.text} is looser than the {limit.describe()} of the "
+                         f"region {path} this runs in, which holds too (a nested run can only tighten)")
+    for index, setting in sorted(limits.cores.items()):
+        cores = held[index].cores_pct
+        if cores and setting.value > cores:
+            lines.append(f"{setting.source} {setting.text} is looser than the {cores}% of the region "
+                         f"{path} this runs in, which holds too (a nested run can only tighten)")
+    return lines
+
+
+def _bytes_of(limit: MemoryLimit, total: int) -> int:
+    return limit.bytes or total * limit.ppm // 1_000_000

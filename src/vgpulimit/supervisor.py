@@ -1,36 +1,30 @@
 """`vgpulimit run`: the container entrypoint.
 
-Creates a fresh region with the limits, starts the command with the shim
-preloaded and the region's path in its environment (the region carries the
-limits: one carrier), forwards signals to it, reaps
-every child (it may be PID 1), reclaims the slots of dead processes, and
-exits with the command's status.
+Creates a fresh region with the limits (where: placement.py), starts the
+command with the shim preloaded and the region's path in its environment
+(child_env.py: the region carries the limits, one carrier), forwards signals
+to it, reaps every child (it may be PID 1), reclaims the slots of dead
+processes, and exits with the command's status.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from vgpulimit import board, environment
-from vgpulimit._paths import container_region, libpath, runtime_dirs, simgpu_dir
+from vgpulimit import board
+from vgpulimit._paths import libpath, simgpu_dir
+from vgpulimit.child_env import child_environment
 from vgpulimit.errors import UsageError, VgpulimitError
-from vgpulimit.limits import MemoryLimit
+from vgpulimit.placement import enclosing_region, runtime_base
 from vgpulimit.region import PARENT_LEN, Region, RegionError
-from vgpulimit.request import Limits
+from vgpulimit.request import RunOptions, looser
 from vgpulimit.signals import FORWARDED_SIGNALS, WAITED_SIGNALS, held
-
-REGION_VAR = "VGPULIMIT_REGION"
-SETTER_VAR = "VGPULIMIT_SETTER"
 
 # Said once by a run that limits nothing (no flag, no variable, no enclosing region).
 NOTHING_LIMITED = ("vgpulimit: note: no limit given (no --memory or --cores, no VGPULIMIT_* or HAMi "
@@ -56,75 +50,7 @@ class CommandError(VgpulimitError, OSError):
         self.exit_code = exit_code
 
 
-# -- where the region lives ------------------------------------------------------------------
-
-
-def _private_dir(path: Path) -> Path:
-    """``path`` as a directory that only we can use (mode 0700, ours, not a link)."""
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    st = path.lstat()
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(errno.ENOTDIR, "not a directory")
-    if st.st_uid != os.getuid():
-        raise OSError(errno.EPERM, f"owned by another user (uid {st.st_uid}, not {os.getuid()})")
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise OSError(errno.EACCES, "not writable")
-    return path
-
-
-def runtime_base() -> Path:
-    """The private directory for run regions: the first of the runtime
-    directories the shim would also pick (paths.h) that we can make ours."""
-    candidates = runtime_dirs(os.environ)
-    failures = []
-    for candidate in candidates:
-        try:
-            return _private_dir(candidate)
-        except OSError as exc:
-            failures.append(f"{candidate}: {exc.strerror}")
-    raise SupervisorError("no private directory for the region: " + "; ".join(failures))
-
-
 # -- the child ---------------------------------------------------------------------------------
-
-
-def _prepend_path(value: str | None, entry: str, separators: str = ":") -> str:
-    """``entry`` first, then the entries of ``value`` (split on any of
-    ``separators``) other than it, joined with colons."""
-    rest = [item for item in re.split(f"[{separators}]", value or "") if item and item != entry]
-    return ":".join([entry, *rest])
-
-
-# The limit and region variables of the environment contract: a child gets the
-# region's path alone (the region carries the limits), so none of these may
-# reach it with another meaning.
-_CONTRACT_VARS = re.compile(
-    r"(VGPULIMIT_(MEMORY|CORES|PRIORITY)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
-    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE|CUDA_TASK_PRIORITY")
-
-
-def child_environment(environ: Mapping[str, str], region_path: str,
-                      simulate: bool) -> dict[str, str]:
-    """The command's environment: ours, with the region's path as the one
-    carrier of its limits (the limit variables are dropped: the region holds
-    what they said), the shim first in LD_PRELOAD (after it, the user's
-    entries), and with ``simulate`` the simulated driver first on
-    LD_LIBRARY_PATH."""
-    env = {k: v for k, v in environ.items() if not _CONTRACT_VARS.fullmatch(k)}
-    env[REGION_VAR] = region_path
-    # The mark by which the shim tells a process that lost its region from
-    # one that never had one (shim/src/environment.c, lost_region).
-    env[SETTER_VAR] = "run"
-    # The dynamic linker splits LD_PRELOAD on spaces and colons.
-    env["LD_PRELOAD"] = _prepend_path(environ.get("LD_PRELOAD"), str(libpath()), " :")
-    if simulate:
-        env["LD_LIBRARY_PATH"] = _prepend_path(environ.get("LD_LIBRARY_PATH"), str(simgpu_dir()))
-    return env
 
 
 def _spawn(argv: Sequence[str], env: Mapping[str, str], sigmask) -> int:
@@ -273,67 +199,17 @@ def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, star
         return _exit_code(status)
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    command: Sequence[str]
-    limits: Limits
-    simulate: bool = False
-    region_path: str | None = None   # None: a fresh private one, removed afterwards
-    board_path: str | None = None    # with a priority; None: priority.board beside run's regions
-
-
 def _warn(line: str) -> None:
     print(f"vgpulimit: warning: {line}", file=sys.stderr)
 
 
-# Where `vgpulimit oci-hook` mounts a container's region (paths.h).
-CONTAINER_REGION = container_region()
-
-
-def enclosing_region(environ: Mapping[str, str]) -> str | None:
-    """The region this process already runs under: the one its runtime set up
-    (the hook's), else the one an enclosing `vgpulimit run` named; None when
-    there is none (or the named file is no region)."""
-    env = environment.read(environ)
-    for path in (CONTAINER_REGION, env.region_path):
-        if path and os.path.isfile(path) and os.path.getsize(path) > 0:
-            try:
-                Region.open(path).close()
-            except RegionError:
-                continue
-            return path
-    return None
-
-
-def _looser(path: str, limits: Limits) -> None:
-    """Says which asked limits are looser than those of the enclosing region,
-    which hold as well (a nested run can only tighten)."""
+def _looser(path: str, options: RunOptions) -> None:
+    """Warns of each asked limit looser than the enclosing region's, which
+    hold as well (a nested run can only tighten)."""
     with Region.open(path) as region:
         devices = region.snapshot(all_devices=True).devices
-    for index, setting in sorted(limits.memory.items()):
-        held, asked, total = devices[index].limit, setting.value, devices[index].total_bytes
-        if held is None:
-            continue
-        if held.bytes and asked.bytes:
-            looser = asked.bytes > held.bytes
-        elif held.ppm and asked.ppm:
-            looser = asked.ppm > held.ppm
-        elif total:   # one a size, one a share: comparable once the device's size is seen
-            looser = _bytes_of(asked, total) > _bytes_of(held, total)
-        else:         # the whole device is looser than any size
-            looser = asked.ppm == 1_000_000
-        if looser:
-            _warn(f"{setting.source} {setting.text} is looser than the {held.describe()} of the "
-                  f"region {path} this runs in, which holds too (a nested run can only tighten)")
-    for index, setting in sorted(limits.cores.items()):
-        held = devices[index].cores_pct
-        if held and setting.value > held:
-            _warn(f"{setting.source} {setting.text} is looser than the {held}% of the region "
-                  f"{path} this runs in, which holds too (a nested run can only tighten)")
-
-
-def _bytes_of(limit: MemoryLimit, total: int) -> int:
-    return limit.bytes or total * limit.ppm // 1_000_000
+    for line in looser(options.limits, devices, path):
+        _warn(line)
 
 
 def _join_board(options: RunOptions, region: Region) -> board.Row:
@@ -376,7 +252,7 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         if len(os.fsencode(outer)) >= PARENT_LEN:
             raise UsageError(f"run: the path of the region this runs in, {outer}, is longer than "
                              f"{PARENT_LEN - 1} bytes: a nested run cannot count in it")
-        _looser(outer, options.limits)
+        _looser(outer, options)
         if options.limits.priority is not None:
             # Else a tenant could give itself a row of its own, above its container's.
             _warn(f"{options.limits.priority.source} {options.limits.priority.text} is ignored: a nested run "

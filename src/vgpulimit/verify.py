@@ -23,14 +23,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from vgpulimit import environment, request, supervisor
+from vgpulimit import environment, request
 from vgpulimit._paths import simgpu_dir
+from vgpulimit.child_env import prepend_path
 from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import MemoryLimit, format_bytes, parse_cores, parse_memory
+from vgpulimit.placement import CONTAINER_REGION, enclosing_region, runtime_base
 from vgpulimit.region import RegionError, read_snapshot
 from vgpulimit.verify_probe import SHIM_NAME, SPIN_MS
 
@@ -40,6 +42,11 @@ PROBE_TIMEOUT_S = 600
 # the budget a process may run ahead by, and the noise of one short window.
 SHARE_SLACK_PCT = 5.0
 SHARE_SLACK_FRACTION = 0.15
+
+# Runs a command in a fresh region as `vgpulimit run` does, and returns its exit
+# code: the supervisor's run, handed in by the CLI, so that verify, which judges,
+# never imports what spawns and reaps (tests/test_layers.py).
+Runner = Callable[[request.RunOptions, Mapping[str, str]], int]
 
 
 class VerifyError(VgpulimitError, RuntimeError):
@@ -100,10 +107,10 @@ class Configuration:
 
 def read_configuration(environ: Mapping[str, str]) -> Configuration:
     env = environment.read(environ)
-    region = supervisor.enclosing_region(environ)
+    region = enclosing_region(environ)
     if region is None:
         origin = None
-    elif region == supervisor.CONTAINER_REGION:
+    elif region == CONTAINER_REGION:
         origin = (f"region {region}, set up by the container's runtime (the OCI hook or CDI: "
                   "from an annotation or the container's variables)")
     else:
@@ -132,8 +139,7 @@ def _simulated(environ: Mapping[str, str], simulate: bool) -> dict[str, str]:
     every kernel it cannot time by name for SIMGPU_KERNEL_US)."""
     env = dict(environ)
     if simulate:
-        env["LD_LIBRARY_PATH"] = supervisor._prepend_path(env.get("LD_LIBRARY_PATH"),
-                                                          str(simgpu_dir()))
+        env["LD_LIBRARY_PATH"] = prepend_path(env.get("LD_LIBRARY_PATH"), str(simgpu_dir()))
         env.setdefault("SIMGPU_KERNEL_US", str(int(SPIN_MS * 1000)))
     return env
 
@@ -193,7 +199,7 @@ def _without_shim(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report:
+def verify(options: Options, run: Runner, environ: Mapping[str, str] | None = None) -> Report:
     environ = dict(os.environ if environ is None else environ)
     asked_memory = parse_memory(options.memory, "--memory") if options.memory else None
     asked_cores = parse_cores(options.cores, "--cores") if options.cores else None
@@ -205,7 +211,7 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
                    "check a fresh region")
         return report
     env = _simulated(environ, options.simulate)
-    with tempfile.TemporaryDirectory(prefix="verify-", dir=supervisor.runtime_base()) as work:
+    with tempfile.TemporaryDirectory(prefix="verify-", dir=runtime_base()) as work:
         workdir = Path(work)
         if config.present:
             report = Report("here", options.device)
@@ -218,7 +224,7 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
             region_path = str(workdir / "region")
             origin = f"a fresh region {region_path}, from the flags given (removed after)"
             before = 0
-            report.facts = _run_fresh(options, env, workdir, region_path)
+            report.facts = _run_fresh(options, run, env, workdir, region_path)
         after = _region_usage(region_path, options.device)
         # Asked by a process of its own: this one loads no driver library.
         nvml_after = _run_probe(_probe_command(workdir / "nvml.json", options,
@@ -240,13 +246,14 @@ def verify(options: Options, environ: Mapping[str, str] | None = None) -> Report
     return report
 
 
-def _run_fresh(options: Options, env: Mapping[str, str], workdir: Path, region_path: str) -> dict:
+def _run_fresh(options: Options, run: Runner, env: Mapping[str, str], workdir: Path,
+               region_path: str) -> dict:
     """The probe in a fresh region made as `vgpulimit run` makes one."""
     limits = request.resolve_limits(options.memory, [], env, options.cores)
     report = workdir / "probe.json"
-    run = supervisor.RunOptions(command=_probe_command(report, options), limits=limits,
-                                simulate=False, region_path=region_path)
-    code = supervisor.run(run, environ=env)
+    asked = request.RunOptions(command=_probe_command(report, options), limits=limits,
+                               simulate=False, region_path=region_path)
+    code = run(asked, env)
     # `run` exits 128+N for a command killed by signal N, as a shell does.
     return _read_facts(report, code, killed_by=code - 128 if code > 128 else None)
 

@@ -552,8 +552,8 @@ def listed(index: int, progress: Progress | None = None) -> dict:
 
 def region_facts(index: int) -> dict | None:
     """The region the shim of this process counts in, as its file says now."""
+    from vgpulimit.placement import enclosing_region
     from vgpulimit.region import RegionError, read_snapshot
-    from vgpulimit.supervisor import enclosing_region
 
     path = enclosing_region(os.environ)
     if path is None:
