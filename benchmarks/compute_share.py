@@ -51,7 +51,7 @@ PROCESSES = (1, 4)
 
 def build_client(out: Path) -> Path:
     client = out / "launch_client"
-    subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'shim' / 'include'}", "-o",
+    subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'base'}", "-o",
                     str(client), str(ROOT / "tests" / "c" / "launch_client.c"), "-ldl"], check=True)
     return client
 

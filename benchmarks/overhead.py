@@ -24,7 +24,7 @@ from pathlib import Path
 from vgpulimit import _paths
 
 HERE = Path(__file__).resolve().parent
-INCLUDE = HERE.parent / "shim" / "include"
+INCLUDE = HERE.parent / "base"
 CC = os.environ.get("CC", "cc")
 
 

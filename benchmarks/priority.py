@@ -161,7 +161,7 @@ def table(ways: Sequence[Way], simulate: bool) -> str:
 
 def build_client(out: Path) -> str:
     client = out / "real_gpu_client"
-    subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'shim' / 'include'}", "-o",
+    subprocess.run([CC, "-std=c11", "-D_GNU_SOURCE", "-O2", f"-I{ROOT / 'base'}", "-o",
                     str(client), str(CLIENT_SOURCE), "-ldl"], check=True)
     return str(client)
 

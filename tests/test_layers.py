@@ -1,7 +1,7 @@
 """The layers, read from the sources.  The C code's: the base calls nothing
 above it, the core (what the Python binding links too) nothing of the preload
-library, and no two files of the shim call each other, round a circle of any
-length.  The Python package's: no two modules import each other round a
+library, no two files of the shim call each other, round a circle of any
+length, and the simulated driver includes nothing of the shim.  The Python package's: no two modules import each other round a
 circle, no module but the CLI imports a renderer, and verify does not import
 the supervisor.  docs/architecture.md draws them."""
 
@@ -111,6 +111,22 @@ PACKAGE = ROOT / "src" / "vgpulimit"
 # them; a renderer may use another's display helpers (top draws with render's).
 RENDERERS = {"vgpulimit.render", "vgpulimit.query", "vgpulimit.top"}
 FRONT = "vgpulimit.cli"
+
+
+def test_simgpu_includes_nothing_of_the_shim():
+    """The simulated driver and the shim share the ABI headers (base/vgpulimit/)
+    and the base, never a header of the shim: a constant wrong there would be
+    wrong on both sides at once, and no test could see it."""
+    simgpu = ROOT / "simgpu"
+    includes = {path.name: re.findall(r'^\s*#\s*include\s*"([^"]+)"', path.read_text(), re.MULTILINE)
+                for path in [*simgpu.glob("*.c"), *simgpu.glob("*.h")]}
+    assert sum(map(len, includes.values())) > 20  # the reader sees them
+    own = {path.name for path in simgpu.iterdir()} | {p.relative_to(BASE).as_posix()
+                                                      for p in BASE.rglob("*.h")}
+    assert {name: [i for i in found if i not in own] for name, found in includes.items()
+            if any(i not in own for i in found)} == {}
+    build = (simgpu / "meson.build").read_text()
+    assert "shim_inc" not in build
 
 
 def _module_name(path) -> str:

@@ -67,7 +67,7 @@ class Bench:
             self.client_error = "no C compiler (cc, gcc, clang) to build benchmarks/real_gpu_client.c"
             return None
         result = subprocess.run([compilers[0], "-std=c11", "-D_GNU_SOURCE", "-O2",
-                                 f"-I{ROOT / 'shim' / 'include'}", "-o", str(client), str(CLIENT_SOURCE), "-ldl"],
+                                 f"-I{ROOT / 'base'}", "-o", str(client), str(CLIENT_SOURCE), "-ldl"],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             self.client_error = (f"{compilers[0]} could not build real_gpu_client.c: "
