@@ -93,8 +93,8 @@ bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns)
     return known;
 }
 
-/* Launches of c's kernel waiting for its first measurement are settled at `ns`. */
-/* c's launches held back are settled at `ns` each. */
+/* Launches of c's kernel held back for its first measurement are settled at
+ * `ns` each. */
 static struct vgl_settlement settle_pending(struct vgl_cost *c, int64_t ns)
 {
     struct vgl_settlement s = {.device = c->device, .charged_ns = c->pending_charged_ns,

@@ -14,7 +14,7 @@
 #define PPM_WHOLE 1000000u
 
 /* Short enough that a refusal naming a flag and its value fits one line of
- * 160 columns; `vgpulimit run --help` and the README say the rest. */
+ * 160 columns; `vgpulimit run --help` and docs/environment.md say the rest. */
 static const char MEMORY_FORMS[] =
     "4GiB, 512Mi, 3000m (MiB), 4G (10^9 B), 50%, 0.5 (more in --help)";
 static const char CORES_FORMS[] = "a whole percentage of the GPU's time from 1 to 100 (30 or 30%)";

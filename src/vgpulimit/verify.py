@@ -11,8 +11,8 @@ Two places it runs:
   `vgpulimit run` would, the probe runs in it, and the region goes after.
 
 The probe records facts; this module judges them, one check per promise of
-the README, each pass, fail, skip (with why) or info.  Exit 0 only when no
-check fails.
+the README and docs/real-gpu.md, each pass, fail, skip (with why) or info.
+Exit 0 only when no check fails.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /* A stand-in for libFuzzer when clang is not at hand (CI): feeds a fuzz target
  * seeds and random mutations of them, deterministically.  The real fuzzing
- * runs are in the README's development section.
+ * runs are in docs/development.md.
  *     smoke ITERATIONS */
 #include <stdint.h>
 #include <stdio.h>
