@@ -228,8 +228,8 @@ def test_priorities_between_two_containers(sanitized, tmp_path):
     regions = {}
     for name, priority in (("low", "low"), ("high", "high")):
         path = tmp_path / f"{name}.region"
-        row = board.join(str(tmp_path / "priority.board"), priority)
         with Region.create(path, [None] * 16, [0] * 16) as region:
+            row = board.join(str(tmp_path / "priority.board"), priority, str(path))
             region.set_priority(priority, str(tmp_path / "priority.board"), row.row, row.key)
         regions[name] = path
     client = sanitized["bin"] / "launch_client"

@@ -53,7 +53,7 @@ int vgl_board_check(const void *image, uint64_t size)
             continue;
         /* A beacon's name is a plain file name: never a path out of the board's directory. */
         if (r->priority > VGL_PRIORITY_LOW || !memchr(r->beacon, '\0', sizeof r->beacon) || !r->beacon[0] ||
-            strchr(r->beacon, '/') || r->beacon[0] == '.')
+            strchr(r->beacon, '/') || r->beacon[0] == '.' || !r->region_ino)
             return -EBADMSG;
     }
     return 0;
@@ -135,16 +135,45 @@ static bool abandoned(const struct vgl_board_row *r)
     return r->owner_pid > 0 && !vgl_proc_running(r->owner_pid, r->owner_start);
 }
 
-int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
-                   uint64_t *key, uint32_t *row)
+int vgl_board_find(const struct vgl_board *board, uint64_t region_dev, uint64_t region_ino, uint64_t *key)
 {
-    if (priority > VGL_PRIORITY_LOW)
+    for (uint32_t i = 0; region_ino && i < VGL_BOARD_ROWS; i++) {
+        const struct vgl_board_row *r = &board->row[i];
+        uint64_t k = __atomic_load_n(&r->key, __ATOMIC_ACQUIRE);
+        if (k && __atomic_load_n(&r->region_ino, __ATOMIC_RELAXED) == region_ino &&
+            __atomic_load_n(&r->region_dev, __ATOMIC_RELAXED) == region_dev) {
+            if (key)
+                *key = k;
+            return (int)i;
+        }
+    }
+    return -ESRCH;
+}
+
+/* Frees row i and removes its beacon. */
+static void free_row(const char *path, struct vgl_board *b, uint32_t i)
+{
+    char beacon[4096];
+    if (beacon_path(path, b->row[i].beacon, beacon, sizeof beacon) == 0)
+        unlink(beacon);
+    memset(&b->row[i], 0, sizeof b->row[i]);
+}
+
+int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
+                   uint64_t region_dev, uint64_t region_ino, uint64_t *key, uint32_t *row)
+{
+    if (priority > VGL_PRIORITY_LOW || !region_ino)
         return -EINVAL;
     int fd = open_locked(path, true);
     if (fd < 0)
         return fd;
     struct vgl_board b;
     int err = read_board(fd, &b);
+    /* A row of a file gone since (its inode now another's) that no one left:
+     * one file, one row, or the shim could not tell which is its. */
+    int held = err ? -ESRCH : vgl_board_find(&b, region_dev, region_ino, NULL);
+    if (held >= 0)
+        free_row(path, &b, (uint32_t)held);
     uint32_t i = 0;
     for (; !err && i < VGL_BOARD_ROWS; i++)
         if (!b.row[i].key || abandoned(&b.row[i]))
@@ -155,13 +184,11 @@ int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64
     while (!err && !k)
         err = random_key(&k);
     char beacon[4096];
-    struct vgl_board_row r = {.key = k, .priority = priority, .owner_pid = owner_pid};
+    struct vgl_board_row r = {.key = k, .priority = priority, .owner_pid = owner_pid,
+                              .region_dev = region_dev, .region_ino = region_ino};
     if (!err) {
-        if (b.row[i].key) {
-            char old[4096];
-            if (beacon_path(path, b.row[i].beacon, old, sizeof old) == 0)
-                unlink(old);
-        }
+        if (b.row[i].key)
+            free_row(path, &b, i);
         r.owner_start = owner_pid > 0 ? vgl_proc_start_time(owner_pid) : 0;
         snprintf(r.beacon, sizeof r.beacon, "beacon-%016llx", (unsigned long long)k);
         err = beacon_path(path, r.beacon, beacon, sizeof beacon);
@@ -193,17 +220,18 @@ int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64
     return err;
 }
 
-int vgl_board_set(const char *path, uint32_t row, uint64_t key, uint32_t priority)
+int vgl_board_set(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t priority)
 {
-    if (priority > VGL_PRIORITY_LOW || row >= VGL_BOARD_ROWS || !key)
+    if (priority > VGL_PRIORITY_LOW || !region_ino)
         return -EINVAL;
     int fd = open_locked(path, false);
     if (fd < 0)
         return fd;
     struct vgl_board b;
     int err = read_board(fd, &b);
-    if (!err && b.row[row].key != key)
-        err = -ESRCH;
+    int row = err ? err : vgl_board_find(&b, region_dev, region_ino, NULL);
+    if (row < 0)
+        err = row;
     if (!err) {
         b.row[row].priority = priority;
         err = write_board(fd, &b);
@@ -222,10 +250,7 @@ int vgl_board_leave(const char *path, uint32_t row, uint64_t key)
     struct vgl_board b;
     int err = read_board(fd, &b);
     if (!err && b.row[row].key == key) {
-        char beacon[4096];
-        if (beacon_path(path, b.row[row].beacon, beacon, sizeof beacon) == 0)
-            unlink(beacon);
-        memset(&b.row[row], 0, sizeof b.row[row]);
+        free_row(path, &b, row);
         err = write_board(fd, &b);
     }
     close(fd);

@@ -55,6 +55,11 @@ bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_tim
 /* Whether the slot's process still runs; true when that cannot be told. */
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
 
+/* region_guard.c (also region.h) — a mapping of a file that a tenant may
+ * truncate under it: a lost page becomes a private page of zeros instead of
+ * a fatal SIGBUS.  0, or -EMFILE: too many guarded. */
+int vgl_guard_mapping(void *start, uint64_t size);
+
 /* ledger.c (also region.h) */
 /* The longest anyone waits for the region lock (ledger.c says why). */
 #define VGL_LOCK_WAIT_NS 2000000000ULL
@@ -384,7 +389,7 @@ void vgl_share_waited(int device, uint64_t ns);
 /* What the other containers on a device have launched there (CLOCK_MONOTONIC). */
 struct vgl_priority_view {
     uint64_t higher_ns;             /* until when the work of those above lasts; 0: none has any */
-    uint64_t lower_ns;              /* ... of those below */
+    uint64_t lower_ns;              /* ... of those below, as they claim it */
     bool higher_shares;             /* one above has launched on the device */
 };
 /* A process's launches held back (the caller's lock guards it). */

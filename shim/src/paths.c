@@ -7,6 +7,7 @@
 #include "vgpulimit/paths.h"
 
 const char *vgl_container_region(void) { return VGL_CONTAINER_REGION; }
+const char *vgl_container_board(void) { return VGL_CONTAINER_BOARD; }
 
 /* The value of `name` in envp when it is an absolute path, else NULL. */
 static const char *absolute(char **envp, const char *name)

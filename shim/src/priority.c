@@ -13,13 +13,20 @@
  * container writes for itself at every launch: until when the work it has
  * launched is expected to keep each device busy (its kernels' known costs,
  * queued one after another).  The container's own priority is its board row,
- * not its region or environment, which the tenant may write.
+ * found by its region file (the one the hook mounted, or the one its
+ * supervisor made), never by what its region or environment say, which the
+ * tenant may write.  A lower container's claim is believed only as far as
+ * an honest one could have work in flight (priority_model.c), so it holds
+ * back no container above it.
  *
  * Other containers' beacons are read, never mapped: each is its tenant's
  * file, and one truncated under a mapping would kill its readers with
  * SIGBUS.  A process reads them at most every REREAD_NS (one pread each),
  * under a lock of its own; nothing is locked that another process holds.
- * Its own beacon is mapped and extended with a compare-and-swap. */
+ * Its own beacon is mapped, guarded as the region is (region_guard.c), and
+ * extended with a compare-and-swap.  A tenant that damages it loses its own
+ * claims, nothing else: its processes still wait for higher containers. */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,6 +37,7 @@
 
 #include "internal.h"
 #include "vgpulimit/board.h"
+#include "vgpulimit/paths.h"
 
 /* Other containers' beacons are read again after this long. */
 #define REREAD_NS 100000
@@ -47,9 +55,10 @@ static struct {
     pthread_mutex_t lock;
     int state;                         /* 0: not looked at; 1: takes part; -1: does not */
     const struct vgl_board *board;
-    struct vgl_beacon *own;
-    uint32_t row;
-    uint64_t key;
+    struct vgl_beacon *own;            /* the container's beacon, or `unshared` */
+    uint64_t region_dev, region_ino;   /* the region file the container's row names */
+    uint32_t row;                      /* where that row was last seen */
+    uint32_t rank;                     /* and its priority's rank then */
     char dir[VGL_PARENT_LEN];
     struct other others[VGL_BOARD_ROWS];
     struct {
@@ -59,6 +68,10 @@ static struct {
     struct vgl_priority_hold hold;
 } prio = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* The claims of a process whose container's beacon cannot be written: they
+ * reach no one, and its launches go through the same steps. */
+static struct vgl_beacon unshared;
+
 static void forget_in_child(void)
 {
     /* The mapping and the descriptors stay valid in the child; only the lock may be held. */
@@ -66,16 +79,21 @@ static void forget_in_child(void)
 }
 VGL_AFTER_FORK(forget_in_child)
 
-static const void *map_file(const char *path, size_t size, bool writable)
+/* `path` mapped, if it is a regular file of `size` bytes; NULL and errno if not. */
+static void *map_file(const char *path, size_t size, bool writable)
 {
-    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return NULL;
     struct stat st;
     void *map = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == size)
+    int err = EBADF;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == size) {
         map = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+        err = errno;
+    }
     close(fd);
+    errno = err;
     return map == MAP_FAILED ? NULL : map;
 }
 
@@ -86,50 +104,82 @@ static void beacon_path(const char *name, char *out, size_t len)
     snprintf(out, len, "%s/%.*s", prio.dir, VGL_BEACON_NAME_LEN - 1, name);
 }
 
-/* The container's own beacon, mapped for writing; NULL if it cannot be. */
+/* The container's own beacon, mapped for writing and guarded; else
+ * `unshared`, said once. */
 static struct vgl_beacon *map_own_beacon(const char *name)
 {
     char path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
     beacon_path(name, path, sizeof path);
-    void *map = (void *)map_file(path, sizeof(struct vgl_beacon), true);
-    if (map && vgl_beacon_check(map, sizeof(struct vgl_beacon)) != 0) {
-        munmap(map, sizeof(struct vgl_beacon));
-        return NULL;
-    }
-    return map;
+    struct vgl_beacon *map = map_file(path, sizeof *map, true);
+    const char *why = map ? NULL : errno == EBADF ? "it is not a file of a beacon's size" : strerror(errno);
+    if (map && vgl_beacon_check(map, sizeof *map) != 0)
+        why = "it is not a beacon";
+    else if (map && vgl_guard_mapping(map, sizeof *map) != 0)
+        why = "too many files are mapped to guard one more";
+    if (!why)
+        return map;
+    if (map)
+        munmap(map, sizeof *map);
+    vgl_log(VGL_LOG_WARN, "the container's beacon %s cannot be written (%s): containers below it no longer "
+            "see its work, and it still waits for those above it", path, why);
+    return &unshared;
 }
 
-/* The region that names the container's board: the outermost that names
- * one (a nested run's own region may not). */
-static const struct vgl_region *board_region(void)
+/* Where the container's board is, and the region file its row names, into
+ * `board` and *region: in a container of the hook, where the hook mounted
+ * them, which no tenant can change; elsewhere the outermost region that
+ * names a board (a nested run's own region names none).  False: none. */
+static bool locate(char board[VGL_PARENT_LEN], struct stat *region)
 {
-    for (uint32_t i = vgl_links(); i-- > 0;) {
-        const struct vgl_region *r = vgl_link_at(i).region;
-        if (r && __atomic_load_n(&r->board[0], __ATOMIC_RELAXED))
-            return r;
+    char path[sizeof vgl_config.region_path], named[sizeof vgl_config.region_path] = "";
+    if (vgl_config.authoritative) {
+        if (access(VGL_CONTAINER_BOARD, F_OK) != 0)
+            return false; /* the hook gave no row: the container has no priority */
+        snprintf(board, VGL_PARENT_LEN, "%s", VGL_CONTAINER_BOARD);
+        snprintf(named, sizeof named, "%s", VGL_CONTAINER_REGION);
+    } else {
+        board[0] = '\0';
+        memcpy(path, vgl_config.region_path, sizeof path);
+        for (uint32_t i = 0; i < vgl_links(); i++) {
+            /* Copies: the header is in a mapping every process of the container may write. */
+            const struct vgl_region *r = vgl_link_at(i).region;
+            if (__atomic_load_n(&r->board[0], __ATOMIC_RELAXED)) {
+                memcpy(board, r->board, VGL_PARENT_LEN);
+                board[VGL_PARENT_LEN - 1] = '\0';
+                memcpy(named, path, sizeof named);
+            }
+            memcpy(path, r->parent, VGL_PARENT_LEN);
+            path[VGL_PARENT_LEN - 1] = '\0';
+        }
+        if (!board[0])
+            return false;
     }
-    return NULL;
+    if (stat(named, region) != 0) {
+        vgl_log(VGL_LOG_WARN, "the container's region %s cannot be looked at (%s); it takes no part in "
+                "priorities", named, strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 static int set_up(void)
 {
-    const struct vgl_region *region = board_region();
-    if (!region) {
+    char path[VGL_PARENT_LEN];
+    struct stat region;
+    if (!locate(path, &region)) {
         /* Asked for in the environment alone (HAMi's device plugin sets
          * CUDA_TASK_PRIORITY): no setter gave the container a row. */
-        if (vgl_self.region->priority)
+        if (vgl_config.env.priority >= 0)
             vgl_log(VGL_LOG_WARN, "a priority was asked for (VGPULIMIT_PRIORITY or CUDA_TASK_PRIORITY), but "
                     "the container has no row in a priority board: only vgpulimit run and the OCI hook "
                     "give one; it takes no part in priorities");
+        else if (vgl_self.region->priority)
+            vgl_log(VGL_LOG_WARN, "the container's region records a priority but names no priority board "
+                    "(was the region written?); it takes no part in priorities");
         return -1;
     }
-    char path[VGL_PARENT_LEN];
-    memcpy(path, region->board, sizeof path);
-    path[sizeof path - 1] = '\0';
-    prio.row = region->board_row;
-    prio.key = region->board_key;
     char *slash = strrchr(path, '/');
-    if (path[0] != '/' || !slash || prio.row >= VGL_BOARD_ROWS) {
+    if (path[0] != '/' || !slash) {
         vgl_log(VGL_LOG_WARN, "the region names no usable priority board (\"%s\"); priorities are ignored", path);
         return -1;
     }
@@ -141,14 +191,18 @@ static int set_up(void)
             munmap((void *)board, sizeof *board);
         return -1;
     }
-    const struct vgl_board_row *row = &board->row[prio.row];
-    if (__atomic_load_n(&row->key, __ATOMIC_RELAXED) != prio.key ||
-        !(prio.own = map_own_beacon(row->beacon))) {
-        vgl_log(VGL_LOG_WARN, "the container's row %u of %s is not its own, or its beacon cannot be "
-                "written; priorities are ignored", prio.row, path);
+    prio.region_dev = (uint64_t)region.st_dev;
+    prio.region_ino = (uint64_t)region.st_ino;
+    int row = vgl_board_find(board, prio.region_dev, prio.region_ino, NULL);
+    if (row < 0) {
+        vgl_log(VGL_LOG_WARN, "the container has no row in the priority board %s (its row was freed, or "
+                "another setter's board is named); it takes no part in priorities", path);
         munmap((void *)board, sizeof *board);
         return -1;
     }
+    prio.row = (uint32_t)row;
+    prio.rank = vgl_priority_rank(__atomic_load_n(&board->row[row].priority, __ATOMIC_RELAXED));
+    prio.own = map_own_beacon(board->row[row].beacon);
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++)
         prio.others[i].fd = -1;
     prio.board = board;
@@ -201,13 +255,31 @@ static const struct vgl_beacon_device *entry_for(const struct vgl_beacon *b, con
     return NULL;
 }
 
+/* The rank of the container's row now (a setter may have changed it).  A
+ * row no longer found keeps the rank it had: the container waits for the
+ * same containers as before.  Under prio.lock. */
+static uint32_t own_rank(void)
+{
+    const struct vgl_board_row *r = &prio.board->row[prio.row];
+    if (__atomic_load_n(&r->region_ino, __ATOMIC_RELAXED) != prio.region_ino ||
+        __atomic_load_n(&r->region_dev, __ATOMIC_RELAXED) != prio.region_dev) {
+        int row = vgl_board_find(prio.board, prio.region_dev, prio.region_ino, NULL);
+        if (row < 0)
+            return prio.rank;
+        prio.row = (uint32_t)row;
+        r = &prio.board->row[row];
+    }
+    prio.rank = vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED));
+    return prio.rank;
+}
+
 /* The other containers' work on container device `device` (UUID `uuid`), as
  * their beacons said at most REREAD_NS ago.  Under prio.lock. */
 static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], uint64_t now_ns)
 {
     if (prio.seen[device].read_ns && now_ns - prio.seen[device].read_ns < REREAD_NS)
         return prio.seen[device].busy;
-    uint32_t rank = vgl_priority_rank(__atomic_load_n(&prio.board->row[prio.row].priority, __ATOMIC_RELAXED));
+    uint32_t rank = own_rank();
     struct vgl_priority_view o = {0, 0, false};
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
         const struct vgl_board_row *r = &prio.board->row[i];
@@ -215,14 +287,20 @@ static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], 
         if (!key || i == prio.row)
             continue;
         uint32_t other = vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED));
-        struct vgl_beacon b;
-        if (other == rank || !read_beacon(i, key, &b))
+        if (other == rank)
             continue;
-        const struct vgl_beacon_device *e = entry_for(&b, uuid);
-        if (!e || !e->launches)
+        struct vgl_beacon b;
+        bool readable = read_beacon(i, key, &b);
+        const struct vgl_beacon_device *e = readable ? entry_for(&b, uuid) : NULL;
+        /* A lower container whose beacon says nothing (its tenant truncated
+         * it, or wrote something else there) may have all that an honest one
+         * could in flight: losing its claims gains it nothing.  A higher one's
+         * silence only takes its priority away from itself. */
+        uint64_t claimed = e && e->launches ? e->busy_until_ns : !readable && other < rank ? UINT64_MAX : 0;
+        if (!claimed)
             continue;
         uint64_t *until = other > rank ? &o.higher_ns : &o.lower_ns;
-        uint64_t t = e->busy_until_ns < now_ns + AHEAD_NS ? e->busy_until_ns : now_ns + AHEAD_NS;
+        uint64_t t = claimed < now_ns + AHEAD_NS ? claimed : now_ns + AHEAD_NS;
         *until = t > *until ? t : *until;
         o.higher_shares = o.higher_shares || other > rank;
     }

@@ -35,8 +35,14 @@ uint64_t vgl_priority_until(const struct vgl_priority_view *v, uint64_t own_unti
                             int64_t cost_ns)
 {
     /* Not before what lower containers have in flight: it time-slices with
-     * the container's, so they must wait until that is really done. */
-    uint64_t start = now_ns > v->lower_ns ? now_ns : v->lower_ns;
+     * the container's, so they must wait until that is really done.  But
+     * believed only as far as an honest one keeps work in flight beside a
+     * higher one (the lookahead): what they claim is their tenants' to
+     * write, and a claim further ahead would hold back this container
+     * (its own lookahead, beside those above it) and those between. */
+    uint64_t lower = v->lower_ns < now_ns + VGL_PRIORITY_LOOKAHEAD_NS ? v->lower_ns
+                                                                      : now_ns + VGL_PRIORITY_LOOKAHEAD_NS;
+    uint64_t start = now_ns > lower ? now_ns : lower;
     start = own_until_ns > start ? own_until_ns : start;
     return start + (uint64_t)(cost_ns > 0 ? cost_ns : 0);
 }

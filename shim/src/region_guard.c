@@ -19,7 +19,11 @@
  * process of the container that takes it, and leave the mutex queued on the
  * thread's robust list in memory we would then have to keep anyway.
  *
- * The handler is installed once per process, the first time a region is
+ * A container's beacon (board.h) is mapped read-write by its processes for
+ * the same reason, and guarded the same way: a page of it lost takes only
+ * the container's own claims with it (priority.c).
+ *
+ * The handler is installed once per process, the first time a mapping is
  * guarded; a SIGBUS that is not about a guarded page goes to the handler
  * that was there before, or kills as it would have.  A program that installs
  * its own SIGBUS handler later, without passing on what is not its own,
@@ -38,6 +42,7 @@ enum { GUARDS = 64 };
 
 static struct {
     uintptr_t start; /* the mapping; 0: a free entry */
+    uint64_t size;   /* written before `start` */
     int broken;
 } guards[GUARDS];
 
@@ -75,7 +80,7 @@ static void on_sigbus(int sig, siginfo_t *info, void *context)
     uintptr_t addr = (uintptr_t)info->si_addr;
     for (int i = 0; info->si_code > 0 && i < GUARDS; i++) {
         uintptr_t start = __atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE);
-        if (!start || addr < start || addr - start >= sizeof(struct vgl_region))
+        if (!start || addr < start || addr - start >= __atomic_load_n(&guards[i].size, __ATOMIC_RELAXED))
             continue;
         /* Two threads faulting on one page both map it: the second may drop
          * a write of the first into zeros that nobody else shares anyway. */
@@ -100,22 +105,31 @@ static void install(void)
     sigaction(SIGBUS, &ours, &previous);
 }
 
-int vgl_region_guard(struct vgl_region *region)
+int vgl_guard_mapping(void *start, uint64_t size)
 {
     pthread_once(&install_once, install);
     for (int i = 0; i < GUARDS; i++) {
         uintptr_t free_entry = 0;
-        if (__atomic_compare_exchange_n(&guards[i].start, &free_entry, (uintptr_t)region, false,
-                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        /* Taken first with a size of 0, which no fault matches, then sized. */
+        if (__atomic_compare_exchange_n(&guards[i].start, &free_entry, (uintptr_t)start, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&guards[i].size, size, __ATOMIC_RELEASE);
             return 0;
+        }
     }
     return -EMFILE;
+}
+
+int vgl_region_guard(struct vgl_region *region)
+{
+    return vgl_guard_mapping(region, sizeof *region);
 }
 
 void vgl_region_unguard(struct vgl_region *region)
 {
     for (int i = 0; i < GUARDS; i++)
         if (__atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE) == (uintptr_t)region) {
+            __atomic_store_n(&guards[i].size, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&guards[i].broken, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&guards[i].start, 0, __ATOMIC_RELEASE);
         }

@@ -59,6 +59,12 @@ def container_region() -> str:
     return ffi.string(lib.vgl_container_region()).decode()
 
 
+def container_board() -> str:
+    """Where the hook mounts the node's priority board in a container that has a priority."""
+    ffi, lib = core()
+    return ffi.string(lib.vgl_container_board()).decode()
+
+
 def runtime_dirs(environ: Mapping[str, str]) -> list[Path]:
     """The directories for a process's own regions, best first, as the shim
     picks them: $XDG_RUNTIME_DIR/vgpulimit, /run/vgpulimit, $TMPDIR (else

@@ -1,7 +1,11 @@
 """The node's priority board (shim/include/vgpulimit/board.h), the setters'
 side: `run`, `set` and the OCI hook give a container a row, change its
 priority, and free the row, through the core's C code.  Containers only read
-the board (the shim maps it read-only), so none can change a priority."""
+the board (the shim maps it read-only), so none can change a priority.
+
+A row is the container's by its region file (device and inode), never by
+the row and key its region records: those are the tenant's to write, so a
+setter that went by them could be sent to another container's row."""
 
 from __future__ import annotations
 
@@ -9,13 +13,16 @@ import errno
 import os
 from dataclasses import dataclass
 
-from vgpulimit._paths import core
+from vgpulimit._paths import container_board, container_region, core
 from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import PRIORITIES
 
 ffi, lib = core()
 
 BOARD_NAME = "priority.board"
+# The node's board of the OCI hook, in its node directory (a name no container
+# id takes); its containers see it at _paths.container_board().
+NODE_BOARD_DIR = ".priority"
 
 
 class BoardError(VgpulimitError, OSError):
@@ -49,21 +56,58 @@ def _fail(board: str, err: int, action: str) -> BoardError:
     return BoardError(-err, f"{action} the priority board {board}: {why}")
 
 
-def join(board: str, priority: str, owner_pid: int = 0, beacon_uid: int = -1) -> Row:
-    """A row of ``priority`` for a new container, held by ``owner_pid`` (a
-    supervisor; 0: none)."""
+def join(board: str, priority: str, region: str, owner_pid: int = 0, beacon_uid: int = -1) -> Row:
+    """A row of ``priority`` for the container of the region file
+    ``region``, held by ``owner_pid`` (a supervisor; 0: none)."""
     key = ffi.new("uint64_t *")
     row = ffi.new("uint32_t *")
-    err = lib.vgl_board_join(os.fsencode(board), PRIORITIES.index(priority), owner_pid, beacon_uid, key, row)
+    st = os.stat(region)
+    err = lib.vgl_board_join(os.fsencode(board), PRIORITIES.index(priority), owner_pid, beacon_uid,
+                             st.st_dev, st.st_ino, key, row)
     if err < 0:
         raise _fail(board, err, "cannot take a row in")
     return Row(board, int(row[0]), int(key[0]))
 
 
-def set_priority(row: Row, priority: str) -> None:
-    err = lib.vgl_board_set(os.fsencode(row.board), row.row, row.key, PRIORITIES.index(priority))
+def find(board: str, region: str) -> Row | None:
+    """The row of the container of the region file ``region``, or None."""
+    try:
+        st = os.stat(region)
+        with open(board, "rb") as file:
+            image = bytearray(file.read(ffi.sizeof("struct vgl_board") + 1))
+    except OSError:
+        return None
+    if lib.vgl_board_check(ffi.from_buffer(image), len(image)) != 0:
+        return None
+    key = ffi.new("uint64_t *")
+    row = lib.vgl_board_find(ffi.cast("struct vgl_board *", ffi.from_buffer(image)), st.st_dev, st.st_ino, key)
+    return Row(board, row, int(key[0])) if row >= 0 else None
+
+
+def set_priority(board: str, region: str, priority: str) -> Row:
+    """Sets the priority of the row of the container of ``region``; its row."""
+    try:
+        st = os.stat(region)
+    except OSError as exc:
+        raise BoardError(exc.errno, f"cannot change the priority board {board}: the region {region}: "
+                                    f"{exc.strerror}") from None
+    err = lib.vgl_board_set(os.fsencode(board), st.st_dev, st.st_ino, PRIORITIES.index(priority))
+    row = find(board, region) if err >= 0 else None
+    if err >= 0 and row is None:
+        err = -errno.ESRCH   # left between the two
     if err < 0:
-        raise _fail(row.board, err, "cannot change")
+        raise _fail(board, err, "cannot change")
+    return row
+
+
+def reachable(board: str, region: str) -> str:
+    """The board a region names, as this process reaches it.  A region of the
+    OCI hook names the board as its container sees it; seen from the node,
+    that is the board of the node directory the region is in
+    (<node dir>/<container id>/region)."""
+    if board != container_board() or os.path.realpath(region) == container_region():
+        return board
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(region))), NODE_BOARD_DIR, BOARD_NAME)
 
 
 def leave(row: Row) -> None:

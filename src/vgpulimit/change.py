@@ -131,8 +131,8 @@ def _set_priority(region: Region, before, priority: str) -> list[str]:
         raise UsageError(f"set --priority {priority}: the container takes no part in priorities (it "
                          "was started without one); give it one when it starts: vgpulimit run --priority, "
                          "or the vgpulimit.io/priority annotation")
-    row = board.Row(before.board, region.board_row, region.board_key)
-    board.set_priority(row, priority)
+    # The row is found by the region file, not by the row its region names (the tenant's to write).
+    row = board.set_priority(board.reachable(before.board, region.path), region.path, priority)
     region.set_priority(priority, before.board, row.row, row.key)
     return [] if before.priority == priority else [f"priority: {before.priority} → {priority}"]
 

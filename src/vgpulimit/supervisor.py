@@ -217,7 +217,7 @@ def _join_board(options: RunOptions, region: Region) -> board.Row:
     supervisor (a row whose supervisor is gone is free again)."""
     path = options.board_path or str(runtime_base() / board.BOARD_NAME)
     try:
-        row = board.join(path, options.limits.priority.value, owner_pid=os.getpid())
+        row = board.join(path, options.limits.priority.value, region.path, owner_pid=os.getpid())
     except board.BoardError as exc:
         raise SupervisorError(f"run: --priority {options.limits.priority.text}: {exc}") from None
     try:

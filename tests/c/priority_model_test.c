@@ -57,10 +57,17 @@ int main(void)
     CHECK(h.held_since_ns == t, "a floor launch does not end the hold");
 
     /* Until when the container's work lasts. */
-    struct vgl_priority_view lower = {0, t + 4 * MS, false};
+    struct vgl_priority_view lower = {0, t + VGL_PRIORITY_LOOKAHEAD_NS / 2, false};
     CHECK(vgl_priority_until(&alone, 0, t, 1 * MS) == t + 1 * MS, "from now");
     CHECK(vgl_priority_until(&alone, t + 2 * MS, t, 1 * MS) == t + 3 * MS, "after its own queue");
-    CHECK(vgl_priority_until(&lower, t + 2 * MS, t, 1 * MS) == t + 5 * MS, "after the lower ones' in flight");
+    CHECK(vgl_priority_until(&lower, 0, t, 1 * MS) == t + VGL_PRIORITY_LOOKAHEAD_NS / 2 + 1 * MS,
+          "after the lower ones' in flight");
     CHECK(vgl_priority_until(&alone, 0, t, -5) == t, "a cost below zero adds nothing");
+    /* A lower one that claims more than it could have in flight beside this
+     * one is believed as far as the lookahead: no further. */
+    struct vgl_priority_view forged = {0, t + 5000 * MS, false};
+    CHECK(vgl_priority_until(&forged, 0, t, 1 * MS) == t + VGL_PRIORITY_LOOKAHEAD_NS + 1 * MS,
+          "a claim 5 s ahead adds the lookahead");
+    CHECK(vgl_priority_until(&forged, t + 2 * MS, t, 1 * MS) == t + 3 * MS, "and nothing to a longer queue");
     return check_summary();
 }

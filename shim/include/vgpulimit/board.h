@@ -4,6 +4,11 @@
  * every container's processes, so no tenant can raise its own priority or
  * lower another's (docs/threat-model.md).
  *
+ * A row is the container's by its region file (device and inode): the
+ * setter that made the region names it in the row, and the shim finds its
+ * row by the file it has open, never by what the region says, which every
+ * process of the container may write.
+ *
  * Each row names a beacon: a file of the container's own, beside the board,
  * where its processes write until when their launched work will keep each
  * device busy.  Others read it; only the container writes it, so a tenant
@@ -20,7 +25,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_BOARD_VERSION = 1,
+    VGL_BOARD_VERSION = 2,
     VGL_BOARD_ROWS = 64,
     VGL_BEACON_NAME_LEN = 64,
 };
@@ -34,6 +39,8 @@ struct vgl_board_row {
     uint64_t owner_start;        /* its /proc/<pid>/stat starttime: a reused pid is not it */
     char beacon[64];             /* VGL_BEACON_NAME_LEN: the beacon's file name in the board's
                                     directory, NUL-terminated */
+    uint64_t region_dev;         /* the container's region file, as stat(2) gives it: st_dev */
+    uint64_t region_ino;         /* and st_ino (never 0 in a row that is held) */
 };
 
 struct vgl_board {
@@ -60,14 +67,19 @@ struct vgl_beacon {
 
 /* board.c — the setters' side; 0 or a negative errno. */
 
-/* Gives a new container a row of `priority` in the board at `path` (made,
- * mode 0644, if missing) held by process `owner_pid` (0: none), and makes its
- * beacon beside it (mode 0644, owned by `beacon_uid` when it is not -1).
- * *key and *row name the row.  -ENOSPC: every row is held. */
+/* Gives the container of the region file (`region_dev`, `region_ino`) a row
+ * of `priority` in the board at `path` (made, mode 0644, if missing) held by
+ * process `owner_pid` (0: none), and makes its beacon beside it (mode 0644,
+ * owned by `beacon_uid` when it is not -1); a row the file held before (left
+ * by no one) is freed.  *key and *row name the row.  -ENOSPC: every row is
+ * held. */
 int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
-                   uint64_t *key, uint32_t *row);
-/* Sets the priority of the row `row` if it still has `key`: -ESRCH if not. */
-int vgl_board_set(const char *path, uint32_t row, uint64_t key, uint32_t priority);
+                   uint64_t region_dev, uint64_t region_ino, uint64_t *key, uint32_t *row);
+/* Sets the priority of the row of the region file: -ESRCH if it has none. */
+int vgl_board_set(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t priority);
+/* The row of the region file in a board (a validated one, or one mapped
+ * that setters may be writing), and its key: the row, or -ESRCH. */
+int vgl_board_find(const struct vgl_board *board, uint64_t region_dev, uint64_t region_ino, uint64_t *key);
 /* Frees the row and removes its beacon (nothing if the row has another key). */
 int vgl_board_leave(const char *path, uint32_t row, uint64_t key);
 /* Validates `size` bytes of a board or a beacon: 0, -EPROTO (not one),

@@ -11,6 +11,11 @@
  * there first, and a process that finds one there runs under it. */
 #define VGL_CONTAINER_REGION "/.vgpulimit/region"
 const char *vgl_container_region(void);
+/* Where the hook mounts the node's priority board (read-only) beside it: a
+ * container whose region is there finds its board there too, whatever its
+ * region names. */
+#define VGL_CONTAINER_BOARD "/.vgpulimit/board/priority.board"
+const char *vgl_container_board(void);
 
 /* The directories for a process's own regions, best first:
  * $XDG_RUNTIME_DIR/vgpulimit (when absolute), /run/vgpulimit, and

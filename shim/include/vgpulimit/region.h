@@ -119,9 +119,11 @@ struct vgl_region {
      * for the views.  What every container goes by, its own included, is its
      * row in the node's board (board.h), which no tenant can write. */
     uint32_t priority;
-    uint32_t board_row;          /* the container's row in the board, with board[0] */
+    uint32_t board_row;          /* the container's row in the board, with board[0], for the
+                                    views: the shim and setters find the row by the region file */
     uint64_t board_key;          /* that row's key: a row taken since by another is not its */
-    char board[256];             /* the node's priority board as the container sees its path;
+    char board[256];             /* the node's priority board as the container sees its path
+                                    (under `vgpulimit run`, where the shim looks for it);
                                     "": the container takes no part in priorities */
     uint64_t yielded_ns[16];     /* per device: time launches held back for containers of a
                                     higher priority (priority.c) */

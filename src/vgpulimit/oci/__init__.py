@@ -41,7 +41,8 @@ be undone), install (install and remove), hook (the command), hooks_d (the
 podman/CRI-O entry).  This module holds the names they share.
 """
 
-from vgpulimit._paths import container_region
+from vgpulimit._paths import container_board, container_region
+from vgpulimit.board import NODE_BOARD_DIR
 from vgpulimit.errors import VgpulimitError
 
 # Where things go in the container: the region where the shim looks for it
@@ -64,8 +65,8 @@ PRIORITY_ANNOTATION = "vgpulimit.io/priority"
 # Priorities: the node's board and the containers' beacons, in a directory of
 # the node directory (whose name no container id takes), mounted read-only
 # into each container that has a priority, its own beacon writable on top.
-BOARD_DIR = ".priority"
-CONTAINER_BOARD_DIR = f"/{CONTAINER_DIR}/board"
+BOARD_DIR = NODE_BOARD_DIR
+CONTAINER_BOARD_DIR = container_board().rsplit("/", 1)[0]
 
 
 class HookError(VgpulimitError, RuntimeError):

@@ -115,7 +115,7 @@ def _join_board(node_dir: Path, priority, owner: tuple[int, int], region, pid: i
     directory = node_dir / BOARD_DIR
     directory.mkdir(mode=0o755, exist_ok=True)
     try:
-        row = board.join(str(directory / board.BOARD_NAME), priority.value, owner_pid=pid,
+        row = board.join(str(directory / board.BOARD_NAME), priority.value, region.path, owner_pid=pid,
                          beacon_uid=owner[0])
     except board.BoardError as exc:
         raise HookError(f"{priority.source} {priority.text}: {exc}") from None
@@ -124,17 +124,12 @@ def _join_board(node_dir: Path, priority, owner: tuple[int, int], region, pid: i
 
 
 def _row_of(node_dir: Path, region_path: Path):
-    """The board row a region made earlier holds (the hook run twice), or None."""
+    """The board row a region made earlier holds (the hook run twice), or
+    None: found by the region file, never by the row the region names,
+    which the container may have written."""
     from vgpulimit import board
-    from vgpulimit.region import Region, RegionError
 
-    try:
-        with Region.open(region_path) as region:
-            if region.snapshot().board is None:
-                return None
-            return board.Row(str(node_dir / BOARD_DIR / board.BOARD_NAME), region.board_row, region.board_key)
-    except RegionError:
-        return None
+    return board.find(str(node_dir / BOARD_DIR / board.BOARD_NAME), str(region_path))
 
 
 def _leave_board(node_dir: Path, region_path: Path) -> None:
