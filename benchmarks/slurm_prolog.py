@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from slurm_cluster import cluster, slurm_unavailable  # noqa: E402
+from slurm_cluster import cluster, slurm_unavailable
 
 
 def _ms(seconds: list[float]) -> str:

@@ -249,3 +249,15 @@ def test_install_writes_the_scripts_and_names_what_slurm_conf_lacks(tmp_path):
                           "--shard-cores", "lots"], capture_output=True, text=True,
                          check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown shard mapping" in bad.stderr
+
+
+def test_a_job_that_sheds_its_region_runs_uncapped_and_is_told_so(node):
+    """What the threat model says a job can shed: the environment is its own."""
+    fill = f"{sys.executable} {FILL} {GiB} 5"
+    shed = node.command("srun", "--gres=shard:2", "sh", "-c", f"env -u VGPULIMIT_REGION {fill}")
+    [report] = [json.loads(m) for m in shed.stdout.splitlines() if m.startswith("{")]
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5
+    assert "VGPULIMIT_REGION is not set, though VGPULIMIT_SETTER=slurm" in shed.stderr
+    no_shim = node.command("srun", "--gres=shard:2", "sh", "-c", f"env -u LD_PRELOAD {fill}")
+    [report] = [json.loads(m) for m in no_shim.stdout.splitlines() if m.startswith("{")]
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5

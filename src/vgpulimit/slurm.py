@@ -337,6 +337,8 @@ fi
 if [ -f "$dir/{REGION_NAME}" ]; then
     echo "export LD_PRELOAD={shim}${{LD_PRELOAD:+:$LD_PRELOAD}}"
     echo "export VGPULIMIT_REGION=$dir/{REGION_NAME}"
+    # A process that sheds the region but keeps this is told so by the shim.
+    echo "export VGPULIMIT_SETTER=slurm"
     exit 0
 fi
 case "${{SLURM_SHARDS_ON_NODE:-0}}" in
