@@ -257,7 +257,8 @@ def test_a_garbled_identity_is_no_identity(sim_env, tmp_path, identity):
     data = json.loads(status(sim_env, "--json", "--all", str(tmp_path / "run")).stdout)
     [shown] = data["regions"]
     assert shown["identity"] == {"container_id": None, "pod": None, "namespace": None,
-                                 "container": None, "pod_uid": None, "gpus": None}
+                                 "container": None, "pod_uid": None, "hpc_job": None,
+                                 "user": None, "shards": None, "gpus": None}
     assert shown["devices"][0]["used_bytes"] == 256 * MiB
 
 

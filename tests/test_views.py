@@ -82,7 +82,7 @@ def series(region, **labels: str) -> tuple:
     """The labels of a series about ``region``, as scrape() keys them: a
     region in no engine's layout names no pod, container or claim."""
     who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": "", "pod": "",
-           "namespace": "", "Hostname": NODE}
+           "namespace": "", "hpc_job": "", "Hostname": NODE}
     if "device" in labels:   # a series about a GPU: labelled as DCGM exporter labels its own
         who["modelName"] = ""
     return tuple(sorted({**who, **labels}.items()))

@@ -25,8 +25,9 @@ from vgpulimit import layouts
 
 IDENTITY_NAME = "identity.json"
 
-# What the hook records of a container's Kubernetes identity.
-LABELS = ("pod", "namespace", "container", "pod_uid")
+# What the hook records of a container's Kubernetes identity, and the Slurm
+# Prolog of a job's (hpc_job: DCGM exporter's label for it).
+LABELS = ("pod", "namespace", "container", "pod_uid", "hpc_job")
 
 # Where each label's value is in the OCI config's annotations: CRI-O's names
 # first, then containerd's (its CRI plugin).
@@ -52,6 +53,9 @@ class Identity:
     pod_uid: str = ""
     gpus: tuple[str, ...] | None = None   # UUIDs of the GPUs given, in the container's
                                           # numbering (its device 0 first); None: not known
+    hpc_job: str = ""                     # a Slurm job's id, its user and its shards
+    user: str = ""                        # ("2/8"), as the Prolog found them
+    shards: str = ""
 
     def labels(self) -> dict[str, str]:
         return {name: getattr(self, name) for name in LABELS}
@@ -61,6 +65,9 @@ class Identity:
         """How a person calls the container: "namespace/pod/container", else its id."""
         if self.pod:
             return "/".join(p for p in (self.namespace, self.pod, self.container) if p)
+        if self.hpc_job:
+            detail = ", ".join(p for p in (self.user, self.shards and f"{self.shards} shards") if p)
+            return f"slurm job {self.hpc_job}" + (f" ({detail})" if detail else "")
         return self.container_id
 
 
@@ -97,7 +104,7 @@ def read(region_path: str) -> Identity:
         return Identity()
     if not isinstance(data, dict):
         return Identity()
-    values = {k: _clean(data[k]) for k in ("container_id", *LABELS)
+    values = {k: _clean(data[k]) for k in ("container_id", *LABELS, "user", "shards")
               if isinstance(data.get(k), str)}
     gpus = data.get("gpus")
     if isinstance(gpus, list) and len(gpus) <= _MAX_GPUS and all(isinstance(g, str) for g in gpus):

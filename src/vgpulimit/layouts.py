@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-LABELS = ("pod_uid", "container", "claim_uid", "pod", "namespace")
+LABELS = ("pod_uid", "container", "claim_uid", "pod", "namespace", "hpc_job")
 POD_LOGS = "/var/log/pods"
 
 

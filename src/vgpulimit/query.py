@@ -43,7 +43,9 @@ def _mib(count: int | None) -> int | None:
 def _identity_name(region: Region) -> str | None:
     who = region["identity"]
     return Identity(container_id=who["container_id"] or "", pod=who["pod"] or "",
-                    namespace=who["namespace"] or "", container=who["container"] or "").name or None
+                    namespace=who["namespace"] or "", container=who["container"] or "",
+                    hpc_job=who.get("hpc_job") or "", user=who.get("user") or "",
+                    shards=who.get("shards") or "").name or None
 
 
 def _seconds(ns: int) -> str:

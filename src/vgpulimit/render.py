@@ -203,6 +203,7 @@ def render_text_all(sample: Sample, node: NodeView | None = None) -> str:
 def identity_json(who: identity.Identity) -> dict[str, Any]:
     return {"container_id": who.container_id or None,
             **{label: value or None for label, value in who.labels().items()},
+            "user": who.user or None, "shards": who.shards or None,
             "gpus": None if who.gpus is None else list(who.gpus)}
 
 

@@ -1,0 +1,263 @@
+"""Slurm GRES shards as limits, end to end on real daemons (slurm_cluster.py):
+jobs submitted with srun and sbatch to slurmctld, run by slurmd through
+vgpulimit's Prolog, TaskProlog and Epilog, on the simulated GPU of 16 GiB,
+each job a cuda-bindings client.  The parsers are tested alone first, with no
+Slurm."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, base_env
+from slurm_cluster import SHARDS, cluster, slurm_unavailable
+
+from vgpulimit import slurm
+from vgpulimit.errors import UsageError
+from vgpulimit.limits import MemoryLimit
+
+GiB = 1 << 30
+FILL = str(ROOT / "tests" / "clients" / "cuda_fill.py")
+
+
+# -- the parsers, alone --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,shards,gpus,indices", [
+    ("shard:2(IDX:0)", 2, 0, "0"),
+    ("shard:tesla:6(IDX:1)", 6, 0, "1"),
+    ("gpu:1(IDX:0)", 0, 1, ""),
+    ("gpu:a100:2(IDX:0-1),shard:3(IDX:0,2)", 3, 2, "0,2"),
+    ("(null)", 0, 0, ""),
+    ("", 0, 0, ""),
+])
+def test_a_gres_string_is_read_as_slurm_writes_it(text, shards, gpus, indices):
+    assert slurm.parse_gres(text) == slurm.Gres(shards=shards, gpus=gpus, indices=indices)
+
+
+@pytest.mark.parametrize("text", ["shard", "shard:two", "shard:2(IDX:0", "shard:2,", ":2"])
+def test_a_malformed_gres_string_is_an_error_naming_it(text):
+    with pytest.raises(slurm.SlurmError, match="cannot read"):
+        slurm.parse_gres(text)
+
+
+def test_the_job_gres_is_that_of_this_node():
+    text = ("   JOB_GRES=shard:5\n"
+            "     Nodes=gpu[01-02] CPU_IDs=0 Mem=0 GRES=shard:2(IDX:0)\n"
+            "     Nodes=gpu03 CPU_IDs=0 Mem=0 GRES=shard:3(IDX:1)\n")
+    assert slurm.job_gres_on(text, "gpu02").shards == 2
+    assert slurm.job_gres_on(text, "gpu03").shards == 3
+    assert slurm.job_gres_on(text, "gpu04").shards == 0
+    assert slurm.expand_hostlist("n[8-10],x") == ["n8", "n9", "n10", "x"]
+
+
+def test_shards_map_to_a_share_or_to_fixed_units():
+    memory, cores = slurm.parse_mapping("fraction", "fraction").limits(2, 8)
+    assert memory == MemoryLimit(bytes=0, ppm=250_000) and cores == 25
+    memory, cores = slurm.parse_mapping("1GiB", "10").limits(3, 8)
+    assert memory == MemoryLimit(bytes=3 * GiB, ppm=0) and cores == 30
+    assert slurm.parse_mapping("fraction", "none").limits(2, 8)[1] == 0
+    assert slurm.parse_mapping("fraction", "fraction").limits(8, 8)[1] == 0   # the whole GPU's time
+    for memory_text, cores_text in (("12parsecs", "fraction"), ("50%", "fraction"),
+                                    ("fraction", "half"), ("fraction", "0")):
+        with pytest.raises(UsageError, match="unknown shard mapping"):
+            slurm.parse_mapping(memory_text, cores_text)
+
+
+# -- on a real Slurm -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm_node(tmp_path_factory, simgpu_dir):
+    why = slurm_unavailable()
+    if why:
+        pytest.skip(why)
+    state = tmp_path_factory.mktemp("simgpu")
+    job_env = base_env(LD_LIBRARY_PATH=str(simgpu_dir), SIMGPU_STATE=str(state / "simgpu.state"),
+                       SIMGPU_MEMORY="16GiB", SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0")
+    with cluster(job_env) as node:
+        yield node
+
+
+@pytest.fixture
+def node(slurm_node, tmp_path):
+    """The cluster, with no job of an earlier test on it, and none left after."""
+    slurm_node.wait_idle()
+    yield slurm_node
+    slurm_node.command("scancel", "--full", "-u", "root", check=False)
+    slurm_node.wait_idle()
+    assert not list(slurm_node.node_dir.glob("*")), "a job's directory was left behind"
+
+
+def srun(node, *args: str, hold: Path | None = None, block: int = GiB, count: int = 16,
+         tasks: int = 1) -> subprocess.Popen:
+    fill = [sys.executable, FILL, str(block), str(count)] + (["--hold", str(hold)] if hold else [])
+    return subprocess.Popen(["srun", "-n", str(tasks), *args, *fill], env=node.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def reports(process: subprocess.Popen, lines: int, timeout: float = 60) -> list[dict]:
+    """The first ``lines`` JSON lines the job's tasks print."""
+    found = []
+    deadline = time.monotonic() + timeout
+    while len(found) < lines:
+        assert time.monotonic() < deadline, "the job's tasks did not report in time"
+        line = process.stdout.readline()
+        if not line:
+            raise AssertionError(f"the job ended: {process.wait()} {process.stderr.read()}")
+        if line.startswith("{"):
+            found.append(json.loads(line))
+    return found
+
+
+def successes(report: dict) -> int:
+    return report["allocs"].count("CUDA_SUCCESS")
+
+
+def status_all(node) -> dict:
+    done = subprocess.run([sys.executable, "-m", "vgpulimit", "status", "--json", "--all",
+                           str(node.node_dir), "--interval", "0"], env=node.env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def metric_lines(node, name: str) -> list[str]:
+    server = subprocess.Popen([sys.executable, "-m", "vgpulimit", "metrics", "--listen", "127.0.0.1:0",
+                               "--all", str(node.node_dir)], env=node.env, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        line = server.stderr.readline()
+        assert "serving metrics on http://" in line, line
+        with urllib.request.urlopen(line.split()[-1], timeout=30) as answer:
+            text = answer.read().decode()
+        return [m for m in text.splitlines() if m.startswith(name + "{")]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_jobs_of_2_and_6_shards_run_at_once_each_capped_at_its_share(node, tmp_path):
+    hold = tmp_path / "hold"
+    small = srun(node, "--gres=shard:2", hold=hold)
+    large = srun(node, "--gres=shard:6", hold=hold)
+    try:
+        [small_report] = reports(small, 1)
+        [large_report] = reports(large, 1)
+        # Both hold their memory now: their caps hold together, on one GPU.
+        assert small_report["total_mem"] == 16 * GiB * 2 // SHARDS
+        assert large_report["total_mem"] == 16 * GiB * 6 // SHARDS
+        assert successes(small_report) == 4 and successes(large_report) == 12
+        assert small_report["allocs"][4:] == ["CUDA_ERROR_OUT_OF_MEMORY"] * 12
+        assert large_report["allocs"][12:] == ["CUDA_ERROR_OUT_OF_MEMORY"] * 4
+        shown = {r["identity"]["hpc_job"]: r for r in status_all(node)["regions"]}
+        assert sorted(r["identity"]["shards"] for r in shown.values()) == ["2/8", "6/8"]
+        assert {r["identity"]["user"] for r in shown.values()} == {"root"}
+        assert sorted(r["devices"][0]["used_bytes"] for r in shown.values()) == [4 * GiB, 12 * GiB]
+        limits = metric_lines(node, "vgpulimit_memory_limit_bytes")
+        for job in shown:
+            assert any(f'hpc_job="{job}"' in m for m in limits), limits
+    finally:
+        hold.touch()
+    assert small.wait(timeout=60) == 0 and large.wait(timeout=60) == 0
+
+
+def test_the_tasks_of_one_job_share_one_cap(node, tmp_path):
+    hold = tmp_path / "hold"
+    job = srun(node, "--gres=shard:2", hold=hold, block=512 << 20, count=4, tasks=4)
+    try:
+        found = reports(job, 4)
+        # 4 GiB for the job, however many processes: 8 blocks of 512 MiB in all.
+        assert sum(map(successes, found)) == 8
+        assert len({r["pid"] for r in found}) == 4
+        [region] = status_all(node)["regions"]
+        assert region["devices"][0]["used_bytes"] == 4 * GiB
+    finally:
+        hold.touch()
+    assert job.wait(timeout=60) == 0
+
+
+def test_a_whole_gpu_job_is_left_alone(node):
+    job = srun(node, "--gres=gpu:1", count=17)
+    [report] = reports(job, 1)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 16
+    assert job.wait(timeout=60) == 0
+    probe = node.command("srun", "--gres=gpu:1", "sh", "-c", 'echo "[$LD_PRELOAD][$VGPULIMIT_REGION]"')
+    assert probe.stdout.strip() == "[][]"
+
+
+def test_a_job_killed_by_scancel_leaves_no_region(node):
+    submitted = node.command("sbatch", "--parsable", "--gres=shard:3", "-o", "/dev/null", "--wrap",
+                             f"srun {sys.executable} -c 'import time; time.sleep(600)'")
+    job_id = submitted.stdout.strip().split(";")[0]
+    region = node.node_dir / job_id / "region"
+    deadline = time.monotonic() + 30
+    while not region.exists():
+        assert time.monotonic() < deadline, "the Prolog made no region"
+        time.sleep(0.05)
+    node.command("scancel", job_id)
+    node.wait_idle()
+    assert not (node.node_dir / job_id).exists()
+    assert status_all(node)["regions"] == []
+
+
+def test_an_unknown_mapping_refuses_the_job_in_one_line_and_the_node_stays_up(node):
+    prolog = node.scripts / "vgpulimit-prolog"
+    good = prolog.read_text()
+    prolog.write_text(good.replace("--shard-memory fraction", "--shard-memory 12parsecs"))
+    try:
+        done = node.command("srun", "--gres=shard:2", "echo", "ran uncapped", check=False)
+    finally:
+        prolog.write_text(good)
+    assert done.returncode != 0 and "ran uncapped" not in done.stdout
+    [line] = [m for m in done.stderr.splitlines() if m.startswith("vgpulimit:")]
+    assert re.match(r"vgpulimit: error: Slurm job \d+ refused: unknown shard mapping: "
+                    r"--shard-memory: '12parsecs' is not a valid value", line), line
+    node.wait_idle()   # not drained: the next job runs
+    assert node.command("srun", "--gres=shard:2", "true").returncode == 0
+
+
+def test_a_job_with_shards_and_no_region_is_refused_not_run_uncapped(node):
+    prolog = node.scripts / "vgpulimit-prolog"
+    good = prolog.read_text()
+    prolog.write_text("#!/bin/sh\nexit 0\n")   # a Prolog that made nothing
+    try:
+        done = node.command("srun", "--gres=shard:2", "echo", "ran uncapped", check=False)
+    finally:
+        prolog.write_text(good)
+    assert done.returncode != 0 and "ran uncapped" not in done.stdout
+    assert "no region" in done.stderr and "refused rather than run uncapped" in done.stderr
+
+
+def test_install_writes_the_scripts_and_names_what_slurm_conf_lacks(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("GresTypes=gpu\nProlog=/etc/slurm/other\n")
+    done = subprocess.run([sys.executable, "-m", "vgpulimit", "slurm", "install", "--dir",
+                           str(tmp_path / "etc"), "--slurm-conf", str(conf), "--shard-memory", "1GiB"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert f"Prolog={tmp_path}/etc/vgpulimit-prolog" in done.stdout
+    assert "(it has Prolog=/etc/slurm/other)" in done.stdout
+    assert "MISSING" in done.stdout and "GresTypes has shard" in done.stdout
+    assert "--shard-memory 1GiB" in (tmp_path / "etc" / "vgpulimit-prolog").read_text()
+    bad = subprocess.run([sys.executable, "-m", "vgpulimit", "slurm", "install", "--print-only",
+                          "--shard-cores", "lots"], capture_output=True, text=True,
+                         check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown shard mapping" in bad.stderr
+
+
+def test_a_job_that_sheds_its_region_runs_uncapped_and_is_told_so(node):
+    """What the threat model says a job can shed: the environment is its own."""
+    fill = f"{sys.executable} {FILL} {GiB} 5"
+    shed = node.command("srun", "--gres=shard:2", "sh", "-c", f"env -u VGPULIMIT_REGION {fill}")
+    [report] = [json.loads(m) for m in shed.stdout.splitlines() if m.startswith("{")]
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5
+    assert "VGPULIMIT_REGION is not set, though VGPULIMIT_SETTER=slurm" in shed.stderr
+    no_shim = node.command("srun", "--gres=shard:2", "sh", "-c", f"env -u LD_PRELOAD {fill}")
+    [report] = [json.loads(m) for m in no_shim.stdout.splitlines() if m.startswith("{")]
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5
