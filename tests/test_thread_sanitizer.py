@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("meson") is None or shutil.which("ninja") is None,
     reason="meson and ninja are needed to build the sanitized tree (pip install meson ninja)")
 
-FAMILIES = ["pointer", "pitch", "managed", "array", "mipmap", "vmm", "pool"]
+FAMILIES = ["pointer", "pitch", "managed", "array", "mipmap", "vmm", "pool", "graph"]
 
 
 def runtime() -> str:

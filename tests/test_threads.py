@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import C_DIR, TESTS, MiB, compile_c, run, vgpulimit_cmd
 
-FAMILIES = ["pointer", "pitch", "managed", "array", "mipmap", "vmm", "pool"]
+FAMILIES = ["pointer", "pitch", "managed", "array", "mipmap", "vmm", "pool", "graph"]
 CAP = 1024 * MiB
 BLOCK_MIB = 8
 
@@ -23,10 +23,10 @@ def churn(cbin):
                      "-lpthread")
 
 
-def used_mib(env, region) -> int:
-    out = run(vgpulimit_cmd("status", "--region", region, "--query", "memory.used",
-                            "--format", "csv,noheader,nounits"), env).stdout
-    return int(out.split()[0])
+def used_bytes(env, region) -> int:
+    [device] = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region, "--interval", "0"),
+                              env).stdout)["devices"]
+    return device["used_bytes"]
 
 
 def churned(sim_env, tmp_path, churn, family, threads, rounds):
@@ -42,11 +42,11 @@ def churned(sim_env, tmp_path, churn, family, threads, rounds):
         line = proc.stdout.readline()
         assert line.startswith("filled "), (line, proc.stderr.read() if proc.poll() is not None else "")
         filled = int(line.split()[1])
-        held = used_mib(sim_env, region)
+        held = used_bytes(sim_env, region)
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "freed\n"
-        after = used_mib(sim_env, region)
+        after = used_bytes(sim_env, region)
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
     finally:
@@ -63,8 +63,8 @@ def test_threads_churning_leave_the_ledger_exact(sim_env, tmp_path, churn, famil
     filled, held, after = churned(sim_env, tmp_path, churn, family, threads, rounds)
     # The whole cap is there to take once the threads are done with it ...
     assert filled == CAP
-    # ... and the region counts what is held, to the MiB, then nothing.
-    assert (held, after) == (CAP // MiB, 0)
+    # ... and the region counts what is held, to the byte, then nothing.
+    assert (held, after) == (CAP, 0)
 
 
 def test_a_python_program_of_64_threads_keeps_its_whole_cap_round_after_round(sim_env):
@@ -92,12 +92,6 @@ def reuse(cbin, simgpu_dir, tmp_path_factory):
     stub.symlink_to(simgpu_dir / "libcuda.so.1")
     program = compile_c(out / "reuse_race", [C_DIR / "reuse_race.c"], "-ldl", "-lpthread")
     return program, f"{out}:{simgpu_dir}"
-
-
-def used_bytes(env, region) -> int:
-    [device] = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region, "--interval", "0"),
-                              env).stdout)["devices"]
-    return device["used_bytes"]
 
 
 @pytest.mark.parametrize("family", ["pointer", "array", "mipmap", "pool", "vmm"])

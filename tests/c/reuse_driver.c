@@ -36,22 +36,19 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 
 struct family {
-    const char *create, *destroy;
-    void *real_create, *real_destroy;
     int created;     /* creations seen */
+    uint64_t first;  /* the first one's handle */
     bool freeing;    /* a free waits to hand `handle` on */
     bool done;       /* handed on, or given up: pass through from now on */
     uint64_t handle;
 };
 
+/* reuse_race's pointers are of this size: the shim's own allocations (its
+ * probe for the process's pid in NVML's list) take no part. */
+#define BLOCK (16u << 20)
+
 enum { POINTER, ARRAY, MIPMAP, POOL, VMM, FAMILIES };
-static struct family families[FAMILIES] = {
-    [POINTER] = {"cuMemAlloc_v2", "cuMemFree_v2"},
-    [ARRAY] = {"cuArrayCreate_v2", "cuArrayDestroy"},
-    [MIPMAP] = {"cuMipmappedArrayCreate", "cuMipmappedArrayDestroy"},
-    [POOL] = {"cuMemPoolCreate", "cuMemPoolDestroy"},
-    [VMM] = {"cuMemCreate", "cuMemRelease"},
-};
+static struct family families[FAMILIES];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 
@@ -97,14 +94,26 @@ static bool handed(int f, uint64_t *handle)
     return got;
 }
 
+/* After a creation that was not handed anything: the first one's handle. */
+static CUresult noted(int f, CUresult rc, uint64_t handle)
+{
+    struct family *fam = &families[f];
+    pthread_mutex_lock(&lock);
+    if (rc == CUDA_SUCCESS && !fam->first)
+        fam->first = handle;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 /* A free: true when the handle went to another caller (and is not to be
- * freed in the simulated driver). */
+ * freed in the simulated driver).  Only the first creation's handle is
+ * handed on, whether the second creation has begun or not. */
 static bool hand_on(int f, uint64_t handle)
 {
     struct family *fam = &families[f];
     bool gone = false;
     pthread_mutex_lock(&lock);
-    if (!fam->done && fam->created == 1 && !fam->freeing) {
+    if (!fam->done && fam->first == handle && !fam->freeing) {
         fam->handle = handle;
         fam->freeing = true;
         pthread_cond_broadcast(&changed);
@@ -119,11 +128,15 @@ static bool hand_on(int f, uint64_t handle)
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
     uint64_t h;
+    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))real("cuMemAlloc_v2");
+    if (bytes != BLOCK)
+        return alloc(dptr, bytes);
     if (handed(POINTER, &h)) {
         *dptr = h;
         return CUDA_SUCCESS;
     }
-    return ((CUresult(*)(CUdeviceptr *, size_t))real("cuMemAlloc_v2"))(dptr, bytes);
+    CUresult rc = alloc(dptr, bytes);
+    return noted(POINTER, rc, rc == CUDA_SUCCESS ? *dptr : 0);
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -140,7 +153,8 @@ CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
         *array = (CUarray)(uintptr_t)h;
         return CUDA_SUCCESS;
     }
-    return ((CUresult(*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *))real("cuArrayCreate_v2"))(array, desc);
+    CUresult rc = ((CUresult(*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *))real("cuArrayCreate_v2"))(array, desc);
+    return noted(ARRAY, rc, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*array : 0);
 }
 
 CUresult cuArrayDestroy(CUarray array)
@@ -168,8 +182,9 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESC
         *array = (CUmipmappedArray)(uintptr_t)h;
         return CUDA_SUCCESS;
     }
-    return ((CUresult(*)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int))real(
+    CUresult rc = ((CUresult(*)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int))real(
         "cuMipmappedArrayCreate"))(array, desc, levels);
+    return noted(MIPMAP, rc, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*array : 0);
 }
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray array)
@@ -188,7 +203,8 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
         *pool = (CUmemoryPool)(uintptr_t)h;
         return CUDA_SUCCESS;
     }
-    return ((CUresult(*)(CUmemoryPool *, const CUmemPoolProps *))real("cuMemPoolCreate"))(pool, props);
+    CUresult rc = ((CUresult(*)(CUmemoryPool *, const CUmemPoolProps *))real("cuMemPoolCreate"))(pool, props);
+    return noted(POOL, rc, rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pool : 0);
 }
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
@@ -206,8 +222,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         *handle = h;
         return CUDA_SUCCESS;
     }
-    return ((CUresult(*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                         unsigned long long))real("cuMemCreate"))(handle, size, prop, flags);
+    CUresult rc = ((CUresult(*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                                unsigned long long))real("cuMemCreate"))(handle, size, prop, flags);
+    return noted(VMM, rc, rc == CUDA_SUCCESS ? *handle : 0);
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)

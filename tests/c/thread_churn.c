@@ -4,7 +4,9 @@
  * the cap in blocks and prints "filled BYTES", waits for a line on stdin,
  * frees what it filled, prints "freed", and waits for end of input.  The
  * region must then say exactly what is held: the filled bytes, then none.
- *     thread_churn pointer|pitch|managed|array|mipmap|vmm|pool THREADS ROUNDS BLOCK_MIB */
+ * Graph memory stays in the device's graph pool until it is trimmed, which
+ * the main thread does before it fills.
+ *     thread_churn pointer|pitch|managed|array|mipmap|vmm|pool|graph THREADS ROUNDS BLOCK_MIB */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,16 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream);
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
 CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *params);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                               CUdeviceptr dptr);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuGraphDestroy(CUgraph graph);
+CUresult cuDeviceGraphMemTrim(CUdevice device);
 
 static const char *family;
 static int rounds;
@@ -108,6 +120,23 @@ static void churn_once(void)
         CHECK(cuMemFreeAsync(p, NULL));
         CHECK(cuStreamSynchronize(NULL));
         CHECK(cuMemPoolDestroy(pool));
+    } else if (strcmp(family, "graph") == 0) {
+        /* A graph that allocates and frees, made, launched and destroyed. */
+        CUDA_MEM_ALLOC_NODE_PARAMS params = {
+            .poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}},
+            .bytesize = block};
+        CUgraph graph;
+        CUgraphNode alloc, release;
+        CUgraphExec exec;
+        CHECK(cuGraphCreate(&graph, 0));
+        CHECK(cuGraphAddMemAllocNode(&alloc, graph, NULL, 0, &params));
+        CHECK(cuGraphAddMemFreeNode(&release, graph, &alloc, 1, params.dptr));
+        CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+        CHECK(cuGraphLaunch(exec, NULL));
+        CHECK(cuStreamSynchronize(NULL));
+        CHECK(cuGraphExecDestroy(exec));
+        CHECK(cuGraphDestroy(graph));
     } else {
         fprintf(stderr, "unknown family %s\n", family);
         exit(2);
@@ -151,6 +180,8 @@ int main(int argc, char **argv)
         pthread_create(&t[i], NULL, churn, NULL);
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], NULL);
+    if (strcmp(family, "graph") == 0)
+        CHECK(cuDeviceGraphMemTrim(dev));
 
     enum { MAX_HELD = 4096 };
     static CUdeviceptr held[MAX_HELD];
