@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, base_env
+from conftest import C_DIR, ROOT, base_env, compile_c
 from slurm_cluster import SHARDS, cluster, slurm_unavailable
 
 from vgpulimit import slurm
@@ -165,6 +165,41 @@ def test_jobs_of_2_and_6_shards_run_at_once_each_capped_at_its_share(node, tmp_p
     finally:
         hold.touch()
     assert small.wait(timeout=60) == 0 and large.wait(timeout=60) == 0
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory) -> Path:
+    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+
+
+def progress(output: str) -> list[tuple[float, int]]:
+    """tests/c/launch_client.c's "progress PID T N" lines: CLOCK_MONOTONIC
+    seconds, kernels of known length completed."""
+    return [(float(f[2]), int(f[3])) for f in map(str.split, output.splitlines())
+            if len(f) == 4 and f[0] == "progress"]
+
+
+def share_between(points: list[tuple[float, int]], start: float, end: float, kernel_us: int) -> float:
+    """The share (%) of the GPU's time a loop's kernels ran between two times."""
+    (t0, n0), *_, (t1, n1) = [p for p in points if start <= p[0] <= end]
+    return 100 * (n1 - n0) * kernel_us * 1e-6 / (t1 - t0)
+
+
+def test_jobs_of_2_and_6_shards_at_once_each_get_their_share_of_the_gpu_time(node, launch_client):
+    """Their launch loops of 1 ms kernels run at once for 6 s on one GPU:
+    25 % and 75 % of its time, within 2 pp each, over the span both ran (the
+    first second of each left out, while its budget fills)."""
+    jobs = [subprocess.Popen(["srun", f"--gres=shard:{n}", str(launch_client), "kernel", "1000", "6"],
+                             env=node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for n in (2, 6)]
+    outputs = [job.communicate(timeout=120) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outputs
+    loops = [progress(out) for out, _ in outputs]
+    start = max(points[0][0] for points in loops) + 1
+    end = min(points[-1][0] for points in loops)
+    assert end - start >= 3, f"the two jobs' loops ran together {end - start:.1f} s only"
+    shares = [share_between(points, start, end, kernel_us=1000) for points in loops]
+    assert abs(shares[0] - 25) <= 2 and abs(shares[1] - 75) <= 2, shares
 
 
 def test_the_tasks_of_one_job_share_one_cap(node, tmp_path):
