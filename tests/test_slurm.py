@@ -6,8 +6,11 @@ Slurm."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -239,6 +242,43 @@ def test_a_job_killed_by_scancel_leaves_no_region(node):
     node.wait_idle()
     assert not (node.node_dir / job_id).exists()
     assert status_all(node)["regions"] == []
+
+
+def test_the_job_log_is_found_in_scontrol_show_job():
+    shown = ("JobId=7 JobName=wrap\n   UserId=alice(1000) GroupId=users(100) MCS_label=N/A\n"
+             "   StdErr=/home/alice/slurm-7.err\n   StdIn=/dev/null\n   StdOut=/home/alice/slurm-7.out\n")
+    assert slurm.job_log(shown) == slurm.JobLog("/home/alice/slurm-7.err", 1000, 100)
+    assert slurm.job_log(shown.replace("StdErr=/home/alice/slurm-7.err", "")).path.endswith(".out")
+    # srun alone: no file; its output went to the srun.
+    assert slurm.job_log("JobId=8 JobName=sleep\n   UserId=root(0) GroupId=root(0)\n") is None
+
+
+def test_a_process_left_holding_gpu_memory_is_named_in_the_job_log(node, tmp_path):
+    """A batch job that leaves a process of its own behind, out of the job's
+    process tree (setsid -f: proctrack/linuxproc loses it), holding 1 GiB in
+    the job's region: the Epilog names it in the job's output file."""
+    hold, report, log = tmp_path / "hold", tmp_path / "report", tmp_path / "job.log"
+    script = (f"setsid -f {sys.executable} {FILL} {GiB} 1 --hold {hold} >{report} 2>&1 </dev/null\n"
+              f"until grep -q '^{{' {report}; do sleep 0.05; done\n")
+    pid = None
+    try:
+        job_id = node.command("sbatch", "--parsable", "--gres=shard:2", "-o", str(log), "--wrap",
+                              script).stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 60
+        while not (report.exists() and report.read_text().startswith("{")):
+            assert time.monotonic() < deadline, "the job's process did not report"
+            time.sleep(0.05)
+        pid = json.loads(report.read_text().splitlines()[0])["pid"]
+        node.wait_idle()
+        said = [m for m in log.read_text().splitlines() if m.startswith("vgpulimit:")]
+        assert said == [(f"vgpulimit: warning: Slurm job {job_id} has ended, but processes still held "
+                         f"GPU memory in its region (pids {pid}): the GPU's memory is not free until "
+                         "they exit")], log.read_text()
+    finally:
+        hold.touch()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_an_unknown_mapping_refuses_the_job_in_one_line_and_the_node_stays_up(node):

@@ -30,6 +30,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -299,12 +300,70 @@ def epilog(env: Mapping[str, str], node_dir: Path) -> str:
         if holders:
             pids = ", ".join(map(str, holders))
             said = f"job {job_id}: region removed; processes still held GPU memory in it: {pids}"
+            said += _tell_job(job_id, f"vgpulimit: warning: Slurm job {job_id} has ended, but processes "
+                                      f"still held GPU memory in its region (pids {pids}): the GPU's "
+                                      "memory is not free until they exit")
     except (RegionError, OSError):
         pass
     if not entry.exists():
         said = f"job {job_id}: no region here"
     _remove_entry(entry)
     return said
+
+
+@dataclass(frozen=True)
+class JobLog:
+    path: str
+    uid: int
+    gid: int
+
+
+def job_log(job_text: str) -> JobLog | None:
+    """The file the job's error output went to (else its output), and whose
+    it is, from ``scontrol show job``; None for a job with no such file
+    (``srun`` alone: its output went to the srun, beyond the node's reach)."""
+    fields = {}
+    for field in job_text.split():
+        key, sep, value = field.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    path = fields.get("StdErr") or fields.get("StdOut") or ""
+    ids = [re.fullmatch(r".*\((\d+)\)", fields.get(key, "")) for key in ("UserId", "GroupId")]
+    if not path.startswith("/") or None in ids:
+        return None
+    return JobLog(path, int(ids[0][1]), int(ids[1][1]))
+
+
+def _tell_job(job_id: str, line: str) -> str:
+    """Appends ``line`` to the job's log as the job's user (the file and its
+    path are the user's: root must not follow a link it was given there).
+    What it did, for the Epilog's own line."""
+    try:
+        log = job_log(scontrol("show", "job", job_id))
+    except SlurmError:
+        return "; the job's log could not be found"
+    if log is None:
+        return "; the job has no log file"
+    if os.geteuid() != 0 and os.geteuid() != log.uid:
+        return f"; not said in {log.path} (another user's)"
+    pid = os.fork()
+    if pid == 0:   # the child: the job's user, then one append
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setresgid(log.gid, log.gid, log.gid)
+                os.setresuid(log.uid, log.uid, log.uid)
+            fd = os.open(log.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY
+                         | os.O_NONBLOCK | os.O_CLOEXEC)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, (line + "\n").encode())
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return f"; said in {log.path}" if os.waitstatus_to_exitcode(status) == 0 else \
+        f"; could not say so in {log.path}"
 
 
 def _remove_entry(entry: Path) -> None:
