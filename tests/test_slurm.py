@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +23,7 @@ import pytest
 from conftest import C_DIR, ROOT, base_env, compile_c
 from slurm_cluster import SHARDS, cluster, slurm_unavailable
 
-from vgpulimit import slurm
+from vgpulimit import _paths, slurm
 from vgpulimit.errors import UsageError
 from vgpulimit.limits import MemoryLimit
 
@@ -71,6 +73,22 @@ def test_shards_map_to_a_share_or_to_fixed_units():
                                     ("fraction", "half"), ("fraction", "0")):
         with pytest.raises(UsageError, match="unknown shard mapping"):
             slurm.parse_mapping(memory_text, cores_text)
+
+
+@pytest.mark.parametrize("text,job", [
+    # cgroup v1, proctrack/cgroup (slurm 22.05's cgroup/v1): the freezer, cpuset, memory... lines
+    ("12:freezer:/slurm/uid_1000/job_42/step_0\n3:cpuset:/slurm/uid_1000/job_42/step_0/task_0\n0::/\n", "42"),
+    # cgroup v2 (cgroup/v2): slurmd's own scope, each job below it
+    ("0::/system.slice/slurmstepd.scope/job_7/step_batch/user/task_0\n", "7"),
+    ("0::/slurm_gpu01/uid_0/job_9/step_extern\n", "9"),   # v1 with a NodeName of several slurmd
+    ("0::/user.slice/job_5/step_0\n", None),               # not below Slurm's
+    ("0::/system.slice/slurmstepd.scope/job_/step_0\n", None),
+    ("0::/system.slice/slurmstepd.scope/job_5x\n", None),
+    ("4:memory:/slurm/uid_0/job_1/step_0\n0::/system.slice/slurmstepd.scope/job_2/step_0\n", None),  # two
+    ("", None), ("garbage", None), ("0::/slurm", None),
+])
+def test_the_slurm_job_of_a_process_is_read_from_its_cgroups(text, job):
+    assert _paths.slurm_job(text) == job
 
 
 # -- on a real Slurm -----------------------------------------------------------------------------
@@ -336,3 +354,80 @@ def test_a_job_that_sheds_its_region_runs_uncapped_and_is_told_so(node):
     no_shim = node.command("srun", "--gres=shard:2", "sh", "-c", f"env -u LD_PRELOAD {fill}")
     [report] = [json.loads(m) for m in no_shim.stdout.splitlines() if m.startswith("{")]
     assert report["total_mem"] == 16 * GiB and successes(report) == 5
+
+
+# -- a job's region found by its cgroup, without Slurm --------------------------------------------
+
+
+def cgroup2_mount() -> Path | None:
+    """Where cgroup v2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified
+    on a host of both), or None."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+@pytest.fixture
+def job_cgroup(sim_env):
+    """A cgroup as Slurm's cgroup/v2 makes one for a job's step
+    (.../slurmstepd.scope/job_<id>/step_0), and the region the Prolog would
+    have made for the job's 2 of 8 shards at the shim's place for it."""
+    from vgpulimit.region import MAX_DEVICES, Region
+
+    if os.geteuid() != 0:
+        pytest.skip("making a cgroup and the Prolog's directory needs root")
+    mount = cgroup2_mount()
+    if mount is None or not os.access(mount, os.W_OK):
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    job_id = str(random.randrange(10**8, 10**9))   # no real job's
+    top = mount / f"vgpulimit-test-{os.getpid()}-{job_id}"
+    step = top / "slurmstepd.scope" / f"job_{job_id}" / "step_0"
+    entry = Path(slurm.NODE_DIR) / job_id
+    try:
+        step.mkdir(parents=True)
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup in {mount}: {exc.strerror}")
+    try:
+        entry.mkdir(parents=True)
+        with Region.create(entry / "region", [MemoryLimit(bytes=0, ppm=250_000)] * MAX_DEVICES,
+                           [25] * MAX_DEVICES, group_shared=True):
+            pass
+        yield step, entry
+    finally:
+        shutil.rmtree(entry, ignore_errors=True)
+        for cgroup in (step, step.parent, step.parent.parent, top):
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+
+
+def fill_in(cgroup: Path | None, env: dict[str, str], count: int = 5) -> tuple[dict, str]:
+    """cuda_fill.py run in ``cgroup`` (moved there before it starts)."""
+    enter = f'echo $$ > "{cgroup}/cgroup.procs" && ' if cgroup else ""
+    done = subprocess.run(["sh", "-c", f'{enter}exec "$@"', "sh", sys.executable, FILL, str(GiB), str(count)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    [report] = [json.loads(m) for m in done.stdout.splitlines() if m.startswith("{")]
+    return report, done.stderr
+
+
+def test_a_job_process_that_sheds_its_region_keeps_its_job_cap_by_its_cgroup(job_cgroup, sim_env, shim_path):
+    """As a Slurm job's task whose VGPULIMIT_REGION was unset (the shim still
+    preloaded): its cgroup, which it cannot change, names its job, and the
+    job's region applies, whatever limit variables it sets."""
+    step, entry = job_cgroup
+    shed = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_SETTER="slurm")
+    report, err = fill_in(step, shed)
+    assert report["total_mem"] == 4 * GiB and successes(report) == 4, report
+    assert f"runs under its Slurm job's region {entry}/region, found by the job's cgroup" in err
+    loosened = dict(shed, VGPULIMIT_MEMORY="100%", CUDA_DEVICE_MEMORY_LIMIT="16g", CUDA_DISABLE_CONTROL="true",
+                    CUDA_DEVICE_MEMORY_SHARED_CACHE=str(entry.parent / "own.cache"))
+    report, _ = fill_in(step, loosened)
+    assert report["total_mem"] == 4 * GiB and successes(report) == 4, report
+    # Out of the job's cgroup, or once its region is gone, it is as before: no region, no cap.
+    report, _ = fill_in(None, shed)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5, report
+    shutil.rmtree(entry)
+    report, _ = fill_in(step, shed)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5, report

@@ -336,7 +336,8 @@ def _add_slurm_command(commands) -> None:
                        ("epilog", "slurmd's Epilog (root): remove the job's region")):
         sub = actions.add_parser(name, help=text)
         sub.add_argument("--node-dir", metavar="DIR", default=slurm.NODE_DIR,
-                         help="where each job's region is kept (default: %(default)s)")
+                         help="where each job's region is kept (default: %(default)s, where the shim "
+                              "finds a job's region by its cgroup)")
         if name == "prolog":
             mapping(sub)
     install = actions.add_parser(
@@ -345,7 +346,8 @@ def _add_slurm_command(commands) -> None:
     install.add_argument("--dir", metavar="DIR", default=slurm.SCRIPT_DIR,
                          help="where to write the scripts (default: %(default)s)")
     install.add_argument("--node-dir", metavar="DIR", default=slurm.NODE_DIR,
-                         help="where each job's region is kept (default: %(default)s)")
+                         help="where each job's region is kept (default: %(default)s, where the shim "
+                              "finds a job's region by its cgroup)")
     install.add_argument("--slurm-conf", metavar="FILE",
                          help="the slurm.conf to check (default: $SLURM_CONF, else "
                               "/etc/slurm/slurm.conf)")

@@ -36,11 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vgpulimit import identity
+from vgpulimit import _paths, identity
 from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.limits import LimitError, MemoryLimit, parse_memory
 
-NODE_DIR = "/run/vgpulimit/slurm"
+NODE_DIR = _paths.slurm_dir()   # the shim finds a job's region there by its cgroup
 REGION_NAME = "region"
 REFUSED_NAME = "refused"
 SCRIPT_DIR = "/etc/slurm"
