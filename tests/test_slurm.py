@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, ROOT, base_env, compile_c
-from slurm_cluster import SHARDS, cluster, slurm_unavailable
+from slurm_cluster import MPS, SHARDS, cluster, slurm_unavailable
 
 from vgpulimit import _paths, slurm
 from vgpulimit.errors import UsageError
@@ -39,6 +39,7 @@ FILL = str(ROOT / "tests" / "clients" / "cuda_fill.py")
     ("shard:tesla:6(IDX:1)", 6, 0, "1"),
     ("gpu:1(IDX:0)", 0, 1, ""),
     ("gpu:a100:2(IDX:0-1),shard:3(IDX:0,2)", 3, 2, "0,2"),
+    ("shard(CNT:6)", 6, 0, ""),   # a node with mps too
     ("(null)", 0, 0, ""),
     ("", 0, 0, ""),
 ])
@@ -50,6 +51,13 @@ def test_a_gres_string_is_read_as_slurm_writes_it(text, shards, gpus, indices):
 def test_a_malformed_gres_string_is_an_error_naming_it(text):
     with pytest.raises(slurm.SlurmError, match="cannot read"):
         slurm.parse_gres(text)
+
+
+def test_mps_gres_are_read_as_shards_where_the_site_says_so():
+    gres = slurm.parse_gres("gpu:2,mps:200")
+    assert gres.mps == 200 and gres.shards == 0
+    assert slurm.shards_per_gpu(gres.as_shards()) == 100
+    assert slurm.parse_gres("mps:25(IDX:1)").as_shards() == slurm.Gres(shards=25, indices="1")
 
 
 def test_the_job_gres_is_that_of_this_node():
@@ -431,3 +439,45 @@ def test_a_job_process_that_sheds_its_region_keeps_its_job_cap_by_its_cgroup(job
     shutil.rmtree(entry)
     report, _ = fill_in(step, shed)
     assert report["total_mem"] == 16 * GiB and successes(report) == 5, report
+
+
+# -- MPS GRES capped as shards, on a real Slurm of its own -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mps_node(tmp_path_factory, simgpu_dir):
+    """A Slurm whose GPU is shards and MPS GRES (Gres=gpu:1,shard:8,mps:100:
+    slurm 22.05.8 takes both on one node), installed with --mps."""
+    why = slurm_unavailable()
+    if why:
+        pytest.skip(why)
+    state = tmp_path_factory.mktemp("simgpu-mps")
+    job_env = base_env(LD_LIBRARY_PATH=str(simgpu_dir), SIMGPU_STATE=str(state / "simgpu.state"),
+                       SIMGPU_MEMORY="16GiB", SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0")
+    with cluster(job_env, mps=True) as node:
+        yield node
+
+
+def test_an_mps_job_is_capped_at_its_percent_where_the_site_says_so(mps_node, tmp_path):
+    """--gres=mps:25 of a GPU of mps:100: 25 % of its memory (4 of 16 GiB) and
+    of its time, as 2 of 8 shards; a shard job on the same node is capped as
+    before; the whole GPU's job (gpu:1) is left alone."""
+    hold = tmp_path / "hold"
+    job = srun(mps_node, "--gres=mps:25", hold=hold, count=5)
+    try:
+        [report] = reports(job, 1)
+        assert report["total_mem"] == 16 * GiB * 25 // MPS and successes(report) == 4, report
+        [region] = status_all(mps_node)["regions"]
+        assert region["identity"]["shards"] == "25/100"
+        assert region["devices"][0]["cores_pct"] == 25
+    finally:
+        hold.touch()
+    assert job.wait(timeout=60) == 0
+    mps_node.wait_idle()
+    [report] = reports(srun(mps_node, "--gres=shard:6", count=13), 1)
+    assert report["total_mem"] == 12 * GiB and successes(report) == 12, report
+    mps_node.wait_idle()
+    whole = srun(mps_node, "--gres=gpu:1", count=17)
+    [report] = reports(whole, 1)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 16
+    assert whole.wait(timeout=60) == 0

@@ -331,6 +331,9 @@ def _add_slurm_command(commands) -> None:
         sub.add_argument("--shards-per-gpu", metavar="S", type=int,
                          help="the shards of one GPU (default: the node's shards over its GPUs, "
                               "from scontrol show node)")
+        sub.add_argument("--mps", action="store_true",
+                         help="cap --gres=mps:N jobs too, as shard jobs: N of the GPU's mps count "
+                              "(100 by Slurm's convention: N percent of the GPU)")
 
     for name, text in (("prolog", "slurmd's Prolog (root): make the job's region"),
                        ("epilog", "slurmd's Epilog (root): remove the job's region")):
@@ -686,7 +689,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     _absolute_node_dir(f"slurm {args.slurm_action}", args.node_dir)
     if args.slurm_action == "prolog":
         print(slurm.prolog(os.environ, Path(args.node_dir), (args.shard_memory, args.shard_cores),
-                           args.shards_per_gpu), file=sys.stderr)
+                           args.shards_per_gpu, args.mps), file=sys.stderr)
         return 0
     if args.slurm_action == "epilog":
         print(slurm.epilog(os.environ, Path(args.node_dir)), file=sys.stderr)
@@ -694,7 +697,8 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     conf = args.slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     try:
         done = slurm.install(Path(args.dir), args.node_dir, (args.shard_memory, args.shard_cores),
-                             args.shards_per_gpu, sys.executable, Path(conf), not args.print_only)
+                             args.shards_per_gpu, sys.executable, Path(conf), not args.print_only,
+                             args.mps)
     except OSError as exc:
         raise _CannotWrite(f"slurm install: cannot write {exc.filename or args.dir}: "
                            f"{exc.strerror}") from None
