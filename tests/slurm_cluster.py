@@ -24,6 +24,7 @@ from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "scancel", "sinfo")
 SHARDS = 8
+MPS = 100   # Slurm's convention: a GPU's mps count is 100, a job's its percent of it
 
 
 @functools.cache
@@ -84,7 +85,7 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _config(root: Path, ports: list[int], scripts: Path, hooks: bool) -> str:
+def _config(root: Path, ports: list[int], scripts: Path, hooks: bool, mps: bool) -> str:
     hook_lines = (f"Prolog={scripts}/vgpulimit-prolog\nEpilog={scripts}/vgpulimit-epilog\n"
                   f"TaskProlog={scripts}/vgpulimit-task-prolog\n") if hooks else ""
     return f"""ClusterName=vgpulimit-test
@@ -112,16 +113,18 @@ SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 SchedulerParameters=sched_interval=1
 ReturnToService=2
-GresTypes=gpu,shard
-{hook_lines}NodeName=localhost CPUs=8 Gres=gpu:1,shard:{SHARDS} State=UNKNOWN
+GresTypes=gpu,shard{",mps" if mps else ""}
+{hook_lines}NodeName=localhost CPUs=8 Gres=gpu:1,shard:{SHARDS}{f",mps:{MPS}" if mps else ""} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 
 
 @contextlib.contextmanager
-def cluster(job_env: dict[str, str], hooks: bool = True) -> Iterator[Cluster]:
+def cluster(job_env: dict[str, str], hooks: bool = True, mps: bool = False) -> Iterator[Cluster]:
     """A running Slurm whose jobs get ``job_env`` (srun and sbatch pass the
-    caller's environment on); everything it started is stopped on leaving."""
+    caller's environment on); everything it started is stopped on leaving.
+    With ``mps``, the GPU is also MPS GRES of 100 (slurm 22.05.8 takes both
+    on one node), and the Prolog caps mps jobs too (--mps)."""
     root = Path(tempfile.mkdtemp(prefix="vgpulimit-slurm-"))
     os.chmod(root, 0o755)
     for sub in ("state", "spool", "log", "etc"):
@@ -132,14 +135,16 @@ def cluster(job_env: dict[str, str], hooks: bool = True) -> Iterator[Cluster]:
     node_dir = root / "run"
     scripts = root / "etc"
     conf = root / "slurm.conf"
-    conf.write_text(_config(root, _free_ports(2), scripts, hooks))
+    conf.write_text(_config(root, _free_ports(2), scripts, hooks, mps))
     (root / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={root}/nvidia0\n"
-                                    f"NodeName=localhost Name=shard Count={SHARDS} File={root}/nvidia0\n")
+                                    f"NodeName=localhost Name=shard Count={SHARDS} File={root}/nvidia0\n"
+                                    + (f"NodeName=localhost Name=mps Count={MPS} File={root}/nvidia0\n"
+                                       if mps else ""))
     env = {**job_env, "SLURM_CONF": str(conf)}
     found = Cluster(root, node_dir, scripts, env)
     try:
         subprocess.run([sys.executable, "-m", "vgpulimit", "slurm", "install", "--dir", str(scripts),
-                        "--node-dir", str(node_dir), "--slurm-conf", str(conf)],
+                        "--node-dir", str(node_dir), "--slurm-conf", str(conf), *(["--mps"] if mps else [])],
                        env=env, check=hooks, capture_output=True, text=True)
         found.processes.append(subprocess.Popen(
             ["munged", "--foreground", f"--key-file={root}/munge.key", f"--socket={root}/munge.sock",

@@ -6,8 +6,13 @@ Slurm."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import random
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,10 +20,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, base_env
-from slurm_cluster import SHARDS, cluster, slurm_unavailable
+from conftest import C_DIR, ROOT, base_env, compile_c
+from slurm_cluster import MPS, SHARDS, cluster, slurm_unavailable
 
-from vgpulimit import slurm
+from vgpulimit import _paths, slurm
 from vgpulimit.errors import UsageError
 from vgpulimit.limits import MemoryLimit
 
@@ -34,6 +39,7 @@ FILL = str(ROOT / "tests" / "clients" / "cuda_fill.py")
     ("shard:tesla:6(IDX:1)", 6, 0, "1"),
     ("gpu:1(IDX:0)", 0, 1, ""),
     ("gpu:a100:2(IDX:0-1),shard:3(IDX:0,2)", 3, 2, "0,2"),
+    ("shard(CNT:6)", 6, 0, ""),   # a node with mps too
     ("(null)", 0, 0, ""),
     ("", 0, 0, ""),
 ])
@@ -45,6 +51,13 @@ def test_a_gres_string_is_read_as_slurm_writes_it(text, shards, gpus, indices):
 def test_a_malformed_gres_string_is_an_error_naming_it(text):
     with pytest.raises(slurm.SlurmError, match="cannot read"):
         slurm.parse_gres(text)
+
+
+def test_mps_gres_are_read_as_shards_where_the_site_says_so():
+    gres = slurm.parse_gres("gpu:2,mps:200")
+    assert gres.mps == 200 and gres.shards == 0
+    assert slurm.shards_per_gpu(gres.as_shards()) == 100
+    assert slurm.parse_gres("mps:25(IDX:1)").as_shards() == slurm.Gres(shards=25, indices="1")
 
 
 def test_the_job_gres_is_that_of_this_node():
@@ -68,6 +81,22 @@ def test_shards_map_to_a_share_or_to_fixed_units():
                                     ("fraction", "half"), ("fraction", "0")):
         with pytest.raises(UsageError, match="unknown shard mapping"):
             slurm.parse_mapping(memory_text, cores_text)
+
+
+@pytest.mark.parametrize("text,job", [
+    # cgroup v1, proctrack/cgroup (slurm 22.05's cgroup/v1): the freezer, cpuset, memory... lines
+    ("12:freezer:/slurm/uid_1000/job_42/step_0\n3:cpuset:/slurm/uid_1000/job_42/step_0/task_0\n0::/\n", "42"),
+    # cgroup v2 (cgroup/v2): slurmd's own scope, each job below it
+    ("0::/system.slice/slurmstepd.scope/job_7/step_batch/user/task_0\n", "7"),
+    ("0::/slurm_gpu01/uid_0/job_9/step_extern\n", "9"),   # v1 with a NodeName of several slurmd
+    ("0::/user.slice/job_5/step_0\n", None),               # not below Slurm's
+    ("0::/system.slice/slurmstepd.scope/job_/step_0\n", None),
+    ("0::/system.slice/slurmstepd.scope/job_5x\n", None),
+    ("4:memory:/slurm/uid_0/job_1/step_0\n0::/system.slice/slurmstepd.scope/job_2/step_0\n", None),  # two
+    ("", None), ("garbage", None), ("0::/slurm", None),
+])
+def test_the_slurm_job_of_a_process_is_read_from_its_cgroups(text, job):
+    assert _paths.slurm_job(text) == job
 
 
 # -- on a real Slurm -----------------------------------------------------------------------------
@@ -167,6 +196,41 @@ def test_jobs_of_2_and_6_shards_run_at_once_each_capped_at_its_share(node, tmp_p
     assert small.wait(timeout=60) == 0 and large.wait(timeout=60) == 0
 
 
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory) -> Path:
+    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+
+
+def progress(output: str) -> list[tuple[float, int]]:
+    """tests/c/launch_client.c's "progress PID T N" lines: CLOCK_MONOTONIC
+    seconds, kernels of known length completed."""
+    return [(float(f[2]), int(f[3])) for f in map(str.split, output.splitlines())
+            if len(f) == 4 and f[0] == "progress"]
+
+
+def share_between(points: list[tuple[float, int]], start: float, end: float, kernel_us: int) -> float:
+    """The share (%) of the GPU's time a loop's kernels ran between two times."""
+    (t0, n0), *_, (t1, n1) = [p for p in points if start <= p[0] <= end]
+    return 100 * (n1 - n0) * kernel_us * 1e-6 / (t1 - t0)
+
+
+def test_jobs_of_2_and_6_shards_at_once_each_get_their_share_of_the_gpu_time(node, launch_client):
+    """Their launch loops of 1 ms kernels run at once for 6 s on one GPU:
+    25 % and 75 % of its time, within 2 pp each, over the span both ran (the
+    first second of each left out, while its budget fills)."""
+    jobs = [subprocess.Popen(["srun", f"--gres=shard:{n}", str(launch_client), "kernel", "1000", "6"],
+                             env=node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for n in (2, 6)]
+    outputs = [job.communicate(timeout=120) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outputs
+    loops = [progress(out) for out, _ in outputs]
+    start = max(points[0][0] for points in loops) + 1
+    end = min(points[-1][0] for points in loops)
+    assert end - start >= 3, f"the two jobs' loops ran together {end - start:.1f} s only"
+    shares = [share_between(points, start, end, kernel_us=1000) for points in loops]
+    assert abs(shares[0] - 25) <= 2 and abs(shares[1] - 75) <= 2, shares
+
+
 def test_the_tasks_of_one_job_share_one_cap(node, tmp_path):
     hold = tmp_path / "hold"
     job = srun(node, "--gres=shard:2", hold=hold, block=512 << 20, count=4, tasks=4)
@@ -204,6 +268,43 @@ def test_a_job_killed_by_scancel_leaves_no_region(node):
     node.wait_idle()
     assert not (node.node_dir / job_id).exists()
     assert status_all(node)["regions"] == []
+
+
+def test_the_job_log_is_found_in_scontrol_show_job():
+    shown = ("JobId=7 JobName=wrap\n   UserId=alice(1000) GroupId=users(100) MCS_label=N/A\n"
+             "   StdErr=/home/alice/slurm-7.err\n   StdIn=/dev/null\n   StdOut=/home/alice/slurm-7.out\n")
+    assert slurm.job_log(shown) == slurm.JobLog("/home/alice/slurm-7.err", 1000, 100)
+    assert slurm.job_log(shown.replace("StdErr=/home/alice/slurm-7.err", "")).path.endswith(".out")
+    # srun alone: no file; its output went to the srun.
+    assert slurm.job_log("JobId=8 JobName=sleep\n   UserId=root(0) GroupId=root(0)\n") is None
+
+
+def test_a_process_left_holding_gpu_memory_is_named_in_the_job_log(node, tmp_path):
+    """A batch job that leaves a process of its own behind, out of the job's
+    process tree (setsid -f: proctrack/linuxproc loses it), holding 1 GiB in
+    the job's region: the Epilog names it in the job's output file."""
+    hold, report, log = tmp_path / "hold", tmp_path / "report", tmp_path / "job.log"
+    script = (f"setsid -f {sys.executable} {FILL} {GiB} 1 --hold {hold} >{report} 2>&1 </dev/null\n"
+              f"until grep -q '^{{' {report}; do sleep 0.05; done\n")
+    pid = None
+    try:
+        job_id = node.command("sbatch", "--parsable", "--gres=shard:2", "-o", str(log), "--wrap",
+                              script).stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 60
+        while not (report.exists() and report.read_text().startswith("{")):
+            assert time.monotonic() < deadline, "the job's process did not report"
+            time.sleep(0.05)
+        pid = json.loads(report.read_text().splitlines()[0])["pid"]
+        node.wait_idle()
+        said = [m for m in log.read_text().splitlines() if m.startswith("vgpulimit:")]
+        assert said == [(f"vgpulimit: warning: Slurm job {job_id} has ended, but processes still held "
+                         f"GPU memory in its region (pids {pid}): the GPU's memory is not free until "
+                         "they exit")], log.read_text()
+    finally:
+        hold.touch()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_an_unknown_mapping_refuses_the_job_in_one_line_and_the_node_stays_up(node):
@@ -261,3 +362,122 @@ def test_a_job_that_sheds_its_region_runs_uncapped_and_is_told_so(node):
     no_shim = node.command("srun", "--gres=shard:2", "sh", "-c", f"env -u LD_PRELOAD {fill}")
     [report] = [json.loads(m) for m in no_shim.stdout.splitlines() if m.startswith("{")]
     assert report["total_mem"] == 16 * GiB and successes(report) == 5
+
+
+# -- a job's region found by its cgroup, without Slurm --------------------------------------------
+
+
+def cgroup2_mount() -> Path | None:
+    """Where cgroup v2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified
+    on a host of both), or None."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+@pytest.fixture
+def job_cgroup(sim_env):
+    """A cgroup as Slurm's cgroup/v2 makes one for a job's step
+    (.../slurmstepd.scope/job_<id>/step_0), and the region the Prolog would
+    have made for the job's 2 of 8 shards at the shim's place for it."""
+    from vgpulimit.region import MAX_DEVICES, Region
+
+    if os.geteuid() != 0:
+        pytest.skip("making a cgroup and the Prolog's directory needs root")
+    mount = cgroup2_mount()
+    if mount is None or not os.access(mount, os.W_OK):
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    job_id = str(random.randrange(10**8, 10**9))   # no real job's
+    top = mount / f"vgpulimit-test-{os.getpid()}-{job_id}"
+    step = top / "slurmstepd.scope" / f"job_{job_id}" / "step_0"
+    entry = Path(slurm.NODE_DIR) / job_id
+    try:
+        step.mkdir(parents=True)
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup in {mount}: {exc.strerror}")
+    try:
+        entry.mkdir(parents=True)
+        with Region.create(entry / "region", [MemoryLimit(bytes=0, ppm=250_000)] * MAX_DEVICES,
+                           [25] * MAX_DEVICES, group_shared=True):
+            pass
+        yield step, entry
+    finally:
+        shutil.rmtree(entry, ignore_errors=True)
+        for cgroup in (step, step.parent, step.parent.parent, top):
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+
+
+def fill_in(cgroup: Path | None, env: dict[str, str], count: int = 5) -> tuple[dict, str]:
+    """cuda_fill.py run in ``cgroup`` (moved there before it starts)."""
+    enter = f'echo $$ > "{cgroup}/cgroup.procs" && ' if cgroup else ""
+    done = subprocess.run(["sh", "-c", f'{enter}exec "$@"', "sh", sys.executable, FILL, str(GiB), str(count)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    [report] = [json.loads(m) for m in done.stdout.splitlines() if m.startswith("{")]
+    return report, done.stderr
+
+
+def test_a_job_process_that_sheds_its_region_keeps_its_job_cap_by_its_cgroup(job_cgroup, sim_env, shim_path):
+    """As a Slurm job's task whose VGPULIMIT_REGION was unset (the shim still
+    preloaded): its cgroup, which it cannot change, names its job, and the
+    job's region applies, whatever limit variables it sets."""
+    step, entry = job_cgroup
+    shed = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_SETTER="slurm")
+    report, err = fill_in(step, shed)
+    assert report["total_mem"] == 4 * GiB and successes(report) == 4, report
+    assert f"runs under its Slurm job's region {entry}/region, found by the job's cgroup" in err
+    loosened = dict(shed, VGPULIMIT_MEMORY="100%", CUDA_DEVICE_MEMORY_LIMIT="16g", CUDA_DISABLE_CONTROL="true",
+                    CUDA_DEVICE_MEMORY_SHARED_CACHE=str(entry.parent / "own.cache"))
+    report, _ = fill_in(step, loosened)
+    assert report["total_mem"] == 4 * GiB and successes(report) == 4, report
+    # Out of the job's cgroup, or once its region is gone, it is as before: no region, no cap.
+    report, _ = fill_in(None, shed)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5, report
+    shutil.rmtree(entry)
+    report, _ = fill_in(step, shed)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 5, report
+
+
+# -- MPS GRES capped as shards, on a real Slurm of its own -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mps_node(tmp_path_factory, simgpu_dir):
+    """A Slurm whose GPU is shards and MPS GRES (Gres=gpu:1,shard:8,mps:100:
+    slurm 22.05.8 takes both on one node), installed with --mps."""
+    why = slurm_unavailable()
+    if why:
+        pytest.skip(why)
+    state = tmp_path_factory.mktemp("simgpu-mps")
+    job_env = base_env(LD_LIBRARY_PATH=str(simgpu_dir), SIMGPU_STATE=str(state / "simgpu.state"),
+                       SIMGPU_MEMORY="16GiB", SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0")
+    with cluster(job_env, mps=True) as node:
+        yield node
+
+
+def test_an_mps_job_is_capped_at_its_percent_where_the_site_says_so(mps_node, tmp_path):
+    """--gres=mps:25 of a GPU of mps:100: 25 % of its memory (4 of 16 GiB) and
+    of its time, as 2 of 8 shards; a shard job on the same node is capped as
+    before; the whole GPU's job (gpu:1) is left alone."""
+    hold = tmp_path / "hold"
+    job = srun(mps_node, "--gres=mps:25", hold=hold, count=5)
+    try:
+        [report] = reports(job, 1)
+        assert report["total_mem"] == 16 * GiB * 25 // MPS and successes(report) == 4, report
+        [region] = status_all(mps_node)["regions"]
+        assert region["identity"]["shards"] == "25/100"
+        assert region["devices"][0]["cores_pct"] == 25
+    finally:
+        hold.touch()
+    assert job.wait(timeout=60) == 0
+    mps_node.wait_idle()
+    [report] = reports(srun(mps_node, "--gres=shard:6", count=13), 1)
+    assert report["total_mem"] == 12 * GiB and successes(report) == 12, report
+    mps_node.wait_idle()
+    whole = srun(mps_node, "--gres=gpu:1", count=17)
+    [report] = reports(whole, 1)
+    assert report["total_mem"] == 16 * GiB and successes(report) == 16
+    assert whole.wait(timeout=60) == 0

@@ -12,6 +12,11 @@
  *     region of an enclosing `vgpulimit run`, or a path a device plugin
  *     chose; else the file KAI's resource isolator implies
  *     (CONTAINER_VGPU_MOUNT, POD_UID, CONTAINER_NAME).
+ *  2b. With no VGPULIMIT_REGION: the region Slurm's Prolog made for the
+ *     job the process is in, by its cgroup (VGL_SLURM_DIR/<job id>/region),
+ *     which the job cannot change: authoritative as the runtime's, so that
+ *     a job that unsets VGPULIMIT_REGION, or names HAMi's or KAI's files,
+ *     or sets limit variables of its own, keeps its job's cap.
  *  3. Limits in the environment alone: a region of the shim's own, named
  *     after those limits, so that it never meets a process that asks for
  *     others.
@@ -36,6 +41,27 @@ static bool runtime_set_up(void)
 {
     struct stat st;
     return stat(VGL_CONTAINER_REGION, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+/* The region of the Slurm job this process is in (vgl_env_slurm_job), into
+ * `path`, when there is one; false on anything else (no job, no region, an
+ * unreadable /proc): the process is then configured as before. */
+static bool slurm_job_region(char *path, size_t len)
+{
+    char text[4096], job[24];
+    int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    text[n] = '\0';
+    if (vgl_env_slurm_job(text, job, sizeof job) != 0)
+        return false;
+    struct stat st;
+    int made = snprintf(path, len, "%s/%s/region", VGL_SLURM_DIR, job);
+    return made > 0 && (size_t)made < len && stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Whether the region at `path` is nested, through at most VGL_MAX_CHAIN
@@ -168,6 +194,18 @@ void vgl_config_load(void)
         if (env->control_disabled)
             vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true ignored: this container's limits are set up "
                     "by its runtime (%s)", VGL_CONTAINER_REGION);
+        return;
+    }
+    if (strcmp(env->region_from, "VGPULIMIT_REGION") != 0 &&
+        slurm_job_region(vgl_config.region_path, sizeof vgl_config.region_path)) {
+        vgl_config.enabled = true;
+        vgl_config.slurm_job = true;
+        if (env->asks || env->control_disabled || env->lines) {
+            vgl_log(VGL_LOG_WARN, "VGPULIMIT_REGION is not set: this process runs under its Slurm job's region "
+                    "%s, found by the job's cgroup; the limit variables in the environment are ignored",
+                    vgl_config.region_path);
+            vgl_config.said_ignored = true;
+        }
         return;
     }
     if (env->control_disabled) {

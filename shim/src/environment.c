@@ -405,6 +405,49 @@ static int log_level_of(const char *value)
     return -1;
 }
 
+/* -- the Slurm job of a process, by its cgroups ------------------------------------------------ */
+
+/* "job_<digits>" of `len` bytes at `c`: the digits' count, else 0. */
+static size_t job_component(const char *c, size_t len)
+{
+    if (len <= 4 || strncmp(c, "job_", 4) != 0)
+        return 0;
+    return strspn(c + 4, "0123456789") == len - 4 ? len - 4 : 0;
+}
+
+int vgl_env_slurm_job(const char *text, char *job, unsigned long len)
+{
+    int found = -ENOENT;
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        /* "hierarchy-id:controllers:path": the path is after the second ':' */
+        const char *end = strchr(line, '\n'), *path = strchr(line, ':');
+        path = path && (!end || path < end) ? strchr(path + 1, ':') : NULL;
+        if (!end)
+            end = line + strlen(line);
+        if (!path || path > end)
+            continue;
+        bool below_slurm = false;
+        for (const char *c = path + 1; c < end;) {
+            const char *slash = memchr(c, '/', (size_t)(end - c));
+            size_t n = (size_t)((slash ? slash : end) - c);
+            size_t digits = below_slurm ? job_component(c, n) : 0;
+            if (digits) {
+                if (digits + 1 > len)
+                    return -EINVAL;
+                if (found == 0 && (strlen(job) != digits || strncmp(job, c + 4, digits) != 0))
+                    return -EINVAL;
+                memcpy(job, c + 4, digits);
+                job[digits] = '\0';
+                found = 0;
+                break;
+            }
+            below_slurm = below_slurm || (n >= 5 && strncmp(c, "slurm", 5) == 0);
+            c += n + 1;
+        }
+    }
+    return found;
+}
+
 /* `vgpulimit run` marks the processes it gives a region (VGPULIMIT_SETTER).
  * One that has the mark but not the region -- `env -u VGPULIMIT_REGION`, a
  * wrapper that cleans the environment by a list -- has shed the region's

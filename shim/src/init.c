@@ -192,7 +192,8 @@ static bool open_outer(const struct vgl_region *region)
  * file are made on first use, as HAMi-core and KAI make them. */
 static bool made_elsewhere(void)
 {
-    return vgl_config.authoritative || strcmp(vgl_config.env.region_from, "VGPULIMIT_REGION") == 0;
+    return vgl_config.authoritative || vgl_config.slurm_job ||
+           strcmp(vgl_config.env.region_from, "VGPULIMIT_REGION") == 0;
 }
 
 /* The directory of the shim's own regions is usable (config.c
@@ -227,7 +228,10 @@ static struct vgl_region *open_region(void)
     }
     if (!err)
         err = vgl_region_open(path, &region);
-    if (err == -ENOENT && made_elsewhere()) {
+    if (err == -ENOENT && vgl_config.slurm_job) {
+        snprintf(why, sizeof why, "no such file; a Slurm job's region is made by its Prolog and removed by its "
+                 "Epilog (has the job ended?)");
+    } else if (err == -ENOENT && made_elsewhere()) {
         snprintf(why, sizeof why, "no such file; a region named by %s is made by `vgpulimit run`, the OCI hook "
                  "or a CDI device, never by the shim (was it removed?)",
                  vgl_config.authoritative ? VGL_CONTAINER_REGION : "VGPULIMIT_REGION");
@@ -257,6 +261,7 @@ static struct vgl_region *open_region(void)
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             vgl_log(VGL_LOG_ERROR, "region file %s (%s): %s; device memory allocations are refused", path,
                 vgl_config.authoritative ? "set up by the container's runtime"
+                : vgl_config.slurm_job    ? "the Slurm job's, found by its cgroup"
                 : env->region_from[0]     ? env->region_from : "made from the limit variables",
                 why[0] ? why : vgl_region_strerror(err));
         return NULL;

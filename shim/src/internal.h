@@ -90,6 +90,7 @@ struct vgl_config {
     bool broken;         /* a variable could not be used: fail closed */
     bool authoritative;  /* the region was set up by the runtime, not the process, or
                             is nested in the runtime's: its chain must end there */
+    bool slurm_job;      /* the region is the Slurm job's, found by the process's cgroup */
     bool said_ignored;   /* the environment's limits were said to be ignored, once */
     size_t own_dir_len;  /* > 0: region_path is the shim's own, in a directory this long */
     struct vgl_env env;  /* the environment as the one reader read it */

@@ -8,6 +8,7 @@
 
 const char *vgl_container_region(void) { return VGL_CONTAINER_REGION; }
 const char *vgl_container_board(void) { return VGL_CONTAINER_BOARD; }
+const char *vgl_slurm_dir(void) { return VGL_SLURM_DIR; }
 
 /* The value of `name` in envp when it is an absolute path, else NULL. */
 static const char *absolute(char **envp, const char *name)

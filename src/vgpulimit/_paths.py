@@ -65,6 +65,22 @@ def container_board() -> str:
     return ffi.string(lib.vgl_container_board()).decode()
 
 
+def slurm_dir() -> str:
+    """Where Slurm's Prolog makes each job's region (<dir>/<job id>/region), as the
+    shim looks for it when a job's process names none."""
+    ffi, lib = core()
+    return ffi.string(lib.vgl_slurm_dir()).decode()
+
+
+def slurm_job(cgroup_text: str) -> str | None:
+    """The Slurm job whose cgroup ``cgroup_text`` (/proc/self/cgroup's lines)
+    names, as the shim reads it; None for none, or for two."""
+    ffi, lib = core()
+    job = ffi.new("char[24]")
+    found = lib.vgl_env_slurm_job(cgroup_text.encode("utf-8", errors="surrogateescape"), job, 24)
+    return ffi.string(job).decode() if found == 0 else None
+
+
 def runtime_dirs(environ: Mapping[str, str]) -> list[Path]:
     """The directories for a process's own regions, best first, as the shim
     picks them: $XDG_RUNTIME_DIR/vgpulimit, /run/vgpulimit, $TMPDIR (else

@@ -331,12 +331,16 @@ def _add_slurm_command(commands) -> None:
         sub.add_argument("--shards-per-gpu", metavar="S", type=int,
                          help="the shards of one GPU (default: the node's shards over its GPUs, "
                               "from scontrol show node)")
+        sub.add_argument("--mps", action="store_true",
+                         help="cap --gres=mps:N jobs too, as shard jobs: N of the GPU's mps count "
+                              "(100 by Slurm's convention: N percent of the GPU)")
 
     for name, text in (("prolog", "slurmd's Prolog (root): make the job's region"),
                        ("epilog", "slurmd's Epilog (root): remove the job's region")):
         sub = actions.add_parser(name, help=text)
         sub.add_argument("--node-dir", metavar="DIR", default=slurm.NODE_DIR,
-                         help="where each job's region is kept (default: %(default)s)")
+                         help="where each job's region is kept (default: %(default)s, where the shim "
+                              "finds a job's region by its cgroup)")
         if name == "prolog":
             mapping(sub)
     install = actions.add_parser(
@@ -345,7 +349,8 @@ def _add_slurm_command(commands) -> None:
     install.add_argument("--dir", metavar="DIR", default=slurm.SCRIPT_DIR,
                          help="where to write the scripts (default: %(default)s)")
     install.add_argument("--node-dir", metavar="DIR", default=slurm.NODE_DIR,
-                         help="where each job's region is kept (default: %(default)s)")
+                         help="where each job's region is kept (default: %(default)s, where the shim "
+                              "finds a job's region by its cgroup)")
     install.add_argument("--slurm-conf", metavar="FILE",
                          help="the slurm.conf to check (default: $SLURM_CONF, else "
                               "/etc/slurm/slurm.conf)")
@@ -684,7 +689,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     _absolute_node_dir(f"slurm {args.slurm_action}", args.node_dir)
     if args.slurm_action == "prolog":
         print(slurm.prolog(os.environ, Path(args.node_dir), (args.shard_memory, args.shard_cores),
-                           args.shards_per_gpu), file=sys.stderr)
+                           args.shards_per_gpu, args.mps), file=sys.stderr)
         return 0
     if args.slurm_action == "epilog":
         print(slurm.epilog(os.environ, Path(args.node_dir)), file=sys.stderr)
@@ -692,7 +697,8 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     conf = args.slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     try:
         done = slurm.install(Path(args.dir), args.node_dir, (args.shard_memory, args.shard_cores),
-                             args.shards_per_gpu, sys.executable, Path(conf), not args.print_only)
+                             args.shards_per_gpu, sys.executable, Path(conf), not args.print_only,
+                             args.mps)
     except OSError as exc:
         raise _CannotWrite(f"slurm install: cannot write {exc.filename or args.dir}: "
                            f"{exc.strerror}") from None

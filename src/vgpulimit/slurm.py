@@ -30,16 +30,17 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vgpulimit import identity
+from vgpulimit import _paths, identity
 from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.limits import LimitError, MemoryLimit, parse_memory
 
-NODE_DIR = "/run/vgpulimit/slurm"
+NODE_DIR = _paths.slurm_dir()   # the shim finds a job's region there by its cgroup
 REGION_NAME = "region"
 REFUSED_NAME = "refused"
 SCRIPT_DIR = "/etc/slurm"
@@ -102,8 +103,10 @@ def parse_mapping(memory_text: str, cores_text: str) -> ShardMapping:
     return ShardMapping(memory, cores)
 
 
-# One item of a GRES list: name[:type]:count[(IDX:list)] or name[:type]:count[(S:list)].
-_GRES_ITEM = re.compile(r"(?P<name>[A-Za-z][\w-]*)(?::(?P<type>[\w.-]+))?:(?P<count>\d+)"
+# One item of a GRES list: name[:type]:count[(IDX:list)] or name[:type]:count[(S:list)];
+# or name(CNT:count), as slurm 22.05.8 writes a job's shards on a node that has mps too.
+_GRES_ITEM = re.compile(r"(?P<name>[A-Za-z][\w-]*)(?::(?P<type>[\w.-]+))?"
+                        r"(?::(?P<count>\d+)|\(CNT:(?P<cnt>\d+)\))"
                         r"(?:\((?:IDX|S):(?P<index>[\d,\-]*|N/A)\))?")
 
 
@@ -112,6 +115,11 @@ class Gres:
     shards: int = 0
     gpus: int = 0
     indices: str = ""   # the GPUs' indices on the node ("0", "0-1"), as Slurm writes them
+    mps: int = 0        # MPS GRES: by Slurm's convention a GPU has 100, a job its percent
+
+    def as_shards(self) -> Gres:
+        """The MPS GRES read as shards, for a site that caps mps jobs as shard jobs (--mps)."""
+        return Gres(shards=self.mps, gpus=self.gpus, indices=self.indices)
 
 
 def parse_gres(text: str) -> Gres:
@@ -120,17 +128,17 @@ def parse_gres(text: str) -> Gres:
     text = text.strip()
     if text in ("", "(null)"):
         return Gres()
-    counts = {"shard": 0, "gpu": 0}
+    counts = {"shard": 0, "gpu": 0, "mps": 0}
     indices = []
     for item in _split_top_level(text):
         match = _GRES_ITEM.fullmatch(item)
         if match is None:
             raise SlurmError(f"GRES {text!r}: cannot read {item!r}; expected name[:type]:count[(IDX:list)]")
         if match["name"] in counts:
-            counts[match["name"]] += int(match["count"])
-            if match["index"] and match["name"] == "shard":
+            counts[match["name"]] += int(match["count"] or match["cnt"])
+            if match["index"] and match["name"] in ("shard", "mps"):
                 indices.append(match["index"])
-    return Gres(shards=counts["shard"], gpus=counts["gpu"], indices=",".join(indices))
+    return Gres(shards=counts["shard"], gpus=counts["gpu"], indices=",".join(indices), mps=counts["mps"])
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -227,20 +235,26 @@ def job_dir(node_dir: Path, job_id: str) -> Path:
 
 
 def prolog(env: Mapping[str, str], node_dir: Path, mapping_text: tuple[str, str],
-           per_gpu: int | None = None) -> str:
+           per_gpu: int | None = None, mps: bool = False) -> str:
     """Makes the job's region when it has shards on this node; returns what
     it did, in one line.  Never raises for a job's bad input: that is
-    recorded for the TaskProlog (a failing Prolog would drain the node)."""
+    recorded for the TaskProlog (a failing Prolog would drain the node).
+    With ``mps``, a job with MPS GRES and no shards has its mps count as its
+    shards, of the node's mps per GPU (100 by Slurm's convention)."""
     job = Job.from_environment(env)
     entry = job_dir(node_dir, job.job_id)
     _remove_entry(entry)   # a requeued job's, whose Epilog did not run
     try:
         gres = job_gres_on(scontrol("show", "job", "-d", job.job_id), job.node)
+        by_mps = mps and gres.shards == 0 and gres.mps > 0
+        if by_mps:
+            gres = gres.as_shards()
         if gres.shards == 0:
-            return f"job {job.job_id}: no shards here, left alone"
+            return f"job {job.job_id}: no shards{' or mps' if mps else ''} here, left alone"
         mapping = parse_mapping(*mapping_text)
-        if per_gpu is None:
-            per_gpu = shards_per_gpu(node_gres(scontrol("show", "node", job.node)))
+        if per_gpu is None or by_mps:
+            node = node_gres(scontrol("show", "node", job.node))
+            per_gpu = shards_per_gpu(node.as_shards() if by_mps else node)
         if gres.shards > per_gpu and "," not in gres.indices and "-" not in gres.indices:
             raise SlurmError(f"{gres.shards} shards on one GPU of {per_gpu}")
         memory, cores = mapping.limits(gres.shards, per_gpu)
@@ -299,12 +313,70 @@ def epilog(env: Mapping[str, str], node_dir: Path) -> str:
         if holders:
             pids = ", ".join(map(str, holders))
             said = f"job {job_id}: region removed; processes still held GPU memory in it: {pids}"
+            said += _tell_job(job_id, f"vgpulimit: warning: Slurm job {job_id} has ended, but processes "
+                                      f"still held GPU memory in its region (pids {pids}): the GPU's "
+                                      "memory is not free until they exit")
     except (RegionError, OSError):
         pass
     if not entry.exists():
         said = f"job {job_id}: no region here"
     _remove_entry(entry)
     return said
+
+
+@dataclass(frozen=True)
+class JobLog:
+    path: str
+    uid: int
+    gid: int
+
+
+def job_log(job_text: str) -> JobLog | None:
+    """The file the job's error output went to (else its output), and whose
+    it is, from ``scontrol show job``; None for a job with no such file
+    (``srun`` alone: its output went to the srun, beyond the node's reach)."""
+    fields = {}
+    for field in job_text.split():
+        key, sep, value = field.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    path = fields.get("StdErr") or fields.get("StdOut") or ""
+    ids = [re.fullmatch(r".*\((\d+)\)", fields.get(key, "")) for key in ("UserId", "GroupId")]
+    if not path.startswith("/") or None in ids:
+        return None
+    return JobLog(path, int(ids[0][1]), int(ids[1][1]))
+
+
+def _tell_job(job_id: str, line: str) -> str:
+    """Appends ``line`` to the job's log as the job's user (the file and its
+    path are the user's: root must not follow a link it was given there).
+    What it did, for the Epilog's own line."""
+    try:
+        log = job_log(scontrol("show", "job", job_id))
+    except SlurmError:
+        return "; the job's log could not be found"
+    if log is None:
+        return "; the job has no log file"
+    if os.geteuid() != 0 and os.geteuid() != log.uid:
+        return f"; not said in {log.path} (another user's)"
+    pid = os.fork()
+    if pid == 0:   # the child: the job's user, then one append
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setresgid(log.gid, log.gid, log.gid)
+                os.setresuid(log.uid, log.uid, log.uid)
+            fd = os.open(log.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY
+                         | os.O_NONBLOCK | os.O_CLOEXEC)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, (line + "\n").encode())
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return f"; said in {log.path}" if os.waitstatus_to_exitcode(status) == 0 else \
+        f"; could not say so in {log.path}"
 
 
 def _remove_entry(entry: Path) -> None:
@@ -368,7 +440,7 @@ class Installed:
 
 
 def install(script_dir: Path, node_dir: str, mapping_text: tuple[str, str], per_gpu: int | None,
-            python: str, slurm_conf: Path | None, write: bool) -> Installed:
+            python: str, slurm_conf: Path | None, write: bool, mps: bool = False) -> Installed:
     """The three scripts (written with ``write``), the slurm.conf lines that
     name them, and what the node lacks."""
     from vgpulimit._paths import libpath
@@ -377,6 +449,8 @@ def install(script_dir: Path, node_dir: str, mapping_text: tuple[str, str], per_
     extra = ["--shard-memory", mapping_text[0], "--shard-cores", mapping_text[1]]
     if per_gpu is not None:
         extra += ["--shards-per-gpu", str(per_gpu)]
+    if mps:
+        extra.append("--mps")
     shim = str(libpath())
     texts = {"Prolog": _hook_script(python, "prolog", node_dir, extra),
              "Epilog": _hook_script(python, "epilog", node_dir, []),
@@ -390,11 +464,13 @@ def install(script_dir: Path, node_dir: str, mapping_text: tuple[str, str], per_
             os.chmod(temp, 0o755)
             os.replace(temp, path)
     conf_lines = [f"{key}={path}" for key, path in scripts.items()]
-    conf_lines.append("GresTypes=gpu,shard   # with the node's Gres=gpu:N,shard:M")
-    return Installed(scripts, conf_lines, _check(slurm_conf, scripts, shim))
+    conf_lines.append("GresTypes=gpu,mps   # with the node's Gres=gpu:N,mps:100*N" if mps else
+                      "GresTypes=gpu,shard   # with the node's Gres=gpu:N,shard:M")
+    return Installed(scripts, conf_lines, _check(slurm_conf, scripts, shim, "mps" if mps else "shard"))
 
 
-def _check(slurm_conf: Path | None, scripts: Mapping[str, Path], shim: str) -> list[tuple[bool, str]]:
+def _check(slurm_conf: Path | None, scripts: Mapping[str, Path], shim: str,
+           gres: str) -> list[tuple[bool, str]]:
     checks = [(os.path.isfile(shim), f"the shim is at {shim}"),
               (shutil.which("scontrol") is not None,
                "scontrol is on PATH (the Prolog asks it for the job's shards)")]
@@ -409,7 +485,7 @@ def _check(slurm_conf: Path | None, scripts: Mapping[str, Path], shim: str) -> l
         checks.append((have == str(path), f"{slurm_conf}: {key}={path}"
                        + ("" if have in ("", str(path)) else f" (it has {key}={have})")))
     types = {t.strip().lower() for t in conf.get("grestypes", "").split(",")}
-    checks.append(("shard" in types, f"{slurm_conf}: GresTypes has shard"))
+    checks.append((gres in types, f"{slurm_conf}: GresTypes has {gres}"))
     return checks
 
 

@@ -80,4 +80,13 @@ struct vgl_env {
  * fails: what cannot be used is counted in `errors` and said in `line`. */
 void vgl_env_read(char **envp, struct vgl_env *out);
 
+/* The Slurm job a process is in, by its cgroups (`text`: /proc/self/cgroup's
+ * lines), which the job's processes cannot change: a path component
+ * "job_<id>" below one whose name starts with "slurm", as Slurm's cgroup
+ * plugins make them (v1: /slurm/uid_<u>/job_<id>/step_<s>; v2:
+ * /system.slice/slurmstepd.scope/job_<id>/step_<s>/...).  0 and the id in
+ * `job` (at most `len` - 1 digits); -ENOENT: in no job; -EINVAL: in two
+ * (none is trusted). */
+int vgl_env_slurm_job(const char *text, char *job, unsigned long len);
+
 #endif

@@ -17,6 +17,12 @@ const char *vgl_container_region(void);
 #define VGL_CONTAINER_BOARD "/.vgpulimit/board/priority.board"
 const char *vgl_container_board(void);
 
+/* Where Slurm's Prolog (`vgpulimit slurm prolog`) makes each job's region,
+ * <dir>/<job id>/region: a process of a Slurm job that names no region
+ * (VGPULIMIT_REGION unset) finds its job's there by its cgroup. */
+#define VGL_SLURM_DIR "/run/vgpulimit/slurm"
+const char *vgl_slurm_dir(void);
+
 /* The directories for a process's own regions, best first:
  * $XDG_RUNTIME_DIR/vgpulimit (when absolute), /run/vgpulimit, and
  * $TMPDIR/vgpulimit-<uid> (an absolute TMPDIR, else /tmp).  Writes the
