@@ -421,9 +421,12 @@ def fill_in(cgroup: Path | None, env: dict[str, str], count: int = 5) -> tuple[d
 
 
 def test_a_job_process_that_sheds_its_region_keeps_its_job_cap_by_its_cgroup(job_cgroup, sim_env, shim_path):
-    """As a Slurm job's task whose VGPULIMIT_REGION was unset (the shim still
-    preloaded): its cgroup, which it cannot change, names its job, and the
-    job's region applies, whatever limit variables it sets."""
+    """As a Slurm job's task whose VGPULIMIT_REGION was unset or pointed at a
+    region it made (the shim still preloaded): its cgroup, which it cannot
+    change, names its job, and the job's region applies, whatever limit
+    variables it sets."""
+    from vgpulimit.region import MAX_DEVICES, Region
+
     step, entry = job_cgroup
     shed = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_SETTER="slurm")
     report, err = fill_in(step, shed)
@@ -433,6 +436,13 @@ def test_a_job_process_that_sheds_its_region_keeps_its_job_cap_by_its_cgroup(job
                     CUDA_DEVICE_MEMORY_SHARED_CACHE=str(entry.parent / "own.cache"))
     report, _ = fill_in(step, loosened)
     assert report["total_mem"] == 4 * GiB and successes(report) == 4, report
+    # A region of its own making, however loose, is not the job's: ignored, said so.
+    own = entry.parent / f"own-{entry.name}"
+    with Region.create(own, [MemoryLimit(bytes=0, ppm=1_000_000)] * MAX_DEVICES, [100] * MAX_DEVICES):
+        report, err = fill_in(step, dict(shed, VGPULIMIT_REGION=str(own)))
+    own.unlink()
+    assert report["total_mem"] == 4 * GiB and successes(report) == 4, report
+    assert f'VGPULIMIT_REGION="{own}" ignored: this process runs under its Slurm job\'s region' in err
     # Out of the job's cgroup, or once its region is gone, it is as before: no region, no cap.
     report, _ = fill_in(None, shed)
     assert report["total_mem"] == 16 * GiB and successes(report) == 5, report

@@ -12,11 +12,12 @@
  *     region of an enclosing `vgpulimit run`, or a path a device plugin
  *     chose; else the file KAI's resource isolator implies
  *     (CONTAINER_VGPU_MOUNT, POD_UID, CONTAINER_NAME).
- *  2b. With no VGPULIMIT_REGION: the region Slurm's Prolog made for the
- *     job the process is in, by its cgroup (VGL_SLURM_DIR/<job id>/region),
- *     which the job cannot change: authoritative as the runtime's, so that
- *     a job that unsets VGPULIMIT_REGION, or names HAMi's or KAI's files,
- *     or sets limit variables of its own, keeps its job's cap.
+ *  2b. Unless VGPULIMIT_REGION names it or a region nested in it: the
+ *     region Slurm's Prolog made for the job the process is in, found by
+ *     its cgroup (VGL_SLURM_DIR/<job id>/region), which the job cannot
+ *     change: authoritative as the runtime's, so that a job that unsets
+ *     VGPULIMIT_REGION, names a region it made itself or HAMi's or KAI's
+ *     files, or sets limit variables of its own, keeps its job's cap.
  *  3. Limits in the environment alone: a region of the shim's own, named
  *     after those limits, so that it never meets a process that asks for
  *     others.
@@ -65,19 +66,27 @@ static bool slurm_job_region(char *path, size_t len)
 }
 
 /* Whether the region at `path` is nested, through at most VGL_MAX_CHAIN
- * regions, in the runtime's.  (Checked again when the chain is mapped:
- * init.c open_outer.) */
-static bool nested_in_runtime(const char *path)
+ * regions, in the one at `outer` (the runtime's, a Slurm job's).  (Checked
+ * again when the chain is mapped: init.c open_outer.) */
+static bool nested_in(const char *path, const char *outer)
 {
     char parent[VGL_PARENT_LEN];
     for (int depth = 1; depth < VGL_MAX_CHAIN; depth++) {
         if (vgl_region_read_parent(path, parent) < 0 || !parent[0])
             return false;
-        if (strcmp(parent, VGL_CONTAINER_REGION) == 0)
+        if (strcmp(parent, outer) == 0)
             return true;
         path = parent;
     }
     return false;
+}
+
+/* Whether the environment names the Slurm job's region at `job`, or one
+ * nested in it (a `vgpulimit run` inside the job): those can only tighten. */
+static bool names_within(const struct vgl_env *env, const char *job)
+{
+    return strcmp(env->region_from, "VGPULIMIT_REGION") == 0 &&
+           (strcmp(env->region_path, job) == 0 || nested_in(env->region_path, job));
 }
 
 /* FNV-1a over the limits: the name of the region that environment makes. */
@@ -178,7 +187,7 @@ void vgl_config_load(void)
         strcpy(vgl_config.region_path, VGL_CONTAINER_REGION);
         /* Its limits are compared with the environment's once it is mapped
          * (init.c); what cannot even be read is said here. */
-        if (env->region_path[0] && nested_in_runtime(env->region_path))
+        if (env->region_path[0] && nested_in(env->region_path, VGL_CONTAINER_REGION))
             strcpy(vgl_config.region_path, env->region_path);
         else if (env->region_path[0] && strcmp(env->region_path, VGL_CONTAINER_REGION) != 0) {
             const char *limit = limit_variable(env);
@@ -196,14 +205,19 @@ void vgl_config_load(void)
                     "by its runtime (%s)", VGL_CONTAINER_REGION);
         return;
     }
-    if (strcmp(env->region_from, "VGPULIMIT_REGION") != 0 &&
-        slurm_job_region(vgl_config.region_path, sizeof vgl_config.region_path)) {
+    char job[sizeof vgl_config.region_path];
+    if (slurm_job_region(job, sizeof job) && !names_within(env, job)) {
         vgl_config.enabled = true;
         vgl_config.slurm_job = true;
-        if (env->asks || env->control_disabled || env->lines) {
+        strcpy(vgl_config.region_path, job);
+        if (env->region_path[0]) {
+            vgl_log(VGL_LOG_WARN, "%s=\"%s\" ignored: this process runs under its Slurm job's region %s, "
+                    "found by the job's cgroup; the limit variables in the environment are ignored",
+                    env->region_from, env->region_path, job);
+            vgl_config.said_ignored = true;
+        } else if (env->asks || env->control_disabled || env->lines) {
             vgl_log(VGL_LOG_WARN, "VGPULIMIT_REGION is not set: this process runs under its Slurm job's region "
-                    "%s, found by the job's cgroup; the limit variables in the environment are ignored",
-                    vgl_config.region_path);
+                    "%s, found by the job's cgroup; the limit variables in the environment are ignored", job);
             vgl_config.said_ignored = true;
         }
         return;
