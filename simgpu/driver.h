@@ -383,11 +383,15 @@ void sim_count_call(const char *name, const void *return_address);
  * Only the entry points that ask answer to it (cuStreamIsCapturing). */
 bool sim_failing(const char *name);
 
-/* init.c */
+/* initialized.c */
 /* Whether cuInit has succeeded (in this process generation). */
 bool sim_initialized(void);
 /* The configuration cuInit read; only once sim_initialized(). */
 const struct sim_config *sim_driver_config(void);
+/* For init.c alone, under its mutex: what cuInit found, and (false) the child
+ * of a fork. */
+void sim_set_initialized(bool initialized);
+void sim_set_driver_config(const struct sim_config *cfg);
 
 /* devices.c */
 /* For cuInit: CUDA's numbering of the devices, from CUDA_VISIBLE_DEVICES and
