@@ -515,7 +515,8 @@ CUresult sim_mem_free(CUdeviceptr dptr);
 void sim_mem_atfork_prepare(void);
 void sim_mem_atfork_parent(void);
 /* The child forgets every allocation without freeing it: they are its parent's.
- * So do pools.c, vmm.c and arrays.c, through their forget functions. */
+ * So do pools.c, graph_memory.c, vmm.c and arrays.c, through their forget
+ * functions, which init.c's handler calls first, under the memory mutex. */
 void sim_mem_atfork_child(void);
 
 /* host_memory.c */

@@ -4,8 +4,9 @@
  * memory: what it inherited belongs to its parent.  It may call cuInit again.
  *
  * This file is above what it sets up and forks: it calls initialized.c (what
- * cuInit found, which every family reads), devices.c, contexts.c and memory.c,
- * and none of them calls it. */
+ * cuInit found, which every family reads), devices.c, contexts.c and the
+ * families of device memory (memory.c, pools.c, graph_memory.c, vmm.c,
+ * arrays.c), and none of them calls it. */
 #include <errno.h>
 #include <pthread.h>
 
@@ -32,8 +33,14 @@ static void sim_atfork_parent(void)
     pthread_mutex_unlock(&sim_drv.mutex);
 }
 
+/* The families of device memory forget theirs under the memory mutex, before
+ * memory.c's handler forgets its table and lets the mutex go. */
 static void sim_atfork_child(void)
 {
+    sim_pools_forget();
+    sim_graph_memory_forget();
+    sim_vmm_forget();
+    sim_arrays_forget();
     sim_mem_atfork_child();
     sim_contexts_atfork_child();
     sim_drv.init_done = false;

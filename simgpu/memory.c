@@ -183,10 +183,6 @@ void sim_mem_atfork_parent(void)
 void sim_mem_atfork_child(void)
 {
     sim_mem.n = 0;
-    sim_pools_forget();
-    sim_graph_memory_forget();
-    sim_vmm_forget();
-    sim_arrays_forget();
     pthread_mutex_unlock(&sim_mem.mutex);
 }
 
