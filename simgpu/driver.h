@@ -67,10 +67,6 @@ SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 /* ---- contexts.c: contexts ------------------------------------------------------------ */
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
 SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
@@ -81,8 +77,6 @@ SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsA
                                    unsigned int flags, CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
                                    CUdevice dev);
-SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
-SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx);
@@ -93,6 +87,15 @@ SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device);
 SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSynchronize(void);
 SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx);
+
+/* ---- context_teardown.c: the ends of contexts ------------------------------------- */
+
+SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+SIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
+SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 
 /* ---- peer_access.c: peer access between devices ------------------------------------ */
 
@@ -422,6 +425,20 @@ void sim_contexts_unlock(void);
 void sim_contexts_atfork_prepare(void);
 void sim_contexts_atfork_parent(void);
 void sim_contexts_atfork_child(void);
+/* For context_teardown.c, under contexts.c's mutex.  A primary context's
+ * release drops one reference to it (`all`: every one, as a reset does):
+ * *ended is the context when that leaves none, else NULL;
+ * CUDA_ERROR_INVALID_CONTEXT for a release (not a reset) of one not retained. */
+CUresult sim_primary_release(CUdevice dev, bool all, CUcontext *ended);
+/* Whether `ctx` is a live created context of this process (cuCtxDestroy's). */
+bool sim_context_destroyable(CUcontext ctx);
+/* The two halves of a context's end, around the release of what the families
+ * hold for it: from the first no call may use it (CONTEXT_IS_DESTROYED); the
+ * second tells the state file when it was this process's last on its device. */
+void sim_context_deactivate(CUcontext ctx);
+void sim_context_retire(CUcontext ctx);
+/* Takes `ctx` off this thread's stack of current contexts (no mutex). */
+void sim_context_unstack(CUcontext ctx);
 
 /* modules.c */
 /* How long a launch of `f` (a CUfunction, or a CUkernel as one) runs;
@@ -435,12 +452,9 @@ uint64_t sim_kernel_local_bytes(CUfunction f);
  * that much free. */
 CUresult sim_kernel_prepare(CUfunction f, CUcontext ctx);
 /* Gives back what the driver took for `ctx` (module code, local memory): for
- * a context being destroyed or reset, under contexts.c's mutex. */
+ * a context being destroyed or reset, under contexts.c's mutex
+ * (context_teardown.c). */
 void sim_modules_release_context(CUcontext ctx);
-
-/* lanes.c */
-/* Waits until the device has run all of `ctx`'s work. */
-CUresult sim_context_synchronize(CUcontext ctx);
 
 /* graphs.c */
 /* Adds a memory node to `graph` after checking the graph and its dependencies:
@@ -487,9 +501,9 @@ CUresult sim_mem_initialized(void);
 /* The device of a CU_MEM_LOCATION_TYPE_DEVICE location.  Host locations are
  * CUDA_ERROR_NOT_SUPPORTED: simgpu simulates device memory only. */
 CUresult sim_mem_location(const CUmemLocation *location, uint32_t *device);
-/* Frees every allocation made in `ctx` (a destroyed or reset context), and its
- * arrays.  Takes the memory mutex: callers holding contexts.c's mutex take it
- * first. */
+/* Under the memory mutex: frees every cuMemAlloc* allocation made in `ctx` (a
+ * destroyed or reset context; context_teardown.c, which holds contexts.c's
+ * mutex, as the lock order has it). */
 void sim_mem_release_context(CUcontext ctx);
 /* The memory mutex, which also guards the state of pools.c, vmm.c and arrays.c.
  * Never held while taking init.c's or contexts.c's mutex. */
@@ -540,7 +554,7 @@ void sim_graph_memory_forget(void);
 void sim_vmm_forget(void);
 
 /* arrays.c (under the memory mutex) */
-/* Destroys the arrays and mipmapped arrays made in `ctx`. */
+/* Destroys the arrays and mipmapped arrays made in `ctx` (context_teardown.c). */
 void sim_arrays_release_context(CUcontext ctx);
 /* In the child of a fork: forgets every array without returning its bytes. */
 void sim_arrays_forget(void);

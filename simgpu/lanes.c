@@ -115,11 +115,3 @@ bool sim_lane_idle(const struct sim_lane *lane)
     uint64_t last = __atomic_load_n(lane->last_work, __ATOMIC_ACQUIRE), at, wake;
     return !last || sim_timeline_done(lane->ctx->device, last, 0, &at, &wake) != 0;
 }
-
-CUresult sim_context_synchronize(CUcontext ctx)
-{
-    uint64_t last = __atomic_load_n(&ctx->last_work, __ATOMIC_ACQUIRE), at;
-    if (last && sim_timeline_wait(ctx->device, last, (uintptr_t)ctx, &at) < 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    return CUDA_SUCCESS;
-}

@@ -134,7 +134,6 @@ static void sim_unmap(const struct sim_alloc *a)
 
 void sim_mem_release_context(CUcontext ctx)
 {
-    pthread_mutex_lock(&sim_mem.mutex);
     size_t kept = 0;
     for (size_t i = 0; i < sim_mem.n; i++) {
         if (sim_mem.v[i].ctx == ctx)
@@ -143,8 +142,6 @@ void sim_mem_release_context(CUcontext ctx)
             sim_mem.v[kept++] = sim_mem.v[i];
     }
     sim_mem.n = kept;
-    sim_arrays_release_context(ctx);
-    pthread_mutex_unlock(&sim_mem.mutex);
 }
 
 void sim_mem_lock(void)
