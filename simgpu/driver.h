@@ -219,9 +219,14 @@ SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, 
                                     unsigned int Height, unsigned int ElementSizeBytes);
 SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                        unsigned int ElementSizeBytes);
+SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+
+/* ---- frees.c: frees of device memory by address ------------------------------------ */
+
 SIM_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
-SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 
 /* ---- host_memory.c: page-locked host memory -------------------------------------- */
 
@@ -293,8 +298,6 @@ SIM_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, 
                                             CUstream hStream);
 SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                  CUstream hStream);
-SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
-SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
 SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
 SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
@@ -495,6 +498,15 @@ enum sim_mem_kind {
     SIM_MEM_MAPPED,                 /* a virtual memory mapping that is accessible (vmm.c) */
     SIM_MEM_GRAPH,                  /* a graph allocation while live (graph_memory.c) */
 };
+/* An entry of memory.c's table. */
+struct sim_mem_entry {
+    uintptr_t base;
+    size_t size;                    /* as asked for (and charged, for SIM_MEM_LINEAR) */
+    size_t map_size;                /* whole pages (SIM_MEM_LINEAR) */
+    CUcontext ctx;                  /* the context it was made in; NULL unless SIM_MEM_LINEAR */
+    enum sim_mem_kind kind;
+    void *owner;                    /* a SIM_MEM_POOL entry's pool chunk, a SIM_MEM_GRAPH one's allocation */
+};
 /* CUDA_SUCCESS once cuInit has succeeded, else CUDA_ERROR_NOT_INITIALIZED: for
  * the calls that need no current context. */
 CUresult sim_mem_initialized(void);
@@ -521,10 +533,14 @@ bool sim_mem_device(uintptr_t addr);
 bool sim_mem_device_range(uintptr_t addr, size_t n);
 /* Under the memory mutex: forgets the entry at `base`. */
 void sim_mem_untrack(uintptr_t base);
-/* cuMemFree's work once the caller is checked: frees a cuMemAlloc* or pool
- * allocation by its base; CUDA_ERROR_INVALID_VALUE for anything else.  Takes
- * the memory mutex. */
-CUresult sim_mem_free(CUdeviceptr dptr);
+/* Under the memory mutex, for frees.c: removes the entry whose base is `base`,
+ * unless it is a virtual memory mapping's, into *out; false: there is none.
+ * The entry's family then takes it back: pools.c's sim_pool_free and
+ * graph_memory.c's sim_graph_memory_free under the mutex, sim_mem_unmap a
+ * SIM_MEM_LINEAR entry's after it. */
+bool sim_mem_take(uintptr_t base, struct sim_mem_entry *out);
+/* Gives a SIM_MEM_LINEAR entry's pages and charge back (no mutex). */
+void sim_mem_unmap(const struct sim_mem_entry *entry);
 /* Fork handlers, called by init.c's after its own and contexts.c's mutexes (the lock order). */
 void sim_mem_atfork_prepare(void);
 void sim_mem_atfork_parent(void);
@@ -537,10 +553,15 @@ void sim_mem_atfork_child(void);
 /* Whether [addr, addr + n) lies in one page-locked range of host memory. */
 bool sim_host_pinned(uintptr_t addr, size_t n);
 
-/* pools.c (under the memory mutex) */
-/* Returns a pool allocation to the pool that owns `chunk`. */
+/* pools.c */
+/* What a stream-ordered call on `stream` needs: a current context for a
+ * default stream (cuda.h: CUDA_ERROR_INVALID_CONTEXT), an initialised driver
+ * for any other. */
+CUresult sim_pool_stream_ready(CUstream stream);
+/* Under the memory mutex: returns a pool allocation to the pool that owns `chunk`. */
 void sim_pool_free(void *chunk, uintptr_t base);
-/* In the child of a fork: forgets every pool without releasing its memory. */
+/* Under the memory mutex, in the child of a fork: forgets every pool without
+ * releasing its memory. */
 void sim_pools_forget(void);
 
 /* graph_memory.c (under the memory mutex) */
