@@ -195,9 +195,6 @@ SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgrap
 SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
-
-/* ---- graph_memory.c: graph memory nodes and the graph memory pool ------------------ */
-
 SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                            const CUgraphNode *dependencies, size_t numDependencies,
                                            CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
@@ -205,6 +202,9 @@ SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                           const CUgraphNode *dependencies, size_t numDependencies,
                                           CUdeviceptr dptr);
+
+/* ---- graph_memory.c: the graph memory pool ------------------------------------------ */
+
 SIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device);
 SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
 SIM_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
@@ -459,17 +459,17 @@ CUresult sim_kernel_prepare(CUfunction f, CUcontext ctx);
  * (context_teardown.c). */
 void sim_modules_release_context(CUcontext ctx);
 
-/* graphs.c */
-/* Adds a memory node to `graph` after checking the graph and its dependencies:
- * an alloc node of `alloc` (`is_free` false) or a free node of it.  The node
- * takes a hold on `alloc` (sim_graph_alloc_hold), dropped with its graph. */
-struct sim_graph_alloc;
-CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencies, size_t count,
-                                   struct sim_graph_alloc *alloc, bool is_free, CUgraphNode *out);
-/* The allocation of an alloc node; NULL for any other node. */
-struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node);
-
 /* graph_memory.c */
+/* An alloc node's allocation (graphs.c's nodes and executables hold it). */
+struct sim_graph_alloc;
+/* For cuGraphAddMemAllocNode: checks `params` and reserves the allocation's
+ * address; it has no holder yet (sim_graph_alloc_hold(a, 0) forgets it). */
+CUresult sim_graph_alloc_new(const CUDA_MEM_ALLOC_NODE_PARAMS *params, struct sim_graph_alloc **out);
+/* The parameters it was made with, its address in dptr. */
+const CUDA_MEM_ALLOC_NODE_PARAMS *sim_graph_alloc_params(const struct sim_graph_alloc *a);
+/* For cuGraphAddMemFreeNode: the allocation at `dptr`, with a hold taken on
+ * it for the caller; NULL: none. */
+struct sim_graph_alloc *sim_graph_alloc_at(CUdeviceptr dptr);
 /* A memory node's step of a graph launch, in the graph's node order. */
 struct sim_graph_mem_op {
     struct sim_graph_alloc *alloc;
