@@ -10,7 +10,12 @@
  * The default streams: the legacy one (NULL or CU_STREAM_LEGACY in a plain
  * entry point) is one per context; the per-thread one (CU_STREAM_PER_THREAD, or
  * NULL in a _ptsz entry point) one per thread and device.  (The legacy stream's
- * implicit synchronisation with other streams is not simulated.) */
+ * implicit synchronisation with other streams is not simulated.)
+ *
+ * This file owns the lanes and the tickets of their last work (a context's
+ * too, which contexts.c waits on for cuCtxSynchronize); it calls contexts.c
+ * for the current context, launch_queue.c and the timelines, and none of
+ * them calls it. */
 #include <errno.h>
 
 #include "work.h"

@@ -25,7 +25,11 @@
  *   yet seen by a synchronisation as outstanding).  The stream handle is not
  *   examined: cuMemAllocAsync takes the current pool of the current context's
  *   device, and a default stream needs a current context.
- * - Pools hold device memory only, and are not shared with other processes. */
+ * - Pools hold device memory only, and are not shared with other processes.
+ *
+ * This file owns the pools, their chunks and the places of their allocations
+ * in them, under memory.c's mutex; it calls memory.c, contexts.c, devices.c
+ * and the state file, and none of them calls it. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
