@@ -1,6 +1,13 @@
 /* simgpu's contexts, as the driver models them: one primary context per
  * device per process (retained and released), any number of created ones,
- * and a stack of current contexts per thread. */
+ * and a stack of current contexts per thread.
+ *
+ * This file owns which contexts exist, which is current on each thread (what
+ * every family asks, sim_current_context), their flags, and waiting for a
+ * context's work (cuCtxSynchronize).  The ends of contexts, which reach into
+ * every family that keeps something per context, are context_teardown.c's,
+ * above them all: this file calls only initialized.c, devices.c and the state
+ * file. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +141,8 @@ static CUcontext sim_ctx_new(uint32_t device, bool primary, unsigned int flags)
 }
 
 /* Makes `ctx` alive and tells the state file that this process now holds a
- * context on its device.  Under the mutex. */
+ * context on its device.  Under the mutex; sim_context_deactivate and
+ * sim_context_retire undo it. */
 static CUresult sim_ctx_activate(CUcontext ctx)
 {
     if (sim_drv.live_contexts[ctx->device] == 0 && sim_state_set_context(ctx->device, true) != 0)
@@ -145,15 +153,32 @@ static CUresult sim_ctx_activate(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
-/* Ends `ctx`: its memory is freed, as the driver frees a destroyed context's.
- * Under the mutex. */
-static void sim_ctx_deactivate(CUcontext ctx)
+void sim_context_deactivate(CUcontext ctx)
 {
     __atomic_store_n(&ctx->alive, false, __ATOMIC_RELEASE);
-    sim_mem_release_context(ctx);
-    sim_modules_release_context(ctx);
+}
+
+void sim_context_retire(CUcontext ctx)
+{
     if (--sim_drv.live_contexts[ctx->device] == 0)
         sim_state_set_context(ctx->device, false);
+}
+
+CUresult sim_primary_release(CUdevice dev, bool all, CUcontext *ended)
+{
+    struct sim_primary *p = &sim_drv.primary[dev];
+    *ended = NULL;
+    if (p->refcount == 0)
+        return all ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    p->refcount = all ? 0 : p->refcount - 1;
+    if (p->refcount == 0)
+        *ended = p->ctx;
+    return CUDA_SUCCESS;
+}
+
+bool sim_context_destroyable(CUcontext ctx)
+{
+    return sim_ctx_known(ctx) && !ctx->primary && ctx->alive;
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -179,50 +204,6 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     }
     pthread_mutex_unlock(&sim_drv.mutex);
     return res;
-}
-
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-    SIM_CALLED();
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    pthread_mutex_lock(&sim_drv.mutex);
-    struct sim_primary *p = &sim_drv.primary[dev];
-    if (p->refcount == 0)
-        res = CUDA_ERROR_INVALID_CONTEXT;
-    else if (--p->refcount == 0)
-        sim_ctx_deactivate(p->ctx);
-    pthread_mutex_unlock(&sim_drv.mutex);
-    return res;
-}
-
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-    SIM_CALLED();
-    return cuDevicePrimaryCtxRelease_v2(dev);
-}
-
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    SIM_CALLED();
-    CUresult res = sim_check_device(dev);
-    if (res != CUDA_SUCCESS)
-        return res;
-    pthread_mutex_lock(&sim_drv.mutex);
-    struct sim_primary *p = &sim_drv.primary[dev];
-    if (p->refcount) {
-        p->refcount = 0;
-        sim_ctx_deactivate(p->ctx);
-    }
-    pthread_mutex_unlock(&sim_drv.mutex);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuDevicePrimaryCtxReset(CUdevice dev)
-{
-    SIM_CALLED();
-    return cuDevicePrimaryCtxReset_v2(dev);
 }
 
 /* `active_error`: what to answer while the context is active (before CUDA 11
@@ -343,34 +324,13 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
     return cuCtxCreate_v2(pctx, flags, dev);
 }
 
-CUresult cuCtxDestroy_v2(CUcontext ctx)
+void sim_context_unstack(CUcontext ctx)
 {
-    SIM_CALLED();
-    if (!sim_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_mutex_lock(&sim_drv.mutex);
-    CUresult res = CUDA_SUCCESS;
-    if (!sim_ctx_known(ctx) || ctx->primary || !ctx->alive)
-        res = CUDA_ERROR_INVALID_CONTEXT;
-    else
-        sim_ctx_deactivate(ctx);
-    pthread_mutex_unlock(&sim_drv.mutex);
-    if (res != CUDA_SUCCESS)
-        return res;
-    /* Off this thread's stack; another thread that still has it current gets
-     * CUDA_ERROR_CONTEXT_IS_DESTROYED. */
     int depth = sim_stack_depth(), kept = 0;
     for (int i = 0; i < depth; i++)
         if (sim_tls.stack[i] != ctx)
             sim_tls.stack[kept++] = sim_tls.stack[i];
     sim_tls.depth = kept;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuCtxDestroy(CUcontext ctx)
-{
-    SIM_CALLED();
-    return cuCtxDestroy_v2(ctx);
 }
 
 /* A handle of this process for calls that make a context current: a destroyed
@@ -492,6 +452,16 @@ CUresult cuCtxGetDevice(CUdevice *device)
 {
     SIM_CALLED();
     return cuCtxGetDevice_v2(device, NULL);
+}
+
+/* Waits until the device has run all of `ctx`'s work: its last ticket, on
+ * any stream (lanes.c keeps it), is done on the device's timeline. */
+static CUresult sim_context_synchronize(CUcontext ctx)
+{
+    uint64_t last = __atomic_load_n(&ctx->last_work, __ATOMIC_ACQUIRE), at;
+    if (last && sim_timeline_wait(ctx->device, last, (uintptr_t)ctx, &at) < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx)

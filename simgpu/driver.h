@@ -67,10 +67,6 @@ SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 /* ---- contexts.c: contexts ------------------------------------------------------------ */
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
 SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
@@ -81,8 +77,6 @@ SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsA
                                    unsigned int flags, CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
                                    CUdevice dev);
-SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
-SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx);
@@ -93,6 +87,15 @@ SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device);
 SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSynchronize(void);
 SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx);
+
+/* ---- context_teardown.c: the ends of contexts ------------------------------------- */
+
+SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+SIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
+SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 
 /* ---- peer_access.c: peer access between devices ------------------------------------ */
 
@@ -192,9 +195,6 @@ SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgrap
 SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
-
-/* ---- graph_memory.c: graph memory nodes and the graph memory pool ------------------ */
-
 SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                            const CUgraphNode *dependencies, size_t numDependencies,
                                            CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
@@ -202,6 +202,9 @@ SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                           const CUgraphNode *dependencies, size_t numDependencies,
                                           CUdeviceptr dptr);
+
+/* ---- graph_memory.c: the graph memory pool ------------------------------------------ */
+
 SIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device);
 SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
 SIM_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
@@ -216,9 +219,14 @@ SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, 
                                     unsigned int Height, unsigned int ElementSizeBytes);
 SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                        unsigned int ElementSizeBytes);
+SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+
+/* ---- frees.c: frees of device memory by address ------------------------------------ */
+
 SIM_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr);
-SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 
 /* ---- host_memory.c: page-locked host memory -------------------------------------- */
 
@@ -290,8 +298,6 @@ SIM_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, 
                                             CUstream hStream);
 SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                  CUstream hStream);
-SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
-SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
 SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
 SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
@@ -383,11 +389,15 @@ void sim_count_call(const char *name, const void *return_address);
  * Only the entry points that ask answer to it (cuStreamIsCapturing). */
 bool sim_failing(const char *name);
 
-/* init.c */
+/* initialized.c */
 /* Whether cuInit has succeeded (in this process generation). */
 bool sim_initialized(void);
 /* The configuration cuInit read; only once sim_initialized(). */
 const struct sim_config *sim_driver_config(void);
+/* For init.c alone, under its mutex: what cuInit found, and (false) the child
+ * of a fork. */
+void sim_set_initialized(bool initialized);
+void sim_set_driver_config(const struct sim_config *cfg);
 
 /* devices.c */
 /* For cuInit: CUDA's numbering of the devices, from CUDA_VISIBLE_DEVICES and
@@ -418,6 +428,20 @@ void sim_contexts_unlock(void);
 void sim_contexts_atfork_prepare(void);
 void sim_contexts_atfork_parent(void);
 void sim_contexts_atfork_child(void);
+/* For context_teardown.c, under contexts.c's mutex.  A primary context's
+ * release drops one reference to it (`all`: every one, as a reset does):
+ * *ended is the context when that leaves none, else NULL;
+ * CUDA_ERROR_INVALID_CONTEXT for a release (not a reset) of one not retained. */
+CUresult sim_primary_release(CUdevice dev, bool all, CUcontext *ended);
+/* Whether `ctx` is a live created context of this process (cuCtxDestroy's). */
+bool sim_context_destroyable(CUcontext ctx);
+/* The two halves of a context's end, around the release of what the families
+ * hold for it: from the first no call may use it (CONTEXT_IS_DESTROYED); the
+ * second tells the state file when it was this process's last on its device. */
+void sim_context_deactivate(CUcontext ctx);
+void sim_context_retire(CUcontext ctx);
+/* Takes `ctx` off this thread's stack of current contexts (no mutex). */
+void sim_context_unstack(CUcontext ctx);
 
 /* modules.c */
 /* How long a launch of `f` (a CUfunction, or a CUkernel as one) runs;
@@ -431,24 +455,21 @@ uint64_t sim_kernel_local_bytes(CUfunction f);
  * that much free. */
 CUresult sim_kernel_prepare(CUfunction f, CUcontext ctx);
 /* Gives back what the driver took for `ctx` (module code, local memory): for
- * a context being destroyed or reset, under contexts.c's mutex. */
+ * a context being destroyed or reset, under contexts.c's mutex
+ * (context_teardown.c). */
 void sim_modules_release_context(CUcontext ctx);
 
-/* lanes.c */
-/* Waits until the device has run all of `ctx`'s work. */
-CUresult sim_context_synchronize(CUcontext ctx);
-
-/* graphs.c */
-/* Adds a memory node to `graph` after checking the graph and its dependencies:
- * an alloc node of `alloc` (`is_free` false) or a free node of it.  The node
- * takes a hold on `alloc` (sim_graph_alloc_hold), dropped with its graph. */
-struct sim_graph_alloc;
-CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencies, size_t count,
-                                   struct sim_graph_alloc *alloc, bool is_free, CUgraphNode *out);
-/* The allocation of an alloc node; NULL for any other node. */
-struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node);
-
 /* graph_memory.c */
+/* An alloc node's allocation (graphs.c's nodes and executables hold it). */
+struct sim_graph_alloc;
+/* For cuGraphAddMemAllocNode: checks `params` and reserves the allocation's
+ * address; it has no holder yet (sim_graph_alloc_hold(a, 0) forgets it). */
+CUresult sim_graph_alloc_new(const CUDA_MEM_ALLOC_NODE_PARAMS *params, struct sim_graph_alloc **out);
+/* The parameters it was made with, its address in dptr. */
+const CUDA_MEM_ALLOC_NODE_PARAMS *sim_graph_alloc_params(const struct sim_graph_alloc *a);
+/* For cuGraphAddMemFreeNode: the allocation at `dptr`, with a hold taken on
+ * it for the caller; NULL: none. */
+struct sim_graph_alloc *sim_graph_alloc_at(CUdeviceptr dptr);
 /* A memory node's step of a graph launch, in the graph's node order. */
 struct sim_graph_mem_op {
     struct sim_graph_alloc *alloc;
@@ -477,15 +498,24 @@ enum sim_mem_kind {
     SIM_MEM_MAPPED,                 /* a virtual memory mapping that is accessible (vmm.c) */
     SIM_MEM_GRAPH,                  /* a graph allocation while live (graph_memory.c) */
 };
+/* An entry of memory.c's table. */
+struct sim_mem_entry {
+    uintptr_t base;
+    size_t size;                    /* as asked for (and charged, for SIM_MEM_LINEAR) */
+    size_t map_size;                /* whole pages (SIM_MEM_LINEAR) */
+    CUcontext ctx;                  /* the context it was made in; NULL unless SIM_MEM_LINEAR */
+    enum sim_mem_kind kind;
+    void *owner;                    /* a SIM_MEM_POOL entry's pool chunk, a SIM_MEM_GRAPH one's allocation */
+};
 /* CUDA_SUCCESS once cuInit has succeeded, else CUDA_ERROR_NOT_INITIALIZED: for
  * the calls that need no current context. */
 CUresult sim_mem_initialized(void);
 /* The device of a CU_MEM_LOCATION_TYPE_DEVICE location.  Host locations are
  * CUDA_ERROR_NOT_SUPPORTED: simgpu simulates device memory only. */
 CUresult sim_mem_location(const CUmemLocation *location, uint32_t *device);
-/* Frees every allocation made in `ctx` (a destroyed or reset context), and its
- * arrays.  Takes the memory mutex: callers holding contexts.c's mutex take it
- * first. */
+/* Under the memory mutex: frees every cuMemAlloc* allocation made in `ctx` (a
+ * destroyed or reset context; context_teardown.c, which holds contexts.c's
+ * mutex, as the lock order has it). */
 void sim_mem_release_context(CUcontext ctx);
 /* The memory mutex, which also guards the state of pools.c, vmm.c and arrays.c.
  * Never held while taking init.c's or contexts.c's mutex. */
@@ -503,25 +533,35 @@ bool sim_mem_device(uintptr_t addr);
 bool sim_mem_device_range(uintptr_t addr, size_t n);
 /* Under the memory mutex: forgets the entry at `base`. */
 void sim_mem_untrack(uintptr_t base);
-/* cuMemFree's work once the caller is checked: frees a cuMemAlloc* or pool
- * allocation by its base; CUDA_ERROR_INVALID_VALUE for anything else.  Takes
- * the memory mutex. */
-CUresult sim_mem_free(CUdeviceptr dptr);
+/* Under the memory mutex, for frees.c: removes the entry whose base is `base`,
+ * unless it is a virtual memory mapping's, into *out; false: there is none.
+ * The entry's family then takes it back: pools.c's sim_pool_free and
+ * graph_memory.c's sim_graph_memory_free under the mutex, sim_mem_unmap a
+ * SIM_MEM_LINEAR entry's after it. */
+bool sim_mem_take(uintptr_t base, struct sim_mem_entry *out);
+/* Gives a SIM_MEM_LINEAR entry's pages and charge back (no mutex). */
+void sim_mem_unmap(const struct sim_mem_entry *entry);
 /* Fork handlers, called by init.c's after its own and contexts.c's mutexes (the lock order). */
 void sim_mem_atfork_prepare(void);
 void sim_mem_atfork_parent(void);
 /* The child forgets every allocation without freeing it: they are its parent's.
- * So do pools.c, vmm.c and arrays.c, through their forget functions. */
+ * So do pools.c, graph_memory.c, vmm.c and arrays.c, through their forget
+ * functions, which init.c's handler calls first, under the memory mutex. */
 void sim_mem_atfork_child(void);
 
 /* host_memory.c */
 /* Whether [addr, addr + n) lies in one page-locked range of host memory. */
 bool sim_host_pinned(uintptr_t addr, size_t n);
 
-/* pools.c (under the memory mutex) */
-/* Returns a pool allocation to the pool that owns `chunk`. */
+/* pools.c */
+/* What a stream-ordered call on `stream` needs: a current context for a
+ * default stream (cuda.h: CUDA_ERROR_INVALID_CONTEXT), an initialised driver
+ * for any other. */
+CUresult sim_pool_stream_ready(CUstream stream);
+/* Under the memory mutex: returns a pool allocation to the pool that owns `chunk`. */
 void sim_pool_free(void *chunk, uintptr_t base);
-/* In the child of a fork: forgets every pool without releasing its memory. */
+/* Under the memory mutex, in the child of a fork: forgets every pool without
+ * releasing its memory. */
 void sim_pools_forget(void);
 
 /* graph_memory.c (under the memory mutex) */
@@ -535,7 +575,7 @@ void sim_graph_memory_forget(void);
 void sim_vmm_forget(void);
 
 /* arrays.c (under the memory mutex) */
-/* Destroys the arrays and mipmapped arrays made in `ctx`. */
+/* Destroys the arrays and mipmapped arrays made in `ctx` (context_teardown.c). */
 void sim_arrays_release_context(CUcontext ctx);
 /* In the child of a fork: forgets every array without returning its bytes. */
 void sim_arrays_forget(void);

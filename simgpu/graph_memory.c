@@ -1,5 +1,6 @@
-/* simgpu's graph memory: alloc and free nodes (cuGraphAddMemAllocNode,
- * cuGraphAddMemFreeNode) and the per-device graph memory pool they draw from.
+/* simgpu's graph memory: the allocations of alloc nodes and the per-device
+ * graph memory pool they draw from (the nodes themselves, cuGraphAddMemAllocNode
+ * and cuGraphAddMemFreeNode, are graphs.c's).
  *
  * An alloc node's address is fixed when the node is made (cuda.h: the
  * allocation's address is returned in nodeParams->dptr), so each allocation
@@ -15,7 +16,12 @@
  * Launches run nothing asynchronously, so a launch's allocations and frees are
  * done, in the order the nodes were added (which respects their
  * dependencies, as a node's dependencies must exist before it), when
- * cuGraphLaunch returns.  All state here is guarded by the memory mutex. */
+ * cuGraphLaunch returns.  All state here is guarded by the memory mutex.
+ *
+ * This file owns the allocations (held by graphs.c's nodes and executables)
+ * and the pool, with its entry points (cuDeviceGraphMemTrim and the graph
+ * memory attributes); it calls memory.c, devices.c and the state file, and
+ * neither graphs.c nor frees.c, which give its allocations back. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -182,10 +188,8 @@ CUresult sim_graph_memory_run(const struct sim_graph_mem_op *ops, size_t n, bool
 }
 
 /* Device memory only, with no handle types for IPC (cuda.h). */
-CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+CUresult sim_graph_alloc_new(const CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams, struct sim_graph_alloc **out)
 {
-    SIM_CALLED();
     CUresult res = sim_mem_initialized();
     if (res != CUDA_SUCCESS)
         return res;
@@ -216,48 +220,26 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     a->next = sim_graph_memory.list;
     sim_graph_memory.list = a;
     sim_mem_unlock();
-    res = sim_graph_add_memory_node(hGraph, dependencies, numDependencies, a, false, phGraphNode);
-    if (res != CUDA_SUCCESS) {
-        sim_graph_alloc_hold(a, 0); /* no holder: forgotten */
-        return res;
-    }
-    nodeParams->dptr = a->params.dptr;
+    *out = a;
     return CUDA_SUCCESS;
 }
 
-CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+const CUDA_MEM_ALLOC_NODE_PARAMS *sim_graph_alloc_params(const struct sim_graph_alloc *a)
 {
-    SIM_CALLED();
-    CUresult res = sim_mem_initialized();
-    if (res != CUDA_SUCCESS)
-        return res;
-    struct sim_graph_alloc *a = hNode ? sim_graph_node_alloc(hNode) : NULL;
-    if (!a || !params_out)
-        return CUDA_ERROR_INVALID_VALUE;
-    *params_out = a->params;
-    return CUDA_SUCCESS;
+    return &a->params;
 }
 
 /* Only an address an alloc node returned may be freed by a free node. */
-CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                               size_t numDependencies, CUdeviceptr dptr)
+struct sim_graph_alloc *sim_graph_alloc_at(CUdeviceptr dptr)
 {
-    SIM_CALLED();
-    CUresult res = sim_mem_initialized();
-    if (res != CUDA_SUCCESS)
-        return res;
     sim_mem_lock();
     struct sim_graph_alloc *a = sim_graph_memory.list;
     while (a && a->base != (uintptr_t)dptr)
         a = a->next;
     if (a)
-        a->holders++; /* kept while the node is being added */
+        a->holders++;
     sim_mem_unlock();
-    if (!a)
-        return CUDA_ERROR_INVALID_VALUE;
-    res = sim_graph_add_memory_node(hGraph, dependencies, numDependencies, a, true, phGraphNode);
-    sim_graph_alloc_hold(a, -1);
-    return res;
+    return a;
 }
 
 /* Releases what the pool reserves beyond what is in use. */

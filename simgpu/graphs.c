@@ -1,6 +1,10 @@
-/* simgpu's graphs: building them (kernel nodes; memory nodes in
- * graph_memory.c), instantiating and launching them.  A graph runs its kernels
- * back to back (simgpu runs one kernel at a time anyway). */
+/* simgpu's graphs: building them (kernel nodes, and memory nodes of
+ * graph_memory.c's allocations), instantiating and launching them.  A graph
+ * runs its kernels back to back (simgpu runs one kernel at a time anyway).
+ *
+ * This file owns graphs, their nodes and executables, which hold
+ * graph_memory.c's allocations; it calls graph_memory.c and launch_rules.c,
+ * and neither calls it (launches.c adds captured kernels here). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -63,8 +67,11 @@ static bool sim_deps_valid(CUgraph g, const CUgraphNode *dependencies, size_t co
     return true;
 }
 
-CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencies, size_t count,
-                                   struct sim_graph_alloc *alloc, bool is_free, CUgraphNode *out)
+/* Adds a memory node to `graph` after checking the graph and its dependencies:
+ * an alloc node of `alloc` (`is_free` false) or a free node of it.  The node
+ * takes a hold on `alloc` (sim_graph_alloc_hold), dropped with its graph. */
+static CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencies, size_t count,
+                                          struct sim_graph_alloc *alloc, bool is_free, CUgraphNode *out)
 {
     if (!out || !sim_graph_valid(graph) || !sim_deps_valid(graph, dependencies, count))
         return CUDA_ERROR_INVALID_VALUE;
@@ -75,7 +82,8 @@ CUresult sim_graph_add_memory_node(CUgraph graph, const CUgraphNode *dependencie
     return res;
 }
 
-struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node)
+/* The allocation of an alloc node; NULL for any other node. */
+static struct sim_graph_alloc *sim_graph_node_alloc(CUgraphNode node)
 {
     return node->magic == SIM_NODE_MAGIC && !node->mem.is_free ? node->mem.alloc : NULL;
 }
@@ -160,6 +168,54 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const
     CUfunction f = p->func ? p->func : (CUfunction)(void *)p->kern;
     return sim_add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, f, &grid,
                                p->kernelParams, p->extra);
+}
+
+/* Device memory only, with no handle types for IPC (cuda.h); graph_memory.c
+ * checks the parameters and reserves the address. */
+CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    SIM_CALLED();
+    struct sim_graph_alloc *a;
+    CUresult res = sim_graph_alloc_new(nodeParams, &a);
+    if (res != CUDA_SUCCESS)
+        return res;
+    res = sim_graph_add_memory_node(hGraph, dependencies, numDependencies, a, false, phGraphNode);
+    if (res != CUDA_SUCCESS) {
+        sim_graph_alloc_hold(a, 0); /* no holder: forgotten */
+        return res;
+    }
+    nodeParams->dptr = sim_graph_alloc_params(a)->dptr;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    struct sim_graph_alloc *a = hNode ? sim_graph_node_alloc(hNode) : NULL;
+    if (!a || !params_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *params_out = *sim_graph_alloc_params(a);
+    return CUDA_SUCCESS;
+}
+
+/* Only an address an alloc node returned may be freed by a free node. */
+CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                               size_t numDependencies, CUdeviceptr dptr)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    struct sim_graph_alloc *a = sim_graph_alloc_at(dptr); /* kept while the node is being added */
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    res = sim_graph_add_memory_node(hGraph, dependencies, numDependencies, a, true, phGraphNode);
+    sim_graph_alloc_hold(a, -1);
+    return res;
 }
 
 /* The graph as it is now: later changes to it do not change the executable. */

@@ -1,29 +1,22 @@
 /* simgpu's driver: initialisation (cuInit, the driver's version) and fork.
  *
  * The child of a fork starts uninitialised, with no context and no device
- * memory: what it inherited belongs to its parent.  It may call cuInit again. */
+ * memory: what it inherited belongs to its parent.  It may call cuInit again.
+ *
+ * This file is above what it sets up and forks: it calls initialized.c (what
+ * cuInit found, which every family reads), devices.c, contexts.c and the
+ * families of device memory (memory.c, pools.c, graph_memory.c, vmm.c,
+ * arrays.c), and none of them calls it. */
 #include <errno.h>
 #include <pthread.h>
 
 #include "driver.h"
 
 static struct {
-    pthread_mutex_t mutex;          /* guards everything here */
+    pthread_mutex_t mutex;          /* guards everything here, and initialized.c's writes */
     bool init_done;
     CUresult init_result;
-    bool initialized;               /* read without the mutex: atomic */
-    const struct sim_config *cfg;
 } sim_drv = {.mutex = PTHREAD_MUTEX_INITIALIZER};
-
-bool sim_initialized(void)
-{
-    return __atomic_load_n(&sim_drv.initialized, __ATOMIC_ACQUIRE);
-}
-
-const struct sim_config *sim_driver_config(void)
-{
-    return sim_drv.cfg;
-}
 
 /* The lock order: this mutex, then contexts.c's, then the memory mutex. */
 static void sim_atfork_prepare(void)
@@ -40,12 +33,18 @@ static void sim_atfork_parent(void)
     pthread_mutex_unlock(&sim_drv.mutex);
 }
 
+/* The families of device memory forget theirs under the memory mutex, before
+ * memory.c's handler forgets its table and lets the mutex go. */
 static void sim_atfork_child(void)
 {
+    sim_pools_forget();
+    sim_graph_memory_forget();
+    sim_vmm_forget();
+    sim_arrays_forget();
     sim_mem_atfork_child();
     sim_contexts_atfork_child();
     sim_drv.init_done = false;
-    __atomic_store_n(&sim_drv.initialized, false, __ATOMIC_RELEASE);
+    sim_set_initialized(false);
     pthread_mutex_unlock(&sim_drv.mutex);
 }
 
@@ -64,7 +63,7 @@ CUresult cuInit(unsigned int Flags)
         const struct sim_config *cfg = sim_config();
         int rc = cfg ? sim_state_open(cfg) : -EINVAL;
         if (rc == 0) {
-            sim_drv.cfg = cfg;
+            sim_set_driver_config(cfg);
             /* Read here, as the real driver reads CUDA_VISIBLE_DEVICES: a
              * value the program set before cuInit counts. */
             sim_drv.init_result = sim_devices_enumerate(cfg);
@@ -72,7 +71,7 @@ CUresult cuInit(unsigned int Flags)
             sim_drv.init_result = rc == -EINVAL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OPERATING_SYSTEM;
         }
         sim_drv.init_done = true;
-        __atomic_store_n(&sim_drv.initialized, sim_drv.init_result == CUDA_SUCCESS, __ATOMIC_RELEASE);
+        sim_set_initialized(sim_drv.init_result == CUDA_SUCCESS);
     }
     CUresult res = sim_drv.init_result;
     pthread_mutex_unlock(&sim_drv.mutex);

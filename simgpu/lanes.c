@@ -10,7 +10,12 @@
  * The default streams: the legacy one (NULL or CU_STREAM_LEGACY in a plain
  * entry point) is one per context; the per-thread one (CU_STREAM_PER_THREAD, or
  * NULL in a _ptsz entry point) one per thread and device.  (The legacy stream's
- * implicit synchronisation with other streams is not simulated.) */
+ * implicit synchronisation with other streams is not simulated.)
+ *
+ * This file owns the lanes and the tickets of their last work (a context's
+ * too, which contexts.c waits on for cuCtxSynchronize); it calls contexts.c
+ * for the current context, launch_queue.c and the timelines, and none of
+ * them calls it. */
 #include <errno.h>
 
 #include "work.h"
@@ -114,12 +119,4 @@ bool sim_lane_idle(const struct sim_lane *lane)
 {
     uint64_t last = __atomic_load_n(lane->last_work, __ATOMIC_ACQUIRE), at, wake;
     return !last || sim_timeline_done(lane->ctx->device, last, 0, &at, &wake) != 0;
-}
-
-CUresult sim_context_synchronize(CUcontext ctx)
-{
-    uint64_t last = __atomic_load_n(&ctx->last_work, __ATOMIC_ACQUIRE), at;
-    if (last && sim_timeline_wait(ctx->device, last, (uintptr_t)ctx, &at) < 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    return CUDA_SUCCESS;
 }

@@ -1,34 +1,18 @@
 /* simgpu's kernel launches: cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel and their _ptsz variants.  A grid is checked as
- * the profile's board would; a kernel first loads what it needs into its
- * context (modules.c), then runs for its duration on its stream's lane, or is
- * added to the graph its stream is capturing.
+ * the profile's board would (launch_rules.c, and here whether a cooperative
+ * one fits at once); a kernel first loads what it needs into its context
+ * (modules.c), then, after the launch's CPU time (launch_rules.c), runs for
+ * its duration on its stream's lane, or is added to the graph its stream is
+ * capturing (graphs.c).
  *
- * A launch takes the calling thread's CPU for SIMGPU_LAUNCH_US (4 us: an
- * empty cuLaunchKernel took 4-5 us on an H200's driver), spent before its
- * kernel is queued, as a driver builds the launch before it rings the GPU.
- * So a program whose CPU is slower than its kernels leaves the GPU idle
- * between them (launch-bound, as eager PyTorch on small tensors is): each
- * kernel starts when it is queued, on the timeline (timeline.c). */
-#include <limits.h>
-
+ * This file owns the cuLaunch* entry points; graphs.c, which it adds captured
+ * kernels to, does not call it. */
 #include "work.h"
 
 enum {
     SIM_SM_BLOCKS = 32,             /* resident blocks per SM, on every board simgpu has */
 };
-
-CUresult sim_check_grid(const struct sim_grid *g, void **params, void **extra)
-{
-    if (!g->gx || !g->gy || !g->gz || !g->bx || !g->by || !g->bz || g->gy > 65535 || g->gz > 65535 ||
-        g->gx > INT_MAX)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (g->bx > 1024 || g->by > 1024 || g->bz > 64 || (uint64_t)g->bx * g->by * g->bz > 1024)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (g->shared_bytes > sim_config()->profile->shared_per_block_optin || (params && extra))
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
-}
 
 /* A cooperative grid must be resident all at once. */
 static bool sim_fits_at_once(const struct sim_grid *g, uint32_t device)
@@ -39,23 +23,6 @@ static bool sim_fits_at_once(const struct sim_grid *g, uint32_t device)
     if (per_sm > SIM_SM_BLOCKS)
         per_sm = SIM_SM_BLOCKS;
     return (uint64_t)g->gx * g->gy * g->gz <= per_sm * cfg->sms[device];
-}
-
-uint64_t sim_launch_began(void)
-{
-    const struct sim_config *cfg = sim_config();
-    return cfg && cfg->launch_ns ? sim_now_ns() : 0;
-}
-
-void sim_launch_cpu(uint64_t began_ns)
-{
-    if (!began_ns)
-        return; /* SIMGPU_LAUNCH_US=0: no time, and no clock read for it */
-    uint64_t until = began_ns + sim_config()->launch_ns;
-    /* Spun, not slept: the driver's work is CPU work, and a sleep that short
-     * would take the scheduler's slack instead. */
-    while (sim_now_ns() < until)
-        continue;
 }
 
 static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream stream, bool per_thread,

@@ -9,10 +9,17 @@
  * This process's allocations are kept sorted by address, so that a copy or a
  * memset (copies.c) can be checked to lie inside one allocation (a wrong
  * pointer is CUDA_ERROR_INVALID_VALUE, as on a real driver, not a crash).  The table also
- * holds the allocations of memory pools (pools.c) and the accessible mappings
- * of virtual memory (vmm.c), which those files own and charge; its mutex
- * guards their state too, so that the one lock order is contexts.c's mutex, then
- * this one, then the state file's. */
+ * holds the allocations of memory pools (pools.c), the accessible mappings
+ * of virtual memory (vmm.c) and the live graph allocations (graph_memory.c),
+ * which those files own and charge; its mutex guards their state too, so that
+ * the one lock order is contexts.c's mutex, then this one, then the state
+ * file's.
+ *
+ * This file owns the table, its mutex and cuMemAlloc*'s memory; it calls only
+ * contexts.c, devices.c and the state file, so that the families whose
+ * entries it keeps may call it.  What hands an entry back to its family by
+ * address (cuMemFree, cuMemFreeAsync) is frees.c's, and what ends a context's
+ * memory context_teardown.c's, both above the families. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -27,18 +34,9 @@ enum {
     SIM_PITCH_ALIGN = 512,
 };
 
-struct sim_alloc {
-    uintptr_t base;
-    size_t size;                    /* as asked for (and charged, for SIM_MEM_LINEAR) */
-    size_t map_size;                /* whole pages (SIM_MEM_LINEAR) */
-    CUcontext ctx;                  /* the context it was made in; NULL unless SIM_MEM_LINEAR */
-    enum sim_mem_kind kind;
-    void *owner;                    /* a SIM_MEM_POOL entry's pool chunk, a SIM_MEM_GRAPH one's allocation */
-};
-
 static struct {
     pthread_mutex_t mutex;          /* guards the table */
-    struct sim_alloc *v;            /* sorted by base */
+    struct sim_mem_entry *v;        /* sorted by base */
     size_t n, cap;
 } sim_mem = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
@@ -57,22 +55,22 @@ static size_t sim_upper_bound(uintptr_t addr)
 }
 
 /* The allocation that holds `addr`, or NULL.  Under the mutex. */
-static struct sim_alloc *sim_find(uintptr_t addr)
+static struct sim_mem_entry *sim_find(uintptr_t addr)
 {
     size_t i = sim_upper_bound(addr);
     if (i == 0)
         return NULL;
-    struct sim_alloc *a = &sim_mem.v[i - 1];
+    struct sim_mem_entry *a = &sim_mem.v[i - 1];
     return addr - a->base < a->size ? a : NULL;
 }
 
 /* Under the mutex. */
-static bool sim_insert(const struct sim_alloc *a)
+static bool sim_insert(const struct sim_mem_entry *a)
 {
     bool ok = true;
     if (sim_mem.n == sim_mem.cap) {
         size_t cap = sim_mem.cap ? 2 * sim_mem.cap : 64;
-        struct sim_alloc *v = realloc(sim_mem.v, cap * sizeof *v);
+        struct sim_mem_entry *v = realloc(sim_mem.v, cap * sizeof *v);
         if (v) {
             sim_mem.v = v;
             sim_mem.cap = cap;
@@ -90,7 +88,7 @@ static bool sim_insert(const struct sim_alloc *a)
 }
 
 /* Removes the entry at `a`.  Under the mutex. */
-static void sim_remove(struct sim_alloc *a)
+static void sim_remove(struct sim_mem_entry *a)
 {
     size_t i = (size_t)(a - sim_mem.v);
     memmove(&sim_mem.v[i], &sim_mem.v[i + 1], (sim_mem.n - i - 1) * sizeof *sim_mem.v);
@@ -103,7 +101,7 @@ bool sim_mem_device_range(uintptr_t addr, size_t n)
 {
     pthread_mutex_lock(&sim_mem.mutex);
     size_t i = sim_upper_bound(addr);
-    const struct sim_alloc *a = i ? &sim_mem.v[i - 1] : NULL;
+    const struct sim_mem_entry *a = i ? &sim_mem.v[i - 1] : NULL;
     bool ok = false;
     if (a && addr - a->base < a->size) {
         size_t avail = a->size - (addr - a->base);
@@ -126,7 +124,7 @@ bool sim_mem_device(uintptr_t addr)
     return found;
 }
 
-static void sim_unmap(const struct sim_alloc *a)
+void sim_mem_unmap(const struct sim_mem_entry *a)
 {
     munmap((void *)a->base, a->map_size);
     sim_state_uncharge(a->ctx->device, a->size);
@@ -134,17 +132,14 @@ static void sim_unmap(const struct sim_alloc *a)
 
 void sim_mem_release_context(CUcontext ctx)
 {
-    pthread_mutex_lock(&sim_mem.mutex);
     size_t kept = 0;
     for (size_t i = 0; i < sim_mem.n; i++) {
         if (sim_mem.v[i].ctx == ctx)
-            sim_unmap(&sim_mem.v[i]);
+            sim_mem_unmap(&sim_mem.v[i]);
         else
             sim_mem.v[kept++] = sim_mem.v[i];
     }
     sim_mem.n = kept;
-    sim_arrays_release_context(ctx);
-    pthread_mutex_unlock(&sim_mem.mutex);
 }
 
 void sim_mem_lock(void)
@@ -159,13 +154,13 @@ void sim_mem_unlock(void)
 
 bool sim_mem_track(uintptr_t base, size_t size, enum sim_mem_kind kind, void *owner)
 {
-    struct sim_alloc a = {.base = base, .size = size, .kind = kind, .owner = owner};
+    struct sim_mem_entry a = {.base = base, .size = size, .kind = kind, .owner = owner};
     return sim_insert(&a);
 }
 
 void sim_mem_untrack(uintptr_t base)
 {
-    struct sim_alloc *a = sim_find(base);
+    struct sim_mem_entry *a = sim_find(base);
     if (a && a->base == base)
         sim_remove(a);
 }
@@ -183,10 +178,6 @@ void sim_mem_atfork_parent(void)
 void sim_mem_atfork_child(void)
 {
     sim_mem.n = 0;
-    sim_pools_forget();
-    sim_graph_memory_forget();
-    sim_vmm_forget();
-    sim_arrays_forget();
     pthread_mutex_unlock(&sim_mem.mutex);
 }
 
@@ -246,7 +237,7 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (bytes > SIZE_MAX - page)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct sim_alloc a = {.size = bytes, .map_size = (bytes + page - 1) / page * page, .ctx = ctx};
+    struct sim_mem_entry a = {.size = bytes, .map_size = (bytes + page - 1) / page * page, .ctx = ctx};
 
     if (sim_state_charge(ctx->device, bytes) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -260,7 +251,7 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
     bool inserted = sim_insert(&a);
     pthread_mutex_unlock(&sim_mem.mutex);
     if (!inserted) {
-        sim_unmap(&a);
+        sim_mem_unmap(&a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *dptr = (CUdeviceptr)a.base;
@@ -344,48 +335,15 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     return sim_alloc(dptr, bytesize, false);
 }
 
-/* The base of a cuMemAlloc* allocation, or of a pool's (cuda.h: cuMemFree
- * takes cuMemAllocAsync's pointers too); not a virtual memory mapping. */
-CUresult sim_mem_free(CUdeviceptr dptr)
+/* Not a virtual memory mapping: vmm.c's cuMemUnmap takes those. */
+bool sim_mem_take(uintptr_t base, struct sim_mem_entry *out)
 {
-    pthread_mutex_lock(&sim_mem.mutex);
-    struct sim_alloc *a = sim_find((uintptr_t)dptr);
-    struct sim_alloc found = {0};
-    if (a && a->base == (uintptr_t)dptr && a->kind != SIM_MEM_MAPPED) {
-        found = *a;
-        sim_remove(a);
-        if (found.kind == SIM_MEM_POOL)
-            sim_pool_free(found.owner, found.base);
-        else if (found.kind == SIM_MEM_GRAPH)
-            sim_graph_memory_free(found.owner);
-    }
-    pthread_mutex_unlock(&sim_mem.mutex);
-    if (!found.base)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (found.kind == SIM_MEM_LINEAR)
-        sim_unmap(&found);
-    return CUDA_SUCCESS;
-}
-
-/* Only the base of a live allocation may be freed; 0 is a no-op. */
-CUresult cuMemFree_v2(CUdeviceptr dptr)
-{
-    SIM_CALLED();
-    CUcontext ctx;
-    CUresult res = sim_current_context(&ctx);
-    if (res == CUDA_ERROR_NOT_INITIALIZED)
-        return res;
-    if (dptr == 0)
-        return CUDA_SUCCESS;
-    if (res != CUDA_SUCCESS)
-        return res;
-    return sim_mem_free(dptr);
-}
-
-CUresult cuMemFree(CUdeviceptr_v1 dptr)
-{
-    SIM_CALLED();
-    return cuMemFree_v2(dptr);
+    struct sim_mem_entry *a = sim_find(base);
+    if (!a || a->base != base || a->kind == SIM_MEM_MAPPED)
+        return false;
+    *out = *a;
+    sim_remove(a);
+    return true;
 }
 
 /* Free is the device's total less what all processes hold.

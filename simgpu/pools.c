@@ -1,6 +1,7 @@
 /* simgpu's stream-ordered allocator: memory pools (cuMemPoolCreate and each
- * device's default pool) and cuMemAllocAsync / cuMemAllocFromPoolAsync /
- * cuMemFreeAsync.
+ * device's default pool) and cuMemAllocAsync / cuMemAllocFromPoolAsync.  A
+ * pool allocation goes back through sim_pool_free, which frees.c calls for
+ * cuMemFree and cuMemFreeAsync (any family's address).
  *
  * A pool reserves device memory in chunks.  An allocation's size is rounded up
  * to SIM_POOL_ALIGN bytes and placed first-fit in a chunk the pool holds; when
@@ -24,7 +25,11 @@
  *   yet seen by a synchronisation as outstanding).  The stream handle is not
  *   examined: cuMemAllocAsync takes the current pool of the current context's
  *   device, and a default stream needs a current context.
- * - Pools hold device memory only, and are not shared with other processes. */
+ * - Pools hold device memory only, and are not shared with other processes.
+ *
+ * This file owns the pools, their chunks and the places of their allocations
+ * in them, under memory.c's mutex; it calls memory.c, contexts.c, devices.c
+ * and the state file, and none of them calls it. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -295,9 +300,7 @@ void sim_pools_forget(void)
     memset(&sim_pools, 0, sizeof sim_pools);
 }
 
-/* What a call on `stream` needs: a current context for a default stream (cuda.h:
- * CUDA_ERROR_INVALID_CONTEXT), an initialised driver for any other. */
-static CUresult sim_stream_ready(CUstream stream)
+CUresult sim_pool_stream_ready(CUstream stream)
 {
     if (!stream || stream == SIM_STREAM_LEGACY || stream == SIM_STREAM_PER_THREAD) {
         CUcontext ctx;
@@ -333,7 +336,7 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     SIM_CALLED();
-    CUresult res = sim_stream_ready(hStream);
+    CUresult res = sim_pool_stream_ready(hStream);
     if (res != CUDA_SUCCESS)
         return res;
     if (!dptr || bytesize == 0)
@@ -348,23 +351,6 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
 {
     SIM_CALLED();
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
-}
-
-/* Takes cuMemAlloc's pointers too: the CUDA programming guide lets
- * cudaFreeAsync free cudaMalloc's memory.  0 is a no-op, as for cuMemFree. */
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
-{
-    SIM_CALLED();
-    CUresult res = sim_stream_ready(hStream);
-    if (res != CUDA_SUCCESS || dptr == 0)
-        return res;
-    return sim_mem_free(dptr);
-}
-
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
-{
-    SIM_CALLED();
-    return cuMemFreeAsync(dptr, hStream);
 }
 
 /* Pinned device memory only.  The handle types a pool could be exported with

@@ -1,5 +1,5 @@
-/* What simgpu's files of device work share: launches.c, lanes.c,
- * launch_queue.c, streams.c, events.c, capture.c and graphs.c. */
+/* What simgpu's files of device work share: launches.c, launch_rules.c,
+ * lanes.c, launch_queue.c, streams.c, events.c, capture.c and graphs.c. */
 #ifndef SIMGPU_WORK_H
 #define SIMGPU_WORK_H
 
@@ -70,7 +70,7 @@ struct sim_lane {
     CUstream stream;                /* an explicit stream, or NULL for a default one */
 };
 
-/* launches.c */
+/* launch_rules.c */
 /* A launch's grid, as cuLaunchKernel takes it. */
 struct sim_grid {
     unsigned int gx, gy, gz, bx, by, bz, shared_bytes;
