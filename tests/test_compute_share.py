@@ -19,15 +19,10 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, SHIM_SRC, TESTS, base_env, compile_c, run, vgpulimit_cmd
+from helpers import status_json
 
 CLIENTS = TESTS / "clients"
 KERNEL_US = 1000
-
-
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("launch")
-    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
 
 
 class Container:
@@ -183,8 +178,7 @@ def test_a_launch_whose_capture_state_cannot_be_read_is_charged(tmp_path, sim_en
     env = dict(sim_env, SIMGPU_FAIL="cuStreamIsCapturing") if failing else sim_env
     output = Container(env, 25, [launch_client, "captured", KERNEL_US, 8], region=region).finish()
     assert " 1000 " in output.split("done ")[1], output
-    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
-                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
     if failing:
         assert device["busy_ns"] >= 900 * KERNEL_US * 1000 and device["throttled_ns"] > 0, device
     else:
@@ -216,7 +210,7 @@ def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_cl
                          for t, _ in points), "progress reported 2.5 s after the start")
     run(vgpulimit_cmd("set", "--cores", "75", "--region", region), sim_env)
     changed_at = time.monotonic()
-    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), sim_env).stdout)
+    status = status_json(sim_env, region)
     output = container.finish()
     assert 15 <= share(output, started + 1, started + 2.5) <= 35
     assert 60 <= share(output, changed_at + 1, started + 5.5) <= 90
@@ -308,8 +302,7 @@ def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_pat
     region = tmp_path / "region"
     output = Container(sim_env, 50, [launch_client, path, 2, 2, 10], region=region).finish()
     launched = int(output.split("done ")[1].split()[1])
-    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
-                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
     kernels_ns = launched * 2000
     assert launched >= 1000
     assert least * kernels_ns <= device["busy_ns"] <= 1.25 * kernels_ns, (device, kernels_ns)
@@ -342,7 +335,7 @@ def test_launches_are_charged_to_the_device_of_the_context_current_then(tmp_path
     env = dict(sim_env, SIMGPU_DEVICES="2")
     run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--region", region, "--", client, switch, "300"),
         env)
-    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
+    status = status_json(env, region)
     busy = {d["index"]: d["busy_ns"] for d in status["devices"]}
     assert busy[0] > 0 and busy[1] > 0, busy
     assert 2 <= busy[1] / busy[0] <= 4.5, busy
@@ -396,8 +389,7 @@ def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch
     assert (device["cores_pct"], device["cores_policy"]) == (30, "borrow")
     assert "30% borrow" in run(vgpulimit_cmd("status", "--region", region), sim_env).stdout
     run(vgpulimit_cmd("set", "--cores-policy", "FORCE", "--region", region), sim_env)
-    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
-                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
     assert device["cores_policy"] == "hard"
 
 

@@ -9,7 +9,6 @@ machine."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -19,22 +18,13 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, ROOT, SHIM_SRC, base_env, compile_c, run, vgpulimit_cmd
+from helpers import status_json
 from test_compute_share import Container, loops, progress, share, wait_for
 from test_views import serve_and_scrape
 
 
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("launch")
-    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
-
-
-def status(region: Path, env) -> dict:
-    return json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
-
-
 def device0(region: Path, env) -> dict:
-    [device] = [d for d in status(region, env)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(env, region)["devices"] if d["index"] == 0]
     return device
 
 
@@ -84,8 +74,8 @@ def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
     # The low container's launches waited about as long as the high one ran.
     assert low["yielded_ns"] >= 0.5 * (last - first) * 1e9, low
     assert high["yielded_ns"] == 0 and high["throttled_ns"] == 0, high
-    assert status(low_region, sim_env)["priority"] == lower
-    assert status(high_region, sim_env)["priority"] == higher
+    assert status_json(sim_env, low_region)["priority"] == lower
+    assert status_json(sim_env, high_region)["priority"] == higher
     yielded = [v for (name, _), v in serve_and_scrape(sim_env, "--region", low_region).items()
                if name == "vgpulimit_yielded_seconds_total"]
     assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
@@ -153,7 +143,7 @@ def test_the_board_is_left_as_found_and_set_changes_a_priority_live(tmp_path, si
 
     [(priority, beacon)] = rows()
     assert priority == lib.VGL_PRIORITY_HIGH and (tmp_path / beacon).is_file()
-    assert status(region, sim_env)["priority"] == "high"
+    assert status_json(sim_env, region)["priority"] == "high"
     container.finish()
     assert rows() == [] and not (tmp_path / beacon).exists()
 
@@ -178,7 +168,7 @@ def test_a_bad_priority_names_itself_and_the_accepted_forms(sim_env, given, name
 def test_the_priority_variables_are_read_as_the_flag(tmp_path, sim_env, variable, value, priority):
     region = tmp_path / "region"
     run(vgpulimit_cmd("run", "--simulate", "--region", region, "--", "true"), dict(sim_env, **{variable: value}))
-    assert status(region, sim_env)["priority"] == priority
+    assert status_json(sim_env, region)["priority"] == priority
 
 
 def test_set_priority_on_a_container_without_one_says_how_to_give_one(tmp_path, sim_env):
@@ -220,7 +210,7 @@ def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_p
                CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region))
     result = run([launch_client, "kernel", "1000", "0.3"], env)
     assert result.stderr.count("takes no part in priorities") == 1, result.stderr
-    shown = status(region, sim_env)
+    shown = status_json(sim_env, region)
     assert (shown["priority"], shown["priority_board"]) == ("high", None)
 
 
