@@ -85,12 +85,14 @@ def share(output: str, start: float, end: float, kernel_us: int = KERNEL_US) -> 
     return 100 * total
 
 
+@pytest.mark.slow
 def test_a_quarter_share_holds_over_three_seconds(sim_env, launch_client):
     started = time.monotonic()
     output = Container(sim_env, 25, loops(launch_client, 1)).finish()
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+@pytest.mark.slow
 def test_four_processes_draw_from_one_budget(sim_env, launch_client):
     started = time.monotonic()
     output = Container(sim_env, 25, loops(launch_client, 4)).finish()
@@ -98,6 +100,7 @@ def test_four_processes_draw_from_one_budget(sim_env, launch_client):
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+@pytest.mark.slow
 def test_a_nested_run_draws_from_the_outer_share(sim_env, launch_client):
     """The nested run asks for 80 %; its launches draw from the outer 25 % too."""
     started = time.monotonic()
@@ -107,6 +110,7 @@ def test_a_nested_run_draws_from_the_outer_share(sim_env, launch_client):
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+@pytest.mark.slow
 def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
     """Each path on a simulated GPU of its own, all at once; uncapped, each
     loop would keep its GPU busy all the time."""
@@ -119,6 +123,7 @@ def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
     assert all(15 <= s <= 35 for s in shares.values()), shares
 
 
+@pytest.mark.slow
 def test_two_streams_hold_the_share(sim_env, launch_client):
     """One process launching on two streams at 50 %: the share is the time
     either stream's kernels held the GPU, counted once (kernels one at a time
@@ -130,6 +135,7 @@ def test_two_streams_hold_the_share(sim_env, launch_client):
     assert 40 <= share(output, started + 1, started + 4) <= 60
 
 
+@pytest.mark.slow
 def test_two_containers_each_get_their_share(tmp_path, sim_env, launch_client):
     """Containers at 30 % and 60 % on one device, time-sliced: each run's span
     holds the other's slices, and neither is charged for them."""
@@ -167,7 +173,7 @@ def wait_for(condition, what: str, deadline_s: float = 20) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("failing", [False, True])
+@pytest.mark.parametrize("failing", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_launch_whose_capture_state_cannot_be_read_is_charged(tmp_path, sim_env, launch_client, failing):
     """Launches into a stream being captured run nothing and are not charged
     (the graph is, when launched); where the driver fails every
@@ -185,6 +191,7 @@ def test_a_launch_whose_capture_state_cannot_be_read_is_charged(tmp_path, sim_en
         assert device["busy_ns"] == 0 and device["throttled_ns"] == 0, device
 
 
+@pytest.mark.slow
 def test_killing_one_of_four_processes_does_not_stall_the_others(sim_env, launch_client):
     started = time.monotonic()
     container = Container(sim_env, 50, loops(launch_client, 4, seconds=4.5))
@@ -202,6 +209,7 @@ def test_killing_one_of_four_processes_does_not_stall_the_others(sim_env, launch
     assert 30 <= share(output, killed_at + 0.5, started + 4.5) <= 70
 
 
+@pytest.mark.slow
 def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_client):
     region = tmp_path / "region"
     started = time.monotonic()
@@ -219,6 +227,7 @@ def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_cl
     assert device["busy_ns"] > 0 and device["throttled_ns"] > 0
 
 
+@pytest.mark.slow
 def test_status_shows_the_cap_and_the_measured_share(tmp_path, sim_env, launch_client):
     region = tmp_path / "region"
     container = Container(sim_env, 40, loops(launch_client, 1, seconds=3.5), region=region)
@@ -247,6 +256,7 @@ def test_a_bad_cores_flag_names_itself_and_the_accepted_forms(sim_env):
     assert result.returncode == 2 and "--cores-device" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_numba_kernel_loop_is_throttled(tmp_path, sim_env):
     """A real compiler and runtime (numba-cuda) under `vgpulimit run --cores 25`:
     its loop of 1 ms kernels takes about four times as long as uncapped."""
@@ -263,6 +273,7 @@ def test_a_numba_kernel_loop_is_throttled(tmp_path, sim_env):
     assert capped_s >= 2 * free_s, (free_s, capped_s)
 
 
+@pytest.mark.slow
 def test_two_containers_of_long_kernels_each_get_their_share(tmp_path, sim_env, launch_client):
     """As above with 20 ms kernels, ten times simgpu's time slice: each kernel
     is preempted while the other container has work, and resumes later."""
@@ -272,6 +283,7 @@ def test_two_containers_of_long_kernels_each_get_their_share(tmp_path, sim_env, 
     assert 20 <= shares[0] <= 40 and 50 <= shares[1] <= 70, shares
 
 
+@pytest.mark.slow
 def test_four_processes_of_long_kernels_start_without_a_debt(sim_env, launch_client):
     """Four processes of 20 ms kernels at 10 %, started together: each one's
     first kernels, not measured yet, wait behind the others' time slices, and
@@ -286,6 +298,7 @@ def test_four_processes_of_long_kernels_start_without_a_debt(sim_env, launch_cli
     assert 7 <= 100 * ran_s / max(float(fields[3]) for fields in done) <= 13, done
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, least", [("kernel", 0.75), ("streams2", 0.5)])
 def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_path, sim_env, launch_client,
                                                                          path, least):
@@ -341,6 +354,7 @@ def test_launches_are_charged_to_the_device_of_the_context_current_then(tmp_path
     assert 2 <= busy[1] / busy[0] <= 4.5, busy
 
 
+@pytest.mark.slow
 def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_own(tmp_path, sim_env,
                                                                                    launch_client):
     """--cores-policy borrow: alone on the device the container runs well past
@@ -359,6 +373,7 @@ def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_o
     assert share(other, neighbour_at + 1.5, neighbour_at + 3.5) >= 45
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable, value", [("VGPULIMIT_CORES_POLICY", "none"),
                                              ("GPU_CORE_UTILIZATION_POLICY", "DISABLE")])
 def test_policy_none_lifts_the_share(sim_env, launch_client, variable, value):
@@ -399,7 +414,8 @@ LOOPS_SETUP = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryC
 
 
 @pytest.mark.parametrize("kernel_us, seconds, cpu_us, least, per_launch",
-                         [(1000, "2", 0, 500, 0.25), (2, "1", 10, 10000, 0.25), (20000, "6", 0, 150, 4)])
+                         [pytest.param(1000, "2", 0, 500, 0.25, marks=pytest.mark.slow), (2, "1", 10, 10000, 0.25),
+                          pytest.param(20000, "6", 0, 150, 4, marks=pytest.mark.slow)])
 def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client, kernel_us, seconds,
                                                          cpu_us, least, per_launch):
     """At 90 % the shim measures samples of launches, not every launch, and

@@ -63,6 +63,7 @@ def beside_a_low_one(tmp_path, env, client, high_flags=(), low_command=None, hig
     return low.finish(), high_out, low_region, high_region
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower, higher", [("low", "high"), ("low", "normal"), ("normal", "high")])
 def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
     low_out, high_out, low_region, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
@@ -81,6 +82,7 @@ def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
     assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
 
 
+@pytest.mark.slow
 def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
     low_out, high_out, _, _ = beside_a_low_one(tmp_path, sim_env, launch_client)
     _, high_end = span(high_out)
@@ -92,6 +94,7 @@ def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
     assert (n1 - n0) * 1e-3 / (t1 - t0) >= 0.6, after[:4]
 
 
+@pytest.mark.slow
 def test_priority_never_exceeds_a_share(tmp_path, sim_env, launch_client):
     """A high container at 40 % gets 40 %, not more, beside a low one, which
     has the rest of the GPU while the high one waits for its budget."""
@@ -104,6 +107,7 @@ def test_priority_never_exceeds_a_share(tmp_path, sim_env, launch_client):
     assert device0(high_region, sim_env)["throttled_ns"] > 0
 
 
+@pytest.mark.slow
 def test_a_tenant_cannot_raise_its_own_priority(tmp_path, sim_env, launch_client):
     """A process of the low container asks for high with its environment
     (ours and HAMi's variable) and with a nested `vgpulimit run --priority
@@ -125,6 +129,7 @@ def test_a_tenant_cannot_raise_its_own_priority(tmp_path, sim_env, launch_client
     assert read_snapshot(low_region, all_devices=True).devices[0].yielded_ns > 0
 
 
+@pytest.mark.slow
 def test_the_board_is_left_as_found_and_set_changes_a_priority_live(tmp_path, sim_env, launch_client):
     from vgpulimit._core import ffi, lib
 
@@ -179,6 +184,7 @@ def test_set_priority_on_a_container_without_one_says_how_to_give_one(tmp_path, 
     assert "--priority" in result.stderr and "takes no part" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, launch_client):
     """The high container's tenant truncates its own beacon while the low one
     reads it: the low one keeps launching (it reads beacons, never maps
@@ -214,6 +220,7 @@ def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_p
     assert (shown["priority"], shown["priority_board"]) == ("high", None)
 
 
+@pytest.mark.slow
 def test_set_raises_a_low_container_while_it_runs(tmp_path, sim_env, launch_client):
     """`vgpulimit set --priority high` from the node, on a low container held
     back by a high one: from then on the two are equals, time-sliced."""
@@ -273,6 +280,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow
 def test_a_lower_containers_claim_holds_back_no_higher_one(tmp_path, sim_env, launch_client):
     """A low tenant writes "busy for 5 s more" into its own beacon every
     millisecond, beside a normal container and a high one that launches a
@@ -295,6 +303,7 @@ def test_a_lower_containers_claim_holds_back_no_higher_one(tmp_path, sim_env, la
     assert share(low_out, first + 0.3, last) <= 12, counts
 
 
+@pytest.mark.slow
 def test_a_tenant_that_truncates_its_own_beacon_keeps_its_processes(tmp_path, sim_env, launch_client):
     """The beacon is the tenant's own file, mapped by its processes: cut
     short under them, they keep launching (as with the region, a guard
@@ -314,6 +323,7 @@ def test_a_tenant_that_truncates_its_own_beacon_keeps_its_processes(tmp_path, si
     assert container.proc.returncode == 0 and after >= 500, (container.proc.returncode, after)
 
 
+@pytest.mark.slow
 def test_a_high_container_that_never_goes_idle_leaves_a_low_one_the_floor_the_docs_give(
         tmp_path, sim_env, launch_client):
     """The known limit, said in docs/priority.md with its figure: beside a
@@ -421,6 +431,7 @@ SHED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shed", SHED)
 def test_a_hook_tenant_cannot_shed_its_priority(hook_node, shed):
     """A low tenant damages what it may write (its beacon, its region's
@@ -440,6 +451,7 @@ def test_a_hook_tenant_cannot_shed_its_priority(hook_node, shed):
     assert "VGPULIMIT_PRIORITY or CUDA_TASK_PRIORITY" not in low_err, low_err
 
 
+@pytest.mark.slow
 def test_set_from_the_node_changes_a_hook_containers_priority(hook_node):
     """`vgpulimit set --priority` on a hook container's region, from the
     node: it reaches the node's board (the region names the board as the
