@@ -1,5 +1,7 @@
 """Shared fixtures: the installed package's native parts, C test programs built
-once per session against them, and an isolated simulated GPU per test."""
+once per session against them, an isolated simulated GPU per test, and runc;
+with the helpers they are built on.  The helpers of the tests themselves (the
+CLI, its one error line, status) are in helpers.py."""
 
 from __future__ import annotations
 
@@ -59,6 +61,25 @@ def cbin(tmp_path_factory, simgpu_dir) -> Path:
     compile_c(out / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
               f"-L{out}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl", f"-Wl,-rpath,{out}")
     return out
+
+
+@pytest.fixture(scope="session")
+def launch_client(tmp_path_factory) -> Path:
+    """tests/c/launch_client.c: launches kernels and reports its progress."""
+    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"],
+                     "-ldl")
+
+
+@pytest.fixture
+def runc() -> str:
+    """The runc that runs the tests' containers (tests/runc_bundle.py); the
+    test is skipped, saying why, where it cannot."""
+    from runc_bundle import RUNC, runc_unavailable
+
+    reason = runc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    return RUNC
 
 
 def base_env(**extra: str) -> dict[str, str]:

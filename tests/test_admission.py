@@ -16,7 +16,7 @@ import pytest
 from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
 from podman import Podman, podman_unavailable
 from prometheus_client.parser import text_string_to_metric_families
-from runc_bundle import hook_entry, make_bundle, runc_unavailable
+from runc_bundle import hook_entry, make_bundle
 
 from vgpulimit import _paths
 
@@ -47,11 +47,8 @@ def admitting_hook(tmp_path, *flags: str) -> dict:
 
 
 @pytest.fixture
-def runc_node(tmp_path):
+def runc_node(tmp_path, runc):
     """Starts runc containers with the admitting hook; stops them afterwards."""
-    reason = runc_unavailable()
-    if reason:
-        pytest.skip(reason)
     pytest.importorskip("cuda.bindings")
     bundles, running = [], []
 

@@ -13,22 +13,10 @@ import sys
 import pexpect
 import pytest
 from conftest import base_env, vgpulimit_cmd
-from test_oci_hook import hook, one_line, plain_bundle, state_of
+from helpers import one_error_line, vgpulimit
+from test_oci_hook import hook, plain_bundle, state_of
 
 from vgpulimit.region import Region
-
-
-def vgpulimit(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(vgpulimit_cmd(*args), capture_output=True, text=True, cwd=cwd,
-                          env=base_env(), timeout=60, check=False)
-
-
-def error_line(result: subprocess.CompletedProcess, code: int) -> str:
-    assert result.returncode == code, result
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vgpulimit: error: "), result.stderr
-    return lines[0]
-
 
 # -- device indices and counts: ASCII digits only -------------------------------------------------
 
@@ -44,7 +32,7 @@ def error_line(result: subprocess.CompletedProcess, code: int) -> str:
 ])
 def test_a_digit_that_is_not_ascii_is_refused(tmp_path, args, says):
     flags = ["--region", str(tmp_path / "region")] + (["--", "true"] if args[0] == "run" else [])
-    line = error_line(vgpulimit(*args, *flags), 2)
+    line = one_error_line(vgpulimit(*args, *flags), 2)
     assert says in line
     assert not (tmp_path / "region").exists()
 
@@ -53,7 +41,7 @@ def test_a_limit_variable_whose_index_is_not_ascii_is_refused_as_the_shim_refuse
     """The one reader (as the shim and `run` read it): VGPULIMIT_MEMORY_² names
     no device, and a limit the user meant is never dropped silently."""
     bundle = plain_bundle(tmp_path, env={"VGPULIMIT_MEMORY_²": "1GiB"})
-    line = one_line(hook(state_of(bundle, pid=os.getpid()), tmp_path / "node"))
+    line = one_error_line(hook(state_of(bundle, pid=os.getpid()), tmp_path / "node"))
     assert "VGPULIMIT_MEMORY_²" in line and "ASCII digits" in line
 
 
@@ -63,14 +51,14 @@ DEEP = "[" * 100_000
 
 
 def test_a_deeply_nested_state_is_one_line(tmp_path):
-    line = one_line(hook(DEEP, tmp_path / "node"))
+    line = one_error_line(hook(DEEP, tmp_path / "node"))
     assert "container state on stdin is JSON nested too deeply" in line
 
 
 def test_a_deeply_nested_config_is_one_line(tmp_path):
     bundle = plain_bundle(tmp_path)
     (bundle / "config.json").write_text(DEEP)
-    line = one_line(hook(state_of(bundle, pid=os.getpid()), tmp_path / "node"))
+    line = one_error_line(hook(state_of(bundle, pid=os.getpid()), tmp_path / "node"))
     assert f"{bundle / 'config.json'} is JSON nested too deeply" in line
 
 
@@ -78,14 +66,14 @@ def test_a_closed_stdin_is_one_line(tmp_path):
     result = subprocess.run(vgpulimit_cmd("oci-hook", "--node-dir", str(tmp_path / "node")),
                             capture_output=True, text=True, env=base_env(), timeout=60,
                             check=False, preexec_fn=lambda: os.close(0))
-    assert "on stdin, as a runtime gives it; stdin is closed" in error_line(result, 1)
+    assert "on stdin, as a runtime gives it; stdin is closed" in one_error_line(result, 1)
 
 
 # -- files given by name --------------------------------------------------------------------------
 
 
 def test_cdi_output_empty(tmp_path):
-    line = error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", "", cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", "", cwd=tmp_path), 2)
     assert "--output is empty" in line and "no --output for stdout" in line
     assert os.listdir(tmp_path) == []
 
@@ -93,7 +81,7 @@ def test_cdi_output_empty(tmp_path):
 def test_cdi_output_a_directory_leaves_nothing_behind(tmp_path):
     target = tmp_path / "specs"
     target.mkdir()
-    line = error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", str(target)), 1)
+    line = one_error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", str(target)), 1)
     assert line == f"vgpulimit: error: --output {target}: a directory; give a file name"
     assert os.listdir(tmp_path) == ["specs"] and os.listdir(target) == []
 
@@ -101,13 +89,13 @@ def test_cdi_output_a_directory_leaves_nothing_behind(tmp_path):
 def test_cdi_output_a_fifo_is_not_replaced(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    line = error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", str(fifo)), 1)
+    line = one_error_line(vgpulimit("cdi", "generate", "--memory", "1GiB", "--output", str(fifo)), 1)
     assert "not a regular file" in line
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and os.listdir(tmp_path) == ["fifo"]
 
 
 def test_install_hook_dir_empty_writes_nowhere(tmp_path):
-    line = error_line(vgpulimit("install-hook", "--dir", "", cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit("install-hook", "--dir", "", cwd=tmp_path), 2)
     assert "install-hook: --dir is empty" in line
     assert os.listdir(tmp_path) == []
 
@@ -120,7 +108,7 @@ def test_install_hook_dir_empty_writes_nowhere(tmp_path):
 @pytest.mark.parametrize("node_dir", ["", "containers", "./containers", "../containers",
                                       "~/containers"])
 def test_a_node_dir_that_is_not_absolute_writes_nowhere(tmp_path, command, node_dir):
-    line = error_line(vgpulimit(*command, "--node-dir", node_dir, cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit(*command, "--node-dir", node_dir, cwd=tmp_path), 2)
     assert f"{command[0]}" in line and f"--node-dir {node_dir!r} is not an absolute path" in line
     assert os.listdir(tmp_path) == []
 
@@ -134,14 +122,14 @@ def test_run_region_that_is_no_file(tmp_path, make, says):
     path = tmp_path / "region"
     make(path)
     before = sorted(os.listdir(tmp_path))
-    line = error_line(vgpulimit("run", "--region", str(path), "--", "true"), 1)
+    line = one_error_line(vgpulimit("run", "--region", str(path), "--", "true"), 1)
     assert line == f"vgpulimit: error: cannot create {path}: {says}; give a path where no " \
                    "file exists"
     assert sorted(os.listdir(tmp_path)) == before
 
 
 def test_run_region_dev_null():
-    line = error_line(vgpulimit("run", "--region", "/dev/null", "--", "true"), 1)
+    line = one_error_line(vgpulimit("run", "--region", "/dev/null", "--", "true"), 1)
     assert "cannot create /dev/null: a character device (not a regular file)" in line
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
@@ -155,7 +143,7 @@ def test_run_region_dev_null():
     (["status", "--interval", "0.01"], "'0.01' is not a number of seconds from 0.1 to 3600, or 0"),
 ])
 def test_an_interval_too_short_is_refused(tmp_path, args, says):
-    line = error_line(vgpulimit(*args, "--region", str(tmp_path / "region")), 2)
+    line = one_error_line(vgpulimit(*args, "--region", str(tmp_path / "region")), 2)
     assert "argument --interval: " in line and says in line
 
 
@@ -183,7 +171,7 @@ def test_top_at_the_shortest_interval_quits_on_q(tmp_path):
 @pytest.mark.parametrize("dashes", [["--"], []])
 def test_run_of_a_command_with_an_empty_name_is_one_line(tmp_path, command, dashes):
     region = tmp_path / "region"
-    line = error_line(vgpulimit("run", "--memory", "1GiB", "--region", str(region), *dashes,
+    line = one_error_line(vgpulimit("run", "--memory", "1GiB", "--region", str(region), *dashes,
                                 *command), 2)
     assert line == (f"vgpulimit: error: run: the command's name is {command[0]!r}; give a program "
                     "on PATH or a path to one (e.g. vgpulimit run -- python3 app.py)")
@@ -195,7 +183,7 @@ LONG = "a" * 5000
 
 def short_line(result: subprocess.CompletedProcess, code: int, length: int) -> str:
     """One line that shows a long name cut, with the name's length."""
-    line = error_line(result, code)
+    line = one_error_line(result, code)
     assert not re.search(r"(.)\1{99}", line) and f"({length} characters)" in line, line
     return line
 

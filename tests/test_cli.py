@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import GiB, MiB, base_env, vgpulimit_cmd
+from helpers import one_error_line, vgpulimit
 
 from vgpulimit.limits import memory_forms, parse_memory
 from vgpulimit.region import Region
 
-GiB = 1 << 30
-MiB = 1 << 20
-VGPULIMIT = [sys.executable, "-m", "vgpulimit"]
+VGPULIMIT = vgpulimit_cmd()
 PY = sys.executable
 
 
@@ -29,28 +29,6 @@ def runtime_dir(tmp_path, monkeypatch):
     path.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
     return path
-
-
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VGPULIMIT_", "SIMGPU_"))
-           and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
-    env.update(extra)
-    return env
-
-
-def vgpulimit(*args, env=None, cwd=None, timeout=60, **kwargs):
-    return subprocess.run([*VGPULIMIT, *args], capture_output=True, text=True, check=False,
-                          env=clean_env() if env is None else env, cwd=cwd,
-                          timeout=timeout, **kwargs)
-
-
-def one_error_line(result, code):
-    assert result.returncode == code, result
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("vgpulimit: error: ")
-    return lines[0]
 
 
 CHILD_REPORT = """
@@ -141,7 +119,7 @@ def test_unparsable_memory_is_one_line_and_exit_2():
 
 
 def test_unparsable_memory_in_the_environment_names_the_variable():
-    env = clean_env(VGPULIMIT_MEMORY_2="8GBx")
+    env = base_env(VGPULIMIT_MEMORY_2="8GBx")
     line = one_error_line(vgpulimit("run", "--", "true", env=env), 2)
     assert "VGPULIMIT_MEMORY_2: '8GBx'" in line
 
@@ -180,7 +158,7 @@ def test_no_traceback_for_a_missing_value():
 
 def test_the_child_gets_the_region_alone_which_carries_the_limits():
     report = run_report("--memory", "1GiB", "--memory-device", "1=50%",
-                        env=clean_env(CUDA_DEVICE_MEMORY_LIMIT="2048m", VGPULIMIT_CORES="30"))
+                        env=base_env(CUDA_DEVICE_MEMORY_LIMIT="2048m", VGPULIMIT_CORES="30"))
     env = report["env"]
     # One carrier: no limit variable reaches the child to be read another way
     # (VGPULIMIT_SETTER carries no limit: it says a region was given).
@@ -195,32 +173,32 @@ def test_the_child_gets_the_region_alone_which_carries_the_limits():
 
 
 def test_child_keeps_the_users_preloads_after_the_shim():
-    report = run_report(env=clean_env(LD_PRELOAD="libm.so.6"))
+    report = run_report(env=base_env(LD_PRELOAD="libm.so.6"))
     assert report["env"]["LD_PRELOAD"] == f"{libpath()}:libm.so.6"
 
 
 def test_simulate_puts_the_simulated_driver_first():
     simgpu = vgpulimit("simgpu-path").stdout.strip()
-    report = run_report("--simulate", env=clean_env(LD_LIBRARY_PATH="/opt/x"))
+    report = run_report("--simulate", env=base_env(LD_LIBRARY_PATH="/opt/x"))
     assert report["env"]["LD_LIBRARY_PATH"] == f"{simgpu}:/opt/x"
 
 
 def test_limits_come_from_the_environment_when_no_flag_is_given():
-    report = run_report(env=clean_env(VGPULIMIT_MEMORY="512MiB", VGPULIMIT_MEMORY_3="2GiB"))
+    report = run_report(env=base_env(VGPULIMIT_MEMORY="512MiB", VGPULIMIT_MEMORY_3="2GiB"))
     assert report["memory"][0] == [512 * MiB, 0]
     assert report["memory"][3] == [2 * GiB, 0]
 
 
 @pytest.mark.parametrize("variable", ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0"])
 def test_hami_variables_cap_a_run_as_they_cap_the_shim(variable):
-    report = run_report(env=clean_env(**{variable: "1024m", "CUDA_DEVICE_SM_LIMIT": "20"}))
+    report = run_report(env=base_env(**{variable: "1024m", "CUDA_DEVICE_SM_LIMIT": "20"}))
     assert report["memory"][0] == [GiB, 0]
     assert report["cores"][0] == 20
 
 
 def test_flag_wins_over_the_environment_and_says_so():
     result = vgpulimit("run", "--memory", "1GiB", "--cores", "40", "--", PY, "-c", CHILD_REPORT,
-                       env=clean_env(VGPULIMIT_MEMORY_0="8GiB", VGPULIMIT_CORES_0="90"))
+                       env=base_env(VGPULIMIT_MEMORY_0="8GiB", VGPULIMIT_CORES_0="90"))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["memory"][0] == [GiB, 0] and report["cores"][0] == 40
@@ -230,14 +208,14 @@ def test_flag_wins_over_the_environment_and_says_so():
 
 def test_ours_and_hamis_variables_disagreeing_is_said():
     result = vgpulimit("run", "--", PY, "-c", CHILD_REPORT,
-                       env=clean_env(VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_LIMIT="2048m"))
+                       env=base_env(VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_LIMIT="2048m"))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["memory"][0] == [GiB, 0]
     assert 'VGPULIMIT_MEMORY="1GiB" and CUDA_DEVICE_MEMORY_LIMIT="2048m" disagree' in result.stderr
 
 
 def test_a_device_variable_with_no_ascii_index_is_one_line():
-    line = one_error_line(vgpulimit("run", "--", "true", env=clean_env(**{"VGPULIMIT_MEMORY_\u00b2": "1GiB"})), 2)
+    line = one_error_line(vgpulimit("run", "--", "true", env=base_env(**{"VGPULIMIT_MEMORY_\u00b2": "1GiB"})), 2)
     assert "VGPULIMIT_MEMORY_\u00b2" in line and "ASCII digits" in line
 
 
@@ -291,7 +269,7 @@ sys.exit(5)
 
 def start_counter():
     proc = subprocess.Popen([*VGPULIMIT, "run", "--", PY, "-c", SIGNAL_COUNTER],
-                            stdout=subprocess.PIPE, text=True, env=clean_env())
+                            stdout=subprocess.PIPE, text=True, env=base_env())
     assert proc.stdout.readline() == "ready\n"
     return proc
 
@@ -310,7 +288,7 @@ def test_terminal_signals_are_not_delivered_twice():
     # holds the supervisor and the child: the child must see each once.
     pid, fd = pty.fork()
     if pid == 0:
-        os.execvpe(VGPULIMIT[0], [*VGPULIMIT, "run", "--", PY, "-c", SIGNAL_COUNTER], clean_env())
+        os.execvpe(VGPULIMIT[0], [*VGPULIMIT, "run", "--", PY, "-c", SIGNAL_COUNTER], base_env())
     try:
         out = b""
         deadline = time.monotonic() + 20
@@ -347,7 +325,7 @@ def test_orphans_are_reaped_when_pid_1():
               'for f in /proc/[0-9]*/stat; do cat "$f"; echo; done 2>/dev/null')
     result = subprocess.run([unshare, "-p", "-f", "--mount-proc", *VGPULIMIT, "run", "--",
                              "sh", "-c", script], capture_output=True, text=True,
-                            env=clean_env(), timeout=60, check=False)
+                            env=base_env(), timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     states = [line.rsplit(")", 1)[1].split()[0]
               for line in result.stdout.splitlines() if ")" in line]
@@ -385,7 +363,7 @@ def test_supervisor_reclaims_dead_processes_and_keeps_live_ones():
 def test_fill_gpu_example_stops_at_the_cap(tmp_path):
     pytest.importorskip("cuda.bindings")
     example = Path(__file__).resolve().parent.parent / "examples" / "fill_gpu.py"
-    env = clean_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"))
+    env = base_env(SIMGPU_STATE=str(tmp_path / "simgpu.state"))
     result = vgpulimit("run", "--simulate", "--memory", "1GiB", "--", PY, str(example), env=env)
     assert result.returncode == 0, result.stderr
     # The simulated GPU is an H200 by default: its context holds 518 MiB of the
@@ -469,7 +447,7 @@ def test_status_while_a_command_runs(tmp_path):
     path = tmp_path / "region"
     proc = subprocess.Popen([*VGPULIMIT, "run", "--memory", "2GiB", "--region", str(path), "--",
                              "sh", "-c", "echo ready; exec sleep 30"],
-                            stdout=subprocess.PIPE, text=True, env=clean_env())
+                            stdout=subprocess.PIPE, text=True, env=base_env())
     try:
         assert proc.stdout.readline() == "ready\n"
         result = vgpulimit("status", "--json", "--region", str(path))
@@ -516,10 +494,10 @@ def test_a_unitless_number_above_one_asks_what_it_is():
 
 
 def test_a_unitless_variable_above_one_asks_what_it_is_too():
-    line = one_error_line(vgpulimit("run", "--", "true", env=clean_env() | {"VGPULIMIT_MEMORY_1": "2.5"}), 2)
+    line = one_error_line(vgpulimit("run", "--", "true", env=base_env() | {"VGPULIMIT_MEMORY_1": "2.5"}), 2)
     assert line == "vgpulimit: error: VGPULIMIT_MEMORY_1=2.5: 2.5 what? (a fraction is 0-1; sizes need a unit, e.g. 2.5GiB)"
     # A fraction up to 1 is a fraction of the device, as ever.
-    assert vgpulimit("run", "--", "true", env=clean_env() | {"VGPULIMIT_MEMORY_1": "1.000"}).returncode == 0
+    assert vgpulimit("run", "--", "true", env=base_env() | {"VGPULIMIT_MEMORY_1": "1.000"}).returncode == 0
 
 
 @pytest.mark.parametrize("args, env", [
@@ -531,7 +509,7 @@ def test_a_unitless_variable_above_one_asks_what_it_is_too():
     (["set", "--memory", "12XB", "--region", "/nonexistent"], {}),
 ])
 def test_a_bad_limit_is_one_terminal_line_and_help_has_every_form(args, env):
-    line = one_error_line(vgpulimit(*args, env=clean_env() | env), 2)
+    line = one_error_line(vgpulimit(*args, env=base_env() | env), 2)
     assert len(line) <= 160, line
     assert "accepted forms:" in line or "out of range" in line
     full = vgpulimit(args[0], "--help").stdout

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 from importlib.metadata import version
 
 import pytest
 from conftest import base_env, have
-
-VGPULIMIT = [sys.executable, "-m", "vgpulimit"]
-
-
-def vgpulimit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*VGPULIMIT, *args], capture_output=True, text=True, check=False,
-                          env=base_env(), timeout=60)
+from helpers import vgpulimit
 
 
 @pytest.fixture(scope="module")

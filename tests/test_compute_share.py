@@ -19,15 +19,10 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, SHIM_SRC, TESTS, base_env, compile_c, run, vgpulimit_cmd
+from helpers import status_json
 
 CLIENTS = TESTS / "clients"
 KERNEL_US = 1000
-
-
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("launch")
-    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
 
 
 class Container:
@@ -90,12 +85,14 @@ def share(output: str, start: float, end: float, kernel_us: int = KERNEL_US) -> 
     return 100 * total
 
 
+@pytest.mark.slow
 def test_a_quarter_share_holds_over_three_seconds(sim_env, launch_client):
     started = time.monotonic()
     output = Container(sim_env, 25, loops(launch_client, 1)).finish()
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+@pytest.mark.slow
 def test_four_processes_draw_from_one_budget(sim_env, launch_client):
     started = time.monotonic()
     output = Container(sim_env, 25, loops(launch_client, 4)).finish()
@@ -103,6 +100,7 @@ def test_four_processes_draw_from_one_budget(sim_env, launch_client):
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+@pytest.mark.slow
 def test_a_nested_run_draws_from_the_outer_share(sim_env, launch_client):
     """The nested run asks for 80 %; its launches draw from the outer 25 % too."""
     started = time.monotonic()
@@ -112,6 +110,7 @@ def test_a_nested_run_draws_from_the_outer_share(sim_env, launch_client):
     assert 15 <= share(output, started + 1, started + 4) <= 35
 
 
+@pytest.mark.slow
 def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
     """Each path on a simulated GPU of its own, all at once; uncapped, each
     loop would keep its GPU busy all the time."""
@@ -124,6 +123,7 @@ def test_every_launch_path_is_throttled(tmp_path, sim_env, launch_client):
     assert all(15 <= s <= 35 for s in shares.values()), shares
 
 
+@pytest.mark.slow
 def test_two_streams_hold_the_share(sim_env, launch_client):
     """One process launching on two streams at 50 %: the share is the time
     either stream's kernels held the GPU, counted once (kernels one at a time
@@ -135,6 +135,7 @@ def test_two_streams_hold_the_share(sim_env, launch_client):
     assert 40 <= share(output, started + 1, started + 4) <= 60
 
 
+@pytest.mark.slow
 def test_two_containers_each_get_their_share(tmp_path, sim_env, launch_client):
     """Containers at 30 % and 60 % on one device, time-sliced: each run's span
     holds the other's slices, and neither is charged for them."""
@@ -172,7 +173,7 @@ def wait_for(condition, what: str, deadline_s: float = 20) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("failing", [False, True])
+@pytest.mark.parametrize("failing", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_launch_whose_capture_state_cannot_be_read_is_charged(tmp_path, sim_env, launch_client, failing):
     """Launches into a stream being captured run nothing and are not charged
     (the graph is, when launched); where the driver fails every
@@ -183,14 +184,14 @@ def test_a_launch_whose_capture_state_cannot_be_read_is_charged(tmp_path, sim_en
     env = dict(sim_env, SIMGPU_FAIL="cuStreamIsCapturing") if failing else sim_env
     output = Container(env, 25, [launch_client, "captured", KERNEL_US, 8], region=region).finish()
     assert " 1000 " in output.split("done ")[1], output
-    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
-                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
     if failing:
         assert device["busy_ns"] >= 900 * KERNEL_US * 1000 and device["throttled_ns"] > 0, device
     else:
         assert device["busy_ns"] == 0 and device["throttled_ns"] == 0, device
 
 
+@pytest.mark.slow
 def test_killing_one_of_four_processes_does_not_stall_the_others(sim_env, launch_client):
     started = time.monotonic()
     container = Container(sim_env, 50, loops(launch_client, 4, seconds=4.5))
@@ -208,6 +209,7 @@ def test_killing_one_of_four_processes_does_not_stall_the_others(sim_env, launch
     assert 30 <= share(output, killed_at + 0.5, started + 4.5) <= 70
 
 
+@pytest.mark.slow
 def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_client):
     region = tmp_path / "region"
     started = time.monotonic()
@@ -216,7 +218,7 @@ def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_cl
                          for t, _ in points), "progress reported 2.5 s after the start")
     run(vgpulimit_cmd("set", "--cores", "75", "--region", region), sim_env)
     changed_at = time.monotonic()
-    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), sim_env).stdout)
+    status = status_json(sim_env, region)
     output = container.finish()
     assert 15 <= share(output, started + 1, started + 2.5) <= 35
     assert 60 <= share(output, changed_at + 1, started + 5.5) <= 90
@@ -225,6 +227,7 @@ def test_a_live_change_takes_effect_within_a_second(tmp_path, sim_env, launch_cl
     assert device["busy_ns"] > 0 and device["throttled_ns"] > 0
 
 
+@pytest.mark.slow
 def test_status_shows_the_cap_and_the_measured_share(tmp_path, sim_env, launch_client):
     region = tmp_path / "region"
     container = Container(sim_env, 40, loops(launch_client, 1, seconds=3.5), region=region)
@@ -253,6 +256,7 @@ def test_a_bad_cores_flag_names_itself_and_the_accepted_forms(sim_env):
     assert result.returncode == 2 and "--cores-device" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_numba_kernel_loop_is_throttled(tmp_path, sim_env):
     """A real compiler and runtime (numba-cuda) under `vgpulimit run --cores 25`:
     its loop of 1 ms kernels takes about four times as long as uncapped."""
@@ -269,6 +273,7 @@ def test_a_numba_kernel_loop_is_throttled(tmp_path, sim_env):
     assert capped_s >= 2 * free_s, (free_s, capped_s)
 
 
+@pytest.mark.slow
 def test_two_containers_of_long_kernels_each_get_their_share(tmp_path, sim_env, launch_client):
     """As above with 20 ms kernels, ten times simgpu's time slice: each kernel
     is preempted while the other container has work, and resumes later."""
@@ -278,6 +283,7 @@ def test_two_containers_of_long_kernels_each_get_their_share(tmp_path, sim_env, 
     assert 20 <= shares[0] <= 40 and 50 <= shares[1] <= 70, shares
 
 
+@pytest.mark.slow
 def test_four_processes_of_long_kernels_start_without_a_debt(sim_env, launch_client):
     """Four processes of 20 ms kernels at 10 %, started together: each one's
     first kernels, not measured yet, wait behind the others' time slices, and
@@ -292,6 +298,7 @@ def test_four_processes_of_long_kernels_start_without_a_debt(sim_env, launch_cli
     assert 7 <= 100 * ran_s / max(float(fields[3]) for fields in done) <= 13, done
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path, least", [("kernel", 0.75), ("streams2", 0.5)])
 def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_path, sim_env, launch_client,
                                                                          path, least):
@@ -308,8 +315,7 @@ def test_a_launch_bound_program_is_charged_its_kernels_and_not_throttled(tmp_pat
     region = tmp_path / "region"
     output = Container(sim_env, 50, [launch_client, path, 2, 2, 10], region=region).finish()
     launched = int(output.split("done ")[1].split()[1])
-    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
-                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
     kernels_ns = launched * 2000
     assert launched >= 1000
     assert least * kernels_ns <= device["busy_ns"] <= 1.25 * kernels_ns, (device, kernels_ns)
@@ -342,12 +348,13 @@ def test_launches_are_charged_to_the_device_of_the_context_current_then(tmp_path
     env = dict(sim_env, SIMGPU_DEVICES="2")
     run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--region", region, "--", client, switch, "300"),
         env)
-    status = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
+    status = status_json(env, region)
     busy = {d["index"]: d["busy_ns"] for d in status["devices"]}
     assert busy[0] > 0 and busy[1] > 0, busy
     assert 2 <= busy[1] / busy[0] <= 4.5, busy
 
 
+@pytest.mark.slow
 def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_own(tmp_path, sim_env,
                                                                                    launch_client):
     """--cores-policy borrow: alone on the device the container runs well past
@@ -366,6 +373,7 @@ def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_o
     assert share(other, neighbour_at + 1.5, neighbour_at + 3.5) >= 45
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable, value", [("VGPULIMIT_CORES_POLICY", "none"),
                                              ("GPU_CORE_UTILIZATION_POLICY", "DISABLE")])
 def test_policy_none_lifts_the_share(sim_env, launch_client, variable, value):
@@ -396,8 +404,7 @@ def test_the_policy_shows_in_status_and_set_changes_it(tmp_path, sim_env, launch
     assert (device["cores_pct"], device["cores_policy"]) == (30, "borrow")
     assert "30% borrow" in run(vgpulimit_cmd("status", "--region", region), sim_env).stdout
     run(vgpulimit_cmd("set", "--cores-policy", "FORCE", "--region", region), sim_env)
-    [device] = [d for d in json.loads(run(vgpulimit_cmd("status", "--json", "--region", region),
-                                          sim_env).stdout)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
     assert device["cores_policy"] == "hard"
 
 
@@ -407,7 +414,8 @@ LOOPS_SETUP = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryC
 
 
 @pytest.mark.parametrize("kernel_us, seconds, cpu_us, least, per_launch",
-                         [(1000, "2", 0, 500, 0.25), (2, "1", 10, 10000, 0.25), (20000, "6", 0, 150, 4)])
+                         [pytest.param(1000, "2", 0, 500, 0.25, marks=pytest.mark.slow), (2, "1", 10, 10000, 0.25),
+                          pytest.param(20000, "6", 0, 150, 4, marks=pytest.mark.slow)])
 def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client, kernel_us, seconds,
                                                          cpu_us, least, per_launch):
     """At 90 % the shim measures samples of launches, not every launch, and

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TESTS, base_env, vgpulimit_cmd
-from runc_bundle import RUNC, make_bundle, runc_unavailable
+from runc_bundle import make_bundle
 
 import vgpulimit
 
@@ -299,14 +299,6 @@ print("orphan", "reaped" if state(orphan) is None else "left as " + state(orphan
 pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
 print("zombies", sum(1 for p in pids if (state(p) or ("",))[0] == "Z"), flush=True)
 """ + ARMED + 'print("ready", flush=True)\n' + WAIT
-
-
-@pytest.fixture
-def runc():
-    reason = runc_unavailable()
-    if reason:
-        pytest.skip(reason)
-    return RUNC
 
 
 def test_as_pid_1_of_a_container_orphans_are_reaped_and_sigterm_ends_it_with_143(tmp_path, runc):

@@ -14,8 +14,20 @@ CORE_SOURCES = [*(SHIM_SRC / name for name in ("limits.c", "region.c", "slot_own
                 *(BASE / name for name in ("clock.c", "identity.c", "robust.c", "create.c", "number.c"))]
 
 
-def test_core_under_sanitizers(tmp_path):
-    binary = compile_c(tmp_path / "core_test", [C_DIR / "core_test.c", *CORE_SOURCES],
+# The C tests of the core, one program per module tested (tests/c/*_test.c), and
+# the tests each runs (each takes them by name: `PROGRAM SCRATCH_DIR [TEST...]`).
+CORE_TESTS = {
+    "limits_test": ("parser",),
+    "region_test": ("start_time", "region_files", "broken_lock", "exec_again"),
+    "ledger_test": ("racing", "death_mid_change", "stopped_mid_change", "dead_holders", "kill_storm",
+                    "stuck_holder"),
+    "board_test": ("board",),
+}
+
+
+@pytest.mark.parametrize("program", CORE_TESTS)
+def test_core_under_sanitizers(tmp_path, program):
+    binary = compile_c(tmp_path / program, [C_DIR / f"{program}.c", *CORE_SOURCES],
                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TESTS, GiB, MiB, base_env, compile_c, run, vgpulimit_cmd
+from helpers import one_error_line, vgpulimit
 
 from vgpulimit.limits import parse_memory
 from vgpulimit.region import Region, ffi
@@ -31,19 +32,6 @@ HOLD = [sys.executable, str(CLIENTS / "hold.py")]
 # what a test allows a bounded wait on a loaded machine.
 LOCK_WAIT_S = 2
 BOUND_S = 30
-
-
-def vgpulimit(*args: str, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run(vgpulimit_cmd(*args), capture_output=True, text=True, cwd=cwd,
-                          env=env or base_env(), timeout=timeout, check=False)
-
-
-def one_error(result: subprocess.CompletedProcess, code: int) -> str:
-    assert result.returncode == code, result
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vgpulimit: error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def allocs(stdout: str) -> list[str]:
@@ -93,7 +81,7 @@ def test_hamis_shared_cache_is_still_made_on_first_use(sim_env, shim_path, tmp_p
 
 
 def test_cdi_generate_without_a_limit_is_refused():
-    line = one_error(vgpulimit("cdi", "generate"), 2)
+    line = one_error_line(vgpulimit("cdi", "generate"), 2)
     assert "cdi generate: no limit given" in line
     assert "--memory none --cores none" in line
 
@@ -137,14 +125,14 @@ def test_a_flag_given_twice_is_refused(tmp_path, args, says):
     region = tmp_path / "region"
     Region.create(region, {0: parse_memory("4GiB")}).close()
     env = dict(base_env(), VGPULIMIT_REGION=str(region))
-    line = one_error(vgpulimit(*args, env=env, cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit(*args, env=env, cwd=tmp_path), 2)
     assert says in line
     with Region.open(region) as opened:   # nothing changed
         assert opened.snapshot().devices[0].cap_bytes == 4 * GiB
 
 
 def test_a_unit_without_a_count_of_units_is_refused(tmp_path):
-    line = one_error(vgpulimit("run", "--unit", "128Mi", "--", "true"), 2)
+    line = one_error_line(vgpulimit("run", "--unit", "128Mi", "--", "true"), 2)
     assert "--unit is the size of one --memory-units unit, and no --memory-units is given" in line
 
 
@@ -316,7 +304,7 @@ def test_set_does_not_hang_on_a_stopped_holder_and_says_why(capped_region):
     with stopped_holder(capped_region, LOCK_AT) as holder:
         result, took = timed(vgpulimit_cmd("set", "--memory", "2GiB", "--region", capped_region),
                              base_env())
-    line = one_error(result, 1)
+    line = one_error_line(result, 1)
     assert "its lock was held past its bound (a process stopped while holding it" in line
     assert took < LOCK_WAIT_S + 10
     result = run(vgpulimit_cmd("set", "--memory", "2GiB", "--region", capped_region), base_env())
@@ -363,7 +351,7 @@ def test_a_lock_word_a_tenant_wrote_stalls_nobody(capped_region, sim_env, shim_p
     write_lock_word(capped_region, 1)
     result, took = timed(vgpulimit_cmd("set", "--memory", "2GiB", "--region", capped_region),
                          base_env())
-    assert "its lock was held past its bound" in one_error(result, 1)
+    assert "its lock was held past its bound" in one_error_line(result, 1)
     assert took < LOCK_WAIT_S + 10
     env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(capped_region))
     result, took = timed([cbin / "alloc_client", "link", str(256 * MiB), "1"], env)
@@ -471,7 +459,7 @@ def test_run_region_on_a_full_filesystem_is_one_line(sim_env, small_fs):
     region = small_fs / "region"
     result = vgpulimit("run", "--region", str(region), "--memory", "1GiB", "--", "touch",
                        str(small_fs.parent / "started"), env=sim_env)
-    line = one_error(result, 1)
+    line = one_error_line(result, 1)
     assert line == (f"vgpulimit: error: cannot create {region}: no space left on its filesystem for "
                     f"the region's {ffi.sizeof('struct vgl_region') // 1024} KiB (nothing was left behind)")
     assert os.listdir(small_fs) == []
@@ -481,7 +469,7 @@ def test_run_region_on_a_full_filesystem_is_one_line(sim_env, small_fs):
 def test_run_with_its_runtime_directory_on_a_full_filesystem_is_one_line(sim_env, small_fs):
     env = dict(sim_env, XDG_RUNTIME_DIR=str(small_fs))
     result = vgpulimit("run", "--memory", "1GiB", "--", "true", env=env)
-    assert "no space left on its filesystem" in one_error(result, 1)
+    assert "no space left on its filesystem" in one_error_line(result, 1)
     assert os.listdir(small_fs / "vgpulimit") == []
 
 
@@ -509,7 +497,7 @@ def test_run_with_a_runtime_directory_out_of_inodes_is_one_line(sim_env, tmp_pat
     try:
         result = vgpulimit("run", "--memory", "1GiB", "--", "true",
                            env=dict(sim_env, XDG_RUNTIME_DIR=str(mount)))
-        line = one_error(result, 1)
+        line = one_error_line(result, 1)
     finally:
         subprocess.run(["umount", str(mount)], check=False)
     assert f"cannot make a directory for the region in {mount / 'vgpulimit'}: No space left on device" \
@@ -531,12 +519,12 @@ def test_run_with_a_runtime_directory_out_of_inodes_is_one_line(sim_env, tmp_pat
     (["top", "--interval", "-1", "--region", "r"], "'-1' is not a number of seconds"),
 ])
 def test_a_value_that_starts_with_a_dash_is_judged_as_a_value(tmp_path, args, says):
-    line = one_error(vgpulimit(*args, cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit(*args, cwd=tmp_path), 2)
     assert says in line and "expected one argument" not in line
 
 
 def test_a_missing_value_is_still_missing(tmp_path):
-    line = one_error(vgpulimit("run", "--memory", "--cores", "30", "--", "true", cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit("run", "--memory", "--cores", "30", "--", "true", cwd=tmp_path), 2)
     assert "argument --memory: expected one argument" in line
 
 
@@ -549,7 +537,7 @@ def test_a_commands_own_dashes_are_its_own(sim_env):
 @pytest.mark.parametrize("args", [["run", "--region", "", "--", "true"],
                                   ["status", "--region", ""], ["set", "--region", "", "--memory", "1GiB"]])
 def test_an_empty_region_path_is_said_to_be_empty(tmp_path, args):
-    line = one_error(vgpulimit(*args, cwd=tmp_path), 2)
+    line = one_error_line(vgpulimit(*args, cwd=tmp_path), 2)
     assert "--region is empty" in line and str(tmp_path) not in line
     assert os.listdir(tmp_path) == []
 

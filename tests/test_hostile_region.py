@@ -18,6 +18,7 @@ from pathlib import Path
 import pexpect
 import pytest
 from conftest import GiB, MiB, base_env, run, vgpulimit_cmd
+from helpers import status
 from test_views import scrape, series
 
 from vgpulimit.limits import parse_memory
@@ -25,10 +26,6 @@ from vgpulimit.region import REGION_BYTES, Region, ffi
 
 TRUNCATED = f"truncated or resized region file (4096 bytes, expected {REGION_BYTES})"
 GARBLED = "garbled region file"
-
-
-def status(env, *args):
-    return run(vgpulimit_cmd("status", "--interval", "0", *args), env, check=False)
 
 
 def make_region(path: Path, used_bytes: int = 256 * MiB) -> Path:
@@ -135,7 +132,7 @@ with open({str(tmp_path / "other")!r}, "w+b") as f:
 
 def test_status_of_a_truncated_region_is_one_line(sim_env, regions):
     _, bad = regions
-    result = status(sim_env, "--region", str(bad))
+    result = status(sim_env, "--interval", "0", "--region", str(bad), check=False)
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr == f"vgpulimit: error: region {bad}: {TRUNCATED}\n"
@@ -144,11 +141,12 @@ def test_status_of_a_truncated_region_is_one_line(sim_env, regions):
 def test_status_all_shows_the_good_beside_the_truncated(sim_env, regions):
     good, bad = regions
     runs = good.parent.parent
-    data = json.loads(status(sim_env, "--json", "--all", str(runs)).stdout)
+    data = json.loads(status(sim_env, "--interval", "0", "--json", "--all", str(runs),
+                             check=False).stdout)
     [shown] = data["regions"]
     assert shown["region"] == str(good) and shown["devices"][0]["used_bytes"] == 256 * MiB
     assert data["errors"] == [{"region": str(bad), "error": TRUNCATED}]
-    text = status(sim_env, "--all", str(runs))
+    text = status(sim_env, "--interval", "0", "--all", str(runs), check=False)
     assert text.returncode == 0
     assert f"region {good} (generation 1)" in text.stdout
     assert [line for line in text.stdout.splitlines() if str(bad) in line] == \
@@ -199,7 +197,8 @@ def test_metrics_serve_the_good_beside_the_truncated(sim_env, regions):
 def test_a_fifo_under_the_directory_does_not_hang_status(sim_env, regions):
     good, _ = regions
     os.mkfifo(good.parent / "fifo")
-    result = status(sim_env, "--json", "--all", str(good.parent.parent))
+    result = status(sim_env, "--interval", "0", "--json", "--all", str(good.parent.parent),
+                    check=False)
     assert [r["region"] for r in json.loads(result.stdout)["regions"]] == [str(good)]
 
 
@@ -222,7 +221,7 @@ IMPOSSIBLE = {
 def test_impossible_values_show_as_garbled(sim_env, tmp_path, edit):
     region = make_region(tmp_path / "region")
     rewrite(region, edit)
-    result = status(sim_env, "--region", str(region))
+    result = status(sim_env, "--interval", "0", "--region", str(region), check=False)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (f"vgpulimit: error: region {region}: {GARBLED} "
                              "(it holds values that vgpulimit never writes)\n")
@@ -237,7 +236,7 @@ def test_impossible_values_show_as_garbled(sim_env, tmp_path, edit):
 def test_grown_and_random_files(sim_env, tmp_path, content, says):
     region = make_region(tmp_path / "region")
     region.write_bytes(content(region.read_bytes()))
-    result = status(sim_env, "--region", str(region))
+    result = status(sim_env, "--interval", "0", "--region", str(region), check=False)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == f"vgpulimit: error: region {region}: {says}\n"
 
@@ -254,7 +253,8 @@ def test_a_garbled_identity_is_no_identity(sim_env, tmp_path, identity):
         os.mkfifo(beside)
     else:
         beside.write_bytes(identity)
-    data = json.loads(status(sim_env, "--json", "--all", str(tmp_path / "run")).stdout)
+    data = json.loads(status(sim_env, "--interval", "0", "--json", "--all", str(tmp_path / "run"),
+                             check=False).stdout)
     [shown] = data["regions"]
     assert shown["identity"] == {"container_id": None, "pod": None, "namespace": None,
                                  "container": None, "pod_uid": None, "hpc_job": None,

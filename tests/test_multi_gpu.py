@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import GiB, run, vgpulimit_cmd
 from containers import CLIENTS, joined
+from helpers import status_json
 
 # Four H100s, two PCIe (114 SMs: machine 0 and 3) and two SXM (132: 1 and 2):
 # CUDA's default order (fastest first) is 1, 2, 0, 3; by bus id 0, 1, 2, 3.
@@ -53,10 +54,6 @@ def job(env, region: Path, limits: list[str]):
         release.touch()
         proc.wait(timeout=60)
     assert proc.returncode == 0, proc.stderr.read()
-
-
-def status(env, region) -> dict:
-    return json.loads(run(vgpulimit_cmd("status", "--json", "--interval", "0", "--region", region), env).stdout)
 
 
 def nvml(env, region, shim_path, cuda_init: bool) -> list[dict]:
@@ -103,7 +100,7 @@ def test_each_device_is_capped_and_throttled_and_the_views_agree(sim_env, tmp_pa
         if len(reports) > 1:
             assert reports[0]["peer"] == [1, "CUDA_SUCCESS"]
         # The region names each device by the UUID CUDA gives its ordinal.
-        devices = {d["index"]: d for d in status(env, region)["devices"]}
+        devices = {d["index"]: d for d in status_json(env, region, "--interval", "0")["devices"]}
         for r, (cap, pct) in zip(reports, CAPS):
             d = devices[r["ordinal"]]
             assert (d["uuid"], d["cap_bytes"], d["cores_pct"], d["used_bytes"]) == (r["uuid"], cap, pct,
@@ -133,7 +130,7 @@ def test_limits_by_uuid_reach_the_device_whatever_its_ordinal(sim_env, tmp_path,
         assert (second["uuid"], second["total"], second["allocated"]) == (uuids[0], 1 * GiB, 1 * GiB)
         expect_share(first["share"], None)
         expect_share(second["share"], 40)
-        devices = status(env, region)["devices"]
+        devices = status_json(env, region, "--interval", "0")["devices"]
         assert [(d["index"], d["uuid"], d["cap_bytes"], d["cores_pct"]) for d in devices[:2]] == \
             [(0, uuids[2], 3 * GiB, None), (1, uuids[0], 1 * GiB, 40)]
         view = nvml(env, region, shim_path, cuda_init=False)

@@ -13,8 +13,9 @@ import time
 from contextlib import contextmanager
 
 import pytest
-from conftest import C_DIR, GiB, MiB, compile_c, run, vgpulimit_cmd
+from conftest import GiB, MiB, run, vgpulimit_cmd
 from containers import CLIENTS, container, joined, outsider
+from helpers import status_json
 
 
 def made_on_first_use(sim_env, region, shim_path, **limits: str) -> dict[str, str]:
@@ -117,12 +118,6 @@ def test_without_vgpulimit_nvml_is_untouched(sim_env, tmp_path, shim_path):
     assert shimmed == direct
 
 
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory):
-    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client",
-                     [C_DIR / "launch_client.c"], "-ldl")
-
-
 @contextmanager
 def launching(launch_client, env, seconds=30):
     """A process launching 1 ms kernels back to back; yields its pid once it runs."""
@@ -166,7 +161,6 @@ def test_utilisation_counts_only_the_containers_kernels(sim_env, tmp_path, shim_
 def test_slots_carry_the_host_pid(sim_env, tmp_path):
     region = tmp_path / "c" / "region"
     with container(sim_env, region, ["--memory", "2GiB"], [(64 * MiB, 1)]) as [holder]:
-        status = json.loads(run(vgpulimit_cmd("status", "--json", "--interval", "0",
-                                              "--region", region), sim_env).stdout)
+        status = status_json(sim_env, region, "--interval", "0")
     [proc] = status["processes"]
     assert proc["pid"] == proc["host_pid"] == holder["pid"]

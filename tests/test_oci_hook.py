@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import TESTS, GiB, MiB, base_env, compile_c, vgpulimit_cmd
-from runc_bundle import CONFIG_SCHEMA, RUNC, hook_entry, make_bundle, runc_unavailable, tree
+from helpers import one_error_line
+from runc_bundle import CONFIG_SCHEMA, hook_entry, make_bundle, runc_unavailable, tree
 from schemas import validate
 
 REPO = TESTS.parent
@@ -27,13 +28,6 @@ def hook(state: str | dict, node_dir: Path) -> subprocess.CompletedProcess:
     text = state if isinstance(state, str) else json.dumps(state)
     return subprocess.run(vgpulimit_cmd("oci-hook", "--node-dir", str(node_dir)), input=text,
                           capture_output=True, text=True, env=base_env(), timeout=60, check=False)
-
-
-def one_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode != 0, result
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vgpulimit: error: "), result.stderr
-    return lines[0]
 
 
 def state_of(bundle: Path, status: str = "creating", pid: int | None = None,
@@ -156,7 +150,7 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
     elif case == "bad status":
         state["status"] = "running"
     before = tree(bundle)
-    line = one_line(hook(state, tmp_path / "node"))
+    line = one_error_line(hook(state, tmp_path / "node"))
     assert expected in line
     assert tree(bundle) == before
     assert not (tmp_path / "node").exists()
@@ -193,18 +187,10 @@ def test_install_hook_into_a_place_it_cannot_write(tmp_path):
     blocker.write_text("")
     result = subprocess.run(vgpulimit_cmd("install-hook", "--dir", str(blocker / "hooks.d")),
                             capture_output=True, text=True, env=base_env(), check=False)
-    assert "install-hook: cannot write" in one_line(result)
+    assert "install-hook: cannot write" in one_error_line(result)
 
 
 # -- in real containers -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def runc():
-    reason = runc_unavailable()
-    if reason:
-        pytest.skip(reason)
-    return RUNC
 
 
 @pytest.fixture

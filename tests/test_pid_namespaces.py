@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import C_DIR, GiB, MiB, compile_c, run, vgpulimit_cmd
+from conftest import GiB, MiB, run, vgpulimit_cmd
 from containers import CLIENTS, OWN_PID_NAMESPACE, can_unshare_pid, fill_cmd
+from helpers import status_json
 
 from vgpulimit.limits import parse_memory
 from vgpulimit.region import Region
@@ -117,12 +118,6 @@ def test_nvml_names_every_process_by_its_host_pid(sim_env, tenants):
     assert processes(sim_env, own_pid_namespace=True) == inside | {host.host_pid: 128 * MiB}
 
 
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory):
-    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client",
-                     [C_DIR / "launch_client.c"], "-ldl")
-
-
 def sample_pids(env, *, own_pid_namespace, until) -> set[int]:
     """The pids of device 0's utilisation samples, once `until` holds of them."""
     prefix = OWN_PID_NAMESPACE if own_pid_namespace else []
@@ -205,7 +200,7 @@ def test_status_from_the_node_shows_no_process_gone_from_a_container(sim_env, sh
     run([*OWN_PID_NAMESPACE, sys.executable, CLIENTS / "hold.py", "100"], env)
     with Region.open(region) as opened:   # the premise: its slot is still claimed
         assert sum(slot.state == 1 for slot in opened._cdata.slots) == 1
-    data = json.loads(run(vgpulimit_cmd("status", "--json", "--region", str(region)), env).stdout)
+    data = status_json(env, region)
     assert data["processes"] == []
     assert data["devices"][0]["used_bytes"] == 0
 

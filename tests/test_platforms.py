@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, ROOT, GiB, MiB, base_env, compile_c, have, run
-from test_core import CORE_SOURCES, exported, hooked_names
+from test_core import CORE_SOURCES, CORE_TESTS, exported, hooked_names
 
 GLIBC_FLOOR = (2, 17)
 CROSS_FILE = ROOT / "cross" / "aarch64-linux-gnu.ini"
@@ -155,8 +155,8 @@ def aarch64(tmp_path_factory) -> dict[str, Path]:
     compile_c(out / "rtld_next_main", [C_DIR / "rtld_next_main.c"], "-Wl,--no-as-needed",
               f"-L{out}", "-lrtld_next_wrap", "-lrtld_next_base", "-ldl", f"-Wl,-rpath,{out}",
               cc=CROSS_CC)
-    compile_c(out / "core_test", [C_DIR / "core_test.c", *CORE_SOURCES], "-lpthread",
-              cc=CROSS_CC)
+    for program in CORE_TESTS:
+        compile_c(out / program, [C_DIR / f"{program}.c", *CORE_SOURCES], "-lpthread", cc=CROSS_CC)
     return {"build": build, "bin": out, "shim": build / "shim" / "libvgpulimit.so",
             "simgpu": build / "simgpu"}
 
@@ -244,7 +244,8 @@ def test_aarch64_rtld_next_lookups_behave_as_without_the_shim(aarch64, tmp_path)
 def test_aarch64_core(aarch64, tmp_path, test):
     if test in ROBUST_MUTEX_TESTS:
         pytest.skip(QEMU_HAS_NO_ROBUST_LISTS)
-    result = under_qemu(aarch64, tmp_path, [aarch64["bin"] / "core_test", tmp_path, test],
+    [program] = [p for p, tests in CORE_TESTS.items() if test in tests]
+    result = under_qemu(aarch64, tmp_path, [aarch64["bin"] / program, tmp_path, test],
                         shim=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.fullmatch(r"[1-9]\d* passed, 0 failed\n", result.stdout), result.stdout

@@ -9,7 +9,6 @@ machine."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -19,22 +18,13 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, ROOT, SHIM_SRC, base_env, compile_c, run, vgpulimit_cmd
+from helpers import status_json
 from test_compute_share import Container, loops, progress, share, wait_for
 from test_views import serve_and_scrape
 
 
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("launch")
-    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
-
-
-def status(region: Path, env) -> dict:
-    return json.loads(run(vgpulimit_cmd("status", "--json", "--region", region), env).stdout)
-
-
 def device0(region: Path, env) -> dict:
-    [device] = [d for d in status(region, env)["devices"] if d["index"] == 0]
+    [device] = [d for d in status_json(env, region)["devices"] if d["index"] == 0]
     return device
 
 
@@ -73,6 +63,7 @@ def beside_a_low_one(tmp_path, env, client, high_flags=(), low_command=None, hig
     return low.finish(), high_out, low_region, high_region
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower, higher", [("low", "high"), ("low", "normal"), ("normal", "high")])
 def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
     low_out, high_out, low_region, high_region = beside_a_low_one(tmp_path, sim_env, launch_client,
@@ -84,13 +75,14 @@ def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
     # The low container's launches waited about as long as the high one ran.
     assert low["yielded_ns"] >= 0.5 * (last - first) * 1e9, low
     assert high["yielded_ns"] == 0 and high["throttled_ns"] == 0, high
-    assert status(low_region, sim_env)["priority"] == lower
-    assert status(high_region, sim_env)["priority"] == higher
+    assert status_json(sim_env, low_region)["priority"] == lower
+    assert status_json(sim_env, high_region)["priority"] == higher
     yielded = [v for (name, _), v in serve_and_scrape(sim_env, "--region", low_region).items()
                if name == "vgpulimit_yielded_seconds_total"]
     assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
 
 
+@pytest.mark.slow
 def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
     low_out, high_out, _, _ = beside_a_low_one(tmp_path, sim_env, launch_client)
     _, high_end = span(high_out)
@@ -102,6 +94,7 @@ def test_low_recovers_after_high_goes_idle(tmp_path, sim_env, launch_client):
     assert (n1 - n0) * 1e-3 / (t1 - t0) >= 0.6, after[:4]
 
 
+@pytest.mark.slow
 def test_priority_never_exceeds_a_share(tmp_path, sim_env, launch_client):
     """A high container at 40 % gets 40 %, not more, beside a low one, which
     has the rest of the GPU while the high one waits for its budget."""
@@ -114,6 +107,7 @@ def test_priority_never_exceeds_a_share(tmp_path, sim_env, launch_client):
     assert device0(high_region, sim_env)["throttled_ns"] > 0
 
 
+@pytest.mark.slow
 def test_a_tenant_cannot_raise_its_own_priority(tmp_path, sim_env, launch_client):
     """A process of the low container asks for high with its environment
     (ours and HAMi's variable) and with a nested `vgpulimit run --priority
@@ -135,6 +129,7 @@ def test_a_tenant_cannot_raise_its_own_priority(tmp_path, sim_env, launch_client
     assert read_snapshot(low_region, all_devices=True).devices[0].yielded_ns > 0
 
 
+@pytest.mark.slow
 def test_the_board_is_left_as_found_and_set_changes_a_priority_live(tmp_path, sim_env, launch_client):
     from vgpulimit._core import ffi, lib
 
@@ -153,7 +148,7 @@ def test_the_board_is_left_as_found_and_set_changes_a_priority_live(tmp_path, si
 
     [(priority, beacon)] = rows()
     assert priority == lib.VGL_PRIORITY_HIGH and (tmp_path / beacon).is_file()
-    assert status(region, sim_env)["priority"] == "high"
+    assert status_json(sim_env, region)["priority"] == "high"
     container.finish()
     assert rows() == [] and not (tmp_path / beacon).exists()
 
@@ -178,7 +173,7 @@ def test_a_bad_priority_names_itself_and_the_accepted_forms(sim_env, given, name
 def test_the_priority_variables_are_read_as_the_flag(tmp_path, sim_env, variable, value, priority):
     region = tmp_path / "region"
     run(vgpulimit_cmd("run", "--simulate", "--region", region, "--", "true"), dict(sim_env, **{variable: value}))
-    assert status(region, sim_env)["priority"] == priority
+    assert status_json(sim_env, region)["priority"] == priority
 
 
 def test_set_priority_on_a_container_without_one_says_how_to_give_one(tmp_path, sim_env):
@@ -189,6 +184,7 @@ def test_set_priority_on_a_container_without_one_says_how_to_give_one(tmp_path, 
     assert "--priority" in result.stderr and "takes no part" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, launch_client):
     """The high container's tenant truncates its own beacon while the low one
     reads it: the low one keeps launching (it reads beacons, never maps
@@ -220,10 +216,11 @@ def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_p
                CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region))
     result = run([launch_client, "kernel", "1000", "0.3"], env)
     assert result.stderr.count("takes no part in priorities") == 1, result.stderr
-    shown = status(region, sim_env)
+    shown = status_json(sim_env, region)
     assert (shown["priority"], shown["priority_board"]) == ("high", None)
 
 
+@pytest.mark.slow
 def test_set_raises_a_low_container_while_it_runs(tmp_path, sim_env, launch_client):
     """`vgpulimit set --priority high` from the node, on a low container held
     back by a high one: from then on the two are equals, time-sliced."""
@@ -283,6 +280,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow
 def test_a_lower_containers_claim_holds_back_no_higher_one(tmp_path, sim_env, launch_client):
     """A low tenant writes "busy for 5 s more" into its own beacon every
     millisecond, beside a normal container and a high one that launches a
@@ -305,6 +303,7 @@ def test_a_lower_containers_claim_holds_back_no_higher_one(tmp_path, sim_env, la
     assert share(low_out, first + 0.3, last) <= 12, counts
 
 
+@pytest.mark.slow
 def test_a_tenant_that_truncates_its_own_beacon_keeps_its_processes(tmp_path, sim_env, launch_client):
     """The beacon is the tenant's own file, mapped by its processes: cut
     short under them, they keep launching (as with the region, a guard
@@ -324,6 +323,7 @@ def test_a_tenant_that_truncates_its_own_beacon_keeps_its_processes(tmp_path, si
     assert container.proc.returncode == 0 and after >= 500, (container.proc.returncode, after)
 
 
+@pytest.mark.slow
 def test_a_high_container_that_never_goes_idle_leaves_a_low_one_the_floor_the_docs_give(
         tmp_path, sim_env, launch_client):
     """The known limit, said in docs/priority.md with its figure: beside a
@@ -431,6 +431,7 @@ SHED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shed", SHED)
 def test_a_hook_tenant_cannot_shed_its_priority(hook_node, shed):
     """A low tenant damages what it may write (its beacon, its region's
@@ -450,6 +451,7 @@ def test_a_hook_tenant_cannot_shed_its_priority(hook_node, shed):
     assert "VGPULIMIT_PRIORITY or CUDA_TASK_PRIORITY" not in low_err, low_err
 
 
+@pytest.mark.slow
 def test_set_from_the_node_changes_a_hook_containers_priority(hook_node):
     """`vgpulimit set --priority` on a hook container's region, from the
     node: it reaches the node's board (the region names the board as the

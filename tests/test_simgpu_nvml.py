@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import C_DIR, TESTS, GiB, compile_c, run
+from conftest import TESTS, GiB, run
 
 CLIENTS = TESTS / "clients"
 INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS, FUNCTION_NOT_FOUND = 7, 6, 0, 13
@@ -129,11 +129,6 @@ def test_nvml_init_fails_cleanly_on_a_bad_configuration(sim_env, variable, value
     assert result.stdout.strip() == "NVMLError_Unknown"
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and variable in lines[0] and value in lines[0], result.stderr
-
-
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory):
-    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
 
 
 def size_query(env, since_us: int) -> dict:

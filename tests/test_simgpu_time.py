@@ -14,15 +14,9 @@ import sys
 import time
 
 import pytest
-from conftest import C_DIR, TESTS, compile_c, run
+from conftest import TESTS, run
 
 CLIENTS = TESTS / "clients"
-
-
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory):
-    out = tmp_path_factory.mktemp("launch")
-    return compile_c(out / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
 
 
 def test_streams_events_graphs_and_the_launch_queue_follow_the_timeline(sim_env):

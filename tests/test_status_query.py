@@ -8,15 +8,12 @@ import csv
 import json
 
 import pytest
-from conftest import GiB, MiB, run, vgpulimit_cmd
+from conftest import GiB, MiB
 from containers import container
+from helpers import status
 
 from vgpulimit import query
 from vgpulimit.region import MAGIC
-
-
-def status(env, *args, check=True):
-    return run(vgpulimit_cmd("status", *args), env, check=check)
 
 
 def rows(text: str) -> list[list[str]]:

@@ -2,9 +2,9 @@
 b_sanitize=thread), driven by threads that allocate and free every family
 at once under a cap: no data race reported, and the ledger exact after.
 
-(The C core's own tests, tests/c/core_test.c, kill processes that hold a
-robust process-shared mutex, which ThreadSanitizer does not model; they run
-under AddressSanitizer and UBSan in test_core.py.)"""
+(The C core's own tests, tests/c/{limits,region,ledger,board}_test.c, kill
+processes that hold a robust process-shared mutex, which ThreadSanitizer does
+not model; they run under AddressSanitizer and UBSan in test_core.py.)"""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import pexpect
 import pytest
 from conftest import TESTS, GiB, MiB, run, vgpulimit_cmd
 from containers import container
+from helpers import status
 from prometheus_client.parser import text_string_to_metric_families
 
 import vgpulimit
@@ -21,10 +22,6 @@ from vgpulimit.metrics import OTHERS, hostname
 
 # The node, as the metrics server run by these tests names it (DCGM's Hostname).
 NODE = hostname()
-
-
-def status(env, *args):
-    return run(vgpulimit_cmd("status", *args), env)
 
 
 def test_status_json_matches_what_three_processes_allocated(sim_env, tmp_path):

@@ -1,157 +1,15 @@
-/* The shim's core (limit parser, region file, ledger) on its own, built with
- * AddressSanitizer and UBSan by tests/test_core.py.  Prints "N passed, N failed". */
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "check.h"
-#include "internal.h"
-#include "vgpulimit/board.h"
+/* The ledger (ledger.c, with region.c's reservations and reclaims): racing
+ * processes, processes killed or stopped in the middle of a change, dead
+ * holders of bytes and of the region lock, a live holder that keeps it.
+ * Built with AddressSanitizer and UBSan by tests/test_core.py; its kill
+ * storm, optimised, by benchmarks/kill_recovery.py.  Prints "N passed, N failed". */
+#include "core_fixture.h"
 
 /* The region lock as a process dying in the middle of its work holds it:
  * taken, without the repairs vgl_ledger_lock makes. */
 static void raw_lock(struct vgl_region *region)
 {
     pthread_mutex_lock((pthread_mutex_t *)(void *)region->lock.opaque);
-}
-
-/* fork() for a test child that must not outlive the test, whatever happens
- * to the test (a timeout kills only the parent). */
-static pid_t fork_child(void)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
-        _exit(9);
-    return pid;
-}
-
-#define GIB (1ULL << 30)
-#define MIB (1ULL << 20)
-
-static void test_parser(void)
-{
-    static const struct {
-        const char *text;
-        int err;
-        uint64_t bytes;
-        uint32_t ppm;
-    } cases[] = {
-        {"1073741824", 0, GIB, 0},  {"1GiB", 0, GIB, 0},      {"1Gi", 0, GIB, 0},
-        {"1g", 0, GIB, 0},          {"1gb", 0, GIB, 0},       {"3000m", 0, 3000 * MIB, 0},
-        {"3000Mi", 0, 3000 * MIB, 0}, {"1G", 0, 1000000000ULL, 0}, {"1GB", 0, 1000000000ULL, 0},
-        {"1.5g", 0, GIB + GIB / 2, 0}, {" 2GiB ", 0, 2 * GIB, 0}, {"512B", 0, 512, 0},
-        {"50%", 0, 0, 500000},      {"12.5%", 0, 0, 125000},  {"0.2", 0, 0, 200000},
-        {"1.0", 0, 0, 1000000},     {"100%", 0, 0, 1000000},
-        {"lots", -EINVAL, 0, 0},    {"8GBs", -EINVAL, 0, 0},  {"", -EINVAL, 0, 0},
-        {"1.5", -ERANGE, 0, 0},     {"0", -ERANGE, 0, 0},     {"0%", -ERANGE, 0, 0},
-        {"101%", -ERANGE, 0, 0},    {"-1G", -EINVAL, 0, 0},   {"1.5B", -EINVAL, 0, 0},
-        {"99999999999999999999", -ERANGE, 0, 0}, {"20000000Ti", -ERANGE, 0, 0},
-        {"1 GiB", -EINVAL, 0, 0},   {"1gi", -EINVAL, 0, 0},   {".", -EINVAL, 0, 0},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct vgl_mem_limit limit = {0};
-        int err = vgl_parse_memory(cases[i].text, &limit);
-        CHECK(err == cases[i].err, "\"%s\": error %d, expected %d", cases[i].text, err, cases[i].err);
-        if (!err && !cases[i].err)
-            CHECK(limit.bytes == cases[i].bytes && limit.ppm == cases[i].ppm,
-                  "\"%s\": %llu bytes %u ppm", cases[i].text, (unsigned long long)limit.bytes, limit.ppm);
-    }
-    uint32_t pct = 0;
-    CHECK(vgl_parse_cores("30", &pct) == 0 && pct == 30, "30");
-    CHECK(vgl_parse_cores("30%", &pct) == 0 && pct == 30, "30%%");
-    CHECK(vgl_parse_cores("0", &pct) == -ERANGE, "0");
-    CHECK(vgl_parse_cores("101", &pct) == -ERANGE, "101");
-    CHECK(vgl_parse_cores("1000", &pct) == -ERANGE, "1000");
-    CHECK(vgl_parse_cores("3o", &pct) == -EINVAL, "3o");
-
-    struct vgl_mem_limit half = {.ppm = 500000}, big = {.bytes = 64 * GIB}, none = {0};
-    CHECK(vgl_cap_bytes(&half, 16 * GIB) == 8 * GIB, "50%% of 16 GiB");
-    CHECK(vgl_cap_bytes(&big, 16 * GIB) == 16 * GIB, "a cap above the device");
-    CHECK(vgl_cap_bytes(&none, 16 * GIB) == UINT64_MAX, "no cap");
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
-}
-
-static void test_region_files(const char *dir)
-{
-    char path[512];
-    struct vgl_mem_limit limits[VGL_MAX_DEVICES] = {{.bytes = GIB}};
-    snprintf(path, sizeof path, "%s/region", dir);
-    CHECK(vgl_region_create(path, limits, NULL, 0, NULL) == 0, "create");
-    CHECK(vgl_region_create(path, limits, NULL, 0, NULL) == -EEXIST, "second create");
-    struct stat st;
-    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "mode %o", st.st_mode & 0777);
-    struct vgl_region *region = NULL;
-    CHECK(vgl_region_open(path, &region) == 0, "open");
-    CHECK(region && region->devices[0].limit.bytes == GIB && region->devices[1].limit.bytes == 0,
-          "limits written");
-    vgl_region_close(region);
-
-    snprintf(path, sizeof path, "%s/shared", dir);
-    CHECK(vgl_region_create(path, NULL, NULL, 1, NULL) == 0, "create group-shared");
-    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0660, "mode %o", st.st_mode & 0777);
-
-    snprintf(path, sizeof path, "%s/foreign", dir);
-    write_file(path, "#!/bin/sh\necho not a region\n", 28);
-    CHECK(vgl_region_open(path, &region) == -EPROTO, "foreign file");
-
-    snprintf(path, sizeof path, "%s/truncated", dir);
-    struct vgl_region *model = calloc(1, sizeof *model);
-    memcpy(model->magic, "VGPULIM", 8);
-    model->version = VGL_REGION_VERSION;
-    write_file(path, model, 4096);
-    CHECK(vgl_region_open(path, &region) == -EBADF, "truncated");
-
-    snprintf(path, sizeof path, "%s/future", dir);
-    model->version = VGL_REGION_VERSION + 1;
-    write_file(path, model, sizeof *model);
-    CHECK(vgl_region_open(path, &region) == -EPROTONOSUPPORT, "other version");
-    free(model);
-
-    snprintf(path, sizeof path, "%s/open-to-all", dir);
-    CHECK(vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && chmod(path, 0666) == 0, "chmod");
-    CHECK(vgl_region_open(path, &region) == -EPERM, "a world-writable region is refused");
-
-    snprintf(path, sizeof path, "%s/absent", dir);
-    CHECK(vgl_region_open(path, &region) == -ENOENT, "absent");
-}
-
-/* A process's start time identifies it across pid reuse, so it must not move
- * while the process lives (a neighbouring field, vsize, does). */
-static void test_start_time(void)
-{
-    char buf[1024];
-    FILE *f = fopen("/proc/self/stat", "r");
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')') + 2; /* field 3 */
-    for (int field = 3; field < 22; field++)
-        p = strchr(p, ' ') + 1;
-    uint64_t expected = strtoull(p, NULL, 10);
-    uint64_t before = vgl_proc_start_time(getpid());
-    void *big = mmap(NULL, GIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    uint64_t after = vgl_proc_start_time(getpid());
-    munmap(big, GIB);
-    CHECK(before == expected && after == expected, "start time %llu, then %llu; /proc says %llu",
-          (unsigned long long)before, (unsigned long long)after, (unsigned long long)expected);
 }
 
 static uint64_t live_sum(const struct vgl_region *region, uint32_t device)
@@ -460,27 +318,6 @@ static void test_stopped_mid_change(struct vgl_region *region)
     vgl_region_detach(region, self);
 }
 
-/* A process that attaches again with the same pid and start time has
- * exec'd: the driver dropped the old image's memory, so its bytes go back,
- * even from the middle of a change (a thread that exec ended there), and
- * the process has one slot. */
-static void test_exec_attaches_again(struct vgl_region *region)
-{
-    enum { DEV = 5 };
-    struct vgl_slot *before, *after;
-    CHECK(vgl_region_attach(region, getpid(), 0, &before) == 0, "attach");
-    CHECK(vgl_region_reserve(region, before, DEV, 256 * MIB, GIB) == 0, "reserve");
-    __atomic_add_fetch(&before->busy, 1, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&region->devices[DEV].used_bytes, 64 * MIB, __ATOMIC_RELAXED);
-    CHECK(vgl_region_attach(region, getpid(), 0, &after) == 0, "attach after exec");
-    CHECK(region->devices[DEV].used_bytes == 0, "used %llu", (unsigned long long)region->devices[DEV].used_bytes);
-    int mine = 0;
-    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++)
-        mine += region->slots[i].state != VGL_SLOT_FREE && region->slots[i].pid == getpid();
-    CHECK(mine == 1, "%d slots of this process", mine);
-    vgl_region_detach(region, after);
-}
-
 /* A process that dies holding bytes, or holding the region lock, blocks nobody. */
 static void test_dead_holders(struct vgl_region *region)
 {
@@ -511,36 +348,6 @@ static void test_dead_holders(struct vgl_region *region)
     CHECK(region->devices[1].oom_refusals == 1, "the refusal is counted");
     vgl_region_detach(region, self);
     CHECK(region->devices[1].used_bytes == 0, "detach returns everything");
-}
-
-/* A region lock made unusable (its bytes are in every tenant's hands): no
- * call that needs it changes what it guards as if it held it. */
-static void test_broken_lock(const char *dir)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/broken", dir);
-    struct vgl_region *region;
-    CHECK(vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && vgl_region_open(path, &region) == 0,
-          "cannot make %s", path);
-    pthread_mutex_t *mutex = (pthread_mutex_t *)(void *)region->lock.opaque;
-    pid_t child = fork_child();
-    if (child == 0) {
-        pthread_mutex_lock(mutex);
-        raise(SIGKILL);
-    }
-    waitpid(child, NULL, 0);
-    /* Unlocked without being made consistent: unrecoverable for good. */
-    CHECK(pthread_mutex_lock(mutex) == EOWNERDEAD, "the holder died");
-    pthread_mutex_unlock(mutex);
-    struct vgl_slot *slot = NULL;
-    CHECK(vgl_region_attach(region, getpid(), 0, &slot) == -ENOTRECOVERABLE, "attach refused");
-    CHECK(slot == NULL, "no slot claimed");
-    struct vgl_mem_limit limit = {.bytes = GIB};
-    uint64_t generation = region->generation;
-    CHECK(vgl_region_set_limits(region, 0, &limit, 50) == -ENOTRECOVERABLE, "limits refused");
-    CHECK(region->devices[0].limit.bytes == 0 && region->generation == generation, "nothing changed");
-    CHECK(vgl_region_reclaim(region) == -ENOTRECOVERABLE, "nothing reclaimed, and said why");
-    vgl_region_close(region);
 }
 
 static uint64_t now_ns(void)
@@ -722,134 +529,22 @@ static void test_kill_storm(struct vgl_region *region)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the survivor died");
 }
 
-/* core_test SCRATCH_DIR [TEST...]: every test, or those named.  Under
- * qemu-user (tests/test_platforms.py) a dead process's robust mutex is never
- * handed on, so the tests of dead holders (dead_holders, kill_storm, and
- * death_mid_change's dead reclaimer and recounter) are left out there. */
-static bool wanted(int argc, char **argv, const char *test)
-{
-    for (int i = 2; i < argc; i++)
-        if (strcmp(argv[i], test) == 0)
-            return true;
-    return argc == 2;
-}
-
-/* The priority board (board.c): rows taken, changed and left by setters;
- * a row whose holder died is taken again; a board that is not one refused. */
-static void test_board(const char *dir)
-{
-    uint32_t p;
-    CHECK(vgl_parse_priority(" High ", &p) == 0 && p == VGL_PRIORITY_HIGH, "High");
-    CHECK(vgl_parse_priority("urgent", &p) == -EINVAL, "urgent");
-    CHECK(vgl_parse_hami_priority("0", &p) == 0 && p == VGL_PRIORITY_HIGH, "HAMi 0");
-    CHECK(vgl_parse_hami_priority("1", &p) == 0 && p == VGL_PRIORITY_LOW, "HAMi 1");
-    CHECK(vgl_parse_hami_priority("2", &p) == -EINVAL, "HAMi 2");
-    CHECK(vgl_priority_rank(VGL_PRIORITY_HIGH) > vgl_priority_rank(VGL_PRIORITY_NORMAL) &&
-          vgl_priority_rank(VGL_PRIORITY_NORMAL) > vgl_priority_rank(VGL_PRIORITY_LOW), "ranks");
-
-    char path[512], beacon[600];
-    snprintf(path, sizeof path, "%s/priority.board", dir);
-    uint64_t key[2];
-    uint32_t row[2];
-    /* Rows are the containers' by their region files: here made-up ones. */
-    CHECK(vgl_board_join(path, VGL_PRIORITY_HIGH, 0, -1, 7, 100, &key[0], &row[0]) == 0, "join");
-    CHECK(vgl_board_join(path, VGL_PRIORITY_LOW, 0, -1, 7, 101, &key[1], &row[1]) == 0 && row[1] != row[0],
-          "join again");
-    CHECK(vgl_board_set(path, 7, 101, VGL_PRIORITY_NORMAL) == 0, "set");
-    CHECK(vgl_board_set(path, 8, 101, VGL_PRIORITY_HIGH) == -ESRCH, "set for a file with no row");
-    CHECK(vgl_board_join(path, 7, 0, -1, 7, 102, &key[1], &row[1]) == -EINVAL, "a priority that is none");
-    CHECK(vgl_board_join(path, VGL_PRIORITY_LOW, 0, -1, 7, 0, &key[1], &row[1]) == -EINVAL, "no region file");
-    /* A file that joins again (its inode reused, the row never left): one row. */
-    uint64_t again_key, found_key;
-    uint32_t again_row;
-    CHECK(vgl_board_join(path, VGL_PRIORITY_LOW, 0, -1, 7, 103, &again_key, &again_row) == 0, "a third");
-    CHECK(vgl_board_join(path, VGL_PRIORITY_HIGH, 0, -1, 7, 103, &again_key, &again_row) == 0, "it again");
-    struct vgl_board board;
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0 && read(fd, &board, sizeof board) == (ssize_t)sizeof board, "read the board");
-    if (fd >= 0)
-        close(fd);
-    CHECK(vgl_board_check(&board, sizeof board) == 0, "a board");
-    CHECK(board.row[row[1]].priority == VGL_PRIORITY_NORMAL, "the row was set");
-    CHECK(vgl_board_find(&board, 7, 101, &found_key) == (int)row[1] && found_key == key[1], "found by its file");
-    CHECK(vgl_board_find(&board, 8, 101, NULL) == -ESRCH, "another device's file has none");
-    int rows_of_103 = 0;
-    for (int i = 0; i < VGL_BOARD_ROWS; i++)
-        rows_of_103 += board.row[i].key && board.row[i].region_ino == 103;
-    CHECK(rows_of_103 == 1 && board.row[again_row].key == again_key &&
-          board.row[again_row].priority == VGL_PRIORITY_HIGH, "one row per file, the last joined");
-    snprintf(beacon, sizeof beacon, "%s/%s", dir, board.row[row[0]].beacon);
-    struct vgl_beacon b;
-    fd = open(beacon, O_RDONLY);
-    CHECK(fd >= 0 && read(fd, &b, sizeof b) == (ssize_t)sizeof b && vgl_beacon_check(&b, sizeof b) == 0,
-          "its beacon");
-    if (fd >= 0)
-        close(fd);
-    CHECK(vgl_board_check(&board, sizeof board - 1) == -EBADF, "a short board");
-    struct vgl_board garbled = board;
-    snprintf(garbled.row[row[0]].beacon, sizeof garbled.row[row[0]].beacon, "../../etc/passwd");
-    CHECK(vgl_board_check(&garbled, sizeof garbled) == -EBADMSG, "a beacon out of the directory");
-    CHECK(vgl_beacon_check(&board, sizeof board) == -EPROTO, "a board is no beacon");
-
-    CHECK(vgl_board_leave(path, row[0], key[0]) == 0 && access(beacon, F_OK) != 0, "leave");
-    CHECK(vgl_board_leave(path, row[1], key[1]) == 0, "leave the other");
-    CHECK(vgl_board_leave(path, again_row, again_key) == 0, "leave the third");
-
-    /* A supervisor that died without leaving: its row is taken by the next. */
-    pid_t child = fork_child();
-    if (child == 0)
-        _exit(0);
-    uint64_t dead_key;
-    uint32_t dead_row, next_row;
-    CHECK(vgl_board_join(path, VGL_PRIORITY_LOW, child, -1, 7, 200, &dead_key, &dead_row) == 0,
-          "join for a child");
-    waitpid(child, NULL, 0);
-    int taken = 0;
-    for (int i = 0; i < VGL_BOARD_ROWS; i++) {
-        uint64_t k;
-        if (vgl_board_join(path, VGL_PRIORITY_LOW, 0, -1, 7, 300 + (uint64_t)i, &k, &next_row) != 0)
-            break;
-        taken++;
-        if (next_row == dead_row)
-            break;
-    }
-    CHECK(next_row == dead_row, "the dead holder's row was taken again (after %d)", taken);
-    uint64_t k;
-    while (vgl_board_join(path, VGL_PRIORITY_LOW, 0, -1, 7, 400 + (uint64_t)taken, &k, &next_row) == 0)
-        taken++;
-    CHECK(vgl_board_join(path, VGL_PRIORITY_LOW, 0, -1, 7, 999, &k, &next_row) == -ENOSPC, "a full board");
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: core_test SCRATCH_DIR [parser|start_time|region_files|racing|"
-                        "death_mid_change|stopped_mid_change|exec_again|dead_holders|broken_lock|kill_storm|board|stuck_holder]...\n");
+        fprintf(stderr, "usage: ledger_test SCRATCH_DIR [racing|death_mid_change|stopped_mid_change|dead_holders|kill_storm|stuck_holder]...\n");
         return 2;
     }
     vgl_log_level = VGL_LOG_ERROR;
-    if (wanted(argc, argv, "parser"))
-        test_parser();
-    if (wanted(argc, argv, "start_time"))
-        test_start_time();
-    if (wanted(argc, argv, "region_files"))
-        test_region_files(argv[1]);
-    if (wanted(argc, argv, "broken_lock"))
-        test_broken_lock(argv[1]);
-    if (wanted(argc, argv, "board"))
-        test_board(argv[1]);
     char path[512];
-    snprintf(path, sizeof path, "%s/race", argv[1]);
-    struct vgl_region *region = NULL;
-    if (vgl_region_create(path, NULL, NULL, 0, NULL) == 0 && vgl_region_open(path, &region) == 0) {
+    struct vgl_region *region = scratch_region(argv[1], "race", path, sizeof path);
+    if (region) {
         if (wanted(argc, argv, "racing"))
             test_racing_processes(region);
         if (wanted(argc, argv, "death_mid_change"))
             test_death_mid_change(region);
         if (wanted(argc, argv, "stopped_mid_change"))
             test_stopped_mid_change(region);
-        if (wanted(argc, argv, "exec_again"))
-            test_exec_attaches_again(region);
         if (wanted(argc, argv, "dead_holders"))
             test_dead_holders(region);
         if (wanted(argc, argv, "kill_storm"))
