@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import C_DIR, ROOT, base_env, compile_c
+from conftest import ROOT, base_env
 from slurm_cluster import MPS, SHARDS, cluster, slurm_unavailable
 
 from vgpulimit import _paths, slurm
@@ -196,11 +196,6 @@ def test_jobs_of_2_and_6_shards_run_at_once_each_capped_at_its_share(node, tmp_p
     assert small.wait(timeout=60) == 0 and large.wait(timeout=60) == 0
 
 
-@pytest.fixture(scope="module")
-def launch_client(tmp_path_factory) -> Path:
-    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
-
-
 def progress(output: str) -> list[tuple[float, int]]:
     """tests/c/launch_client.c's "progress PID T N" lines: CLOCK_MONOTONIC
     seconds, kernels of known length completed."""
@@ -214,6 +209,7 @@ def share_between(points: list[tuple[float, int]], start: float, end: float, ker
     return 100 * (n1 - n0) * kernel_us * 1e-6 / (t1 - t0)
 
 
+@pytest.mark.slow
 def test_jobs_of_2_and_6_shards_at_once_each_get_their_share_of_the_gpu_time(node, launch_client):
     """Their launch loops of 1 ms kernels run at once for 6 s on one GPU:
     25 % and 75 % of its time, within 2 pp each, over the span both ran (the
