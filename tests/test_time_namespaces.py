@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import BASE, C_DIR, MiB, compile_c, run, vgpulimit_cmd
 from containers import CLIENTS, fill_cmd, joined
+from test_compute_share import KERNEL_US, Container, progress
 from test_views import scrape
 
 # Far more than the machine has been up, so that no start time of the
@@ -39,6 +40,11 @@ def can_unshare_time() -> bool:
 pytestmark = pytest.mark.skipif(not can_unshare_time(),
                                 reason="cannot make a time namespace here (needs unshare(1) with "
                                        "--time, Linux 5.6 and root)")
+
+
+@pytest.fixture(scope="module")
+def launch_client(tmp_path_factory) -> Path:
+    return compile_c(tmp_path_factory.mktemp("launch") / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
 
 
 @pytest.mark.parametrize("monotonic_s, boottime_s", [(0, 0), (1000, BOOTTIME_OFFSET_S), (-5, -5)])
@@ -143,3 +149,89 @@ def test_a_process_with_its_own_boottime_is_its_containers_in_every_view(sim_env
     finally:
         release.touch()
         proc.wait(timeout=60)
+
+
+def counts_in_window(output: str, offsets: dict[int, float], start: float, end: float) -> dict[int, int]:
+    """Launches each process completed between two times of the test's clock,
+    its progress read on its own clock (`offsets`: pid -> what its clock is
+    ahead by; 0 if not listed)."""
+    counts = {}
+    for pid, points in progress(output).items():
+        shift = offsets.get(pid, 0)
+        inside = [n for t, n in points if start <= t - shift <= end]
+        counts[pid] = inside[-1] - inside[0] if len(inside) >= 2 else 0
+    return counts
+
+
+def finish(loop: subprocess.Popen, timeout_s: float = 30) -> str:
+    """A launch loop's output once it ends, or what it printed until it was
+    held past `timeout_s` (a loop waiting for a clock 1000 s ahead)."""
+    try:
+        return loop.communicate(timeout=timeout_s)[0]
+    except subprocess.TimeoutExpired:
+        loop.kill()
+        return loop.communicate()[0]
+
+
+@pytest.mark.parametrize("ahead_s", [10, 1000])
+def test_a_process_whose_clock_runs_ahead_stalls_no_other_in_its_container(sim_env, launch_client, ahead_s):
+    """Two launch loops in one `--cores 30` container, one with its monotonic
+    clock `ahead_s` ahead: over three seconds each completes a fair part of
+    the container's share, and the container holds it."""
+    loop = [str(launch_client), "kernel", str(KERNEL_US), "4.2"]
+    shifted = [*own_clock(monotonic_s=ahead_s), *loop]
+    started = time.monotonic()
+    output = Container(sim_env, 30, ["sh", "-c", f"{' '.join(loop)} & {' '.join(shifted)} & wait"]).finish()
+    first_seen = {pid: points[0][0] for pid, points in progress(output).items()}
+    assert len(first_seen) == 2, output
+    offsets = {pid: ahead_s for pid, t in first_seen.items() if t > started + ahead_s / 2}
+    assert len(offsets) == 1, first_seen
+    counts = counts_in_window(output, offsets, started + 1, started + 4)
+    window_launches = 3.0 * 1e6 / KERNEL_US
+    shares = {"ahead" if pid in offsets else "host": 100 * n / window_launches for pid, n in counts.items()}
+    assert 20 <= sum(shares.values()) <= 40, shares
+    # Each gets at least a third of what it would beside the other (half the share).
+    assert all(s >= 5 for s in shares.values()), shares
+
+
+def test_simgpu_keeps_one_clock_for_processes_in_time_namespaces(sim_env, launch_client):
+    """With no shim, two launch loops on one simulated GPU, one with its
+    clock 1000 s ahead: the GPU time-slices them as a GPU would, each completes
+    kernels throughout (on its own clock, the loop on the host's would wait
+    1000 s behind the other's)."""
+    import time
+
+    loop = [str(launch_client), "kernel", str(KERNEL_US), "3.2"]
+    started = time.monotonic()
+    procs = [subprocess.Popen(cmd, env=sim_env, stdout=subprocess.PIPE, text=True)
+             for cmd in (loop, [*own_clock(monotonic_s=1000), *loop])]
+    outputs = [finish(p) for p in procs]
+    ahead = progress(outputs[1])
+    counts = {"host": sum(counts_in_window(outputs[0], {}, started + 1, started + 3).values()),
+              "ahead": sum(counts_in_window(outputs[1], dict.fromkeys(ahead, 1000), started + 1,
+                                            started + 3).values())}
+    window_launches = 2.0 * 1e6 / KERNEL_US
+    shares = {who: 100 * n / window_launches for who, n in counts.items()}
+    # Alone, each would keep the GPU busy: beside the other, about half each.
+    assert all(s >= 25 for s in shares.values()), shares
+
+
+def test_an_nvml_reader_on_another_clock_sees_the_gpu_as_it_is(sim_env, launch_client):
+    """A launch loop keeps the simulated GPU busy; an NVML client whose clock
+    is 1000 s ahead reads the utilisation and the loop's samples as one on
+    the host's clock would, and the loop goes on as before."""
+    loop = subprocess.Popen([launch_client, "kernel", str(KERNEL_US), "3.2"], env=sim_env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        first = loop.stdout.readline()
+        assert first.startswith("progress"), first
+        time.sleep(1)
+        since_us = time.time_ns() // 1000 - 1000000
+        read_at = time.monotonic()
+        seen = json.loads(run([*own_clock(monotonic_s=1000), sys.executable, CLIENTS / "nvml_utilization.py",
+                               since_us], sim_env).stdout)
+    finally:
+        output = finish(loop)
+    assert seen["gpu"] >= 50 and loop.pid in {s["pid"] for s in seen["samples"]}, seen
+    [after] = counts_in_window(output, {}, read_at, read_at + 1).values()
+    assert 100 * after / (1e6 / KERNEL_US) >= 50, after

@@ -70,11 +70,12 @@ struct vgl_device_state {
                                     divide its growth by wall time for the achieved share */
     int64_t budget_ns;           /* compute controller (throttle.c): GPU time the container may
                                     still start; negative: owed by launches that ran over */
-    uint64_t budget_at_ns;       /* CLOCK_MONOTONIC of the budget's last refill; 0: not started */
+    uint64_t budget_at_ns;       /* the budget's last refill, on the node's clock (CLOCK_MONOTONIC
+                                    of the initial time namespace); 0: not started */
     uint32_t cores_policy;       /* enum vgl_cores_policy (limits.h) */
     uint32_t pad2;
-    uint64_t lend_until_ns;      /* CLOCK_MONOTONIC until which a borrowing container may run
-                                    past its share (no other tenant was busy); 0: not now */
+    uint64_t lend_until_ns;      /* until when (on the node's clock) a borrowing container may
+                                    run past its share (no other tenant was busy); 0: not now */
     uint8_t uuid[16];            /* the UUID of the device CUDA numbers so in the container,
                                     written under the lock by the first process that sees it
                                     (which then applies a limit given for that UUID, below);
