@@ -15,6 +15,20 @@
 /* clock.c — `clock` (CLOCK_MONOTONIC, ..._COARSE where a read must be cheap,
  * CLOCK_REALTIME for the driver's timestamps) in nanoseconds. */
 uint64_t vgl_clock_ns(clockid_t clock);
+/* What this process's time namespace adds to CLOCK_MONOTONIC and to
+ * CLOCK_BOOTTIME (and so to the starttimes its /proc shows); 0 and 0 in the
+ * initial one. */
+struct vgl_time_offsets {
+    int64_t monotonic_ns;
+    int64_t boottime_ns;
+};
+struct vgl_time_offsets vgl_time_offsets(void);
+/* CLOCK_MONOTONIC as the initial time namespace reads it: the clock every
+ * process on the node agrees on, for every time that one process writes and
+ * another compares with its own. */
+uint64_t vgl_node_clock_ns(void);
+/* A time on that clock as this process's CLOCK_MONOTONIC reads it (to sleep until it). */
+uint64_t vgl_node_to_own_ns(uint64_t node_ns);
 
 /* identity.c — a process over time and across pid namespaces. */
 
@@ -30,8 +44,10 @@ int vgl_nspid(const char *status_path, int32_t *first, int32_t *last);
 /* This process's pid as the host knows it (and as the NVIDIA driver reports
  * it), or 0 when it cannot know it: a container with a /proc of its own. */
 int32_t vgl_host_pid_self(void);
-/* /proc/<pid>/stat's starttime: with the pid, a process's identity over time
- * (a reused pid has another).  0 when it cannot be read. */
+/* /proc/<pid>/stat's starttime as the initial time namespace reads it: with
+ * the pid, a process's identity over time (a reused pid has another), the
+ * same whichever time namespace it or the reader is in.  0 when it cannot be
+ * read. */
 uint64_t vgl_proc_start_time(int32_t pid);
 /* Whether the process `pid` that started at `start_time` (0: unknown) still
  * runs: 0 once it has exited, even before its parent reaps it (its memory is
@@ -39,6 +55,10 @@ uint64_t vgl_proc_start_time(int32_t pid);
  * A pid we cannot inspect (hidepid) counts as running.  Only for a pid of the
  * caller's own pid namespace: see vgl_hold_byte for the others. */
 int vgl_proc_running(int32_t pid, uint64_t start_time);
+/* What this process's time namespace adds to a starttime its /proc shows, in
+ * clock ticks (vgl_proc_start_time takes it off).  Exact when the offset is
+ * a whole number of ticks (1/100 s), as every tool that sets one writes it. */
+int64_t vgl_start_time_shift(void);
 /* This process's command name (/proc/self/comm), NUL-terminated, in 16 bytes. */
 void vgl_proc_comm_self(char comm[16]);
 /* Liveness that crosses pid namespaces: a process holds an open-file-description

@@ -66,7 +66,18 @@ int32_t vgl_host_pid_self(void)
     return 0;
 }
 
-/* /proc/<pid>/stat's state letter and starttime; false if unreadable. */
+int64_t vgl_start_time_shift(void)
+{
+    /* starttime is the boottime at which the process started, shifted by the
+     * reader's offset, in ticks (USER_HZ divides a second). */
+    long hz = sysconf(_SC_CLK_TCK);
+    int64_t per_tick = 1000000000 / (hz > 0 && hz <= 1000000000 ? hz : 100);
+    int64_t offset = vgl_time_offsets().boottime_ns;
+    return offset / per_tick - (offset % per_tick < 0);
+}
+
+/* /proc/<pid>/stat's state letter and starttime (in the initial time
+ * namespace: vgl_proc_start_time); false if unreadable. */
 static bool read_stat(int32_t pid, char *state, uint64_t *start_time)
 {
     char path[64], buf[1024];
@@ -90,7 +101,10 @@ static bool read_stat(int32_t pid, char *state, uint64_t *start_time)
         p = strchr(p + 1, ' ');
     if (!p)
         return false;
-    *start_time = strtoull(p + 1, NULL, 10);
+    /* A time namespace's boottime offset would make a process another to
+     * a reader on another clock (every view found it gone): taken off. */
+    int64_t start = (int64_t)strtoull(p + 1, NULL, 10) - vgl_start_time_shift();
+    *start_time = start > 0 ? (uint64_t)start : 0;
     return true;
 }
 

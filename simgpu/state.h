@@ -347,7 +347,8 @@ void sim_state_unlock_file(struct sim_file *f);
 
 /* ---- timeline.c: simulated GPU time, shared by every process ---------------- */
 
-/* CLOCK_MONOTONIC in ns: the clock of every timeline, the same in all processes. */
+/* CLOCK_MONOTONIC of the initial time namespace in ns: the clock of every
+ * timeline, the same in all processes whatever their time namespace. */
 uint64_t sim_now_ns(void);
 /* Sleeps (never spins) until sim_now_ns() >= deadline_ns. */
 void sim_sleep_until(uint64_t deadline_ns);

@@ -31,22 +31,25 @@
 #include <errno.h>
 #include <time.h>
 
+#include "base.h"
 #include "state.h"
 
 _Static_assert(sizeof(struct sim_work) == 72, "work layout");
 _Static_assert(sizeof(struct sim_sample) == 24 + 24 * SIM_SAMPLE_PROCS, "sample layout");
 
+/* A GPU has one clock, whatever time namespace a process that drives it is
+ * in: the timelines keep the initial namespace's (base/clock.c).  On its own
+ * clock, a process whose monotonic clock runs ahead ran every timeline that
+ * far ahead, and the others' kernels waited as long. */
 uint64_t sim_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+    return vgl_node_clock_ns();
 }
 
 void sim_sleep_until(uint64_t deadline_ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ULL),
-                          .tv_nsec = (long)(deadline_ns % 1000000000ULL)};
+    uint64_t own = vgl_node_to_own_ns(deadline_ns);
+    struct timespec ts = {.tv_sec = (time_t)(own / 1000000000ULL), .tv_nsec = (long)(own % 1000000000ULL)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         continue;
 }
@@ -423,12 +426,9 @@ int sim_timeline_utilization(uint32_t device, unsigned int *percent)
 
 int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sample *out, uint32_t max)
 {
-    struct timespec mono, real;
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    clock_gettime(CLOCK_REALTIME, &real);
-    /* CLOCK_REALTIME minus CLOCK_MONOTONIC, in us: NVML stamps samples with the wall clock. */
-    int64_t offset_us = ((int64_t)real.tv_sec - (int64_t)mono.tv_sec) * 1000000 +
-                        ((int64_t)real.tv_nsec - (int64_t)mono.tv_nsec) / 1000;
+    /* CLOCK_REALTIME minus the timelines' clock, in us: NVML stamps samples with the wall clock. */
+    uint64_t mono = sim_now_ns();
+    int64_t offset_us = (int64_t)(vgl_clock_ns(CLOCK_REALTIME) / 1000) - (int64_t)(mono / 1000);
     struct sim_file *f;
     struct sim_timeline *tl = sim_lock_timeline(device, &f);
     if (!tl)

@@ -89,7 +89,7 @@ struct run {
     uint64_t idle_at_ns;            /* alone, timed: its start event had completed at this time (0: not, or not asked) */
     uint64_t returned_ns;           /* alone, timed: its launch returned at this time */
     const void *key;                /* the one target launched, or NULL for several */
-    uint64_t due_ns;                /* not read back before this (CLOCK_MONOTONIC) */
+    uint64_t due_ns;                /* not read back before this (vgl_node_clock_ns) */
     uint64_t closed_ns;             /* when its end was recorded */
 };
 
@@ -105,7 +105,7 @@ struct vgl_tracker {
     CUcontext ctx;
     uint32_t device;
     CUevent reference;              /* NULL: not recorded yet */
-    uint64_t reference_ns;          /* when it was (CLOCK_MONOTONIC) */
+    uint64_t reference_ns;          /* when it was (vgl_node_clock_ns) */
     bool sampling;                  /* each stream's next launch opens a run */
     struct vgl_cadence cadence;
     struct vgl_union runs;          /* of several streams' runs */
@@ -492,7 +492,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
                 s->current = (struct run){.stream = (uint32_t)l->index, .alone = true, .start = start, .known = true};
                 /* Completed at once: the stream is idle, and the kernel will
                  * begin when it reaches the GPU, as its launch returns. */
-                uint64_t at = vgl_clock_ns(CLOCK_MONOTONIC);
+                uint64_t at = vgl_node_clock_ns();
                 if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(start) == CUDA_SUCCESS)
                     s->current.idle_at_ns = at;
             }
@@ -525,7 +525,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         s->current.timed = true;
         l->timed = true;
         vgl_cadence_sampled(&t->cadence, now_ns);
-        uint64_t when = vgl_clock_ns(CLOCK_MONOTONIC);
+        uint64_t when = vgl_node_clock_ns();
         if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(at) == CUDA_SUCCESS)
             s->current.idle_at_ns = when;
     }
@@ -538,7 +538,7 @@ void vgl_busy_quiesce(CUcontext ctx)
     pthread_mutex_lock(&measure.lock);
     for (uint32_t i = 0; i < measure.ntrackers; i++)
         if (measure.trackers[i].ctx == ctx)
-            end_sample(&measure.trackers[i], vgl_clock_ns(CLOCK_MONOTONIC), false);
+            end_sample(&measure.trackers[i], vgl_node_clock_ns(), false);
     pthread_mutex_unlock(&measure.lock);
 }
 
@@ -554,7 +554,7 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
         return;
     }
     /* When the launch returned: its kernel had reached the GPU. */
-    uint64_t returned = l->measured ? vgl_clock_ns(CLOCK_MONOTONIC) : 0;
+    uint64_t returned = l->measured ? vgl_node_clock_ns() : 0;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index >= 0 ? l->index : 0];
     /* Not in a sample (or its run was closed meanwhile by another thread's
@@ -592,6 +592,6 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
     if (!quiet && r->timed)
         close_run(t, (uint32_t)l->index, returned, true); /* the stream's next run begins after it */
     else if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
-        end_sample(t, returned ? returned : vgl_clock_ns(CLOCK_MONOTONIC), r->known || t->nstreams > 1);
+        end_sample(t, returned ? returned : vgl_node_clock_ns(), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

@@ -387,7 +387,7 @@ void vgl_share_waited(int device, uint64_t ns);
 #define VGL_PRIORITY_FLOOR_NS 50000000ULL
 /* A held-back launch looks at the board again at least this often. */
 #define VGL_PRIORITY_MAX_WAIT_NS 2000000LL
-/* What the other containers on a device have launched there (CLOCK_MONOTONIC). */
+/* What the other containers on a device have launched there (the node's clock, vgl_node_clock_ns). */
 struct vgl_priority_view {
     uint64_t higher_ns;             /* until when the work of those above lasts; 0: none has any */
     uint64_t lower_ns;              /* ... of those below, as they claim it */
@@ -474,7 +474,7 @@ void vgl_costs_forget(struct vgl_costs *costs);
 /* Where a launch's interval begins on the GPU's clock: at its start event's
  * time `event_ns`, or, if that event had completed when the host looked at
  * `recorded_ns` (0: it had not), as much later as the host took from then to
- * the launch's return, `returned_ns` (both CLOCK_MONOTONIC). */
+ * the launch's return, `returned_ns` (both vgl_node_clock_ns). */
 int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t returned_ns);
 /* How often a context's launches are measured. */
 struct vgl_cadence {
@@ -484,7 +484,7 @@ struct vgl_cadence {
     uint32_t held;                  /* measurements in a row that moved no cost up */
 };
 /* Whether the next launch, of a kernel known to cost `cost_ns` (0: not
- * known), is measured (CLOCK_MONOTONIC `now_ns`). */
+ * known), is measured (vgl_node_clock_ns `now_ns`). */
 bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns, int64_t cost_ns);
 void vgl_cadence_skipped(struct vgl_cadence *c);
 void vgl_cadence_sampled(struct vgl_cadence *c, uint64_t now_ns);

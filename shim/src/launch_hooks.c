@@ -121,7 +121,7 @@ static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, 
     vgl_busy_wait(l, now, true, quiet);
     while (wait > 0) {
         sleep_ns(wait);
-        uint64_t woke = vgl_clock_ns(CLOCK_MONOTONIC);
+        uint64_t woke = vgl_node_clock_ns();
         vgl_priority_yielded(device, woke - now);
         now = woke;
         vgl_busy_wait(l, now, false, quiet);
@@ -152,7 +152,7 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
                             "as an ordinary one", (int)captured);
         }
     }
-    uint64_t now = vgl_clock_ns(CLOCK_MONOTONIC);
+    uint64_t now = vgl_node_clock_ns();
     vgl_busy_enter(l, ctx, device, key, stream, now, quiet);
     int64_t wait = vgl_share_admit(device, now, l->cost_ns);
     if (wait > 0) {
@@ -164,7 +164,7 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
             uint64_t left = until > now ? until - now : 0;
             if (left)
                 sleep_ns(left < MAX_SLEEP_NS ? (int64_t)left : MAX_SLEEP_NS);
-            uint64_t woke = vgl_clock_ns(CLOCK_MONOTONIC);
+            uint64_t woke = vgl_node_clock_ns();
             vgl_share_waited(device, woke - now);
             now = woke;
             vgl_busy_wait(l, now, false, quiet);

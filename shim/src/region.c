@@ -289,6 +289,11 @@ static int free_dead(struct vgl_region *region)
     return freed;
 }
 
+int64_t vgl_region_start_time_shift(void)
+{
+    return vgl_start_time_shift();
+}
+
 int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, struct vgl_slot **out)
 {
     uint64_t start = vgl_proc_start_time(pid);

@@ -51,7 +51,9 @@ static bool lent(int device, struct vgl_device_state *dev, uint64_t now_ns)
     if (__atomic_load_n(&dev->cores_policy, __ATOMIC_RELAXED) != VGL_CORES_BORROW)
         return false;
     uint64_t until = __atomic_load_n(&dev->lend_until_ns, __ATOMIC_ACQUIRE);
-    if (now_ns < until)
+    /* A loan is made for LEND_CHECK_NS at most: one that ends later was not
+     * made on our clock (throttle.c's refill says whose), and is not one. */
+    if (now_ns < until && until - now_ns <= LEND_CHECK_NS)
         return true;
     static uint64_t asked_ns[VGL_MAX_DEVICES];
     uint64_t asked = __atomic_load_n(&asked_ns[device], __ATOMIC_RELAXED);

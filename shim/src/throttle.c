@@ -18,6 +18,8 @@
 #include "internal.h"
 
 #define VGL_BUDGET_DAY_NS (86400ULL * 1000000000ULL)
+/* A refill stamped further ahead of the caller's clock is not believed. */
+#define AHEAD_NS 1000000000ULL
 
 uint32_t vgl_throttle_share(const struct vgl_device_state *dev)
 {
@@ -37,6 +39,17 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
         if (__atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
             __atomic_add_fetch(&dev->budget_ns, (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100), __ATOMIC_ACQ_REL);
+        return;
+    }
+    /* Every process of the container keeps the same clock (the node's), so
+     * a refill this far in the future was written by no process of ours (a
+     * region written by hand, or a process whose time namespace's offset it
+     * could not know): waiting for that future would stall the container,
+     * so the clock restarts from ours.  (A caller whose clock reading went
+     * stale over a second, stopped in between, rewinds it too: the budget
+     * gains at most a window and the debt it owed.) */
+    if (last > now_ns + AHEAD_NS) {
+        __atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
         return;
     }
     /* One process turns each stretch of time into budget: the one that moves the clock. */

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from vgpulimit.region import start_time_shift
+
 
 def shown(text: str) -> str:
     """``text`` safe to put on a terminal: every character that is not
@@ -56,15 +58,19 @@ class ProcessDetails:
                 "cpu_pct": self.cpu_pct, "rss_bytes": self.rss_bytes, "age_s": self.age_s}
 
 
-def _start_ticks(pid: int) -> int | None:
-    """/proc/<pid>/stat's starttime, as a region's slot records it."""
+def _start_ticks(pid: int, shift: int | None = None) -> int | None:
+    """/proc/<pid>/stat's starttime, as a region's slot records it (in the
+    initial time namespace: ``shift``, this process's start_time_shift(),
+    taken off)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             line = f.read()
     except OSError:
         return None
     fields = line[line.rfind(b")") + 2:].split()
-    return int(fields[19]) if len(fields) > 19 else None
+    if len(fields) <= 19:
+        return None
+    return int(fields[19]) - (start_time_shift() if shift is None else shift)
 
 
 class ProcessWatcher:
@@ -139,10 +145,11 @@ def host_pids() -> dict[tuple[int, int], int]:
         names = os.listdir("/proc")
     except OSError:
         return found
+    shift = start_time_shift()
     for name in names:
         if not name.isdecimal():
             continue
-        start = _start_ticks(int(name))
+        start = _start_ticks(int(name), shift)
         try:
             with open(f"/proc/{name}/status", "rb") as f:
                 status = f.read()

@@ -87,7 +87,8 @@ class ProcessSnapshot:
     host_pid: int | None        # None: unknown
     comm: str
     used_bytes: Mapping[int, int] = field(default_factory=dict)  # device -> bytes, non-zero only
-    start_ticks: int = 0        # /proc/<pid>/stat starttime (0: not known): a reused pid is another
+    start_ticks: int = 0        # /proc/<pid>/stat starttime, in the initial time namespace
+                                # (0: not known): a reused pid is another
 
     @property
     def total_used_bytes(self) -> int:
@@ -506,6 +507,13 @@ def _live_slot_indices(image: bytearray) -> list[int]:
     return [i for i, state in enumerate(states) if state == lib.VGL_SLOT_LIVE]
 
 
+def start_time_shift() -> int:
+    """What this process's time namespace adds to every starttime its /proc
+    shows (clock ticks): taken off one before it is compared with a slot's,
+    which is the initial time namespace's.  0 outside a time namespace."""
+    return int(lib.vgl_region_start_time_shift())
+
+
 # The kernel's inode number of the initial pid namespace (PROC_PID_INIT_INO).
 _INITIAL_PID_NS = 0xEFFFFFFC
 
@@ -514,7 +522,8 @@ def running_processes() -> frozenset[tuple[int, int]] | None:
     """(pid, start time) of every process on the machine under each pid it
     has (NSpid: the host's, then each namespace's down to its own), as a slot
     names its process (the pid its container sees, /proc/<pid>/stat's
-    starttime, the same in every namespace).  None where this process cannot
+    starttime as the initial time namespace reads it, the same in every
+    namespace).  None where this process cannot
     see every process (not in the initial pid namespace, or /proc mounted
     with hidepid): then no slot is called gone."""
     try:
@@ -525,6 +534,7 @@ def running_processes() -> frozenset[tuple[int, int]] | None:
         names = os.listdir("/proc")
     except OSError:
         return None
+    shift = start_time_shift()
     running = set()
     for name in names:
         if not name.isdecimal():
@@ -539,7 +549,7 @@ def running_processes() -> frozenset[tuple[int, int]] | None:
         fields = stat_line[stat_line.rfind(b")") + 2:].split()
         if len(fields) < 20 or fields[0] in (b"Z", b"X"):
             continue
-        start = int(fields[19])   # field 22, counted from the state (field 3)
+        start = int(fields[19]) - shift   # field 22, counted from the state (field 3)
         for line in status_text.splitlines():
             if line.startswith(b"NSpid:"):
                 running.update((int(pid), start) for pid in line.split()[1:])

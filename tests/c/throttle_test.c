@@ -134,6 +134,21 @@ static void test_a_refund_is_kept_past_the_cap(void)
     free(dev);
 }
 
+/* A refill stamped far ahead of the caller's clock (a process of the
+ * container whose clock runs 1000 s ahead, or a region written by hand)
+ * holds no launch back until the caller's clock gets there: the budget
+ * refills from the caller's time on, and the share holds. */
+static void test_a_refill_from_the_future_stalls_no_one(void)
+{
+    struct vgl_device_state *dev = fresh(25);
+    vgl_throttle_admit(dev, 1000 * S, 0);
+    int64_t used = greedy(dev, S, 10 * S, MS);
+    int64_t expected = 10 * S * 25 / 100 + (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    CHECK(used >= expected * 9 / 10 && used <= expected + MS, "used %lld of %lld", (long long)used,
+          (long long)expected);
+    free(dev);
+}
+
 /* `vgpulimit set --cores` changes cores_pct under running processes. */
 static void test_a_live_change(void)
 {
@@ -196,6 +211,7 @@ int main(void)
     test_idle_time_is_not_hoarded();
     test_a_refund_is_kept_past_the_cap();
     test_a_live_change();
+    test_a_refill_from_the_future_stalls_no_one();
     test_racing_drawers();
     return check_summary();
 }

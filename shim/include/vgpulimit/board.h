@@ -53,7 +53,7 @@ struct vgl_board {
 
 struct vgl_beacon_device {
     uint8_t uuid[16];            /* the device (all zero: an unused entry) */
-    uint64_t busy_until_ns;      /* CLOCK_MONOTONIC until which the work launched so far is
+    uint64_t busy_until_ns;      /* until when (the node's CLOCK_MONOTONIC) the work launched so far is
                                     expected to keep the device busy */
     uint64_t launches;
 };

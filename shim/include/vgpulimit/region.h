@@ -70,11 +70,12 @@ struct vgl_device_state {
                                     divide its growth by wall time for the achieved share */
     int64_t budget_ns;           /* compute controller (throttle.c): GPU time the container may
                                     still start; negative: owed by launches that ran over */
-    uint64_t budget_at_ns;       /* CLOCK_MONOTONIC of the budget's last refill; 0: not started */
+    uint64_t budget_at_ns;       /* the budget's last refill, on the node's clock (CLOCK_MONOTONIC
+                                    of the initial time namespace); 0: not started */
     uint32_t cores_policy;       /* enum vgl_cores_policy (limits.h) */
     uint32_t pad2;
-    uint64_t lend_until_ns;      /* CLOCK_MONOTONIC until which a borrowing container may run
-                                    past its share (no other tenant was busy); 0: not now */
+    uint64_t lend_until_ns;      /* until when (on the node's clock) a borrowing container may
+                                    run past its share (no other tenant was busy); 0: not now */
     uint8_t uuid[16];            /* the UUID of the device CUDA numbers so in the container,
                                     written under the lock by the first process that sees it
                                     (which then applies a limit given for that UUID, below);
@@ -88,7 +89,8 @@ struct vgl_slot {
     int32_t pid;                 /* as the container sees it */
     int32_t host_pid;            /* 0: unknown */
     uint32_t busy;               /* changes of used_bytes under way (ledger.c), one per thread */
-    uint64_t start_time;         /* /proc/<pid>/stat starttime: a reused pid is not the dead one */
+    uint64_t start_time;         /* /proc/<pid>/stat starttime as the initial time namespace
+                                    reads it: a reused pid is not the dead one */
     uint64_t pid_ns;             /* inode of the pid namespace `pid` is in; 0: unknown */
     uint32_t flags;              /* enum vgl_slot_flags */
     uint32_t reserved;           /* 0 */
@@ -159,6 +161,11 @@ void vgl_region_close(struct vgl_region *region);
 const char *vgl_region_strerror(int err);
 /* The 8 bytes every region file starts with ("VGPULIM" and a NUL). */
 const char *vgl_region_magic(void);
+
+/* What this process's time namespace adds to every starttime its /proc
+ * shows, in clock ticks: a reader of /proc takes it off before it compares
+ * one with a slot's start_time.  0 in the initial time namespace. */
+int64_t vgl_region_start_time_shift(void);
 
 /* Claims a free slot for `pid` (host_pid 0 if unknown). */
 int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid,
