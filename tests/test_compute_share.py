@@ -246,6 +246,15 @@ def test_status_shows_the_cap_and_the_measured_share(tmp_path, sim_env, launch_c
     assert "40%" in text
 
 
+def test_a_release_build_keeps_its_timings_whatever_the_environment_says(sim_env):
+    """The share's constants are its strength: a tenant's VGPULIMIT_TIMING_*
+    variables change nothing in the installed (release) shim, which says so."""
+    result = run(vgpulimit_cmd("run", "--simulate", "--cores", "30", "--", "true"),
+                 dict(sim_env, VGPULIMIT_TIMING_BUDGET_WINDOW_NS="100000000000"))
+    assert ("VGPULIMIT_TIMING_BUDGET_WINDOW_NS ignored: this build's timings are fixed (build with "
+            "-Dtunable_timings=true to change them)") in result.stderr
+
+
 def test_a_bad_cores_flag_names_itself_and_the_accepted_forms(sim_env):
     result = run(vgpulimit_cmd("run", "--simulate", "--cores", "150", "--", "true"), sim_env, check=False)
     assert result.returncode == 2

@@ -100,6 +100,19 @@ def test_threads_allocating_and_freeing_at_once(sanitized, tmp_path, family):
     assert result.stdout == f"filled {1 << 30}\nfreed\n"
 
 
+def test_a_debug_build_takes_timing_overrides_and_says_which_it_cannot(sanitized, tmp_path):
+    """A debug build's timing table (shim/src/timings.def) is tunable by
+    VGPULIMIT_TIMING_<NAME>: a whole number is taken silently, anything else
+    is one line and the default kept."""
+    result = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "meminfo_null"],
+                           VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"),
+                           VGPULIMIT_TIMING_PRIORITY_FLOOR_NS="20000000", VGPULIMIT_TIMING_RESUME_NS="2ms",
+                           VGPULIMIT_TIMING_NO_SUCH_NS="1")
+    assert "VGPULIMIT_TIMING_RESUME_NS=2ms: not a whole number of its unit; 20000000 kept" in result.stderr
+    assert "VGPULIMIT_TIMING_NO_SUCH_NS=1 names no timing" in result.stderr
+    assert "PRIORITY_FLOOR" not in result.stderr
+
+
 def test_no_limit_bad_limit_and_null_arguments(sanitized, tmp_path):
     client = sanitized["bin"] / "alloc_client"
     assert "alloc 1 0" in sanitized_run(sanitized, tmp_path, [client, "dlsym", str(MiB), "2"]).stdout

@@ -38,6 +38,8 @@ static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
 static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
 static const char OUR_SETTER[] = "VGPULIMIT_SETTER";
+/* The timing table's overrides (timings.c reads them). */
+static const char OUR_TIMINGS[] = "VGPULIMIT_TIMING_";
 
 static const char *lookup(char **envp, const char *name);
 
@@ -584,7 +586,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
                 ours = OUR_REGION;
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0 &&
-                   strcmp(name, OUR_SETTER) != 0) {
+                   strcmp(name, OUR_SETTER) != 0 && strncmp(name, OUR_TIMINGS, sizeof OUR_TIMINGS - 1) != 0) {
             say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
                             "VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }

@@ -29,6 +29,7 @@ __attribute__((constructor)) static void vgl_init(void)
 {
     vgl_self.pid = (int32_t)getpid();
     vgl_config_load();
+    vgl_timings_load(environ);
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 

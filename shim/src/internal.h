@@ -14,6 +14,7 @@
 #include "vgpulimit/nvml_abi.h"
 #include "vgpulimit/paths.h"
 #include "vgpulimit/region.h"
+#include "timings.h"
 
 #define VGL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define VGL_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -61,17 +62,13 @@ bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *s
 int vgl_guard_mapping(void *start, uint64_t size);
 
 /* ledger.c (also region.h) */
-/* The longest anyone waits for the region lock (ledger.c says why). */
-#define VGL_LOCK_WAIT_NS 2000000000ULL
-/* The wait, after one ran out, while the same thread holds the lock. */
-#define VGL_LOCK_RECHECK_NS 100000000ULL
 /* What a refusal for a lock held past its bound says of `region`'s lock. */
 #define VGL_LOCK_HELD_FMT "the region lock of %s was held for more than %d s by thread %u (a process " \
     "stopped while holding it, or a lock word written by something other than vgpulimit)"
-#define VGL_LOCK_HELD_ARGS(path, region) (path), (int)(VGL_LOCK_WAIT_NS / 1000000000ULL), \
+#define VGL_LOCK_HELD_ARGS(path, region) (path), (int)(vgl_timings.lock_wait_ns / 1000000000ULL), \
     (unsigned)vgl_region_lock_holder(region)
 /* Takes the region lock (it guards slot claims, limit changes and
- * recounts): 0, or -errno when it is unusable or held past VGL_LOCK_WAIT_NS
+ * recounts): 0, or -errno when it is unusable or held past vgl_timings.lock_wait_ns
  * (-ETIMEDOUT), and was not taken.  A holder
  * that died may have left the totals half recounted: then, or when a device
  * is left frozen, they are recounted first. */
@@ -336,8 +333,6 @@ bool vgl_others_busy(int device, unsigned long long window_us);
 
 /* throttle.c — a container's compute budget on one device (region.h's budget
  * fields), drawn by every launch path.  No clock, no driver: testable alone. */
-/* How much budget an idle container keeps at most: this much time at its share. */
-#define VGL_BUDGET_WINDOW_NS 100000000ULL
 /* The share a device's launches are held to, in percent; 0: none (no cap, or 100). */
 uint32_t vgl_throttle_share(const struct vgl_device_state *dev);
 /* Refills the budget up to `now_ns` and, unless it is owing, takes `cost_ns`
@@ -376,17 +371,6 @@ void vgl_share_waited(int device, uint64_t ns);
 
 /* priority_model.c — what a launch does about priorities, from what the
  * other containers' beacons say.  No clock, no files: testable alone. */
-/* How long after a higher container's work was expected to end it still
- * counts as busy: its estimate is of kernels' known costs, and the host's
- * clock runs on while its next launch is on the way. */
-#define VGL_PRIORITY_GRACE_NS 500000ULL
-/* The work a lower container keeps in flight beside a higher one. */
-#define VGL_PRIORITY_LOOKAHEAD_NS 500000ULL
-/* Held back this long, a lower container still launches once, and once
- * every VGL_PRIORITY_FLOOR_NS while it stays held. */
-#define VGL_PRIORITY_FLOOR_NS 50000000ULL
-/* A held-back launch looks at the board again at least this often. */
-#define VGL_PRIORITY_MAX_WAIT_NS 2000000LL
 /* What the other containers on a device have launched there (the node's clock, vgl_node_clock_ns). */
 struct vgl_priority_view {
     uint64_t higher_ns;             /* until when the work of those above lasts; 0: none has any */
@@ -399,7 +383,7 @@ struct vgl_priority_hold {
     uint64_t last_floor_ns;         /* the last launch let go as the floor */
 };
 /* 0: a launch may go now; else how many ns to wait before asking again
- * (at most VGL_PRIORITY_MAX_WAIT_NS).  `own_until_ns`: until when the
+ * (at most vgl_timings.priority_max_wait_ns).  `own_until_ns`: until when the
  * container's own launched work lasts. */
 int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
                           struct vgl_priority_hold *hold);

@@ -48,7 +48,7 @@
  * A live process stopped (a signal, a debugger) in the middle of a change,
  * or one in another pid namespace that died in the middle of one (it cannot
  * be told from a live one), would hold a recount, and with it every change,
- * up forever.  So a recount waits for a slot at most RECOUNT_WAIT_NS; then it
+ * up forever.  So a recount waits for a slot at most vgl_timings.recount_wait_ns; then it
  * gives up, having written nothing: the totals keep over-stating what the
  * dead held, and its slot stays for a later reclaim to try again.  The same
  * goes for a process stopped while it holds the region lock itself, recount
@@ -95,14 +95,14 @@ static bool any_frozen(const struct vgl_region *region)
  * The lock is in a file every process of the container can write, and a
  * live holder can keep it as long as it likes (stopped by a signal or a
  * debugger; or a lock word written by a tenant to name a live thread).  So
- * nobody waits for it longer than VGL_LOCK_WAIT_NS: then the caller is told
+ * nobody waits for it longer than vgl_timings.lock_wait_ns: then the caller is told
  * (-ETIMEDOUT) and does without, failing closed for that call (a slot is not
  * claimed, a limit not changed, the dead not reclaimed); the next call tries
  * again.  The holder may be working still, so nothing it guards is touched.
  *
  * A program that calls in a loop would wait the bound at every call, so the
  * process remembers the holder that kept the lock for a whole wait (the same
- * thread named at its start and end), and waits only VGL_LOCK_RECHECK_NS
+ * thread named at its start and end), and waits only vgl_timings.lock_recheck_ns
  * while the lock word names that thread: held by another thread, or by
  * nobody, the wait is the whole bound again.  Remembered by the thread id
  * alone, for any region and pid namespace: a thread that merely has the same
@@ -115,7 +115,7 @@ int vgl_ledger_lock(struct vgl_region *region)
     bool repaired;
     uint32_t holder = vgl_robust_owner(region_mutex(region));
     bool stuck = holder && holder == __atomic_load_n(&stuck_holder, __ATOMIC_RELAXED);
-    int err = vgl_robust_lock_within(region_mutex(region), stuck ? VGL_LOCK_RECHECK_NS : VGL_LOCK_WAIT_NS,
+    int err = vgl_robust_lock_within(region_mutex(region), stuck ? vgl_timings.lock_recheck_ns : vgl_timings.lock_wait_ns,
                                      &repaired);
     if (err == -ETIMEDOUT && !stuck && holder && holder == vgl_robust_owner(region_mutex(region)))
         __atomic_store_n(&stuck_holder, holder, __ATOMIC_RELAXED);
@@ -223,11 +223,9 @@ void vgl_ledger_release(struct vgl_region *region, struct vgl_slot *slot, uint32
             return;
 }
 
-/* How long a recount waits for a change under way to end. */
-#define RECOUNT_WAIT_NS 100000000ULL
 
 /* Waits until no change of `slot`'s is under way: true, or false when it
- * stays under way for RECOUNT_WAIT_NS.  A slot whose process is found gone
+ * stays under way for vgl_timings.recount_wait_ns.  A slot whose process is found gone
  * is dead: its change under way never ends, and the recount drops it. */
 static bool settle(const struct vgl_region *region, struct vgl_slot *slot)
 {
@@ -243,7 +241,7 @@ static bool settle(const struct vgl_region *region, struct vgl_slot *slot)
         }
         uint64_t now = vgl_clock_ns(CLOCK_MONOTONIC);
         if (!deadline)
-            deadline = now + RECOUNT_WAIT_NS;
+            deadline = now + vgl_timings.recount_wait_ns;
         else if (now > deadline)
             return false;
         if (tries < 1024) {

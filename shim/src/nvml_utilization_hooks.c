@@ -10,8 +10,6 @@
 
 #include "internal.h"
 
-/* The window nvmlDeviceGetUtilizationRates answers for, as nvitop asks it. */
-#define UTILIZATION_WINDOW_US 1000000ull
 
 /* A container with a compute share sees a GPU of its own whose 100% is that
  * share: a process that uses all of a 30% share shows 100%.  With no share,
@@ -145,7 +143,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     nvmlProcessUtilizationSample_t *samples;
     unsigned int n;
     unsigned long long now_us = vgl_clock_ns(CLOCK_REALTIME) / 1000u; /* the driver's timestamps */
-    nvmlReturn_t got = all_samples(device, now_us - UTILIZATION_WINDOW_US, &samples, &n);
+    nvmlReturn_t got = all_samples(device, now_us - vgl_timings.utilization_window_us, &samples, &n);
     if (got != NVML_SUCCESS && got != NVML_ERROR_NOT_FOUND)
         return rc;
     unsigned long long sm_all = 0, sm_own = 0, mem_all = 0, mem_own = 0;

@@ -27,7 +27,6 @@
 
 #include "internal.h"
 
-#define RECHECK_NS 200000000ULL
 /* Near the cap, every allocation looks: within this much of it, or an
  * eighth of the cap, whichever is more. */
 #define NEAR_BYTES (64ULL << 20)
@@ -200,7 +199,7 @@ static bool near_cap(int device, uint64_t bytes)
 void vgl_overhead_check(int device, uint64_t bytes)
 {
     uint64_t last = __atomic_load_n(&checked_at[device], __ATOMIC_RELAXED);
-    if (VGL_LIKELY(last && vgl_clock_ns(CLOCK_MONOTONIC_COARSE) - last < RECHECK_NS) &&
+    if (VGL_LIKELY(last && vgl_clock_ns(CLOCK_MONOTONIC_COARSE) - last < vgl_timings.overhead_recheck_ns) &&
         !near_cap(device, bytes))
         return;
     vgl_overhead_check_now(device);

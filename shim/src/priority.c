@@ -21,7 +21,7 @@
  *
  * Other containers' beacons are read, never mapped: each is its tenant's
  * file, and one truncated under a mapping would kill its readers with
- * SIGBUS.  A process reads them at most every REREAD_NS (one pread each),
+ * SIGBUS.  A process reads them at most every vgl_timings.beacon_reread_ns (one pread each),
  * under a lock of its own; nothing is locked that another process holds.
  * Its own beacon is mapped, guarded as the region is (region_guard.c), and
  * extended with a compare-and-swap.  A tenant that damages it loses its own
@@ -39,11 +39,6 @@
 #include "vgpulimit/board.h"
 #include "vgpulimit/paths.h"
 
-/* Other containers' beacons are read again after this long. */
-#define REREAD_NS 100000
-/* A beacon is believed this far ahead at most: its tenant writes it (and
- * the sums below must not wrap). */
-#define AHEAD_NS 1000000000ULL
 
 struct other {
     uint64_t key;                      /* the row's, when `fd` was opened */
@@ -274,10 +269,10 @@ static uint32_t own_rank(void)
 }
 
 /* The other containers' work on container device `device` (UUID `uuid`), as
- * their beacons said at most REREAD_NS ago.  Under prio.lock. */
+ * their beacons said at most vgl_timings.beacon_reread_ns ago.  Under prio.lock. */
 static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], uint64_t now_ns)
 {
-    if (prio.seen[device].read_ns && now_ns - prio.seen[device].read_ns < REREAD_NS)
+    if (prio.seen[device].read_ns && now_ns - prio.seen[device].read_ns < vgl_timings.beacon_reread_ns)
         return prio.seen[device].busy;
     uint32_t rank = own_rank();
     struct vgl_priority_view o = {0, 0, false};
@@ -300,7 +295,7 @@ static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], 
         if (!claimed)
             continue;
         uint64_t *until = other > rank ? &o.higher_ns : &o.lower_ns;
-        uint64_t t = claimed < now_ns + AHEAD_NS ? claimed : now_ns + AHEAD_NS;
+        uint64_t t = claimed < now_ns + vgl_timings.beacon_ahead_ns ? claimed : now_ns + vgl_timings.beacon_ahead_ns;
         *until = t > *until ? t : *until;
         o.higher_shares = o.higher_shares || other > rank;
     }

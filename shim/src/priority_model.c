@@ -11,21 +11,21 @@ int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_
 {
     int64_t wait = 0;
     bool floor = false;
-    if (v->higher_ns && v->higher_ns + VGL_PRIORITY_GRACE_NS > now_ns) {
-        /* Held this long, one launch goes every VGL_PRIORITY_FLOOR_NS. */
+    if (v->higher_ns && v->higher_ns + vgl_timings.priority_grace_ns > now_ns) {
+        /* Held this long, one launch goes every vgl_timings.priority_floor_ns. */
         if (!hold->held_since_ns)
             hold->held_since_ns = now_ns;
-        floor = now_ns - hold->held_since_ns >= VGL_PRIORITY_FLOOR_NS &&
-                now_ns - hold->last_floor_ns >= VGL_PRIORITY_FLOOR_NS;
+        floor = now_ns - hold->held_since_ns >= vgl_timings.priority_floor_ns &&
+                now_ns - hold->last_floor_ns >= vgl_timings.priority_floor_ns;
         if (floor)
             hold->last_floor_ns = now_ns;
         else
-            wait = (int64_t)(v->higher_ns + VGL_PRIORITY_GRACE_NS - now_ns);
-    } else if (v->higher_shares && own_until_ns > now_ns + VGL_PRIORITY_LOOKAHEAD_NS) {
-        wait = (int64_t)(own_until_ns - now_ns - VGL_PRIORITY_LOOKAHEAD_NS);
+            wait = (int64_t)(v->higher_ns + vgl_timings.priority_grace_ns - now_ns);
+    } else if (v->higher_shares && own_until_ns > now_ns + vgl_timings.priority_lookahead_ns) {
+        wait = (int64_t)(own_until_ns - now_ns - vgl_timings.priority_lookahead_ns);
     }
     if (wait > 0)
-        return wait < VGL_PRIORITY_MAX_WAIT_NS ? wait : VGL_PRIORITY_MAX_WAIT_NS;
+        return wait < vgl_timings.priority_max_wait_ns ? wait : vgl_timings.priority_max_wait_ns;
     if (!floor)
         hold->held_since_ns = 0;
     return 0;
@@ -40,8 +40,8 @@ uint64_t vgl_priority_until(const struct vgl_priority_view *v, uint64_t own_unti
      * higher one (the lookahead): what they claim is their tenants' to
      * write, and a claim further ahead would hold back this container
      * (its own lookahead, beside those above it) and those between. */
-    uint64_t lower = v->lower_ns < now_ns + VGL_PRIORITY_LOOKAHEAD_NS ? v->lower_ns
-                                                                      : now_ns + VGL_PRIORITY_LOOKAHEAD_NS;
+    uint64_t lower = v->lower_ns < now_ns + vgl_timings.priority_lookahead_ns ? v->lower_ns
+                                                                      : now_ns + vgl_timings.priority_lookahead_ns;
     uint64_t start = now_ns > lower ? now_ns : lower;
     start = own_until_ns > start ? own_until_ns : start;
     return start + (uint64_t)(cost_ns > 0 ? cost_ns : 0);

@@ -6,16 +6,12 @@
  * time, as the real NVML tells it. */
 #include "internal.h"
 
-/* A borrowing container asks NVML whether others are busy at most this
- * often, over the driver's samples of the last LEND_WINDOW_US. */
-#define LEND_CHECK_NS 200000000ULL
-#define LEND_WINDOW_US 300000ULL
-/* A launch that waited for budget waits on until the budget holds this much,
- * or RESUME_KERNELS of its kernel if more (at most three quarters of what
- * the container may keep), so that bursts are long: a long kernel's burst of
- * RESUME_NS would be one kernel or two.  (Longer bursts of short kernels,
- * from several processes at once, stretch one another's spans.) */
-#define RESUME_NS 20000000
+/* A launch that waited for budget waits on until the budget holds resume_ns
+ * (timings.def), or RESUME_KERNELS of its kernel if more (at most three
+ * quarters of what the container may keep), so that bursts are long: a long
+ * kernel's burst of resume_ns would be one kernel or two.  (Longer bursts of
+ * short kernels, from several processes at once, stretch one another's
+ * spans.) */
 #define RESUME_KERNELS 4
 
 static uint32_t states(int device, struct vgl_device_state **out)
@@ -44,24 +40,24 @@ bool vgl_share_limits(int device)
 
 /* Whether a borrowing container may run past its share on `device` now: no
  * other tenant ran kernels there lately, as the real NVML tells.  One process
- * asks at a time, at most every LEND_CHECK_NS; the answer holds for all the
+ * asks at a time, at most every vgl_timings.lend_check_ns; the answer holds for all the
  * container's processes until the next. */
 static bool lent(int device, struct vgl_device_state *dev, uint64_t now_ns)
 {
     if (__atomic_load_n(&dev->cores_policy, __ATOMIC_RELAXED) != VGL_CORES_BORROW)
         return false;
     uint64_t until = __atomic_load_n(&dev->lend_until_ns, __ATOMIC_ACQUIRE);
-    /* A loan is made for LEND_CHECK_NS at most: one that ends later was not
+    /* A loan is made for vgl_timings.lend_check_ns at most: one that ends later was not
      * made on our clock (throttle.c's refill says whose), and is not one. */
-    if (now_ns < until && until - now_ns <= LEND_CHECK_NS)
+    if (now_ns < until && until - now_ns <= vgl_timings.lend_check_ns)
         return true;
     static uint64_t asked_ns[VGL_MAX_DEVICES];
     uint64_t asked = __atomic_load_n(&asked_ns[device], __ATOMIC_RELAXED);
-    if (now_ns - asked < LEND_CHECK_NS ||
+    if (now_ns - asked < vgl_timings.lend_check_ns ||
         !__atomic_compare_exchange_n(&asked_ns[device], &asked, now_ns, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return false;
-    bool idle = !vgl_others_busy(device, LEND_WINDOW_US);
-    __atomic_store_n(&dev->lend_until_ns, idle ? now_ns + LEND_CHECK_NS : 0, __ATOMIC_RELEASE);
+    bool idle = !vgl_others_busy(device, vgl_timings.lend_window_us);
+    __atomic_store_n(&dev->lend_until_ns, idle ? now_ns + vgl_timings.lend_check_ns : 0, __ATOMIC_RELEASE);
     return idle;
 }
 
@@ -104,8 +100,8 @@ int64_t vgl_share_resume_ns(int device, int64_t cost_ns)
         if (share && share < pct)
             pct = share;
     }
-    int64_t hold = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100 * 3 / 4);
-    int64_t want = RESUME_KERNELS * cost_ns > RESUME_NS ? RESUME_KERNELS * cost_ns : RESUME_NS;
+    int64_t hold = (int64_t)(vgl_timings.budget_window_ns * pct / 100 * 3 / 4);
+    int64_t want = RESUME_KERNELS * cost_ns > vgl_timings.resume_ns ? RESUME_KERNELS * cost_ns : vgl_timings.resume_ns;
     if (want > hold)
         want = hold;
     return want * 100 / pct;

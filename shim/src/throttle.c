@@ -3,7 +3,7 @@
  * processes draw from one controller.
  *
  * The budget grows with the clock at the share (30 % of a second buys 300 ms
- * of kernels) up to VGL_BUDGET_WINDOW_NS of it, so an idle container cannot
+ * of kernels) up to vgl_timings.budget_window_ns of it, so an idle container cannot
  * hoard; it starts full.  A launch may start while the budget is not negative and takes its
  * expected GPU time from it at once, so a burst of launches cannot outrun the
  * measurements; when the kernel's real GPU time is measured the difference is
@@ -17,9 +17,6 @@
  * alone (tests/c/throttle_test.c). */
 #include "internal.h"
 
-#define VGL_BUDGET_DAY_NS (86400ULL * 1000000000ULL)
-/* A refill stamped further ahead of the caller's clock is not believed. */
-#define AHEAD_NS 1000000000ULL
 
 uint32_t vgl_throttle_share(const struct vgl_device_state *dev)
 {
@@ -38,7 +35,7 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
          * measured, leaves it no debt to wait for. */
         if (__atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
-            __atomic_add_fetch(&dev->budget_ns, (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100), __ATOMIC_ACQ_REL);
+            __atomic_add_fetch(&dev->budget_ns, (int64_t)(vgl_timings.budget_window_ns * pct / 100), __ATOMIC_ACQ_REL);
         return;
     }
     /* Every process of the container keeps the same clock (the node's), so
@@ -48,7 +45,7 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
      * so the clock restarts from ours.  (A caller whose clock reading went
      * stale over a second, stopped in between, rewinds it too: the budget
      * gains at most a window and the debt it owed.) */
-    if (last > now_ns + AHEAD_NS) {
+    if (last > now_ns + vgl_timings.refill_ahead_ns) {
         __atomic_compare_exchange_n(&dev->budget_at_ns, &last, now_ns, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
         return;
     }
@@ -59,9 +56,9 @@ static void refill(struct vgl_device_state *dev, uint64_t now_ns, uint32_t pct)
     /* A debt is paid by all the time that passed; a surplus is capped below.
      * (Past a day the sum could overflow, and the cap would apply anyway.) */
     uint64_t elapsed = now_ns - last;
-    if (elapsed > VGL_BUDGET_DAY_NS)
-        elapsed = VGL_BUDGET_DAY_NS;
-    int64_t full = (int64_t)(VGL_BUDGET_WINDOW_NS * pct / 100);
+    if (elapsed > vgl_timings.budget_elapsed_max_ns)
+        elapsed = vgl_timings.budget_elapsed_max_ns;
+    int64_t full = (int64_t)(vgl_timings.budget_window_ns * pct / 100);
     int64_t add = (int64_t)(elapsed * pct / 100);
     /* The cap bounds what the clock adds, not what settlements gave back:
      * a refund for launches charged more than their kernels took (streams

@@ -401,17 +401,17 @@ static void test_stuck_holder(const char *dir)
     pid_t first = lock_keeper(region, &let_first_go);
     uint64_t start = now_ns();
     CHECK(vgl_ledger_lock(region) == -ETIMEDOUT, "refused while the keeper holds it");
-    CHECK(now_ns() - start >= VGL_LOCK_WAIT_NS, "the first wait is the whole bound");
+    CHECK(now_ns() - start >= vgl_timings.lock_wait_ns, "the first wait is the whole bound");
     start = now_ns();
     for (int i = 0; i < 5; i++)
         CHECK(vgl_ledger_lock(region) == -ETIMEDOUT, "refused again (%d)", i);
     uint64_t later = now_ns() - start;
-    CHECK(later < VGL_LOCK_WAIT_NS, "five later waits on the same holder took %llu ms in all, not a fraction of one bound",
+    CHECK(later < vgl_timings.lock_wait_ns, "five later waits on the same holder took %llu ms in all, not a fraction of one bound",
           (unsigned long long)(later / 1000000u));
     char c = 1;
     CHECK(write(let_first_go, &c, 1) == 1, "let go");
     start = now_ns();
-    while (vgl_region_lock_holder(region) != 0 && now_ns() - start < VGL_LOCK_WAIT_NS)
+    while (vgl_region_lock_holder(region) != 0 && now_ns() - start < vgl_timings.lock_wait_ns)
         sched_yield(); /* the keeper lets go soon after the byte */
     CHECK(vgl_ledger_lock(region) == 0, "taken once let go");
     vgl_ledger_unlock(region);
@@ -419,7 +419,7 @@ static void test_stuck_holder(const char *dir)
     pid_t second = lock_keeper(region, &let_second_go);
     start = now_ns();
     CHECK(vgl_ledger_lock(region) == -ETIMEDOUT, "refused while another keeper holds it");
-    CHECK(now_ns() - start >= VGL_LOCK_WAIT_NS, "a lock that changed hands is waited for whole again");
+    CHECK(now_ns() - start >= vgl_timings.lock_wait_ns, "a lock that changed hands is waited for whole again");
     CHECK(write(let_second_go, &c, 1) == 1, "let go");
     close(let_first_go);
     close(let_second_go);

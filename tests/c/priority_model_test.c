@@ -22,22 +22,22 @@ int main(void)
 
     /* A higher container with 3 ms of work: wait, looking again within 2 ms. */
     struct vgl_priority_view busy = {t + 3 * MS, 0, true};
-    CHECK(wait_at(&busy, 0, t, &hold) == (int64_t)VGL_PRIORITY_MAX_WAIT_NS, "held back");
+    CHECK(wait_at(&busy, 0, t, &hold) == (int64_t)vgl_timings.priority_max_wait_ns, "held back");
     CHECK(hold.held_since_ns == t, "held since %llu", (unsigned long long)hold.held_since_ns);
     int64_t w = wait_at(&busy, 0, t + 2 * MS, &hold);
-    CHECK(w == (int64_t)(1 * MS + VGL_PRIORITY_GRACE_NS), "until its work and the grace: %lld", (long long)w);
+    CHECK(w == (int64_t)(1 * MS + vgl_timings.priority_grace_ns), "until its work and the grace: %lld", (long long)w);
     /* Within the grace after its expected end: still held. */
-    w = wait_at(&busy, 0, t + 3 * MS + VGL_PRIORITY_GRACE_NS / 2, &hold);
-    CHECK(w > 0 && w <= (int64_t)VGL_PRIORITY_GRACE_NS, "the grace: %lld", (long long)w);
+    w = wait_at(&busy, 0, t + 3 * MS + vgl_timings.priority_grace_ns / 2, &hold);
+    CHECK(w > 0 && w <= (int64_t)vgl_timings.priority_grace_ns, "the grace: %lld", (long long)w);
     /* Its work done: go, and the hold is over. */
-    CHECK(wait_at(&busy, 0, t + 3 * MS + VGL_PRIORITY_GRACE_NS, &hold) == 0, "back after the grace");
+    CHECK(wait_at(&busy, 0, t + 3 * MS + vgl_timings.priority_grace_ns, &hold) == 0, "back after the grace");
     CHECK(hold.held_since_ns == 0, "no longer held");
 
     /* Beside an idle higher container: at most the lookahead in flight. */
     struct vgl_priority_view idle = {t - 10 * MS, 0, true};
-    CHECK(wait_at(&idle, t + VGL_PRIORITY_LOOKAHEAD_NS, t, &hold) == 0, "the lookahead in flight");
+    CHECK(wait_at(&idle, t + vgl_timings.priority_lookahead_ns, t, &hold) == 0, "the lookahead in flight");
     w = wait_at(&idle, t + 2 * MS, t, &hold);
-    CHECK(w == (int64_t)(2 * MS - VGL_PRIORITY_LOOKAHEAD_NS), "more waits until it drains: %lld", (long long)w);
+    CHECK(w == (int64_t)(2 * MS - vgl_timings.priority_lookahead_ns), "more waits until it drains: %lld", (long long)w);
 
     /* The floor: after 50 ms held, one launch, then one every 50 ms. */
     struct vgl_priority_hold h = {0, 0};
@@ -51,22 +51,22 @@ int main(void)
                 first_floor = now;
         }
     }
-    CHECK(first_floor == t + VGL_PRIORITY_FLOOR_NS, "the first floor at %llu ms",
+    CHECK(first_floor == t + vgl_timings.priority_floor_ns, "the first floor at %llu ms",
           (unsigned long long)((first_floor - t) / MS));
     CHECK(went == 4, "one launch every 50 ms once held 50 ms, in 200 ms: %d", went);
     CHECK(h.held_since_ns == t, "a floor launch does not end the hold");
 
     /* Until when the container's work lasts. */
-    struct vgl_priority_view lower = {0, t + VGL_PRIORITY_LOOKAHEAD_NS / 2, false};
+    struct vgl_priority_view lower = {0, t + vgl_timings.priority_lookahead_ns / 2, false};
     CHECK(vgl_priority_until(&alone, 0, t, 1 * MS) == t + 1 * MS, "from now");
     CHECK(vgl_priority_until(&alone, t + 2 * MS, t, 1 * MS) == t + 3 * MS, "after its own queue");
-    CHECK(vgl_priority_until(&lower, 0, t, 1 * MS) == t + VGL_PRIORITY_LOOKAHEAD_NS / 2 + 1 * MS,
+    CHECK(vgl_priority_until(&lower, 0, t, 1 * MS) == t + vgl_timings.priority_lookahead_ns / 2 + 1 * MS,
           "after the lower ones' in flight");
     CHECK(vgl_priority_until(&alone, 0, t, -5) == t, "a cost below zero adds nothing");
     /* A lower one that claims more than it could have in flight beside this
      * one is believed as far as the lookahead: no further. */
     struct vgl_priority_view forged = {0, t + 5000 * MS, false};
-    CHECK(vgl_priority_until(&forged, 0, t, 1 * MS) == t + VGL_PRIORITY_LOOKAHEAD_NS + 1 * MS,
+    CHECK(vgl_priority_until(&forged, 0, t, 1 * MS) == t + vgl_timings.priority_lookahead_ns + 1 * MS,
           "a claim 5 s ahead adds the lookahead");
     CHECK(vgl_priority_until(&forged, t + 2 * MS, t, 1 * MS) == t + 3 * MS, "and nothing to a longer queue");
     return check_summary();

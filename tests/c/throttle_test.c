@@ -61,7 +61,7 @@ static void test_the_share_holds(void)
             struct vgl_device_state *dev = fresh(shares[i]);
             int64_t used = greedy(dev, S, 10 * S, costs[j]);
             int64_t want = 10 * S * shares[i] / 100;
-            int64_t slack = (int64_t)VGL_BUDGET_WINDOW_NS * shares[i] / 100 + 2 * costs[j];
+            int64_t slack = (int64_t)vgl_timings.budget_window_ns * shares[i] / 100 + 2 * costs[j];
             CHECK(used >= want - want / 1000 - costs[j] && used <= want + slack, "%u%% of 10 s with %lld ns kernels: %lld ns",
                   shares[i], (long long)costs[j], (long long)used);
             free(dev);
@@ -103,7 +103,7 @@ static void test_it_starts_full(void)
 {
     struct vgl_device_state *dev = fresh(25);
     CHECK(vgl_throttle_admit(dev, S, MS) == 0, "admitted");
-    int64_t full = (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    int64_t full = (int64_t)vgl_timings.budget_window_ns * 25 / 100;
     CHECK(dev->budget_ns == full - MS, "budget %lld, window %lld", (long long)dev->budget_ns, (long long)full);
     free(dev);
 }
@@ -114,7 +114,7 @@ static void test_idle_time_is_not_hoarded(void)
     struct vgl_device_state *dev = fresh(25);
     vgl_throttle_admit(dev, S, 0);
     vgl_throttle_admit(dev, 1000 * S, 0);
-    int64_t full = (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    int64_t full = (int64_t)vgl_timings.budget_window_ns * 25 / 100;
     CHECK(dev->budget_ns == full, "budget %lld, window %lld", (long long)dev->budget_ns, (long long)full);
     free(dev);
 }
@@ -126,7 +126,7 @@ static void test_a_refund_is_kept_past_the_cap(void)
     struct vgl_device_state *dev = fresh(25);
     vgl_throttle_admit(dev, S, 0);
     vgl_throttle_admit(dev, 2 * S, 0);
-    int64_t full = (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    int64_t full = (int64_t)vgl_timings.budget_window_ns * 25 / 100;
     vgl_throttle_settle(dev, 10 * MS, 0);
     vgl_throttle_admit(dev, 3 * S, 0);
     CHECK(dev->budget_ns == full + 10 * MS, "budget %lld, window %lld", (long long)dev->budget_ns,
@@ -143,7 +143,7 @@ static void test_a_refill_from_the_future_stalls_no_one(void)
     struct vgl_device_state *dev = fresh(25);
     vgl_throttle_admit(dev, 1000 * S, 0);
     int64_t used = greedy(dev, S, 10 * S, MS);
-    int64_t expected = 10 * S * 25 / 100 + (int64_t)VGL_BUDGET_WINDOW_NS * 25 / 100;
+    int64_t expected = 10 * S * 25 / 100 + (int64_t)vgl_timings.budget_window_ns * 25 / 100;
     CHECK(used >= expected * 9 / 10 && used <= expected + MS, "used %lld of %lld", (long long)used,
           (long long)expected);
     free(dev);
@@ -195,7 +195,7 @@ static void test_racing_drawers(void)
         pthread_join(threads[i], NULL);
     int64_t span = shared_clock - S;
     int64_t want = span * 30 / 100;
-    int64_t slack = (int64_t)VGL_BUDGET_WINDOW_NS * 30 / 100 + THREADS * 20000;
+    int64_t slack = (int64_t)vgl_timings.budget_window_ns * 30 / 100 + THREADS * 20000;
     CHECK(shared_used <= want + slack && shared_used >= want - slack, "30%% of %lld ns: %lld ns",
           (long long)span, (long long)shared_used);
     free(shared_dev);
