@@ -414,6 +414,7 @@ def hook_node(tmp_path, launch_client):
 def high_row(node_dir: Path) -> dict[str, int]:
     """The row of the one high container on the node's board."""
     from vgpulimit._core import ffi, lib
+
     from vgpulimit.board import BOARD_NAME, NODE_BOARD_DIR
 
     image = bytearray((node_dir / NODE_BOARD_DIR / BOARD_NAME).read_bytes())
