@@ -188,6 +188,20 @@ out:
     return rc;
 }
 
+/* A timeline's cursors back within its rings (what a process that died
+ * mid-update may have left). */
+static void repair_timeline(struct sim_timeline *tl)
+{
+    if (tl->head > tl->next || tl->next - tl->head > SIM_TIMELINE_SLOTS)
+        tl->head = tl->next;
+    if (tl->sample_head >= SIM_SAMPLES || tl->sample_count > SIM_SAMPLES) {
+        tl->sample_head = 0;
+        tl->sample_count = 0;
+    }
+    if (tl->current.nprocs > SIM_SAMPLE_PROCS)
+        tl->current.nprocs = SIM_SAMPLE_PROCS;
+}
+
 /* Makes the derived totals agree with the entries again: what a process that
  * died holding the mutex may have left half done. */
 static void sim_repair(struct sim_file *f)
@@ -198,7 +212,7 @@ static void sim_repair(struct sim_file *f)
             if (f->procs[i].state == SIM_PROC_LIVE)
                 sum += f->procs[i].used_bytes[d];
         f->devices[d].used_bytes = sum;
-        sim_timeline_repair(&f->timelines[d]);
+        repair_timeline(&f->timelines[d]);
     }
 }
 

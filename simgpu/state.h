@@ -376,7 +376,5 @@ struct sim_proc_sample {
  * all kept), one per process that ran kernels in a period: fills up to `max` of
  * `out` and returns how many there are (or -errno). */
 int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sample *out, uint32_t max);
-/* Makes a timeline consistent again after a process died holding the mutex. */
-void sim_timeline_repair(struct sim_timeline *tl);
 
 #endif

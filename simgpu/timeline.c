@@ -458,15 +458,3 @@ int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sam
     sim_host_pids_free(&host);
     return (int)n;
 }
-
-void sim_timeline_repair(struct sim_timeline *tl)
-{
-    if (tl->head > tl->next || tl->next - tl->head > SIM_TIMELINE_SLOTS)
-        tl->head = tl->next;
-    if (tl->sample_head >= SIM_SAMPLES || tl->sample_count > SIM_SAMPLES) {
-        tl->sample_head = 0;
-        tl->sample_count = 0;
-    }
-    if (tl->current.nprocs > SIM_SAMPLE_PROCS)
-        tl->current.nprocs = SIM_SAMPLE_PROCS;
-}
