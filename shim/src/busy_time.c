@@ -22,10 +22,10 @@
  * one reference event per context and merged into the union of their busy
  * time (cost_model.c).  (Samples of some streams, taken among others'
  * unmeasured kernels, taught costs too low: one process on two streams at 10
- * % got 17 %.)  A run ends once long enough (RUN_LAUNCHES, or RUN_NS of
- * charged time, LONG_RUN_NS where its kernels are long), after a kernel not
- * measured yet, and when the process sleeps for budget (so that spans hold
- * no sleep).  A run's span may hold the GPU's idle time where its stream ran
+ * % got 17 %.)  A run ends once long enough (vgl_run_full: RUN_LAUNCHES,
+ * or RUN_NS of charged time, LONG_RUN_NS where its kernels are long), after
+ * a kernel not measured yet, and when the process sleeps for budget (so that
+ * spans hold no sleep).  A run's span may hold the GPU's idle time where its stream ran
  * dry: runs are counted at most what their launches are known to cost.  So
  * that this bounds them by the kernels' time, not the gaps' (a launch-bound
  * program on two streams was charged four times its kernels' time), a
@@ -56,25 +56,7 @@ enum {
     INFLIGHT = 256,                 /* runs per context not yet read back */
     CONTEXTS = 16,                  /* contexts per process whose launches are measured */
     STREAMS = 16,                   /* streams per context whose runs are measured */
-    RUN_LAUNCHES = 64,              /* a run of several streams closes after this many launches */
 };
-/* A run of several streams closes once they are charged RUN_NS, or
- * LONG_RUN_NS where they average LONG_KERNEL_NS or more: short runs are more
- * often free of other contexts' slices, so they teach costs better (four
- * processes of 1 ms kernels at 50 % got 47-48 % with 64-launch runs), while a
- * long kernel's span is long anyway. */
-#define RUN_NS 20000000
-#define LONG_KERNEL_NS 5000000
-#define LONG_RUN_NS 640000000
-/* A kernel known to take this long is measured without asking whether its
- * stream was idle: the launch's CPU time (microseconds) is a sliver of its
- * span, and the question a driver call. */
-#define IDLE_ASKED_BELOW_NS 1000000
-/* Times are read as float milliseconds from the reference event, whose
- * resolution is a microsecond at 10 s: runs that follow one another stop
- * following once it is this old, so that nothing is in flight for a moment
- * and the next run begins at a new reference. */
-#define REFERENCE_NS 10000000000ULL
 
 /* Launches of one stream between two events. */
 struct run {
@@ -313,13 +295,7 @@ static void harvest(struct vgl_tracker *t, uint64_t now)
         } else if (failed) {
             settle_oldest(t, r->charged_ns);
         } else {
-            /* Asked again after as long as it has been running late: a run
-             * queued behind much work costs few queries.  A kernel not
-             * measured yet is asked about sooner: its other launches are
-             * charged VGL_FIRST_COST_NS each until it is known. */
-            uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
-            uint64_t least = r->known ? 1000000 : 10000;
-            r->due_ns = now + (late > least ? late : least);
+            r->due_ns = vgl_run_poll(r->known, r->closed_ns, now);
             return;
         }
     }
@@ -347,7 +323,7 @@ static CUevent close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bo
         spare(t, r.start);
         return NULL;
     }
-    r.due_ns = r.known ? now + 2 * (uint64_t)r.charged_ns : now;
+    r.due_ns = vgl_run_due(r.known, r.charged_ns, now);
     r.closed_ns = now;
     if (t->count == INFLIGHT)
         settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
@@ -367,7 +343,7 @@ static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
 {
     if (!t->sampling)
         return;
-    bool chain = go_on && t->nstreams > 1 && now - t->reference_ns < REFERENCE_NS;
+    bool chain = go_on && vgl_runs_follow(t->nstreams, now - t->reference_ns);
     for (uint32_t i = 0; i < t->nstreams; i++)
         close_run(t, i, now, chain);
     t->sampling = chain;
@@ -493,7 +469,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
                 /* Completed at once: the stream is idle, and the kernel will
                  * begin when it reaches the GPU, as its launch returns. */
                 uint64_t at = vgl_node_clock_ns();
-                if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(start) == CUDA_SUCCESS)
+                if (vgl_idle_asked(l->known, l->cost_ns) && vgl_real.cuEventQuery(start) == CUDA_SUCCESS)
                     s->current.idle_at_ns = at;
             }
         } else if (!t->count && !any_open(t)) {
@@ -526,7 +502,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         l->timed = true;
         vgl_cadence_sampled(&t->cadence, now_ns);
         uint64_t when = vgl_node_clock_ns();
-        if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(at) == CUDA_SUCCESS)
+        if (vgl_idle_asked(l->known, l->cost_ns) && vgl_real.cuEventQuery(at) == CUDA_SUCCESS)
             s->current.idle_at_ns = when;
     }
     l->measured = s->stream == l->stream && s->open;
@@ -588,10 +564,9 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
     /* A kernel not measured yet is measured alone: its run ends with it, and
      * its other launches meanwhile wait for what it took rather than each
      * being measured. */
-    int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
     if (!quiet && r->timed)
         close_run(t, (uint32_t)l->index, returned, true); /* the stream's next run begins after it */
-    else if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
+    else if (!quiet && (r->alone || vgl_run_full(r->charged_ns, r->launches) || !r->known))
         end_sample(t, returned ? returned : vgl_node_clock_ns(), r->known || t->nstreams > 1);
     pthread_mutex_unlock(&measure.lock);
 }

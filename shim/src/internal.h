@@ -523,6 +523,20 @@ int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_
 bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson);
 /* A new reference: times start again from 0 (after vgl_union_close). */
 void vgl_union_restart(struct vgl_union *u);
+/* busy_time.c's runs: whether one of `launches` charged `charged_ns` (all
+ * told, one at least) is long enough to close. */
+bool vgl_run_full(int64_t charged_ns, uint32_t launches);
+/* Whether runs closed on a context of `streams` follow one another (each
+ * stream's next beginning where its last ended), from a reference event
+ * recorded `reference_age_ns` ago. */
+bool vgl_runs_follow(uint32_t streams, uint64_t reference_age_ns);
+/* Whether a measurement of a launch (its cost `cost_ns`, `known` or not)
+ * asks if its start event completed at once, its stream idle. */
+bool vgl_idle_asked(bool known, int64_t cost_ns);
+/* When a run closed at `closed_ns` is first asked whether it is done. */
+uint64_t vgl_run_due(bool known, int64_t charged_ns, uint64_t closed_ns);
+/* When a run closed at `closed_ns`, and not done at `now_ns`, is asked again. */
+uint64_t vgl_run_poll(bool known, uint64_t closed_ns, uint64_t now_ns);
 
 /* busy_time.c — the GPU time a process's kernels take, measured in samples.
  * The gate (launch_hooks.c) calls, for each launch, in this order:
