@@ -79,6 +79,34 @@
  * (adding nothing to the union) did not take: two of busy_time.c's longest
  * runs (LONG_RUN_NS). */
 #define ALLOWANCE_NS 1280000000LL
+/* When busy_time.c's runs close, how often it asks whether one is done,
+ * and whether it asks if a stream was idle. */
+enum {
+    RUN_LAUNCHES = 64,              /* a run of several streams closes after this many launches */
+};
+/* A run of several streams closes once they are charged RUN_NS, or
+ * LONG_RUN_NS where they average LONG_KERNEL_NS or more: short runs are more
+ * often free of other contexts' slices, so they teach costs better (four
+ * processes of 1 ms kernels at 50 % got 47-48 % with 64-launch runs), while a
+ * long kernel's span is long anyway. */
+#define RUN_NS 20000000
+#define LONG_KERNEL_NS 5000000
+#define LONG_RUN_NS 640000000
+/* A kernel known to take this long is measured without asking whether its
+ * stream was idle: the launch's CPU time (microseconds) is a sliver of its
+ * span, and the question a driver call. */
+#define IDLE_ASKED_BELOW_NS 1000000
+/* Times are read as float milliseconds from the reference event, whose
+ * resolution is a microsecond at 10 s: runs that follow one another stop
+ * following once it is this old, so that nothing is in flight for a moment
+ * and the next run begins at a new reference. */
+#define REFERENCE_NS 10000000000ULL
+/* A run read back too soon is asked again after as long as it has been
+ * running late, and at least this long (a run of known costs), or this
+ * long (a kernel not measured yet: its other launches are charged
+ * VGL_FIRST_COST_NS each until it is known). */
+#define POLL_KNOWN_NS 1000000
+#define POLL_FIRST_NS 10000
 
 static uint32_t cost_slot(const void *key)
 {
@@ -275,4 +303,34 @@ int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_
 void vgl_union_restart(struct vgl_union *u)
 {
     u->covered_ns = 0;
+}
+
+bool vgl_run_full(int64_t charged_ns, uint32_t launches)
+{
+    int64_t run_ns = charged_ns / launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
+    return launches >= RUN_LAUNCHES || charged_ns >= run_ns;
+}
+
+bool vgl_runs_follow(uint32_t streams, uint64_t reference_age_ns)
+{
+    return streams > 1 && reference_age_ns < REFERENCE_NS;
+}
+
+bool vgl_idle_asked(bool known, int64_t cost_ns)
+{
+    return !known || cost_ns < IDLE_ASKED_BELOW_NS;
+}
+
+uint64_t vgl_run_due(bool known, int64_t charged_ns, uint64_t closed_ns)
+{
+    /* A run of known costs is not done before they have passed, twice over. */
+    return known ? closed_ns + 2 * (uint64_t)charged_ns : closed_ns;
+}
+
+uint64_t vgl_run_poll(bool known, uint64_t closed_ns, uint64_t now_ns)
+{
+    /* A run queued behind much work costs few queries. */
+    uint64_t late = now_ns > closed_ns ? now_ns - closed_ns : 0;
+    uint64_t least = known ? POLL_KNOWN_NS : POLL_FIRST_NS;
+    return now_ns + (late > least ? late : least);
 }

@@ -259,6 +259,35 @@ static void test_known_runs_count_at_most_their_charge(void)
     CHECK(add(&u, 30 * US, 33 * US, 2 * US, true, &k1, &lesson, &taught) == 3 * US, "what the last left over");
 }
 
+/* A run closes at 64 launches, or 20 ms of charges (640 ms where its
+ * kernels average 5 ms or more). */
+static void test_when_a_run_closes(void)
+{
+    CHECK(!vgl_run_full(19 * MS, 10) && vgl_run_full(20 * MS, 10), "20 ms of short kernels");
+    CHECK(!vgl_run_full(63 * US, 63) && vgl_run_full(64 * US, 64), "64 launches");
+    CHECK(!vgl_run_full(600 * MS, 60) && vgl_run_full(640 * MS, 60), "640 ms of long kernels");
+}
+
+/* A run is first asked about once its known charges have passed twice over
+ * (at once where a cost is not known), then after as long as it was late:
+ * at least 1 ms, or 10 us for a kernel not measured yet. */
+static void test_the_polling_pace(void)
+{
+    CHECK(vgl_run_due(true, 3 * MS, S) == S + 6 * MS && vgl_run_due(false, 3 * MS, S) == S, "first asked");
+    CHECK(vgl_run_poll(true, S, S + 5 * MS) == S + 10 * MS, "as long as it was late");
+    CHECK(vgl_run_poll(true, S, S + 100 * US) == S + 1100 * US, "1 ms at least");
+    CHECK(vgl_run_poll(false, S, S + 1 * US) == S + 11 * US, "10 us where the cost is not known");
+}
+
+/* Whether a stream was idle is asked for kernels under 1 ms, or not known;
+ * runs follow one another on several streams, from a reference under 10 s. */
+static void test_when_idle_is_asked_and_runs_follow(void)
+{
+    CHECK(vgl_idle_asked(false, 5 * MS) && vgl_idle_asked(true, 999 * US) && !vgl_idle_asked(true, 1 * MS),
+          "idle asked");
+    CHECK(!vgl_runs_follow(1, 0) && vgl_runs_follow(2, 10 * S - 1) && !vgl_runs_follow(2, 10 * S), "follow");
+}
+
 int main(void)
 {
     test_an_idle_stream_begins_at_the_launch_return();
@@ -274,5 +303,8 @@ int main(void)
     test_overlapping_runs_count_once();
     test_a_run_read_out_of_order_adds_its_stretch();
     test_known_runs_count_at_most_their_charge();
+    test_when_a_run_closes();
+    test_the_polling_pace();
+    test_when_idle_is_asked_and_runs_follow();
     return check_summary();
 }
