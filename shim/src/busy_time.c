@@ -23,7 +23,7 @@
  * time (cost_model.c).  (Samples of some streams, taken among others'
  * unmeasured kernels, taught costs too low: one process on two streams at 10
  * % got 17 %.)  A run ends once long enough (vgl_run_full: RUN_LAUNCHES,
- * or RUN_NS of charged time, LONG_RUN_NS where its kernels are long), after
+ * or vgl_timings.run_ns of charged time, vgl_timings.long_run_ns where its kernels are long), after
  * a kernel not measured yet, and when the process sleeps for budget (so that
  * spans hold no sleep).  A run's span may hold the GPU's idle time where its stream ran
  * dry: runs are counted at most what their launches are known to cost.  So

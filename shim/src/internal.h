@@ -406,8 +406,6 @@ void vgl_priority_yielded(int device, uint64_t ns);
  * and how often to measure.  No driver, no clock, no lock: testable alone
  * (tests/c/cost_model_test.c); the caller holds its own lock. */
 enum { VGL_COSTS = 256 };           /* launch targets whose cost a process remembers */
-/* What a kernel never measured is charged at first (then what it took). */
-#define VGL_FIRST_COST_NS 1000000
 struct vgl_cost {
     const void *key;                /* a function or a graph */
     int64_t ns;                     /* what a launch is charged: the least of the two windows'; 0: being measured */
@@ -431,7 +429,7 @@ struct vgl_settlement {
     int64_t charged_ns, used_ns;
 };
 /* What a launch of `key` is known to cost (*ns); false: never measured (*ns
- * is VGL_FIRST_COST_NS). */
+ * is vgl_timings.first_cost_ns). */
 bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns);
 /* Whether a launch of `key`, never measured, is measured (else another
  * launch's first measurement is under way).  *evicted: launches of a key

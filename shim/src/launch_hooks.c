@@ -26,9 +26,6 @@
 
 #include "internal.h"
 
-/* A waiting launch wakes at least this often, to read measurements back and
- * to see a changed share. */
-#define MAX_SLEEP_NS 20000000
 /* cuda.h's per-thread default stream: what NULL means in a _ptsz entry point,
  * and what the shim's own calls must name there. */
 #define STREAM_PER_THREAD ((CUstream)0x2)
@@ -213,7 +210,7 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
         for (;;) {
             uint64_t left = until > now ? until - now : 0;
             if (left)
-                sleep_ns(left < MAX_SLEEP_NS ? (int64_t)left : MAX_SLEEP_NS);
+                sleep_ns((int64_t)(left < vgl_timings.max_sleep_ns ? left : vgl_timings.max_sleep_ns));
             uint64_t woke = vgl_node_clock_ns();
             vgl_share_waited(device, woke - now);
             now = woke;

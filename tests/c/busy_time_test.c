@@ -175,7 +175,7 @@ static void test_one_stream_counts_a_kernel_from_its_launch_return(void)
 {
     struct account a = {0};
     CUcontext ctx = (CUcontext)(void *)&c1;
-    CHECK(launch(&a, ctx, &k1, 0, 100 * US, true) == VGL_FIRST_COST_NS, "the first launch's charge");
+    CHECK(launch(&a, ctx, &k1, 0, 100 * US, true) == vgl_timings.first_cost_ns, "the first launch's charge");
     for (int i = 0; i < 19; i++) {
         gpu.now_ns += 1 * MS;
         launch(&a, ctx, &k1, 0, 100 * US, true);
@@ -242,7 +242,7 @@ static void test_what_cannot_be_read_is_settled_as_charged(void)
     gpu.elapsed_fails = CUDA_ERROR_INVALID_HANDLE;
     harvest(&a, 1 * MS);
     gpu.elapsed_fails = CUDA_SUCCESS;
-    CHECK(a.charged_ns == VGL_FIRST_COST_NS && a.used_ns == VGL_FIRST_COST_NS, "settled %lld at %lld",
+    CHECK(a.charged_ns == vgl_timings.first_cost_ns && a.used_ns == vgl_timings.first_cost_ns, "settled %lld at %lld",
           (long long)a.charged_ns, (long long)a.used_ns);
     struct account refused = {0};
     int64_t cost = launch(&refused, ctx, &k4, 0, 100 * US, false);
