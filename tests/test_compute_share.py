@@ -349,6 +349,17 @@ def test_the_cost_model_alone_under_sanitizers(tmp_path):
     assert result.stdout.endswith(" passed, 0 failed\n")
 
 
+def test_the_measurement_alone_with_a_fake_gpu_under_sanitizers(tmp_path):
+    """busy_time.c's runs and harvests, driven through a fake event source
+    (tests/c/busy_time_test.c), with the cost model and the log it uses."""
+    binary = compile_c(tmp_path / "busy_time_test", [C_DIR / "busy_time_test.c", SHIM_SRC / "busy_time.c",
+                                                     SHIM_SRC / "cost_model.c", SHIM_SRC / "log.c"],
+                       "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")
+    result = run([binary], base_env(), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(" passed, 0 failed\n")
+
+
 def test_the_budget_alone_under_sanitizers(tmp_path):
     binary = compile_c(tmp_path / "throttle_test", [C_DIR / "throttle_test.c", SHIM_SRC / "throttle.c"],
                        "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-lpthread")

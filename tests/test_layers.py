@@ -103,6 +103,14 @@ def test_no_two_files_call_each_other_round_a_circle():
         "shim/src/region.c"}}) != []
 
 
+def test_the_measurement_calls_neither_the_driver_nor_the_share():
+    """busy_time.c is given the driver's events and hands settlements back:
+    the launch hook calls it, and it calls only the cost model and the log."""
+    calls = _calls()
+    assert "shim/src/busy_time.c" in calls["shim/src/launch_hooks.c"]
+    assert calls["shim/src/busy_time.c"] <= {"shim/src/cost_model.c", "shim/src/log.c"}
+
+
 # -- the simulated GPU --------------------------------------------------------------------
 
 def _simgpu_calls() -> dict[str, set[str]]:

@@ -22,10 +22,10 @@
  * one reference event per context and merged into the union of their busy
  * time (cost_model.c).  (Samples of some streams, taken among others'
  * unmeasured kernels, taught costs too low: one process on two streams at 10
- * % got 17 %.)  A run ends once long enough (RUN_LAUNCHES, or RUN_NS of
- * charged time, LONG_RUN_NS where its kernels are long), after a kernel not
- * measured yet, and when the process sleeps for budget (so that spans hold
- * no sleep).  A run's span may hold the GPU's idle time where its stream ran
+ * % got 17 %.)  A run ends once long enough (vgl_run_full: RUN_LAUNCHES,
+ * or vgl_timings.run_ns of charged time, vgl_timings.long_run_ns where its kernels are long), after
+ * a kernel not measured yet, and when the process sleeps for budget (so that
+ * spans hold no sleep).  A run's span may hold the GPU's idle time where its stream ran
  * dry: runs are counted at most what their launches are known to cost.  So
  * that this bounds them by the kernels' time, not the gaps' (a launch-bound
  * program on two streams was charged four times its kernels' time), a
@@ -43,12 +43,15 @@
  * (its charge), vgl_busy_wait while it waits for budget, vgl_busy_begin once
  * admitted (a measurement's first event), and vgl_busy_leave after the
  * driver's call (its last event, or its settlement).  What they keep of the
- * launch is in struct vgl_launch, which only this file writes.
+ * launch is in struct vgl_launch, which only this file writes.  The driver's
+ * events and the clock are handed in (struct vgl_events), and what each call
+ * settled is handed back (struct vgl_settlements) for the gate to give the
+ * share: this file calls neither, and tests/c/busy_time_test.c drives it with
+ * a fake GPU.
  *
  * Figures: benchmarks/compute_share.py (shares, and driver calls per launch). */
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -56,25 +59,7 @@ enum {
     INFLIGHT = 256,                 /* runs per context not yet read back */
     CONTEXTS = 16,                  /* contexts per process whose launches are measured */
     STREAMS = 16,                   /* streams per context whose runs are measured */
-    RUN_LAUNCHES = 64,              /* a run of several streams closes after this many launches */
 };
-/* A run of several streams closes once they are charged RUN_NS, or
- * LONG_RUN_NS where they average LONG_KERNEL_NS or more: short runs are more
- * often free of other contexts' slices, so they teach costs better (four
- * processes of 1 ms kernels at 50 % got 47-48 % with 64-launch runs), while a
- * long kernel's span is long anyway. */
-#define RUN_NS 20000000
-#define LONG_KERNEL_NS 5000000
-#define LONG_RUN_NS 640000000
-/* A kernel known to take this long is measured without asking whether its
- * stream was idle: the launch's CPU time (microseconds) is a sliver of its
- * span, and the question a driver call. */
-#define IDLE_ASKED_BELOW_NS 1000000
-/* Times are read as float milliseconds from the reference event, whose
- * resolution is a microsecond at 10 s: runs that follow one another stop
- * following once it is this old, so that nothing is in flight for a moment
- * and the next run begins at a new reference. */
-#define REFERENCE_NS 10000000000ULL
 
 /* Launches of one stream between two events. */
 struct run {
@@ -89,7 +74,7 @@ struct run {
     uint64_t idle_at_ns;            /* alone, timed: its start event had completed at this time (0: not, or not asked) */
     uint64_t returned_ns;           /* alone, timed: its launch returned at this time */
     const void *key;                /* the one target launched, or NULL for several */
-    uint64_t due_ns;                /* not read back before this (vgl_node_clock_ns) */
+    uint64_t due_ns;                /* not read back before this (the events' clock) */
     uint64_t closed_ns;             /* when its end was recorded */
 };
 
@@ -104,8 +89,9 @@ struct stream_runs {
 struct vgl_tracker {
     CUcontext ctx;
     uint32_t device;
+    const struct vgl_events *ev;    /* its events and clock, those of its first launch */
     CUevent reference;              /* NULL: not recorded yet */
-    uint64_t reference_ns;          /* when it was (vgl_node_clock_ns) */
+    uint64_t reference_ns;          /* when it was (the events' clock) */
     bool sampling;                  /* each stream's next launch opens a run */
     struct vgl_cadence cadence;
     struct vgl_union runs;          /* of several streams' runs */
@@ -134,20 +120,35 @@ static void forget_in_child(void)
 }
 VGL_AFTER_FORK(forget_in_child)
 
+/* Launches charged `charged_ns` are settled at `used_ns`: for the caller to
+ * give the share, summed by device (the share's settlement is a sum). */
+static void settled(struct vgl_settlements *out, int device, int64_t charged_ns, int64_t used_ns)
+{
+    if (device < 0 || device >= VGL_MAX_DEVICES)
+        return;
+    uint32_t i = 0;
+    while (i < out->n && out->at[i].device != device)
+        i++;
+    if (i == out->n)
+        out->at[out->n++] = (struct vgl_settlement){.device = device};
+    out->at[i].charged_ns += charged_ns;
+    out->at[i].used_ns += used_ns;
+}
+
 /* Launches settled as the model says. */
-static void settle(struct vgl_settlement s)
+static void settle(struct vgl_settlements *out, struct vgl_settlement s)
 {
     if (s.charged_ns || s.used_ns) {
         VGL_LOG(VGL_LOG_DEBUG, "launches held back settled: charged %.3f ms, used %.3f ms", s.charged_ns / 1e6,
                 s.used_ns / 1e6);
-        vgl_share_used(s.device, s.charged_ns, s.used_ns);
+        settled(out, s.device, s.charged_ns, s.used_ns);
     }
 }
 
-static void drop_event(CUevent e)
+static void drop_event(const struct vgl_tracker *t, CUevent e)
 {
     if (e)
-        vgl_real.cuEventDestroy_v2(e);
+        t->ev->destroy(e);
 }
 
 static void spare(struct vgl_tracker *t, CUevent e)
@@ -157,7 +158,7 @@ static void spare(struct vgl_tracker *t, CUevent e)
     if (t->nspare < 2 * INFLIGHT)
         t->spare[t->nspare++] = e;
     else
-        drop_event(e);
+        drop_event(t, e);
 }
 
 /* Under the lock: an event of `t`'s context (which is current), recorded on `stream`. */
@@ -166,21 +167,21 @@ static CUevent mark(struct vgl_tracker *t, CUstream stream)
     CUevent e;
     if (t->nspare)
         e = t->spare[--t->nspare];
-    else if (vgl_real.cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+    else if (t->ev->create(&e) != CUDA_SUCCESS)
         return NULL;
-    if (vgl_real.cuEventRecord(e, stream) != CUDA_SUCCESS) {
-        drop_event(e); /* stale (a destroyed context's or stream's) or unusable */
+    if (t->ev->record(e, stream) != CUDA_SUCCESS) {
+        drop_event(t, e); /* stale (a destroyed context's or stream's) or unusable */
         return NULL;
     }
     return e;
 }
 
 /* Under the lock: the oldest run is settled at `measured_ns` (< 0: held back, cost_model.c). */
-static void settle_oldest(struct vgl_tracker *t, int64_t measured_ns)
+static void settle_oldest(struct vgl_tracker *t, int64_t measured_ns, struct vgl_settlements *out)
 {
     struct run *r = &t->ring[t->head];
     if (measured_ns >= 0)
-        vgl_share_used((int)t->device, r->charged_ns, measured_ns);
+        settled(out, (int)t->device, r->charged_ns, measured_ns);
     spare(t, r->start);
     spare(t, r->end);
     t->head = (t->head + 1) % INFLIGHT;
@@ -191,7 +192,7 @@ static void settle_oldest(struct vgl_tracker *t, int64_t measured_ns)
 static bool since_reference(struct vgl_tracker *t, CUevent e, int64_t *ns, bool *failed)
 {
     float ms;
-    CUresult rc = vgl_real.cuEventElapsedTime(&ms, t->reference, e);
+    CUresult rc = t->ev->elapsed(&ms, t->reference, e);
     *failed = rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY;
     *ns = (int64_t)((double)ms * 1e6);
     return rc == CUDA_SUCCESS;
@@ -201,7 +202,7 @@ static bool since_reference(struct vgl_tracker *t, CUevent e, int64_t *ns, bool 
  * `per_launch_ns`; how far apart measurements are follows from how that
  * moved its cost (the model's cadence). */
 static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns, enum vgl_clock clock,
-                   uint64_t now)
+                   uint64_t now, struct vgl_settlements *out)
 {
     int moved = 0;
     if (key) {
@@ -210,17 +211,17 @@ static void learnt(struct vgl_tracker *t, const void *key, int64_t per_launch_ns
         int64_t cost;
         vgl_cost_known(&measure.costs, key, &cost);
         VGL_LOG(VGL_LOG_DEBUG, "learnt %.3f ms a launch: cost %.3f ms", per_launch_ns / 1e6, cost / 1e6);
-        settle(waited);
+        settle(out, waited);
     }
     vgl_cadence_learnt(&t->cadence, moved);
 }
 
 /* Under the lock: the group of runs read back so far teaches. */
-static void close_group(struct vgl_tracker *t, uint64_t now)
+static void close_group(struct vgl_tracker *t, uint64_t now, struct vgl_settlements *out)
 {
     struct vgl_lesson lesson;
     if (vgl_union_close(&t->runs, &lesson))
-        learnt(t, lesson.key, lesson.per_launch_ns, VGL_OVER_RUNS, now);
+        learnt(t, lesson.key, lesson.per_launch_ns, VGL_OVER_RUNS, now, out);
 }
 
 static bool any_open(const struct vgl_tracker *t)
@@ -232,10 +233,10 @@ static bool any_open(const struct vgl_tracker *t)
 }
 
 /* Under the lock: the span of a launch timed alone; false: not yet, or unknowable (*failed). */
-static bool read_alone(const struct run *r, int64_t *ns, bool *failed)
+static bool read_alone(const struct vgl_tracker *t, const struct run *r, int64_t *ns, bool *failed)
 {
     float ms;
-    CUresult rc = vgl_real.cuEventElapsedTime(&ms, r->start, r->end);
+    CUresult rc = t->ev->elapsed(&ms, r->start, r->end);
     *failed = rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_READY;
     *ns = (int64_t)((double)ms * 1e6);
     return rc == CUDA_SUCCESS;
@@ -244,7 +245,8 @@ static bool read_alone(const struct run *r, int64_t *ns, bool *failed)
 /* Under the lock: a launch timed alone, read back: its kernel took `span_ns`
  * from its start event's completion, or less (cost_model.c).  What it is
  * settled at; -1: it is held back, with the kernel's first launches. */
-static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t span_ns, uint64_t now)
+static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t span_ns, uint64_t now,
+                          struct vgl_settlements *out)
 {
     int64_t took = span_ns - vgl_interval_start(0, r->idle_at_ns, r->returned_ns);
     VGL_LOG(VGL_LOG_DEBUG, "launch timed alone read back: charged %.3f ms, span %.3f ms, took %.3f ms%s",
@@ -252,7 +254,7 @@ static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t sp
     /* A kernel's first few measurements are settled together, at its cost
      * then (cost_model.c). */
     bool held = vgl_cost_held_back(&measure.costs, r->key, r->charged_ns);
-    learnt(t, r->key, took, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now);
+    learnt(t, r->key, took, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now, out);
     if (held)
         return -1;
     /* Counted at most what it was charged: a span stretched by other
@@ -263,7 +265,8 @@ static int64_t took_alone(struct vgl_tracker *t, const struct run *r, int64_t sp
 
 /* Under the lock: a run of several streams, read back: the busy time it adds
  * to its context's (the union's); false: not yet, or unknowable (*failed). */
-static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, int64_t *busy, bool *failed)
+static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, int64_t *busy, bool *failed,
+                     struct vgl_settlements *out)
 {
     struct stream_runs *s = &t->streams[r->stream];
     int64_t end, start = s->last_end_ns;
@@ -275,7 +278,7 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
          * launch returned; it teaches its cost as a launch on one stream does. */
         start = vgl_interval_start(start, r->idle_at_ns, r->returned_ns);
         start = start < end ? start : end;
-        learnt(t, r->key, end - start, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now);
+        learnt(t, r->key, end - start, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now, out);
     }
     struct vgl_span span = {.start_ns = start, .end_ns = end, .charged_ns = r->charged_ns,
                             .launches = r->launches, .known = r->known, .key = r->key};
@@ -283,7 +286,7 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
     bool taught;
     *busy = vgl_union_add(&t->runs, &span, &lesson, &taught);
     if (taught)
-        learnt(t, lesson.key, lesson.per_launch_ns, VGL_OVER_RUNS, now);
+        learnt(t, lesson.key, lesson.per_launch_ns, VGL_OVER_RUNS, now, out);
     /* A kernel not measured before: at most what it has been learnt to cost
      * (once a later run ended the group), which a span exceeds when other
      * contexts' slices stretched it; else the processes of one container,
@@ -300,37 +303,32 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
 /* Under the lock: reads back the runs that are due and done, oldest first,
  * without waiting for any.  One whose events the driver no longer knows (its
  * context or stream was destroyed) counts as charged. */
-static void harvest(struct vgl_tracker *t, uint64_t now)
+static void harvest(struct vgl_tracker *t, uint64_t now, struct vgl_settlements *out)
 {
     while (t->count) {
         struct run *r = &t->ring[t->head];
         if (now < r->due_ns)
             return;
         int64_t busy;
-        bool failed, read = r->alone ? read_alone(r, &busy, &failed) : read_run(t, r, now, &busy, &failed);
+        bool failed, read = r->alone ? read_alone(t, r, &busy, &failed) : read_run(t, r, now, &busy, &failed, out);
         if (read) {
-            settle_oldest(t, r->alone ? took_alone(t, r, busy, now) : busy);
+            settle_oldest(t, r->alone ? took_alone(t, r, busy, now, out) : busy, out);
         } else if (failed) {
-            settle_oldest(t, r->charged_ns);
+            settle_oldest(t, r->charged_ns, out);
         } else {
-            /* Asked again after as long as it has been running late: a run
-             * queued behind much work costs few queries.  A kernel not
-             * measured yet is asked about sooner: its other launches are
-             * charged VGL_FIRST_COST_NS each until it is known. */
-            uint64_t late = now > r->closed_ns ? now - r->closed_ns : 0;
-            uint64_t least = r->known ? 1000000 : 10000;
-            r->due_ns = now + (late > least ? late : least);
+            r->due_ns = vgl_run_poll(r->known, r->closed_ns, now);
             return;
         }
     }
     if (!any_open(t))
-        close_group(t, now);
+        close_group(t, now, out);
 }
 
 /* Under the lock: closes the stream's open run with an event; the stream's
  * next run begins there if `chain`.  Returns that event (NULL: none was
  * recorded), valid until the run is read back. */
-static CUevent close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool chain)
+static CUevent close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bool chain,
+                         struct vgl_settlements *out)
 {
     struct stream_runs *s = &t->streams[index];
     if (!s->open)
@@ -343,14 +341,14 @@ static CUevent close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bo
     }
     r.end = mark(t, s->stream);
     if (!r.end) {
-        vgl_share_used((int)t->device, r.charged_ns, r.charged_ns);
+        settled(out, (int)t->device, r.charged_ns, r.charged_ns);
         spare(t, r.start);
         return NULL;
     }
-    r.due_ns = r.known ? now + 2 * (uint64_t)r.charged_ns : now;
+    r.due_ns = vgl_run_due(r.known, r.charged_ns, now);
     r.closed_ns = now;
     if (t->count == INFLIGHT)
-        settle_oldest(t, t->ring[t->head].charged_ns); /* never read back: as charged */
+        settle_oldest(t, t->ring[t->head].charged_ns, out); /* never read back: as charged */
     t->ring[(t->head + t->count) % INFLIGHT] = r;
     t->count++;
     if (chain) {
@@ -363,13 +361,13 @@ static CUevent close_run(struct vgl_tracker *t, uint32_t index, uint64_t now, bo
 /* Under the lock: the sample ends, every run closed; another follows at once
  * (each stream's run beginning where its last ended) while costs are learnt,
  * if `go_on`. */
-static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
+static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on, struct vgl_settlements *out)
 {
     if (!t->sampling)
         return;
-    bool chain = go_on && t->nstreams > 1 && now - t->reference_ns < REFERENCE_NS;
+    bool chain = go_on && vgl_runs_follow(t->nstreams, now - t->reference_ns);
     for (uint32_t i = 0; i < t->nstreams; i++)
-        close_run(t, i, now, chain);
+        close_run(t, i, now, chain, out);
     t->sampling = chain;
     /* On several streams the cadence is that of launches timed alone. */
     if (t->nstreams == 1)
@@ -378,7 +376,7 @@ static void end_sample(struct vgl_tracker *t, uint64_t now, bool go_on)
 
 /* Under the lock: the tracker of `ctx` (on `device`), made on first use;
  * NULL when there are too many. */
-static struct vgl_tracker *tracker_for(CUcontext ctx, int device)
+static struct vgl_tracker *tracker_for(const struct vgl_events *ev, CUcontext ctx, int device)
 {
     for (uint32_t i = 0; i < measure.ntrackers; i++)
         if (measure.trackers[i].ctx == ctx)
@@ -393,6 +391,7 @@ static struct vgl_tracker *tracker_for(CUcontext ctx, int device)
     struct vgl_tracker *t = &measure.trackers[measure.ntrackers];
     t->ctx = ctx;
     t->device = (uint32_t)device;
+    t->ev = ev;
     __atomic_store_n(&measure.ntrackers, measure.ntrackers + 1, __ATOMIC_RELEASE);
     return t;
 }
@@ -430,35 +429,38 @@ int vgl_busy_device(CUcontext ctx)
     return -1;
 }
 
-void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void *key, CUstream stream,
-                    uint64_t now_ns, bool quiet)
+void vgl_busy_enter(struct vgl_launch *l, const struct vgl_events *ev, CUcontext ctx, int device, const void *key,
+                    CUstream stream, uint64_t now_ns, bool quiet, struct vgl_settlements *out)
 {
+    out->n = 0;
     pthread_mutex_lock(&measure.lock);
-    struct vgl_tracker *t = tracker_for(ctx, device);
+    struct vgl_tracker *t = tracker_for(ev, ctx, device);
     *l = (struct vgl_launch){.device = device, .key = key, .stream = stream, .tracker = t, .index = -1};
     l->known = vgl_cost_known(&measure.costs, key, &l->cost_ns);
     if (t) {
         if (!quiet)
-            harvest(t, now_ns);
+            harvest(t, now_ns, out);
         l->index = stream_index(t, stream);
     }
     pthread_mutex_unlock(&measure.lock);
 }
 
-void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet)
+void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet, struct vgl_settlements *out)
 {
+    out->n = 0;
     if (!l->tracker)
         return;
     pthread_mutex_lock(&measure.lock);
     if (sleeps && !quiet)
-        end_sample(l->tracker, now_ns, false);
+        end_sample(l->tracker, now_ns, false, out);
     if (!quiet)
-        harvest(l->tracker, now_ns);
+        harvest(l->tracker, now_ns, out);
     pthread_mutex_unlock(&measure.lock);
 }
 
-void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
+void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet, struct vgl_settlements *out)
 {
+    out->n = 0;
     struct vgl_tracker *t = l->tracker;
     if (!t || l->index < 0 || quiet)
         return;
@@ -469,7 +471,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
     if (!l->known && !s->open && t->nstreams == 1) {
         struct vgl_settlement evicted;
         due = vgl_cost_measure_first(&measure.costs, l->key, l->device, now_ns, &evicted);
-        settle(evicted);
+        settle(out, evicted);
     }
     /* On several streams, a launch timed alone: its stream's run ends just
      * before it (at `at`), unless none of its launches was made yet. */
@@ -478,7 +480,7 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
     CUevent at = NULL;
     if (timing && s->open) {
         if (s->current.launches)
-            at = close_run(t, (uint32_t)l->index, now_ns, true);
+            at = close_run(t, (uint32_t)l->index, now_ns, true, out);
         else if (s->current.start)
             at = s->current.start;
         else
@@ -492,15 +494,15 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
                 s->current = (struct run){.stream = (uint32_t)l->index, .alone = true, .start = start, .known = true};
                 /* Completed at once: the stream is idle, and the kernel will
                  * begin when it reaches the GPU, as its launch returns. */
-                uint64_t at = vgl_node_clock_ns();
-                if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(start) == CUDA_SUCCESS)
+                uint64_t at = t->ev->now_ns();
+                if (vgl_idle_asked(l->known, l->cost_ns) && t->ev->query(start) == CUDA_SUCCESS)
                     s->current.idle_at_ns = at;
             }
         } else if (!t->count && !any_open(t)) {
             /* With nothing in flight, the runs begin at a new reference: one
              * event less to record and read, and the times read from it stay
              * exact (float milliseconds). */
-            close_group(t, now_ns);
+            close_group(t, now_ns, out);
             spare(t, t->reference);
             if ((t->reference = mark(t, l->stream)))
                 t->reference_ns = now_ns;
@@ -525,36 +527,38 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet)
         s->current.timed = true;
         l->timed = true;
         vgl_cadence_sampled(&t->cadence, now_ns);
-        uint64_t when = vgl_node_clock_ns();
-        if ((!l->known || l->cost_ns < IDLE_ASKED_BELOW_NS) && vgl_real.cuEventQuery(at) == CUDA_SUCCESS)
+        uint64_t when = t->ev->now_ns();
+        if (vgl_idle_asked(l->known, l->cost_ns) && t->ev->query(at) == CUDA_SUCCESS)
             s->current.idle_at_ns = when;
     }
     l->measured = s->stream == l->stream && s->open;
     pthread_mutex_unlock(&measure.lock);
 }
 
-void vgl_busy_quiesce(CUcontext ctx)
+void vgl_busy_quiesce(CUcontext ctx, struct vgl_settlements *out)
 {
+    out->n = 0;
     pthread_mutex_lock(&measure.lock);
     for (uint32_t i = 0; i < measure.ntrackers; i++)
         if (measure.trackers[i].ctx == ctx)
-            end_sample(&measure.trackers[i], vgl_node_clock_ns(), false);
+            end_sample(&measure.trackers[i], measure.trackers[i].ev->now_ns(), false, out);
     pthread_mutex_unlock(&measure.lock);
 }
 
-void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
+void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet, struct vgl_settlements *out)
 {
+    out->n = 0;
     if (!launched) {
-        vgl_share_used(l->device, l->cost_ns, 0);
+        settled(out, l->device, l->cost_ns, 0);
         return;
     }
     struct vgl_tracker *t = l->tracker;
     if (!t) {
-        vgl_share_used(l->device, l->cost_ns, l->cost_ns); /* not measured: as charged */
+        settled(out, l->device, l->cost_ns, l->cost_ns); /* not measured: as charged */
         return;
     }
     /* When the launch returned: its kernel had reached the GPU. */
-    uint64_t returned = l->measured ? vgl_node_clock_ns() : 0;
+    uint64_t returned = l->measured ? t->ev->now_ns() : 0;
     pthread_mutex_lock(&measure.lock);
     struct stream_runs *s = &t->streams[l->index >= 0 ? l->index : 0];
     /* Not in a sample (or its run was closed meanwhile by another thread's
@@ -565,8 +569,7 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
         vgl_cadence_skipped(&t->cadence);
         int64_t cost;
         if (!vgl_cost_held_back(&measure.costs, l->key, l->cost_ns))
-            vgl_share_used(l->device, l->cost_ns,
-                           vgl_cost_known(&measure.costs, l->key, &cost) ? cost : l->cost_ns);
+            settled(out, l->device, l->cost_ns, vgl_cost_known(&measure.costs, l->key, &cost) ? cost : l->cost_ns);
         pthread_mutex_unlock(&measure.lock);
         return;
     }
@@ -588,10 +591,9 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet)
     /* A kernel not measured yet is measured alone: its run ends with it, and
      * its other launches meanwhile wait for what it took rather than each
      * being measured. */
-    int64_t run_ns = r->charged_ns / r->launches >= LONG_KERNEL_NS ? LONG_RUN_NS : RUN_NS;
     if (!quiet && r->timed)
-        close_run(t, (uint32_t)l->index, returned, true); /* the stream's next run begins after it */
-    else if (!quiet && (r->alone || r->launches >= RUN_LAUNCHES || r->charged_ns >= run_ns || !r->known))
-        end_sample(t, returned ? returned : vgl_node_clock_ns(), r->known || t->nstreams > 1);
+        close_run(t, (uint32_t)l->index, returned, true, out); /* the stream's next run begins after it */
+    else if (!quiet && (r->alone || vgl_run_full(r->charged_ns, r->launches) || !r->known))
+        end_sample(t, returned ? returned : t->ev->now_ns(), r->known || t->nstreams > 1, out);
     pthread_mutex_unlock(&measure.lock);
 }

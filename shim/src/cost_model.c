@@ -37,48 +37,32 @@
 
 #include "internal.h"
 
-/* A cost is the least over two windows, each COST_WINDOW_NS and at least
- * WINDOW_SAMPLES measurements: a kernel that became slower is charged so
- * within two, and a kernel measured seldom (a long one) is charged the least
- * of several measurements, not of the last two (a process of 20 ms kernels
- * at 30 % beside one at 60 %, whose slices stretch most of its spans, got 23
- * to 26 %). */
-#define COST_WINDOW_NS 1000000000ULL
+/* The timing constants are timings.def's; the counts are here.  A cost's
+ * window holds at least WINDOW_SAMPLES measurements; a kernel's launches
+ * until it has been measured FIRST_MEASUREMENTS times are held back and
+ * settled at its cost then (processes started together stretch one
+ * another's first measurements alike; the third took 20 ms once the first
+ * had throttled them apart).  Measurements follow one another until
+ * SAMPLES_HELD in a row moved no cost up (the first intervals of a kernel
+ * are often stretched alike, by sibling processes that started with it);
+ * then SAMPLE_FIRST launches between them, four times more after each that
+ * moves no cost up, up to SAMPLE_EVERY, or two cost windows after the last
+ * (measured every 128 launches, a process of 20 ms kernels at 25 % would
+ * wait ten seconds for the next measurement). */
 #define WINDOW_SAMPLES 4
-/* While a kernel's first measurement is under way, for up to MEASURING_NS,
- * its other launches are not measured (charged VGL_FIRST_COST_NS).  A
- * kernel's launches until it has been measured FIRST_MEASUREMENTS times are
- * held back and settled at its cost then: processes started together
- * stretch one another's first measurements alike (four processes of 20 ms
- * kernels at 10 %, settled at what each launch took, were charged 74-80 ms
- * a kernel and waited 0.7-5.8 s for budget; the third measurement took 20,
- * once the first had throttled them apart). */
-#define MEASURING_NS 1000000000ULL
 #define FIRST_MEASUREMENTS 3
-/* Measurements follow one another until this many in a row moved no cost up
- * (the first intervals of a kernel are often stretched alike, by sibling
- * processes that started with it); then SAMPLE_FIRST launches between them,
- * four times more after each that moves no cost up, up to SAMPLE_EVERY. */
 #define SAMPLES_HELD 2
 #define SAMPLE_FIRST 8
 #define SAMPLE_EVERY 128
-/* ... or SAMPLE_NS after the last, so that a cost stretched by other
- * processes' slices when it was learnt is not charged for long: measured
- * every 128 launches, a process of 20 ms kernels at 25 % would wait ten
- * seconds for the next measurement. */
-#define SAMPLE_NS (2 * COST_WINDOW_NS)
-/* A kernel that takes this long is measured at every launch: its few driver
- * calls (microseconds) are a sliver of its time, and a cost stretched by
- * other processes' slices is put right at its next launch that ran alone
- * (measured every SAMPLE_NS, four processes of 20 ms kernels at 75 % kept
- * one another's stretched costs and got 72.8 %). */
-#define ALWAYS_MEASURED_NS 5000000
+/* busy_time.c's runs of several streams close after this many launches. */
+enum {
+    RUN_LAUNCHES = 64,
+};
 /* What runs read back may keep of what their kernels are known to cost and
- * did not take, for later runs whose spans take more: a stream's run that
- * spans its sibling stream's kernels is charged what the sibling's run
- * (adding nothing to the union) did not take: two of busy_time.c's longest
- * runs (LONG_RUN_NS). */
-#define ALLOWANCE_NS 1280000000LL
+ * did not take, for later runs whose spans take more (a stream's run that
+ * spans its sibling stream's kernels is charged what the sibling's run did
+ * not take): two of the longest runs. */
+static int64_t allowance_ns(void) { return 2 * vgl_timings.long_run_ns; }
 
 static uint32_t cost_slot(const void *key)
 {
@@ -89,7 +73,7 @@ bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns)
 {
     const struct vgl_cost *c = &costs->slot[cost_slot(key)];
     bool known = c->key == key && c->ns;
-    *ns = known ? c->ns : VGL_FIRST_COST_NS;
+    *ns = known ? c->ns : vgl_timings.first_cost_ns;
     return known;
 }
 
@@ -109,10 +93,10 @@ bool vgl_cost_measure_first(struct vgl_costs *costs, const void *key, int device
 {
     struct vgl_cost *c = &costs->slot[cost_slot(key)];
     *evicted = (struct vgl_settlement){0};
-    if (c->key == key && now_ns - c->measuring_ns < MEASURING_NS)
+    if (c->key == key && now_ns - c->measuring_ns < vgl_timings.measuring_ns)
         return false;
     if (c->key != key) {
-        *evicted = settle_pending(c, VGL_FIRST_COST_NS);
+        *evicted = settle_pending(c, vgl_timings.first_cost_ns);
         *c = (struct vgl_cost){.key = key, .device = device};
     }
     c->measuring_ns = now_ns;
@@ -145,7 +129,7 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
     *settled = (struct vgl_settlement){0};
     if (c->key != key || !c->ns) {
         if (c->key != key)
-            *settled = settle_pending(c, VGL_FIRST_COST_NS);
+            *settled = settle_pending(c, vgl_timings.first_cost_ns);
         *c = (struct vgl_cost){.key = key, .ns = per_launch_ns, .window_ns = per_launch_ns,
                                .earlier_ns = per_launch_ns, .window_from = now_ns, .window_samples = 1,
                                .last = {per_launch_ns, per_launch_ns},
@@ -163,7 +147,7 @@ int vgl_cost_learn(struct vgl_costs *costs, const void *key, int64_t per_launch_
         c->last[0] = c->last[1];
         c->last[1] = per_launch_ns;
     }
-    if (now_ns - c->window_from >= COST_WINDOW_NS && c->window_samples >= WINDOW_SAMPLES) {
+    if (now_ns - c->window_from >= vgl_timings.cost_window_ns && c->window_samples >= WINDOW_SAMPLES) {
         c->earlier_ns = c->window_ns;
         c->window_ns = taken;
         c->window_from = now_ns;
@@ -192,7 +176,7 @@ int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t retu
 
 bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns, int64_t cost_ns)
 {
-    return c->since >= c->every || now_ns - c->sampled_ns >= SAMPLE_NS || cost_ns >= ALWAYS_MEASURED_NS;
+    return c->since >= c->every || now_ns - c->sampled_ns >= (2 * vgl_timings.cost_window_ns) || cost_ns >= vgl_timings.long_kernel_ns;
 }
 
 void vgl_cadence_skipped(struct vgl_cadence *c)
@@ -266,8 +250,8 @@ int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_
         if (busy > u->allowance_ns)
             busy = u->allowance_ns;
         u->allowance_ns -= busy;
-        if (u->allowance_ns > ALLOWANCE_NS)
-            u->allowance_ns = ALLOWANCE_NS;
+        if (u->allowance_ns > allowance_ns())
+            u->allowance_ns = allowance_ns();
     }
     return busy;
 }
@@ -275,4 +259,34 @@ int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_
 void vgl_union_restart(struct vgl_union *u)
 {
     u->covered_ns = 0;
+}
+
+bool vgl_run_full(int64_t charged_ns, uint32_t launches)
+{
+    int64_t run_ns = charged_ns / launches >= vgl_timings.long_kernel_ns ? vgl_timings.long_run_ns : vgl_timings.run_ns;
+    return launches >= RUN_LAUNCHES || charged_ns >= run_ns;
+}
+
+bool vgl_runs_follow(uint32_t streams, uint64_t reference_age_ns)
+{
+    return streams > 1 && reference_age_ns < vgl_timings.reference_ns;
+}
+
+bool vgl_idle_asked(bool known, int64_t cost_ns)
+{
+    return !known || cost_ns < vgl_timings.idle_asked_below_ns;
+}
+
+uint64_t vgl_run_due(bool known, int64_t charged_ns, uint64_t closed_ns)
+{
+    /* A run of known costs is not done before they have passed, twice over. */
+    return known ? closed_ns + 2 * (uint64_t)charged_ns : closed_ns;
+}
+
+uint64_t vgl_run_poll(bool known, uint64_t closed_ns, uint64_t now_ns)
+{
+    /* A run queued behind much work costs few queries. */
+    uint64_t late = now_ns > closed_ns ? now_ns - closed_ns : 0;
+    uint64_t least = known ? vgl_timings.poll_known_ns : vgl_timings.poll_first_ns;
+    return now_ns + (late > least ? late : least);
 }

@@ -406,8 +406,6 @@ void vgl_priority_yielded(int device, uint64_t ns);
  * and how often to measure.  No driver, no clock, no lock: testable alone
  * (tests/c/cost_model_test.c); the caller holds its own lock. */
 enum { VGL_COSTS = 256 };           /* launch targets whose cost a process remembers */
-/* What a kernel never measured is charged at first (then what it took). */
-#define VGL_FIRST_COST_NS 1000000
 struct vgl_cost {
     const void *key;                /* a function or a graph */
     int64_t ns;                     /* what a launch is charged: the least of the two windows'; 0: being measured */
@@ -431,7 +429,7 @@ struct vgl_settlement {
     int64_t charged_ns, used_ns;
 };
 /* What a launch of `key` is known to cost (*ns); false: never measured (*ns
- * is VGL_FIRST_COST_NS). */
+ * is vgl_timings.first_cost_ns). */
 bool vgl_cost_known(const struct vgl_costs *costs, const void *key, int64_t *ns);
 /* Whether a launch of `key`, never measured, is measured (else another
  * launch's first measurement is under way).  *evicted: launches of a key
@@ -507,13 +505,46 @@ int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_
 bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson);
 /* A new reference: times start again from 0 (after vgl_union_close). */
 void vgl_union_restart(struct vgl_union *u);
+/* busy_time.c's runs: whether one of `launches` charged `charged_ns` (all
+ * told, one at least) is long enough to close. */
+bool vgl_run_full(int64_t charged_ns, uint32_t launches);
+/* Whether runs closed on a context of `streams` follow one another (each
+ * stream's next beginning where its last ended), from a reference event
+ * recorded `reference_age_ns` ago. */
+bool vgl_runs_follow(uint32_t streams, uint64_t reference_age_ns);
+/* Whether a measurement of a launch (its cost `cost_ns`, `known` or not)
+ * asks if its start event completed at once, its stream idle. */
+bool vgl_idle_asked(bool known, int64_t cost_ns);
+/* When a run closed at `closed_ns` is first asked whether it is done. */
+uint64_t vgl_run_due(bool known, int64_t charged_ns, uint64_t closed_ns);
+/* When a run closed at `closed_ns`, and not done at `now_ns`, is asked again. */
+uint64_t vgl_run_poll(bool known, uint64_t closed_ns, uint64_t now_ns);
 
 /* busy_time.c — the GPU time a process's kernels take, measured in samples.
  * The gate (launch_hooks.c) calls, for each launch, in this order:
  * vgl_busy_enter, vgl_busy_wait while it waits for budget, vgl_busy_begin
  * once admitted, the driver, vgl_busy_leave.  struct vgl_launch is what they
  * keep of it: the gate reads device, cost_ns and known; only busy_time.c
- * writes it. */
+ * writes it.  What it asks of the driver is passed in, as throttle.c is given
+ * its clock; what each call settled is handed back, for the gate to give the
+ * share (vgl_share_used): busy_time.c calls neither the driver nor the share,
+ * and is tested alone with a fake (tests/c/busy_time_test.c). */
+/* The driver's events and the node's clock, as busy_time.c uses them: each
+ * answers as the cuEvent* call of its name (the driver's, launch_hooks.c). */
+struct vgl_events {
+    CUresult (*create)(CUevent *event);                         /* cuEventCreate, CU_EVENT_DEFAULT */
+    CUresult (*record)(CUevent event, CUstream stream);         /* cuEventRecord */
+    CUresult (*query)(CUevent event);                           /* cuEventQuery */
+    CUresult (*elapsed)(float *ms, CUevent start, CUevent end); /* cuEventElapsedTime */
+    CUresult (*destroy)(CUevent event);                         /* cuEventDestroy */
+    uint64_t (*now_ns)(void);                                   /* vgl_node_clock_ns */
+};
+/* Launches one call settled: what they were charged and took, summed by
+ * device, one entry each (n of them). */
+struct vgl_settlements {
+    uint32_t n;
+    struct vgl_settlement at[VGL_MAX_DEVICES];
+};
 struct vgl_tracker;
 /* One launch, from vgl_busy_enter to vgl_busy_leave. */
 struct vgl_launch {
@@ -530,24 +561,26 @@ struct vgl_launch {
 /* The device of a context whose launches are measured; -1: none is. */
 int vgl_busy_device(CUcontext ctx);
 /* Before a launch of `key` on `stream` in `ctx` (current, on `device`): what
- * it is charged.  `quiet`: a stream capture is open, and the shim's own event
- * queries could end it (measurements are neither read nor taken). */
-void vgl_busy_enter(struct vgl_launch *l, CUcontext ctx, int device, const void *key, CUstream stream,
-                    uint64_t now_ns, bool quiet);
+ * it is charged.  `ev`: the context's events (its first launch's are kept).
+ * `quiet`: a stream capture is open, and the shim's own event queries could
+ * end it (measurements are neither read nor taken).  Each call sets *out to
+ * what it settled. */
+void vgl_busy_enter(struct vgl_launch *l, const struct vgl_events *ev, CUcontext ctx, int device, const void *key,
+                    CUstream stream, uint64_t now_ns, bool quiet, struct vgl_settlements *out);
 /* While it waits for budget: reads back what is done; `sleeps` first ends the
  * process's runs, so that their spans hold no sleep (unless `quiet`). */
-void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet);
+void vgl_busy_wait(struct vgl_launch *l, uint64_t now_ns, bool sleeps, bool quiet, struct vgl_settlements *out);
 /* Admitted: opens a run on its stream if a sample is due (alone, on one
  * stream: its first event, and whether that completed at once). */
-void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet);
+void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet, struct vgl_settlements *out);
 /* After the driver call: a refused launch gives its charge back; one that
  * went joins its run (alone: ends it), or is settled at its kernel's cost
  * now, or held back with its kernel's first launches.  `quiet`: as above (a
  * run stays open rather than end with an event). */
-void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet);
+void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet, struct vgl_settlements *out);
 /* A stream capture is about to begin: the runs of `ctx` (current) end now,
  * their events recorded before it rather than into it. */
-void vgl_busy_quiesce(CUcontext ctx);
+void vgl_busy_quiesce(CUcontext ctx, struct vgl_settlements *out);
 
 /* context_hooks.c — the calling thread's current context, as launches ask it. */
 /* The driver's answer, kept per thread until a hooked call may change it. */

@@ -3,11 +3,13 @@
  * from the container's compute budget on its device (share.c).
  *
  * A launch is charged what its kernel (or graph) is known to cost
- * (busy_time.c), and waits, asleep, while the container's budget is owing;
- * then it sleeps on until the budget holds a little, so that launches go in
- * bursts.  Measurements read back while it sleeps may pay the debt sooner
- * (launches charged more than their kernels took): it looks again at each
- * wake.  The budget refills with the clock, never with the process's own
+ * (busy_time.c, which measures through the driver's events handed to it
+ * here, and hands back what its measurements settled, for the share), and
+ * waits, asleep, while the container's budget is owing; then it sleeps on
+ * until the budget holds a little, so that launches go in bursts.
+ * Measurements read back while it sleeps may pay the debt sooner (launches
+ * charged more than their kernels took): it looks again at each wake.  The
+ * budget refills with the clock, never with the process's own
  * synchronisation, so a launch cannot wait on work that only its own thread
  * could let finish.
  *
@@ -24,9 +26,6 @@
 
 #include "internal.h"
 
-/* A waiting launch wakes at least this often, to read measurements back and
- * to see a changed share. */
-#define MAX_SLEEP_NS 20000000
 /* cuda.h's per-thread default stream: what NULL means in a _ptsz entry point,
  * and what the shim's own calls must name there. */
 #define STREAM_PER_THREAD ((CUstream)0x2)
@@ -104,6 +103,52 @@ static int launch_device(CUcontext *ctx)
     return device >= 0 && (vgl_share_limits(device) || vgl_priority_takes_part()) ? device : -1;
 }
 
+/* The driver's events, and the node's clock, as the measurement asks them. */
+static CUresult event_create(CUevent *event)
+{
+    return vgl_real.cuEventCreate(event, CU_EVENT_DEFAULT);
+}
+
+static CUresult event_record(CUevent event, CUstream stream)
+{
+    return vgl_real.cuEventRecord(event, stream);
+}
+
+static CUresult event_query(CUevent event)
+{
+    return vgl_real.cuEventQuery(event);
+}
+
+static CUresult event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    return vgl_real.cuEventElapsedTime(ms, start, end);
+}
+
+static CUresult event_destroy(CUevent event)
+{
+    return vgl_real.cuEventDestroy_v2(event);
+}
+
+static const struct vgl_events driver_events = {
+    .create = event_create, .record = event_record, .query = event_query, .elapsed = event_elapsed,
+    .destroy = event_destroy, .now_ns = vgl_node_clock_ns,
+};
+
+/* What the measurement settled is given to the share. */
+static void settle(const struct vgl_settlements *settled)
+{
+    for (uint32_t i = 0; i < settled->n; i++)
+        vgl_share_used(settled->at[i].device, settled->at[i].charged_ns, settled->at[i].used_ns);
+}
+
+/* While a launch waits: what is done is read back (vgl_busy_wait). */
+static void measure_while_waiting(struct vgl_launch *l, uint64_t now, bool sleeps, bool quiet)
+{
+    struct vgl_settlements settled;
+    vgl_busy_wait(l, now, sleeps, quiet, &settled);
+    settle(&settled);
+}
+
 static void sleep_ns(int64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
@@ -118,13 +163,13 @@ static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, 
     int64_t wait = vgl_priority_admit(device, now, l->cost_ns);
     if (wait <= 0)
         return now;
-    vgl_busy_wait(l, now, true, quiet);
+    measure_while_waiting(l, now, true, quiet);
     while (wait > 0) {
         sleep_ns(wait);
         uint64_t woke = vgl_node_clock_ns();
         vgl_priority_yielded(device, woke - now);
         now = woke;
-        vgl_busy_wait(l, now, false, quiet);
+        measure_while_waiting(l, now, false, quiet);
         wait = vgl_priority_admit(device, now, l->cost_ns);
     }
     return now;
@@ -153,21 +198,23 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
         }
     }
     uint64_t now = vgl_node_clock_ns();
-    vgl_busy_enter(l, ctx, device, key, stream, now, quiet);
+    struct vgl_settlements settled;
+    vgl_busy_enter(l, &driver_events, ctx, device, key, stream, now, quiet, &settled);
+    settle(&settled);
     int64_t wait = vgl_share_admit(device, now, l->cost_ns);
     if (wait > 0) {
         uint64_t until = now + (uint64_t)wait + (uint64_t)vgl_share_resume_ns(device, l->cost_ns);
         VGL_LOG(VGL_LOG_DEBUG, "launch waits %.3f ms for budget (cost %.3f ms%s)", (until - now) / 1e6,
                 l->cost_ns / 1e6, l->known ? "" : ", not measured yet");
-        vgl_busy_wait(l, now, true, quiet);
+        measure_while_waiting(l, now, true, quiet);
         for (;;) {
             uint64_t left = until > now ? until - now : 0;
             if (left)
-                sleep_ns(left < MAX_SLEEP_NS ? (int64_t)left : MAX_SLEEP_NS);
+                sleep_ns((int64_t)(left < vgl_timings.max_sleep_ns ? left : vgl_timings.max_sleep_ns));
             uint64_t woke = vgl_node_clock_ns();
             vgl_share_waited(device, woke - now);
             now = woke;
-            vgl_busy_wait(l, now, false, quiet);
+            measure_while_waiting(l, now, false, quiet);
             if (now < until) {
                 /* Measurements read back meanwhile may have given back
                  * what launches were charged past their kernels' time (a
@@ -185,13 +232,17 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
     }
     if (vgl_priority_takes_part())
         now = yield_to_higher(l, device, now, quiet);
-    vgl_busy_begin(l, now, quiet);
+    vgl_busy_begin(l, now, quiet, &settled);
+    settle(&settled);
 }
 
 static CUresult gate_leave(struct vgl_launch *l, CUresult rc)
 {
-    if (l->device >= 0)
-        vgl_busy_leave(l, rc == CUDA_SUCCESS, __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0);
+    if (l->device >= 0) {
+        struct vgl_settlements settled;
+        vgl_busy_leave(l, rc == CUDA_SUCCESS, __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0, &settled);
+        settle(&settled);
+    }
     return rc;
 }
 
@@ -201,8 +252,11 @@ static void capture_begins(void)
 {
     __atomic_add_fetch(&captures_open, 1, __ATOMIC_RELAXED);
     CUcontext ctx;
-    if (vgl_current_context(&ctx) == CUDA_SUCCESS && ctx)
-        vgl_busy_quiesce(ctx);
+    if (vgl_current_context(&ctx) == CUDA_SUCCESS && ctx) {
+        struct vgl_settlements settled;
+        vgl_busy_quiesce(ctx, &settled);
+        settle(&settled);
+    }
 }
 
 static CUresult capture_began(CUresult rc)

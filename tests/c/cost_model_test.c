@@ -65,7 +65,7 @@ static void test_a_kernel_never_measured_costs_the_first_charge(void)
 {
     struct vgl_costs *costs = fresh();
     int64_t ns;
-    CHECK(!vgl_cost_known(costs, &k1, &ns) && ns == VGL_FIRST_COST_NS, "not known: %lld", (long long)ns);
+    CHECK(!vgl_cost_known(costs, &k1, &ns) && ns == vgl_timings.first_cost_ns, "not known: %lld", (long long)ns);
     learn(costs, &k1, 20 * US, S);
     CHECK(cost_of(costs, &k1) == 20 * US, "learnt: %lld", (long long)cost_of(costs, &k1));
     free(costs);
@@ -157,7 +157,7 @@ static void test_the_first_launches_are_settled_at_the_third_measurement(void)
     CHECK(!vgl_cost_held_back(costs, &k1, MS), "a kernel not being measured: settled as charged");
     CHECK(vgl_cost_measure_first(costs, &k1, 1, S, &s) && !s.charged_ns, "the first is measured");
     CHECK(!vgl_cost_measure_first(costs, &k1, 1, S + 1, &s), "the next waits for it");
-    CHECK(vgl_cost_held_back(costs, &k1, VGL_FIRST_COST_NS) && vgl_cost_held_back(costs, &k1, VGL_FIRST_COST_NS),
+    CHECK(vgl_cost_held_back(costs, &k1, vgl_timings.first_cost_ns) && vgl_cost_held_back(costs, &k1, vgl_timings.first_cost_ns),
           "it and the measured one are held back");
     vgl_cost_learn(costs, &k1, 80 * MS, VGL_ON_GPU, S + 2, &s);
     CHECK(!s.charged_ns && !s.used_ns, "not settled at the first");
@@ -167,7 +167,7 @@ static void test_the_first_launches_are_settled_at_the_third_measurement(void)
     CHECK(!s.charged_ns, "nor at the second");
     CHECK(vgl_cost_held_back(costs, &k1, 80 * MS), "the third measured");
     vgl_cost_learn(costs, &k1, 20 * MS, VGL_ON_GPU, S + 4, &s);
-    CHECK(s.charged_ns == 2 * VGL_FIRST_COST_NS + 2 * 80 * MS && s.used_ns == 4 * 20 * MS && s.device == 1,
+    CHECK(s.charged_ns == 2 * vgl_timings.first_cost_ns + 2 * 80 * MS && s.used_ns == 4 * 20 * MS && s.device == 1,
           "at the third: %lld charged, %lld used", (long long)s.charged_ns, (long long)s.used_ns);
     CHECK(!vgl_cost_held_back(costs, &k1, 20 * MS), "settled as charged from then");
     vgl_cost_learn(costs, &k1, 20 * MS, VGL_ON_GPU, S + 5, &s);
@@ -183,17 +183,17 @@ static void test_the_first_launches_are_settled_at_the_third_measurement(void)
 static void test_the_cadence(void)
 {
     struct vgl_cadence c = {.sampled_ns = S};
-    CHECK(vgl_cadence_due(&c, S, 1000000), "due at first");
+    CHECK(vgl_cadence_due(&c, S, MS), "due at first");
     vgl_cadence_learnt(&c, 1);
-    CHECK(vgl_cadence_due(&c, S, 1000000), "a new cost: due");
+    CHECK(vgl_cadence_due(&c, S, MS), "a new cost: due");
     vgl_cadence_learnt(&c, 0);
-    CHECK(vgl_cadence_due(&c, S, 1000000), "held once: due");
+    CHECK(vgl_cadence_due(&c, S, MS), "held once: due");
     vgl_cadence_learnt(&c, -1);
     uint32_t gaps[3];
     for (int i = 0; i < 3; i++) {
         vgl_cadence_sampled(&c, S);
         uint32_t n = 0;
-        while (!vgl_cadence_due(&c, S, 1000000)) {
+        while (!vgl_cadence_due(&c, S, MS)) {
             vgl_cadence_skipped(&c);
             n++;
         }
@@ -203,14 +203,16 @@ static void test_the_cadence(void)
     CHECK(gaps[0] == 8 && gaps[1] == 32 && gaps[2] == 128, "gaps %u %u %u", gaps[0], gaps[1], gaps[2]);
     vgl_cadence_learnt(&c, 1);
     vgl_cadence_sampled(&c, S);
-    CHECK(vgl_cadence_due(&c, S, 1000000), "a cost moved up: every launch again");
-    /* A kernel measured seldom is measured every two seconds all the same;
-     * one of 5 ms or more, at every launch. */
+    CHECK(vgl_cadence_due(&c, S, MS), "a cost moved up: every launch again");
+    /* A kernel measured seldom is measured two cost windows after the last
+     * all the same; a long one, at every launch. */
     struct vgl_cadence slow = {.every = 128, .sampled_ns = S};
-    CHECK(!vgl_cadence_due(&slow, 3 * S - 1, 1000000) && vgl_cadence_due(&slow, 3 * S, 1000000),
-          "two seconds after the last");
-    CHECK(vgl_cadence_due(&slow, S, 5000000) && !vgl_cadence_due(&slow, S, 4999999),
-          "a kernel of 5 ms or more: at every launch");
+    uint64_t two_windows = 2 * vgl_timings.cost_window_ns;
+    CHECK(!vgl_cadence_due(&slow, S + two_windows - 1, MS) && vgl_cadence_due(&slow, S + two_windows, MS),
+          "two cost windows after the last");
+    int64_t long_kernel = vgl_timings.long_kernel_ns;
+    CHECK(vgl_cadence_due(&slow, S, long_kernel) && !vgl_cadence_due(&slow, S, long_kernel - 1),
+          "a long kernel: at every launch");
 }
 
 static int64_t add(struct vgl_union *u, int64_t start, int64_t end, int64_t charged, bool known, const void *key,
@@ -259,6 +261,40 @@ static void test_known_runs_count_at_most_their_charge(void)
     CHECK(add(&u, 30 * US, 33 * US, 2 * US, true, &k1, &lesson, &taught) == 3 * US, "what the last left over");
 }
 
+/* A run closes at 64 launches, or 20 ms of charges (640 ms where its
+ * kernels average 5 ms or more). */
+static void test_when_a_run_closes(void)
+{
+    int64_t run = vgl_timings.run_ns, long_run = vgl_timings.long_run_ns;
+    CHECK(!vgl_run_full(run - MS, 10) && vgl_run_full(run, 10), "a run's charge of short kernels");
+    CHECK(!vgl_run_full(63 * US, 63) && vgl_run_full(64 * US, 64), "64 launches");
+    CHECK(!vgl_run_full(long_run - 60 * MS, 60) && vgl_run_full(long_run, 60), "a long run's of long kernels");
+}
+
+/* A run is first asked about once its known charges have passed twice over
+ * (at once where a cost is not known), then after as long as it was late:
+ * at least poll_known_ns, or poll_first_ns for a kernel not measured yet. */
+static void test_the_polling_pace(void)
+{
+    uint64_t known = vgl_timings.poll_known_ns, first = vgl_timings.poll_first_ns;
+    CHECK(vgl_run_due(true, 3 * MS, S) == S + 6 * MS && vgl_run_due(false, 3 * MS, S) == S, "first asked");
+    CHECK(vgl_run_poll(true, S, S + known + 5 * MS) == S + 2 * (known + 5 * MS), "as long as it was late");
+    CHECK(vgl_run_poll(true, S, S + 1) == S + 1 + known, "poll_known_ns at least");
+    CHECK(vgl_run_poll(false, S, S + 1) == S + 1 + first, "poll_first_ns where the cost is not known");
+}
+
+/* Whether a stream was idle is asked for kernels under idle_asked_below_ns,
+ * or not known; runs follow one another on several streams, from a reference
+ * younger than reference_ns. */
+static void test_when_idle_is_asked_and_runs_follow(void)
+{
+    int64_t below = vgl_timings.idle_asked_below_ns;
+    uint64_t reference = vgl_timings.reference_ns;
+    CHECK(vgl_idle_asked(false, 5 * MS) && vgl_idle_asked(true, below - 1) && !vgl_idle_asked(true, below),
+          "idle asked");
+    CHECK(!vgl_runs_follow(1, 0) && vgl_runs_follow(2, reference - 1) && !vgl_runs_follow(2, reference), "follow");
+}
+
 int main(void)
 {
     test_an_idle_stream_begins_at_the_launch_return();
@@ -274,5 +310,8 @@ int main(void)
     test_overlapping_runs_count_once();
     test_a_run_read_out_of_order_adds_its_stretch();
     test_known_runs_count_at_most_their_charge();
+    test_when_a_run_closes();
+    test_the_polling_pace();
+    test_when_idle_is_asked_and_runs_follow();
     return check_summary();
 }
