@@ -386,8 +386,11 @@ def _first_fit(requests: list[Request], model: GpuModel) -> list[list[Instance]]
     for request in by_size:
         add(next(p for p in profiles if fits([request], p, model))).requests.append(request)
 
+    # Largest first by the resource a request uses most of, as a part of a
+    # whole GPU: its memory or its compute share.
+    whole_bytes = max(p.memory_bytes for p in profiles)
     shared = sorted((r for r in requests if not r.isolated),
-                    key=lambda r: (-r.memory_bytes, -(r.cores_pct or 0)))
+                    key=lambda r: -max(r.memory_bytes / whole_bytes, (r.cores_pct or 0) / 100))
     if not shared:
         return gpus
     # The space the isolated requests leave, as the largest instances that fit it.
@@ -409,7 +412,10 @@ def _first_fit(requests: list[Request], model: GpuModel) -> list[list[Instance]]
             memory, time_pct = left[id(b)]
             share = share_pct(request, b.profile, model) or 0
             if request.memory_bytes <= memory and share <= time_pct:
-                rest = memory - request.memory_bytes
+                # Best fit: the bin this request leaves least of, in the
+                # resource it leaves least of.
+                rest = min((memory - request.memory_bytes) / b.profile.memory_bytes,
+                           (time_pct - share) / 100)
                 if best is None or rest < best[0]:
                     best = (rest, b, share)
         if best is None:
