@@ -42,3 +42,19 @@ def status(env: dict[str, str], *args, check: bool = True) -> subprocess.Complet
 def status_json(env: dict[str, str], region: Path | str, *args) -> dict:
     """What `vgpulimit status --json --region REGION ARGS` says of a region."""
     return json.loads(status(env, "--json", "--region", region, *args).stdout)
+
+
+def sanitized_build(build: Path, sanitize: str) -> Path:
+    """The shim and simgpu built in `build` with meson's b_sanitize=`sanitize`
+    (a debug build), and the directory the C clients linked to that simgpu go
+    in (with the libcuda.so they link against)."""
+    from conftest import ROOT
+
+    for cmd in (["meson", "setup", str(build), str(ROOT), "-Dwerror=true", f"-Db_sanitize={sanitize}",
+                 "-Dbuildtype=debug"], ["ninja", "-C", str(build)]):
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    bin_dir = build / "clients"
+    bin_dir.mkdir()
+    (bin_dir / "libcuda.so").symlink_to(build / "simgpu" / "libcuda.so.1")
+    return bin_dir

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import C_DIR, ROOT, MiB, base_env, compile_c, run
+from helpers import sanitized_build
 
 from vgpulimit.limits import parse_memory
 from vgpulimit.region import Region
@@ -27,13 +28,7 @@ SANITIZERS_SAID = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
 @pytest.fixture(scope="module")
 def sanitized(tmp_path_factory) -> dict[str, Path]:
     build = tmp_path_factory.mktemp("asan-build")
-    for cmd in (["meson", "setup", str(build), str(ROOT), "-Dwerror=true", "-Db_sanitize=address,undefined",
-                 "-Dbuildtype=debug"], ["ninja", "-C", str(build)]):
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    bin_dir = build / "clients"
-    bin_dir.mkdir()
-    (bin_dir / "libcuda.so").symlink_to(build / "simgpu" / "libcuda.so.1")
+    bin_dir = sanitized_build(build, "address,undefined")
     compile_c(bin_dir / "alloc_client", [C_DIR / "alloc_client.c"], f"-L{bin_dir}", "-lcuda", "-ldl")
     compile_c(bin_dir / "meminfo_null", [C_DIR / "meminfo_null.c"], f"-L{bin_dir}", "-lcuda")
     compile_c(bin_dir / "host_memory_test", [C_DIR / "host_memory_test.c"], f"-L{bin_dir}", "-lcuda")

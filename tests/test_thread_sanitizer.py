@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import C_DIR, ROOT, base_env, compile_c
+from conftest import C_DIR, base_env, compile_c
+from helpers import sanitized_build
 
 pytestmark = pytest.mark.skipif(
     shutil.which("meson") is None or shutil.which("ninja") is None,
@@ -32,13 +33,7 @@ def tsan(tmp_path_factory) -> dict[str, Path]:
     if not Path(runtime()).is_absolute():
         pytest.skip("the compiler has no ThreadSanitizer runtime (libtsan)")
     build = tmp_path_factory.mktemp("tsan-build")
-    for cmd in (["meson", "setup", str(build), str(ROOT), "-Dwerror=true", "-Db_sanitize=thread",
-                 "-Dbuildtype=debug"], ["ninja", "-C", str(build)]):
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    bin_dir = build / "clients"
-    bin_dir.mkdir()
-    (bin_dir / "libcuda.so").symlink_to(build / "simgpu" / "libcuda.so.1")
+    bin_dir = sanitized_build(build, "thread")
     compile_c(bin_dir / "thread_churn", [C_DIR / "thread_churn.c"], "-fsanitize=thread", f"-L{bin_dir}",
               "-lcuda", "-lpthread")
     return {"build": build, "bin": bin_dir}

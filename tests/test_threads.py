@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from conftest import C_DIR, TESTS, MiB, compile_c, run, vgpulimit_cmd
+from helpers import status_json
 
 FAMILIES = ["pointer", "pitch", "managed", "array", "mipmap", "vmm", "pool", "graph"]
 CAP = 1024 * MiB
@@ -24,36 +25,43 @@ def churn(cbin):
 
 
 def used_bytes(env, region) -> int:
-    [device] = json.loads(run(vgpulimit_cmd("status", "--json", "--region", region, "--interval", "0"),
-                              env).stdout)["devices"]
+    [device] = status_json(env, region, "--interval", "0")["devices"]
     return device["used_bytes"]
 
 
-def churned(sim_env, tmp_path, churn, family, threads, rounds):
-    """Runs the churn in a container capped at CAP; returns what it filled,
-    and what the region said while it held that and once it freed it."""
-    region = tmp_path / "c" / "region"
+def held_then_freed(cmd, env, region, first: str, view_env) -> tuple[str, int, int]:
+    """Runs a client that prints a line starting with `first` once it holds
+    its memory, and "freed" once it gave it back, each time waiting for a
+    line on stdin: returns that first line, and what the region at `region`
+    counted at each point (read by `status` in `view_env`)."""
     region.parent.mkdir()
-    proc = subprocess.Popen(
-        list(map(str, vgpulimit_cmd("run", "--simulate", "--memory", str(CAP), "--region", region, "--",
-                                    churn, family, str(threads), str(rounds), str(BLOCK_MIB)))),
-        env=sim_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(list(map(str, cmd)), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
-        assert line.startswith("filled "), (line, proc.stderr.read() if proc.poll() is not None else "")
-        filled = int(line.split()[1])
-        held = used_bytes(sim_env, region)
+        assert line.startswith(first), (line, proc.stderr.read() if proc.poll() is not None else "")
+        held = used_bytes(view_env, region)
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "freed\n"
-        after = used_bytes(sim_env, region)
+        after = used_bytes(view_env, region)
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return filled, held, after
+    return line, held, after
+
+
+def churned(sim_env, tmp_path, churn, family, threads, rounds):
+    """Runs the churn in a container capped at CAP; returns what it filled,
+    and what the region said while it held that and once it freed it."""
+    region = tmp_path / "c" / "region"
+    line, held, after = held_then_freed(
+        vgpulimit_cmd("run", "--simulate", "--memory", str(CAP), "--region", region, "--",
+                      churn, family, str(threads), str(rounds), str(BLOCK_MIB)), sim_env, region, "filled ", sim_env)
+    return int(line.split()[1]), held, after
 
 
 @pytest.mark.parametrize("threads", [2, 8, 64])
@@ -102,26 +110,10 @@ def test_a_handle_freed_and_handed_at_once_to_another_thread_is_charged_once(sim
     for it, the old charge is returned, and once it too is freed nothing is
     left counted."""
     program, library_path = reuse
-    env = dict(sim_env, LD_LIBRARY_PATH=library_path)
     region = tmp_path / "c" / "region"
-    region.parent.mkdir()
-    proc = subprocess.Popen(
-        list(map(str, vgpulimit_cmd("run", "--memory", str(CAP), "--region", region, "--", program, family))),
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("held "), proc.stderr.read() if proc.poll() is not None else line
-        held = used_bytes(sim_env, region)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        assert proc.stdout.readline() == "freed\n"
-        after = used_bytes(sim_env, region)
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    line, held, after = held_then_freed(
+        vgpulimit_cmd("run", "--memory", str(CAP), "--region", region, "--", program, family),
+        dict(sim_env, LD_LIBRARY_PATH=library_path), region, "held ", sim_env)
     # VMM calls are one step with their bookkeeping: the driver gets no chance
     # to hand the handle over, and the second thread gets another.
     assert line == ("held another handle\n" if family == "vmm" else "held the same handle\n")
