@@ -9,6 +9,7 @@ machine."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -205,6 +206,46 @@ def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, la
     [truncated] = [float(line.split()[1]) for line in high_out.splitlines() if line.startswith("truncated ")]
     assert share(low_out, first + 0.2, truncated - 0.1) <= 12
     assert share(low_out, truncated + 0.3, truncated + 1.3) >= 30
+
+
+@pytest.mark.slow
+def test_a_row_read_while_its_setter_writes_it_still_leads_to_its_beacon(tmp_path, sim_env, launch_client):
+    """Setters rewrite the board with pwrite(2) under every container's
+    mappings, so a reader can see a row's new key beside the beacon name its
+    row had before (the CI run of 9ce3acb saw a low container ignore a high
+    one this way).  Here a high row, written as such a read shows it (its
+    name blank), and its beacon, busy for 1.5 s: the low container holds
+    back for it, then runs again."""
+    from vgpulimit import board as boards
+    from vgpulimit._core import ffi, lib
+    board, region = tmp_path / "board", tmp_path / "low.region"
+    started = time.monotonic()
+    low = Container(sim_env, None, loops(launch_client, 1, seconds=4.5), region=region,
+                    flags=["--priority", "low", "--board", str(board)])
+    wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
+    scratch, high_region = tmp_path / "scratch.board", tmp_path / "high.region"
+    high_region.touch()
+    shutil.copy(board, scratch)
+    row = boards.join(str(scratch), "high", str(high_region))
+    image = bytearray(scratch.read_bytes())
+    name = (ffi.offsetof("struct vgl_board", "row") + row.row * ffi.sizeof("struct vgl_board_row")
+            + ffi.offsetof("struct vgl_board_row", "beacon"))
+    image[name:name + lib.VGL_BEACON_NAME_LEN] = bytes(lib.VGL_BEACON_NAME_LEN)
+    beacon = bytearray((tmp_path / row.beacon).read_bytes())
+    device = ffi.cast("struct vgl_beacon *", ffi.from_buffer(beacon)).device[0]
+    [low_device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
+    assert lib.vgl_parse_uuid(low_device["uuid"].encode(), device.uuid) == 0
+    held = time.monotonic()
+    device.busy_until_ns, device.launches = int((held + 1.5) * 1e9), 1
+    (tmp_path / row.beacon).write_bytes(beacon)
+    fd = os.open(board, os.O_WRONLY)
+    try:
+        os.pwrite(fd, image, 0)
+    finally:
+        os.close(fd)
+    low_out = low.finish()
+    assert share(low_out, held + 0.2, held + 1.4) <= 12
+    assert share(low_out, held + 1.8, held + 2.8) >= 30
 
 
 def test_a_priority_in_a_bare_preload_is_recorded_and_said_to_take_no_part(tmp_path, sim_env, shim_path,

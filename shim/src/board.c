@@ -108,6 +108,11 @@ static int write_board(int fd, struct vgl_board *b)
     return pwrite(fd, b, sizeof *b, 0) == (ssize_t)sizeof *b ? 0 : -EIO;
 }
 
+void vgl_beacon_name(uint64_t key, char name[VGL_BEACON_NAME_LEN])
+{
+    snprintf(name, VGL_BEACON_NAME_LEN, "beacon-%016llx", (unsigned long long)key);
+}
+
 /* The beacon's path: the board's directory and its name. */
 static int beacon_path(const char *board, const char *name, char *out, size_t len)
 {
@@ -190,7 +195,7 @@ int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64
         if (b.row[i].key)
             free_row(path, &b, i);
         r.owner_start = owner_pid > 0 ? vgl_proc_start_time(owner_pid) : 0;
-        snprintf(r.beacon, sizeof r.beacon, "beacon-%016llx", (unsigned long long)k);
+        vgl_beacon_name(k, r.beacon);
         err = beacon_path(path, r.beacon, beacon, sizeof beacon);
     }
     if (!err) {

@@ -92,8 +92,7 @@ static void *map_file(const char *path, size_t size, bool writable)
     return map == MAP_FAILED ? NULL : map;
 }
 
-/* The path of the beacon named `name` (a row's, NUL-terminated within
- * VGL_BEACON_NAME_LEN) in the board's directory. */
+/* The path of the beacon named `name` (vgl_beacon_name's) in the board's directory. */
 static void beacon_path(const char *name, char *out, size_t len)
 {
     snprintf(out, len, "%s/%.*s", prio.dir, VGL_BEACON_NAME_LEN - 1, name);
@@ -197,7 +196,9 @@ static int set_up(void)
     }
     prio.row = (uint32_t)row;
     prio.rank = vgl_priority_rank(__atomic_load_n(&board->row[row].priority, __ATOMIC_RELAXED));
-    prio.own = map_own_beacon(board->row[row].beacon);
+    char name[VGL_BEACON_NAME_LEN];
+    vgl_beacon_name(__atomic_load_n(&board->row[row].key, __ATOMIC_ACQUIRE), name);
+    prio.own = map_own_beacon(name);
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++)
         prio.others[i].fd = -1;
     prio.board = board;
@@ -226,11 +227,10 @@ static bool read_beacon(uint32_t i, uint64_t key, struct vgl_beacon *out)
         if (o->fd >= 0)
             close(o->fd);
         char name[VGL_BEACON_NAME_LEN], path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
-        memcpy(name, prio.board->row[i].beacon, sizeof name);
-        name[sizeof name - 1] = '\0';
+        vgl_beacon_name(key, name);
         beacon_path(name, path, sizeof path);
         /* O_NONBLOCK: a FIFO a tenant put in its beacon's place blocks no one. */
-        o->fd = strchr(name, '/') ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        o->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         struct stat st;
         if (o->fd >= 0 && (fstat(o->fd, &st) != 0 || !S_ISREG(st.st_mode))) {
             close(o->fd);

@@ -37,8 +37,10 @@ class Row:
 
     @property
     def beacon(self) -> str:
-        """The beacon's file name beside the board (board.c names it so)."""
-        return f"beacon-{self.key:016x}"
+        """The beacon's file name beside the board."""
+        name = ffi.new("char[]", lib.VGL_BEACON_NAME_LEN)
+        lib.vgl_beacon_name(self.key, name)
+        return ffi.string(name).decode()
 
 
 def _fail(board: str, err: int, action: str) -> BoardError:

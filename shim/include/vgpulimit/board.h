@@ -38,7 +38,8 @@ struct vgl_board_row {
                                     gone the row is free; 0: until it is left */
     uint64_t owner_start;        /* its /proc/<pid>/stat starttime: a reused pid is not it */
     char beacon[64];             /* VGL_BEACON_NAME_LEN: the beacon's file name in the board's
-                                    directory, NUL-terminated */
+                                    directory, NUL-terminated; always vgl_beacon_name(key), which
+                                    the shim uses instead (see there) */
     uint64_t region_dev;         /* the container's region file, as stat(2) gives it: st_dev */
     uint64_t region_ino;         /* and st_ino (never 0 in a row that is held) */
 };
@@ -82,6 +83,12 @@ int vgl_board_set(const char *path, uint64_t region_dev, uint64_t region_ino, ui
 int vgl_board_find(const struct vgl_board *board, uint64_t region_dev, uint64_t region_ino, uint64_t *key);
 /* Frees the row and removes its beacon (nothing if the row has another key). */
 int vgl_board_leave(const char *path, uint32_t row, uint64_t key);
+/* The name of the beacon of the row of `key`.  Setters rewrite the board
+ * with pwrite(2) under the mappings of every container's processes, so a
+ * reader can see a row's new key beside the name its row had before; the
+ * name that follows from the key is never torn from it. */
+void vgl_beacon_name(uint64_t key, char name[64]);
+
 /* Validates `size` bytes of a board or a beacon: 0, -EPROTO (not one),
  * -EPROTONOSUPPORT (another version), -EBADF (wrong size), -EBADMSG (a value
  * no setter writes). */
