@@ -97,6 +97,9 @@ int vgl_create_linked(const char *path, mode_t mode, size_t size, int (*init)(vo
 
 /* number.c — numbers as people write them. */
 
+/* The longest memory wait (vgl_parse_wait, the region's memory_wait_ns): 1 h. */
+#define VGL_MAX_WAIT_NS 3600000000000ull
+
 /* A decimal number "123" or "12.5" as whole and up to 9 fraction digits. */
 struct vgl_decimal {
     uint64_t whole;

@@ -282,7 +282,7 @@ def test_set_raises_a_low_container_while_it_runs(tmp_path, sim_env, launch_clie
 
 
 @pytest.mark.parametrize("flags, expected", [
-    (["--board", "/tmp/b"], "--board is the priority board of --priority"),
+    (["--board", "/tmp/b"], "--board is the node's board of --priority and of memory caps and requests"),
     (["--priority", "low", "--board", "rel/board"], "--board 'rel/board' must be an absolute path"),
 ])
 def test_a_board_needs_a_priority_and_an_absolute_path(sim_env, flags, expected):

@@ -110,7 +110,7 @@ static uint64_t reserved_ever[VGL_MAX_DEVICES];
 
 uint64_t vgl_reserved_ever(int device) { return __atomic_load_n(&reserved_ever[device], __ATOMIC_SEQ_CST); }
 
-int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
+int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, bool count, uint32_t *refused)
 {
     /* Before the ledger is: never behind what it says. */
     if (device < VGL_MAX_DEVICES)
@@ -121,7 +121,8 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
         uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);
         if (VGL_UNLIKELY(vgl_config.broken))
             cap = 0;
-        int err = vgl_region_reserve(link.region, link.slot, device, bytes, cap);
+        int err = count ? vgl_region_reserve(link.region, link.slot, device, bytes, cap)
+                        : vgl_region_reserve_quietly(link.region, link.slot, device, bytes, cap);
         if (err < 0) {
             if (refused)
                 *refused = i;
@@ -133,10 +134,16 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused)
     return 0;
 }
 
-void vgl_release(uint32_t device, uint64_t bytes)
+void vgl_release_unused(uint32_t device, uint64_t bytes)
 {
     for (uint32_t i = 0; i < vgl_links(); i++)
         vgl_ledger_release(vgl_link_at(i).region, vgl_link_at(i).slot, device, bytes);
+}
+
+void vgl_release(uint32_t device, uint64_t bytes)
+{
+    vgl_release_unused(device, bytes);
+    vgl_elastic_changed((int)device, 0, true);
 }
 
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
@@ -145,7 +152,7 @@ void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
     if (reserved < charged)
         vgl_release(device, charged - reserved);
     else if (reserved > charged)
-        vgl_reserve(device, reserved - charged, true, NULL);
+        vgl_reserve(device, reserved - charged, true, true, NULL);
     vgl_charges_leave();
 }
 
@@ -154,8 +161,10 @@ void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)
 static bool attach(void)
 {
     bool attached = vgl_attach();
-    if (attached)
+    if (attached) {
         vgl_devices_note_all();
+        vgl_elastic_attached();
+    }
     return attached;
 }
 

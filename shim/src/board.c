@@ -37,6 +37,11 @@ static int check_start(const void *image, uint64_t size, const char magic[8], ui
     return version == VGL_BOARD_VERSION ? 0 : -EPROTONOSUPPORT;
 }
 
+static bool plausible(const struct vgl_mem_limit *l)
+{
+    return !(l->bytes && l->ppm) && l->bytes <= INT64_MAX && l->ppm <= 1000000;
+}
+
 int vgl_board_check(const void *image, uint64_t size)
 {
     const struct vgl_board *b = image;
@@ -53,8 +58,12 @@ int vgl_board_check(const void *image, uint64_t size)
             continue;
         /* A beacon's name is a plain file name: never a path out of the board's directory. */
         if (r->priority > VGL_PRIORITY_LOW || !memchr(r->beacon, '\0', sizeof r->beacon) || !r->beacon[0] ||
-            strchr(r->beacon, '/') || r->beacon[0] == '.' || !r->region_ino)
+            strchr(r->beacon, '/') || r->beacon[0] == '.' || !r->region_ino ||
+            (r->flags & ~(uint32_t)(VGL_ROW_PRIORITY | VGL_ROW_MEMORY)))
             return -EBADMSG;
+        for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+            if (!plausible(&r->guarantee[d]) || !plausible(&r->guarantee_by_uuid[d].guarantee))
+                return -EBADMSG;
     }
     return 0;
 }
@@ -167,7 +176,8 @@ static void free_row(const char *path, struct vgl_board *b, uint32_t i)
 int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
                    uint64_t region_dev, uint64_t region_ino, uint64_t *key, uint32_t *row)
 {
-    if (priority > VGL_PRIORITY_LOW || !region_ino)
+    bool ranked = priority != VGL_BOARD_NO_PRIORITY;
+    if ((ranked && priority > VGL_PRIORITY_LOW) || !region_ino)
         return -EINVAL;
     int fd = open_locked(path, true);
     if (fd < 0)
@@ -189,8 +199,9 @@ int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64
     while (!err && !k)
         err = random_key(&k);
     char beacon[4096];
-    struct vgl_board_row r = {.key = k, .priority = priority, .owner_pid = owner_pid,
-                              .region_dev = region_dev, .region_ino = region_ino};
+    struct vgl_board_row r = {.key = k, .priority = ranked ? priority : VGL_PRIORITY_NORMAL,
+                              .owner_pid = owner_pid, .region_dev = region_dev, .region_ino = region_ino,
+                              .flags = ranked ? VGL_ROW_PRIORITY : 0};
     if (!err) {
         if (b.row[i].key)
             free_row(path, &b, i);
@@ -237,8 +248,40 @@ int vgl_board_set(const char *path, uint64_t region_dev, uint64_t region_ino, ui
     int row = err ? err : vgl_board_find(&b, region_dev, region_ino, NULL);
     if (row < 0)
         err = row;
+    if (!err && !(b.row[row].flags & VGL_ROW_PRIORITY))
+        err = -ENOENT;
     if (!err) {
         b.row[row].priority = priority;
+        err = write_board(fd, &b);
+    }
+    close(fd);
+    return err;
+}
+
+int vgl_board_set_memory(const char *path, uint64_t region_dev, uint64_t region_ino,
+                         const struct vgl_mem_limit *guarantee, const struct vgl_board_guarantee *by_uuid,
+                         uint64_t memory_wait_ns)
+{
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+        if (!plausible(&guarantee[d]) || (by_uuid && !plausible(&by_uuid[d].guarantee)))
+            return -EINVAL;
+    int fd = open_locked(path, false);
+    if (fd < 0)
+        return fd;
+    struct vgl_board b;
+    int err = read_board(fd, &b);
+    int row = err ? err : vgl_board_find(&b, region_dev, region_ino, NULL);
+    if (row < 0)
+        err = row;
+    if (!err) {
+        struct vgl_board_row *r = &b.row[row];
+        r->flags |= VGL_ROW_MEMORY;
+        r->memory_wait_ns = memory_wait_ns;
+        memcpy(r->guarantee, guarantee, sizeof r->guarantee);
+        if (by_uuid)
+            memcpy(r->guarantee_by_uuid, by_uuid, sizeof r->guarantee_by_uuid);
+        else
+            memset(r->guarantee_by_uuid, 0, sizeof r->guarantee_by_uuid);
         err = write_board(fd, &b);
     }
     close(fd);

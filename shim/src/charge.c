@@ -7,6 +7,9 @@
 
 #include "internal.h"
 
+/* The thread's wait for memory, across the tries of its allocation (vgl_charge_retry). */
+static __thread struct vgl_memory_wait waiting = {.device = -1};
+
 /* `link`: the region whose cap refused (0 the process's own, then those it is
  * nested in); < 0: no limit could be enforced at all. */
 static void log_refusal(const char *call, int device, uint64_t bytes, int link)
@@ -31,6 +34,7 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
 {
     c->bytes = bytes;
     c->call = call;
+    c->refused_on = -1;
     if (!vgl_ready()) {
         log_refusal(call, -1, bytes, -1);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -49,7 +53,21 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
      * is read afresh before it is refused. */
     vgl_overhead_check(device, bytes);
     uint32_t refused;
-    int err = vgl_reserve((uint32_t)device, bytes, false, &refused);
+    /* A refusal is counted once, at the first try; a wait's tries are not. */
+    bool first = waiting.device < 0;
+    int err = vgl_reserve((uint32_t)device, bytes, false, first, &refused);
+    if (!err && vgl_elastic_admit(device, bytes, first) < 0) {
+        vgl_release_unused((uint32_t)device, bytes);
+        if (first) {
+            static unsigned said;
+            char asked[32];
+            vgl_log_bounded(VGL_LOG_WARN, &said, "%s of %s refused on device %d: past the container's memory "
+                            "request, and the device has no memory free that no other container is guaranteed",
+                            call, vgl_format_bytes(bytes, asked, sizeof asked), device);
+        }
+        c->refused_on = device;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     /* A region may have been lost during the reservation itself: then it
      * counted into zeros that only we see (no need to return it there). */
     if (err == -ETIMEDOUT) {
@@ -62,7 +80,9 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (err < 0 || VGL_UNLIKELY(vgl_region_lost())) {
-        log_refusal(call, device, bytes, err < 0 ? (int)refused : -1);
+        if (first)
+            log_refusal(call, device, bytes, err < 0 ? (int)refused : -1);
+        c->refused_on = err == -ENOMEM && !vgl_region_lost() ? device : -1;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     c->device = device;
@@ -72,6 +92,7 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
 CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
 {
     c->device = -1;
+    c->refused_on = -1;
     vgl_charges_enter();
     CUresult rc = begin(call, device, bytes, c);
     if (c->device < 0)
@@ -85,10 +106,10 @@ bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force)
         return true;
     uint32_t device = (uint32_t)c->device;
     if (actual < c->bytes) {
-        vgl_release(device, c->bytes - actual);
+        vgl_release_unused(device, c->bytes - actual);
     } else {
         uint32_t refused;
-        if (vgl_reserve(device, actual - c->bytes, force, &refused) < 0) {
+        if (vgl_reserve(device, actual - c->bytes, force, true, &refused) < 0) {
             log_refusal(c->call, c->device, actual, (int)refused);
             return false;
         }
@@ -101,13 +122,28 @@ void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind 
 {
     if (c->device < 0)
         return;
+    /* The device is full: a wait may mend it (vgl_charge_retry). */
+    c->refused_on = rc == CUDA_ERROR_OUT_OF_MEMORY ? c->device : -1;
     /* The driver refused (or we could not record it, so a free could never
      * return it: then the memory stays used but uncounted, which is the
      * lesser harm than counting it forever). */
     if (rc != CUDA_SUCCESS || !vgl_allocations_put(kind, key, c->device, c->bytes, 0))
-        vgl_release((uint32_t)c->device, c->bytes);
+        vgl_release_unused((uint32_t)c->device, c->bytes);
+    else
+        vgl_elastic_changed(c->device, 0, false);
     c->device = -1;
     vgl_charges_leave();
+}
+
+bool vgl_charge_retry(struct vgl_charge *c, CUresult rc)
+{
+    if (VGL_LIKELY(waiting.device < 0) && (rc != CUDA_ERROR_OUT_OF_MEMORY || c->refused_on < 0))
+        return false;
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && c->refused_on >= 0)
+        return vgl_elastic_wait(&waiting, c->refused_on, c->bytes);
+    /* Done: granted, or refused for a reason no wait mends. */
+    vgl_elastic_wait_end(&waiting, rc == CUDA_ERROR_OUT_OF_MEMORY);
+    return false;
 }
 
 void vgl_charge_open(struct vgl_charge *c, const char *call, int device)
@@ -128,7 +164,7 @@ void vgl_charge_cancel(struct vgl_charge *c)
 {
     if (c->device < 0)
         return;
-    vgl_release((uint32_t)c->device, c->bytes);
+    vgl_release_unused((uint32_t)c->device, c->bytes);
     c->device = -1;
     vgl_charges_leave();
 }
@@ -138,6 +174,10 @@ void vgl_uncharge_begin(enum vgl_allocation_kind kind, uint64_t key, struct vgl_
     u->kind = kind;
     vgl_charges_enter();
     u->held = vgl_self.slot && vgl_allocations_take(kind, key, &u->a);
+    /* Before the driver frees it: others never see the container use less
+     * than it does, and so never hold less of its guarantee than is unused. */
+    if (u->held)
+        vgl_elastic_changed(u->a.device, u->a.bytes, false);
 }
 
 void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc)

@@ -95,10 +95,12 @@ static uint64_t limits_hash(const struct vgl_env *env)
     uint64_t h = 0xcbf29ce484222325ULL;
     const unsigned char *parts[] = {(const void *)env->memory, (const void *)env->cores_pct,
                                     (const void *)&env->cores_policy, (const void *)env->by_uuid,
-                                    (const void *)&env->priority};
+                                    (const void *)&env->priority, (const void *)env->request,
+                                    (const void *)&env->memory_wait_ns};
     size_t sizes[] = {sizeof env->memory, sizeof env->cores_pct, sizeof env->cores_policy,
-                      sizeof env->by_uuid, sizeof env->priority};
-    for (int p = 0; p < 5; p++)
+                      sizeof env->by_uuid, sizeof env->priority, sizeof env->request,
+                      sizeof env->memory_wait_ns};
+    for (int p = 0; p < 7; p++)
         for (size_t i = 0; i < sizes[p]; i++)
             h = (h ^ parts[p][i]) * 0x100000001b3ULL;
     return h;

@@ -12,7 +12,7 @@
 #include "vgpulimit/environment.h"
 #include "vgpulimit/region.h"
 
-enum kind { MEMORY, CORES };
+enum kind { MEMORY, CORES, REQUEST, KINDS };
 enum tier { PORTION, HAMI, OURS, TIERS };
 
 /* The limit variables: ours first, then HAMi-core's, as HAMi's device plugin
@@ -22,6 +22,8 @@ static const struct family {
     enum kind kind;
     enum tier tier;
 } FAMILIES[] = {
+    /* Before VGPULIMIT_MEMORY, whose stem it starts with. */
+    {"VGPULIMIT_MEMORY_REQUEST", REQUEST, OURS},
     {"VGPULIMIT_MEMORY", MEMORY, OURS},
     {"VGPULIMIT_CORES", CORES, OURS},
     {"CUDA_DEVICE_MEMORY_LIMIT", MEMORY, HAMI},
@@ -34,6 +36,7 @@ static const char OUR_POLICY[] = "VGPULIMIT_CORES_POLICY";
 static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
 static const char HAMI_DISABLE[] = "CUDA_DISABLE_CONTROL";
 static const char OUR_PRIORITY[] = "VGPULIMIT_PRIORITY";
+static const char OUR_WAIT[] = "VGPULIMIT_MEMORY_WAIT";
 static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
 static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
@@ -53,7 +56,7 @@ struct candidate {
 
 struct reading {
     struct vgl_env *out;
-    struct candidate found[2][TIERS][VGL_MAX_DEVICES]; /* [kind][tier][device] */
+    struct candidate found[KINDS][TIERS][VGL_MAX_DEVICES]; /* [kind][tier][device] */
     const char *region[TIERS];
     const char *region_name[TIERS];
 };
@@ -125,20 +128,20 @@ static bool unitless_above_one(const char *value)
  * worded as the Python side words a bad flag (limits.py LimitError). */
 static void refuse(struct vgl_env *out, enum kind kind, const char *name, const char *value, int err)
 {
-    if (kind == MEMORY && err == -ERANGE && unitless_above_one(value))
+    if (kind != CORES && err == -ERANGE && unitless_above_one(value))
         say(out, true, "%s=%s: %s what? (a fraction is 0-1; sizes need a unit, e.g. %sGiB)", name, value,
             value, value);
     else
         say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
             err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
-            kind == MEMORY ? vgl_memory_forms() : vgl_cores_forms());
+            kind != CORES ? vgl_memory_forms() : vgl_cores_forms());
 }
 
 static void read_limit(struct reading *r, const struct family *f, const char *name, int device,
                        const char *value)
 {
     struct candidate c = {.set = true};
-    int err = f->kind == MEMORY ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
+    int err = f->kind != CORES ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
     if (err) {
         refuse(r->out, f->kind, name, value, err);
         return;
@@ -171,9 +174,12 @@ static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const c
                        "prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name, suffix + 1, f->stem);
         return true;
     }
-    struct vgl_uuid_limit got = {.flags = f->kind == MEMORY ? VGL_UUID_MEMORY : VGL_UUID_CORES};
+    static const uint32_t FLAG[KINDS] = {[MEMORY] = VGL_UUID_MEMORY, [CORES] = VGL_UUID_CORES,
+                                         [REQUEST] = VGL_UUID_REQUEST};
+    struct vgl_uuid_limit got = {.flags = FLAG[f->kind]};
     memcpy(got.uuid, uuid, sizeof uuid);
-    int err = f->kind == MEMORY ? vgl_parse_memory(value, &got.limit) : vgl_parse_cores(value, &got.cores_pct);
+    int err = f->kind == CORES ? vgl_parse_cores(value, &got.cores_pct)
+                               : vgl_parse_memory(value, f->kind == MEMORY ? &got.limit : &got.request);
     if (err) {
         refuse(out, f->kind, name, value, err);
         return true;
@@ -186,6 +192,8 @@ static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const c
         u->flags |= got.flags;
         if (f->kind == MEMORY)
             u->limit = got.limit;
+        else if (f->kind == REQUEST)
+            u->request = got.request;
         else
             u->cores_pct = got.cores_pct;
         return true;
@@ -359,13 +367,61 @@ static void read_disable(struct vgl_env *out, const char *value, const char *our
     say(out, false, "%s=\"%s\" is neither true nor false; limits are enforced", HAMI_DISABLE, value);
 }
 
+/* -- elastic memory: the request and the wait ------------------------------------------------ */
+
+static void read_wait(char **envp, struct vgl_env *out)
+{
+    const char *wait = lookup(envp, OUR_WAIT);
+    if (!wait)
+        return;
+    out->asks = 1;
+    int err = vgl_parse_wait(wait, &out->memory_wait_ns);
+    if (err) {
+        say(out, true, "%s: '%s' is %s; accepted forms: %s", OUR_WAIT, wait,
+            err == -ERANGE ? "out of range (more than 1h)" : "not a valid value", vgl_wait_forms());
+        return;
+    }
+    out->memory_wait_set = 1;
+    out->memory_wait_from.source = VGL_ENV_OURS;
+    snprintf(out->memory_wait_from.name, sizeof out->memory_wait_from.name, "%s", OUR_WAIT);
+    snprintf(out->memory_wait_from.text, sizeof out->memory_wait_from.text, "%s", wait);
+}
+
+/* A request above its limit, where the two compare without the device's
+ * size (both sizes, or both shares; a size against a share is held to the
+ * limit when the device is seen, vgl_memory_request). */
+static bool above(const struct vgl_mem_limit *request, const struct vgl_mem_limit *limit)
+{
+    if (request->bytes && limit->bytes)
+        return request->bytes > limit->bytes;
+    return request->ppm && limit->ppm && request->ppm > limit->ppm;
+}
+
+static void check_requests(struct vgl_env *out)
+{
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        if (above(&out->request[i], &out->memory[i]))
+            say(out, true, "%s=%s is above the limit %s=%s on device %d; a request is at most the limit "
+                "(accepted forms: %s)", out->request_from[i].name, out->request_from[i].text,
+                out->memory_from[i].name, out->memory_from[i].text, i, vgl_memory_forms());
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        const struct vgl_uuid_limit *u = &out->by_uuid[i];
+        if ((u->flags & VGL_UUID_REQUEST) && (u->flags & VGL_UUID_MEMORY) && above(&u->request, &u->limit)) {
+            char uuid[41];
+            vgl_format_uuid(u->uuid, uuid);
+            say(out, true, "VGPULIMIT_MEMORY_REQUEST_%s is above the limit VGPULIMIT_MEMORY_%s; a request "
+                "is at most the limit (accepted forms: %s)", uuid, uuid, vgl_memory_forms());
+        }
+    }
+}
+
 /* -- merging ---------------------------------------------------------------------------------- */
 
 static void merge(struct reading *r)
 {
     struct vgl_env *out = r->out;
     spread_claim_indices(r);
-    for (int kind = MEMORY; kind <= CORES; kind++) {
+    for (int kind = MEMORY; kind < KINDS; kind++) {
         for (int i = 0; i < VGL_MAX_DEVICES; i++) {
             const struct candidate *ours = &r->found[kind][OURS][i], *hami = &r->found[kind][HAMI][i];
             const struct candidate *use = ours->set ? ours : hami->set ? hami : &r->found[kind][PORTION][i];
@@ -377,6 +433,9 @@ static void merge(struct reading *r)
             if (kind == MEMORY) {
                 out->memory[i] = use->memory;
                 out->memory_from[i] = use->origin;
+            } else if (kind == REQUEST) {
+                out->request[i] = use->memory;
+                out->request_from[i] = use->origin;
             } else {
                 out->cores_pct[i] = use->cores_pct;
                 out->cores_from[i] = use->origin;
@@ -537,6 +596,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
                 ours_given ? vgl_priority_forms() : vgl_hami_priority_forms());
         }
     }
+    read_wait(envp, out);
     const char *ours = NULL; /* a VGPULIMIT_ variable that sets something up */
     const char *hami_policy = lookup(envp, HAMI_POLICY);
     bool hami_cores_off = hami_policy && strcasecmp(hami_policy, "DISABLE") == 0;
@@ -555,8 +615,8 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             ours = OUR_POLICY; /* read above */
             continue;
         }
-        if (strcmp(name, OUR_PRIORITY) == 0) {
-            ours = OUR_PRIORITY; /* read above */
+        if (strcmp(name, OUR_PRIORITY) == 0 || strcmp(name, OUR_WAIT) == 0) {
+            ours = name[10] == 'P' ? OUR_PRIORITY : OUR_WAIT; /* read above */
             continue;
         }
         const struct family *f = NULL;
@@ -588,7 +648,8 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0 &&
                    strcmp(name, OUR_SETTER) != 0 && strncmp(name, OUR_TIMINGS, sizeof OUR_TIMINGS - 1) != 0) {
             say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
-                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, VGPULIMIT_MEMORY_REQUEST[_<i>|_GPU-<uuid>], "
+                            "VGPULIMIT_MEMORY_WAIT, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
     const char *portion = lookup(envp, KAI_PORTION);
@@ -597,6 +658,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         read_portion(&r, portion);
     }
     merge(&r);
+    check_requests(out);
     kai_region(envp, out);
     lost_region(envp, out);
     const char *disable = lookup(envp, HAMI_DISABLE);

@@ -240,8 +240,8 @@ static struct vgl_region *open_region(void)
         /* No supervisor made one: the first process of the container does. */
         if (env->region_dir_len)
             make_kai_dirs();
-        err = vgl_region_create_with_uuids(path, env->memory, env->cores_pct, env->by_uuid,
-                                           VGL_REGION_FROM_ENVIRONMENT, NULL);
+        err = vgl_region_create_elastic(path, env->memory, env->cores_pct, env->by_uuid, env->request,
+                                        env->memory_wait_ns, VGL_REGION_FROM_ENVIRONMENT, NULL);
         bool made = !err;
         if (!err || err == -EEXIST)
             err = vgl_region_open(path, &region);

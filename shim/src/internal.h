@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base.h"
+#include "vgpulimit/board.h"
 #include "vgpulimit/cuda_abi.h"
 #include "vgpulimit/environment.h"
 #include "vgpulimit/limits.h"
@@ -60,6 +61,11 @@ bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *s
  * truncate under it: a lost page becomes a private page of zeros instead of
  * a fatal SIGBUS.  0, or -EMFILE: too many guarded. */
 int vgl_guard_mapping(void *start, uint64_t size);
+
+/* region.c (also region.h) */
+/* vgl_region_reserve without counting a refusal (the tries of a wait). */
+int vgl_region_reserve_quietly(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
+                               uint64_t bytes, uint64_t cap);
 
 /* ledger.c (also region.h) */
 /* What a refusal for a lock held past its bound says of `region`'s lock. */
@@ -224,8 +230,9 @@ uint64_t vgl_region_cap(const struct vgl_region *region, int device, uint64_t to
  * in, under each one's cap (`forced`: under none, for memory the driver
  * already holds): 0, or -ENOMEM with nothing reserved, and which region
  * refused in *refused (0: its own; i: vgl_self.outer[i - 1]; may be NULL);
- * -ETIMEDOUT when a region's lock was needed and held past its bound. */
-int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, uint32_t *refused);
+ * -ETIMEDOUT when a region's lock was needed and held past its bound.  A
+ * refusal is counted in the region's oom_refusals when `count`. */
+int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, bool count, uint32_t *refused);
 /* The bytes this process ever asked vgl_reserve for on `device`, refused
  * ones too: what it reserved between two readings is at most their difference. */
 uint64_t vgl_reserved_ever(int device);
@@ -238,8 +245,11 @@ void vgl_charges_leave(void);
 uint64_t vgl_charges_mark(void);
 bool vgl_charges_quiet_since(uint64_t mark);
 
-/* Returns `bytes` on `device` to the process's region and each it is nested in. */
+/* Returns `bytes` on `device` to the process's region and each it is nested
+ * in: memory the driver freed (waiters are woken, elastic.c). */
 void vgl_release(uint32_t device, uint64_t bytes);
+/* The same for a reservation the driver never filled: nothing was freed. */
+void vgl_release_unused(uint32_t device, uint64_t bytes);
 /* Brings a charge of `charged` bytes on `device` to `reserved`, what the
  * driver says a pool of it holds: whatever the cap says, for the driver
  * already holds that memory (memory pools, graph memory). */
@@ -265,6 +275,8 @@ struct vgl_charge {
     int device;
     uint64_t bytes;
     const char *call; /* for the refusal's log line */
+    int refused_on;   /* the device of a refusal that memory freed may mend (a cap, others'
+                         guarantees, a full device); -1: none */
 };
 /* Reserves `bytes` on `device` (-1: the current context's) before the driver
  * is called.  CUDA_ERROR_OUT_OF_MEMORY when they do not fit (logged);
@@ -280,6 +292,11 @@ bool vgl_charge_settle(struct vgl_charge *c, uint64_t actual, bool force);
 void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind kind, uint64_t key);
 /* Returns a reservation that nothing came of. */
 void vgl_charge_cancel(struct vgl_charge *c);
+/* After vgl_charge_begin refused, or vgl_charge_end returned the charge of
+ * an allocation the driver refused (`rc`): true when the allocation is to be
+ * tried again, after waiting for memory (the container's memory wait); false
+ * when it ends with `rc`.  Called with no lock held: a wait would hold it. */
+bool vgl_charge_retry(struct vgl_charge *c, CUresult rc);
 /* An empty charge on `device`, for memory the driver took beyond what was
  * reserved (a pool's growth), to be settled with `force`. */
 void vgl_charge_open(struct vgl_charge *c, const char *call, int device);
@@ -401,6 +418,81 @@ bool vgl_priority_takes_part(void);
 int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns);
 /* A launch on `device` waited `ns` for higher priorities. */
 void vgl_priority_yielded(int device, uint64_t ns);
+/* `path` mapped, if it is a regular file of `size` bytes; NULL and errno if not. */
+void *vgl_map_file(const char *path, size_t size, bool writable);
+/* Where the container's board is, and the region file its row names, into
+ * `board` and *region, and which of the process's links that region is
+ * (*link): in a container of the hook, where the hook mounted them, which no
+ * tenant can change; elsewhere the outermost region that names a board (a
+ * nested run's own region names none).  False: none. */
+struct stat;
+bool vgl_board_locate(char board[VGL_PARENT_LEN], struct stat *region, uint32_t *link);
+
+/* elastic_model.c — elastic memory's decisions (docs/memory.md), with no
+ * files, clocks or driver: testable alone (tests/c/elastic_model_test.c). */
+/* Another container on the device: what the board guarantees it, and what it uses. */
+struct vgl_elastic_other {
+    uint64_t guarantee_bytes;
+    uint64_t used_bytes;
+};
+/* Memory guaranteed to the others and not in use by them: the sum of their
+ * guarantees less their use, each counted from 0 upward. */
+uint64_t vgl_elastic_held_for_others(const struct vgl_elastic_other *others, uint32_t n);
+/* Whether `bytes`, which bring the container's use to `used_after`, may be
+ * used: always within its `request`; past it only if the device has them
+ * free beyond what is held for others (`physical_free`: the driver's free,
+ * before these bytes are taken). */
+bool vgl_elastic_may_use(uint64_t used_after, uint64_t bytes, uint64_t request, uint64_t physical_free,
+                         uint64_t held_for_others);
+/* What a container's views report free under its `cap`: what it may still
+ * take now (its cap less its use, as far as the device has it free beyond
+ * what is held for others), and never less than the rest of its request. */
+uint64_t vgl_elastic_free(uint64_t cap, uint64_t used, uint64_t request, uint64_t physical_free,
+                          uint64_t held_for_others);
+/* A waiting allocation: its container's priority rank (higher first) and
+ * when it began to wait. */
+struct vgl_waiter {
+    uint32_t rank;
+    uint64_t since_ns;
+};
+/* Whether `me` is served before every one of `others`: a higher rank
+ * first, then the older (an equal claim does not hold it back). */
+bool vgl_elastic_first(const struct vgl_waiter *me, const struct vgl_waiter *others, uint32_t n);
+
+/* elastic.c — elastic memory: the guarantee on the board, borrowing above
+ * it, waiting for memory (docs/memory.md). */
+/* Whether the container has a row for elastic memory in the node's board. */
+bool vgl_elastic_takes_part(void);
+/* After `bytes` were reserved on `device` in the ledger, before the driver
+ * is asked: 0 when they may be used; -ENOMEM when the part past the
+ * container's request needs memory that others use or are guaranteed
+ * (counted; the caller returns the reservation). */
+int vgl_elastic_admit(int device, uint64_t bytes, bool count);
+/* The process attached: its container's beacon names every device it has
+ * bound, so that others hold its guarantee there before it allocates. */
+void vgl_elastic_attached(void);
+/* The container's use of `device` changed: its beacon says so (less
+ * `freeing`, bytes about to be freed), and a release wakes the node's waiters. */
+void vgl_elastic_changed(int device, uint64_t freeing, bool released);
+/* A thread's wait for memory, across the tries of one allocation. */
+struct vgl_memory_wait {
+    int device;                     /* -1: not waiting */
+    bool armed;                     /* `seen` holds the wake words as they were before the last try */
+    bool within_request;            /* its bytes are within the container's request: not queued */
+    uint64_t since_ns, deadline_ns; /* the node's clock */
+    uint32_t words;
+    uint32_t seen[VGL_BOARD_ROWS];  /* each row's wake word, the container's own included */
+    const uint32_t *word[VGL_BOARD_ROWS];
+};
+/* An allocation of `bytes` on `device` was refused: true to try it again
+ * (memory may be there now), false when no wait is set or the wait is over
+ * (then the wait is ended and counted as a timeout). */
+bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes);
+/* The allocation a wait was for is done: granted, or refused (`timed_out`). */
+void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out);
+/* The capped view's free on `device` (vgl_elastic_free), given the
+ * container's `cap` and `used`: false when the container takes no part. */
+bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t *free_bytes);
 
 /* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
  * and how often to measure.  No driver, no clock, no lock: testable alone

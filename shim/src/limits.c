@@ -20,6 +20,7 @@ static const char MEMORY_FORMS[] =
 static const char CORES_FORMS[] = "a whole percentage of the GPU's time from 1 to 100 (30 or 30%)";
 
 const char *vgl_memory_forms(void) { return MEMORY_FORMS; }
+const char *vgl_wait_forms(void) { return "0, or a duration with a unit up to 1h: 500ms, 2s, 1.5m"; }
 const char *vgl_cores_forms(void) { return CORES_FORMS; }
 const char *vgl_cores_policy_forms(void) { return "hard, borrow, none (HAMi-core's FORCE, DEFAULT, DISABLE)"; }
 const char *vgl_priority_forms(void) { return "high, normal, low"; }
@@ -84,6 +85,38 @@ int vgl_parse_cores(const char *text, uint32_t *out_pct)
         return -ERANGE;
     *out_pct = pct;
     return 0;
+}
+
+int vgl_parse_wait(const char *text, uint64_t *out_ns)
+{
+    static const struct {
+        const char *unit;
+        uint64_t ns;
+    } UNITS[] = {{"ms", 1000000ull}, {"s", 1000000000ull}, {"m", 60000000000ull}, {"h", 3600000000000ull}};
+    char buf[32];
+    int err = vgl_trimmed(text, buf, sizeof buf);
+    if (err)
+        return err;
+    if (strcmp(buf, "0") == 0) {
+        *out_ns = 0;
+        return 0;
+    }
+    struct vgl_decimal d;
+    const char *rest = vgl_parse_decimal(buf, &d, &err);
+    if (!rest)
+        return err;
+    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
+        if (strcmp(rest, UNITS[i].unit) != 0)
+            continue;
+        if (d.whole > 3600000)
+            return -ERANGE;
+        uint64_t ns = d.whole * UNITS[i].ns + (uint64_t)((unsigned __int128)d.nano * UNITS[i].ns / 1000000000u);
+        if (ns > VGL_MAX_WAIT_NS)
+            return -ERANGE;
+        *out_ns = ns;
+        return 0;
+    }
+    return -EINVAL;
 }
 
 uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes)

@@ -1,6 +1,7 @@
 /* Device memory by pointer (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged,
  * cuMemFree) and the queries that report the device's size (cuMemGetInfo,
- * cuDeviceTotalMem), capped.  With no vgpulimit variable set, every hook is
+ * cuDeviceTotalMem), capped.  A refused allocation is tried again while the
+ * container's memory wait lasts (vgl_charge_retry).  With no vgpulimit variable set, every hook is
  * a plain call through. */
 #include "internal.h"
 
@@ -13,11 +14,14 @@ CUresult cuMemAlloc_v2(CUdeviceptr_v2 *dptr, size_t bytesize)
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAlloc_v2(dptr, bytesize);
     struct vgl_charge c;
-    CUresult rc = vgl_charge_begin("cuMemAlloc", -1, bytesize, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuMemAlloc_v2(dptr, bytesize);
-    vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+    CUresult rc;
+    do {
+        rc = vgl_charge_begin("cuMemAlloc", -1, bytesize, &c);
+        if (rc == CUDA_SUCCESS) {
+            rc = vgl_real.cuMemAlloc_v2(dptr, bytesize);
+            vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+        }
+    } while (vgl_charge_retry(&c, rc));
     return rc;
 }
 
@@ -26,11 +30,14 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAlloc(dptr, bytesize);
     struct vgl_charge c;
-    CUresult rc = vgl_charge_begin("cuMemAlloc", -1, bytesize, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuMemAlloc(dptr, bytesize);
-    vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+    CUresult rc;
+    do {
+        rc = vgl_charge_begin("cuMemAlloc", -1, bytesize, &c);
+        if (rc == CUDA_SUCCESS) {
+            rc = vgl_real.cuMemAlloc(dptr, bytesize);
+            vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+        }
+    } while (vgl_charge_retry(&c, rc));
     return rc;
 }
 
@@ -41,11 +48,14 @@ CUresult cuMemAllocManaged(CUdeviceptr_v2 *dptr, size_t bytesize, unsigned int f
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAllocManaged(dptr, bytesize, flags);
     struct vgl_charge c;
-    CUresult rc = vgl_charge_begin("cuMemAllocManaged", -1, bytesize, &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuMemAllocManaged(dptr, bytesize, flags);
-    vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+    CUresult rc;
+    do {
+        rc = vgl_charge_begin("cuMemAllocManaged", -1, bytesize, &c);
+        if (rc == CUDA_SUCCESS) {
+            rc = vgl_real.cuMemAllocManaged(dptr, bytesize, flags);
+            vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+        }
+    } while (vgl_charge_retry(&c, rc));
     return rc;
 }
 
@@ -77,13 +87,16 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr_v2 *dptr, size_t *pPitch, size_t WidthIn
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     struct vgl_charge c;
-    CUresult rc = vgl_charge_begin("cuMemAllocPitch", -1, pitch_bound(WidthInBytes, Height), &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (rc != CUDA_SUCCESS)
-        return settle_pitch(&c, rc, 0, 0, 0, free_v2);
-    return settle_pitch(&c, rc, *dptr, *pPitch, Height, free_v2);
+    CUresult rc;
+    do {
+        rc = vgl_charge_begin("cuMemAllocPitch", -1, pitch_bound(WidthInBytes, Height), &c);
+        if (rc == CUDA_SUCCESS) {
+            rc = vgl_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+            rc = rc == CUDA_SUCCESS ? settle_pitch(&c, rc, *dptr, *pPitch, Height, free_v2)
+                                    : settle_pitch(&c, rc, 0, 0, 0, free_v2);
+        }
+    } while (vgl_charge_retry(&c, rc));
+    return rc;
 }
 
 CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
@@ -92,13 +105,16 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     struct vgl_charge c;
-    CUresult rc = vgl_charge_begin("cuMemAllocPitch", -1, pitch_bound(WidthInBytes, Height), &c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = vgl_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (rc != CUDA_SUCCESS)
-        return settle_pitch(&c, rc, 0, 0, 0, free_v1);
-    return settle_pitch(&c, rc, *dptr, *pPitch, Height, free_v1);
+    CUresult rc;
+    do {
+        rc = vgl_charge_begin("cuMemAllocPitch", -1, pitch_bound(WidthInBytes, Height), &c);
+        if (rc == CUDA_SUCCESS) {
+            rc = vgl_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+            rc = rc == CUDA_SUCCESS ? settle_pitch(&c, rc, *dptr, *pPitch, Height, free_v1)
+                                    : settle_pitch(&c, rc, 0, 0, 0, free_v1);
+        }
+    } while (vgl_charge_retry(&c, rc));
+    return rc;
 }
 
 /* The charge stays until the driver has the memory back: a free it refuses

@@ -113,7 +113,7 @@ static bool claimed_by_another(unsigned int pid)
 static unsigned int probe_once(int device, nvmlDevice_t handle)
 {
     static nvmlProcessInfo_t before[MAX_LISTED], during[MAX_LISTED], after[MAX_LISTED]; /* under `lock` */
-    vgl_reserve((uint32_t)device, PROBE_BYTES, true, NULL);
+    vgl_reserve((uint32_t)device, PROBE_BYTES, true, true, NULL);
     int nb = list_processes(handle, before), nd = -1, na = -1;
     CUdeviceptr_v2 probe;
     if (nb >= 0 && vgl_real.cuMemAlloc_v2(&probe, PROBE_BYTES) == CUDA_SUCCESS) {
@@ -231,7 +231,7 @@ void vgl_overhead_check_now(int device)
         }
         uint32_t dev = (uint32_t)device;
         if (overhead > charged[device])
-            vgl_reserve(dev, overhead - charged[device], true, NULL);
+            vgl_reserve(dev, overhead - charged[device], true, true, NULL);
         else if (overhead < charged[device])
             vgl_release(dev, charged[device] - overhead);
         charged[device] = overhead;

@@ -74,8 +74,7 @@ static void forget_in_child(void)
 }
 VGL_AFTER_FORK(forget_in_child)
 
-/* `path` mapped, if it is a regular file of `size` bytes; NULL and errno if not. */
-static void *map_file(const char *path, size_t size, bool writable)
+void *vgl_map_file(const char *path, size_t size, bool writable)
 {
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
@@ -104,7 +103,7 @@ static struct vgl_beacon *map_own_beacon(const char *name)
 {
     char path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
     beacon_path(name, path, sizeof path);
-    struct vgl_beacon *map = map_file(path, sizeof *map, true);
+    struct vgl_beacon *map = vgl_map_file(path, sizeof *map, true);
     const char *why = map ? NULL : errno == EBADF ? "it is not a file of a beacon's size" : strerror(errno);
     if (map && vgl_beacon_check(map, sizeof *map) != 0)
         why = "it is not a beacon";
@@ -119,12 +118,9 @@ static struct vgl_beacon *map_own_beacon(const char *name)
     return &unshared;
 }
 
-/* Where the container's board is, and the region file its row names, into
- * `board` and *region: in a container of the hook, where the hook mounted
- * them, which no tenant can change; elsewhere the outermost region that
- * names a board (a nested run's own region names none).  False: none. */
-static bool locate(char board[VGL_PARENT_LEN], struct stat *region)
+bool vgl_board_locate(char board[VGL_PARENT_LEN], struct stat *region, uint32_t *link)
 {
+    *link = vgl_links() - 1; /* the hook's region is the outermost */
     char path[sizeof vgl_config.region_path], named[sizeof vgl_config.region_path] = "";
     if (vgl_config.authoritative) {
         if (access(VGL_CONTAINER_BOARD, F_OK) != 0)
@@ -141,6 +137,7 @@ static bool locate(char board[VGL_PARENT_LEN], struct stat *region)
                 memcpy(board, r->board, VGL_PARENT_LEN);
                 board[VGL_PARENT_LEN - 1] = '\0';
                 memcpy(named, path, sizeof named);
+                *link = i;
             }
             memcpy(path, r->parent, VGL_PARENT_LEN);
             path[VGL_PARENT_LEN - 1] = '\0';
@@ -150,7 +147,7 @@ static bool locate(char board[VGL_PARENT_LEN], struct stat *region)
     }
     if (stat(named, region) != 0) {
         vgl_log(VGL_LOG_WARN, "the container's region %s cannot be looked at (%s); it takes no part in "
-                "priorities", named, strerror(errno));
+                "priorities or elastic memory", named, strerror(errno));
         return false;
     }
     return true;
@@ -160,7 +157,8 @@ static int set_up(void)
 {
     char path[VGL_PARENT_LEN];
     struct stat region;
-    if (!locate(path, &region)) {
+    uint32_t link;
+    if (!vgl_board_locate(path, &region, &link)) {
         /* Asked for in the environment alone (HAMi's device plugin sets
          * CUDA_TASK_PRIORITY): no setter gave the container a row. */
         if (vgl_config.env.priority >= 0)
@@ -178,7 +176,7 @@ static int set_up(void)
         return -1;
     }
     snprintf(prio.dir, sizeof prio.dir, "%.*s", (int)(slash - path), path);
-    const struct vgl_board *board = map_file(path, sizeof *board, false);
+    const struct vgl_board *board = vgl_map_file(path, sizeof *board, false);
     if (!board || vgl_board_check(board, sizeof *board) != 0) {
         vgl_log(VGL_LOG_WARN, "%s is not a priority board this process can read; priorities are ignored", path);
         if (board)
@@ -191,6 +189,14 @@ static int set_up(void)
     if (row < 0) {
         vgl_log(VGL_LOG_WARN, "the container has no row in the priority board %s (its row was freed, or "
                 "another setter's board is named); it takes no part in priorities", path);
+        munmap((void *)board, sizeof *board);
+        return -1;
+    }
+    if (!(__atomic_load_n(&board->row[row].flags, __ATOMIC_RELAXED) & VGL_ROW_PRIORITY)) {
+        /* A row for elastic memory alone. */
+        if (vgl_config.env.priority >= 0)
+            vgl_log(VGL_LOG_WARN, "a priority was asked for (VGPULIMIT_PRIORITY or CUDA_TASK_PRIORITY), but "
+                    "the container's row in %s was given none by its setter; it takes no part in priorities", path);
         munmap((void *)board, sizeof *board);
         return -1;
     }
@@ -279,7 +285,7 @@ static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], 
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
         const struct vgl_board_row *r = &prio.board->row[i];
         uint64_t key = __atomic_load_n(&r->key, __ATOMIC_ACQUIRE);
-        if (!key || i == prio.row)
+        if (!key || i == prio.row || !(__atomic_load_n(&r->flags, __ATOMIC_RELAXED) & VGL_ROW_PRIORITY))
             continue;
         uint32_t other = vgl_priority_rank(__atomic_load_n(&r->priority, __ATOMIC_RELAXED));
         if (other == rank)

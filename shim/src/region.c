@@ -36,6 +36,8 @@ struct region_init {
     const struct vgl_mem_limit *limits;
     const uint32_t *cores_pct;
     const struct vgl_uuid_limit *by_uuid;
+    const struct vgl_mem_limit *requests;
+    uint64_t memory_wait_ns;
     uint32_t flags;
     const char *parent;
 };
@@ -65,7 +67,10 @@ static int init_region(void *map, void *arg)
             dev->limit = limits[i];
         if (cores_pct)
             dev->cores_pct = cores_pct[i];
+        if (how->requests)
+            dev->request = how->requests[i];
     }
+    region->memory_wait_ns = how->memory_wait_ns;
     return err;
 }
 
@@ -79,10 +84,20 @@ int vgl_region_create_with_uuids(const char *path, const struct vgl_mem_limit *l
                                  const uint32_t *cores_pct, const struct vgl_uuid_limit *by_uuid,
                                  uint32_t flags, const char *parent)
 {
+    return vgl_region_create_elastic(path, limits, cores_pct, by_uuid, NULL, 0, flags, parent);
+}
+
+int vgl_region_create_elastic(const char *path, const struct vgl_mem_limit *limits,
+                              const uint32_t *cores_pct, const struct vgl_uuid_limit *by_uuid,
+                              const struct vgl_mem_limit *requests, uint64_t memory_wait_ns,
+                              uint32_t flags, const char *parent)
+{
     if (parent && strlen(parent) >= VGL_PARENT_LEN)
         return -ENAMETOOLONG;
+    if (memory_wait_ns > VGL_MAX_WAIT_NS)
+        return -EINVAL;
     /* Of two creators exactly one wins: the other is told -EEXIST. */
-    struct region_init how = {limits, cores_pct, by_uuid, flags, parent};
+    struct region_init how = {limits, cores_pct, by_uuid, requests, memory_wait_ns, flags, parent};
     mode_t mode = flags & VGL_REGION_GROUP_SHARED ? 0660 : 0600;
     return vgl_create_linked(path, mode, sizeof(struct vgl_region), init_region, &how, NULL);
 }
@@ -96,8 +111,15 @@ int vgl_region_create_with_uuids(const char *path, const struct vgl_mem_limit *l
  * whole as garbled, not clamped into numbers that only look right.  Each
  * test holds of every field at every moment (no sums across fields), so a
  * region being updated while it is read still passes. */
+static bool plausible_limit(const struct vgl_mem_limit *l)
+{
+    return !(l->bytes && l->ppm) && l->bytes <= INT64_MAX && l->ppm <= 1000000;
+}
+
 static bool plausible(const struct vgl_region *region)
 {
+    if (region->memory_wait_ns > VGL_MAX_WAIT_NS)
+        return false;
     const char *parent = region->parent;
     if (memchr(parent, '\0', VGL_PARENT_LEN) == NULL || (parent[0] && parent[0] != '/'))
         return false;
@@ -109,13 +131,15 @@ static bool plausible(const struct vgl_region *region)
         const struct vgl_device_state *dev = &region->devices[d];
         if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
             dev->limit.ppm > 1000000 || dev->cores_pct > 100 || dev->cores_policy > VGL_CORES_NONE ||
-            dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES)
+            dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES ||
+            !plausible_limit(&dev->request) || dev->waiting > VGL_MAX_SLOTS * 64)
             return false;
     }
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
         const struct vgl_uuid_limit *u = &region->by_uuid[d];
         if ((u->limit.bytes && u->limit.ppm) || u->limit.bytes > INT64_MAX || u->limit.ppm > 1000000 ||
-            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES))
+            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST) ||
+            !plausible_limit(&u->request))
             return false;
     }
     for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
@@ -371,11 +395,18 @@ int vgl_region_reclaim(struct vgl_region *region)
 int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
                        uint64_t bytes, uint64_t cap)
 {
+    int err = vgl_region_reserve_quietly(region, slot, device, bytes, cap);
+    if (err == -ENOMEM)
+        __atomic_add_fetch(&region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
+    return err;
+}
+
+int vgl_region_reserve_quietly(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
+                               uint64_t bytes, uint64_t cap)
+{
     int err = vgl_ledger_reserve(region, slot, device, bytes, cap);
     if (err == -ENOMEM && vgl_region_reclaim(region) > 0)
         err = vgl_ledger_reserve(region, slot, device, bytes, cap);
-    if (err == -ENOMEM)
-        __atomic_add_fetch(&region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
     return err;
 }
 
@@ -417,5 +448,29 @@ int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
     __atomic_store_n(&dev->cores_pct, cores_pct, __ATOMIC_RELAXED);
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     vgl_ledger_unlock(region);
+    return 0;
+}
+
+int vgl_region_set_request(struct vgl_region *region, uint32_t device, const struct vgl_mem_limit *request)
+{
+    if (device >= VGL_MAX_DEVICES || !plausible_limit(request))
+        return -EINVAL;
+    int err = vgl_ledger_lock(region);
+    if (err)
+        return err;
+    struct vgl_device_state *dev = &region->devices[device];
+    __atomic_store_n(&dev->request.bytes, request->bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&dev->request.ppm, request->ppm, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
+    vgl_ledger_unlock(region);
+    return 0;
+}
+
+int vgl_region_set_memory_wait(struct vgl_region *region, uint64_t wait_ns)
+{
+    if (wait_ns > VGL_MAX_WAIT_NS)
+        return -EINVAL;
+    __atomic_store_n(&region->memory_wait_ns, wait_ns, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     return 0;
 }

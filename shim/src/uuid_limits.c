@@ -23,6 +23,10 @@ static void apply_uuid_limit(struct vgl_region *region, uint32_t d, const struct
     }
     if (u->flags & VGL_UUID_CORES)
         __atomic_store_n(&dev->cores_pct, u->cores_pct, __ATOMIC_RELAXED);
+    if (u->flags & VGL_UUID_REQUEST) {
+        __atomic_store_n(&dev->request.bytes, u->request.bytes, __ATOMIC_RELAXED);
+        __atomic_store_n(&dev->request.ppm, u->request.ppm, __ATOMIC_RELAXED);
+    }
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
 }
 

@@ -35,13 +35,17 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle_v1 *handle, size_t size, const
     if (VGL_LIKELY(!vgl_config.enabled) || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return vgl_real.cuMemCreate(handle, size, prop, flags);
     struct vgl_charge c;
-    pthread_mutex_lock(&vmm_lock);
-    CUresult rc = vgl_charge_begin("cuMemCreate", prop->location.id, size, &c);
-    if (rc == CUDA_SUCCESS) {
-        rc = vgl_real.cuMemCreate(handle, size, prop, flags);
-        vgl_charge_end(&c, rc, VGL_ALLOC_VMM, rc == CUDA_SUCCESS ? *handle : 0);
-    }
-    pthread_mutex_unlock(&vmm_lock);
+    CUresult rc;
+    /* A wait for memory is outside the lock: the process's own releases take it. */
+    do {
+        pthread_mutex_lock(&vmm_lock);
+        rc = vgl_charge_begin("cuMemCreate", prop->location.id, size, &c);
+        if (rc == CUDA_SUCCESS) {
+            rc = vgl_real.cuMemCreate(handle, size, prop, flags);
+            vgl_charge_end(&c, rc, VGL_ALLOC_VMM, rc == CUDA_SUCCESS ? *handle : 0);
+        }
+        pthread_mutex_unlock(&vmm_lock);
+    } while (vgl_charge_retry(&c, rc));
     return rc;
 }
 

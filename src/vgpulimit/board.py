@@ -49,6 +49,8 @@ def _fail(board: str, err: int, action: str) -> BoardError:
     elif err in (-errno.EACCES, -errno.EPERM, -errno.EROFS):
         why = ("not writable here: priorities are set by the node (vgpulimit run, the OCI hook), "
                "never from inside a container")
+    elif err == -errno.ENOENT:
+        why = "the container takes no part in priorities (it was started without one)"
     elif err == -errno.ESRCH:
         why = "the container's row is gone (the container ended, or its row was taken since)"
     elif err in (-errno.EPROTO, -errno.EBADMSG, -errno.EBADF, -errno.EPROTONOSUPPORT):
@@ -58,14 +60,15 @@ def _fail(board: str, err: int, action: str) -> BoardError:
     return BoardError(-err, f"{action} the priority board {board}: {why}")
 
 
-def join(board: str, priority: str, region: str, owner_pid: int = 0, beacon_uid: int = -1) -> Row:
-    """A row of ``priority`` for the container of the region file
+def join(board: str, priority: str | None, region: str, owner_pid: int = 0, beacon_uid: int = -1) -> Row:
+    """A row of ``priority`` (None: a row that takes no part in priorities,
+    for elastic memory alone) for the container of the region file
     ``region``, held by ``owner_pid`` (a supervisor; 0: none)."""
     key = ffi.new("uint64_t *")
     row = ffi.new("uint32_t *")
     st = os.stat(region)
-    err = lib.vgl_board_join(os.fsencode(board), PRIORITIES.index(priority), owner_pid, beacon_uid,
-                             st.st_dev, st.st_ino, key, row)
+    rank = lib.VGL_BOARD_NO_PRIORITY if priority is None else PRIORITIES.index(priority)
+    err = lib.vgl_board_join(os.fsencode(board), rank, owner_pid, beacon_uid, st.st_dev, st.st_ino, key, row)
     if err < 0:
         raise _fail(board, err, "cannot take a row in")
     return Row(board, int(row[0]), int(key[0]))
@@ -100,6 +103,26 @@ def set_priority(board: str, region: str, priority: str) -> Row:
     if err < 0:
         raise _fail(board, err, "cannot change")
     return row
+
+
+def set_memory(board: str, region: str, limits) -> None:
+    """Writes what the container of ``region`` is guaranteed (a
+    request.Limits: its requests, else its caps) into its row."""
+    from vgpulimit.limits import parse_uuid
+
+    st = os.stat(region)
+    guarantee = ffi.new("struct vgl_mem_limit[]", lib.VGL_MAX_DEVICES)
+    for index, given in enumerate(limits.guarantee_per_device()):
+        if given is not None:
+            guarantee[index].bytes, guarantee[index].ppm = given.bytes, given.ppm
+    by_uuid = ffi.new("struct vgl_board_guarantee[]", lib.VGL_MAX_DEVICES)
+    for entry, (uuid, given) in zip(by_uuid, limits.guarantee_by_uuid().items()):
+        lib.vgl_parse_uuid(parse_uuid(uuid, "a guarantee").encode(), entry.uuid)
+        entry.guarantee.bytes, entry.guarantee.ppm = given.bytes, given.ppm
+    err = lib.vgl_board_set_memory(os.fsencode(board), st.st_dev, st.st_ino, guarantee, by_uuid,
+                                   limits.memory_wait_ns())
+    if err < 0:
+        raise _fail(board, err, "cannot write the memory guarantee in")
 
 
 def reachable(board: str, region: str) -> str:

@@ -50,7 +50,8 @@ class CdiError(UsageError):
 
 def default_name(memory: str | None, cores: str | None, cores_policy: str | None = None,
                  priority: str | None = None, admit: bool = False, admit_uncapped: bool = False,
-                 node_dir: str | None = None) -> str:
+                 node_dir: str | None = None, memory_request: str | None = None,
+                 memory_wait: str | None = None) -> str:
     """A device name that says what it gives: "1GiB", "50pct-cores30",
     "cores30-policy-borrow-priority-low", "shim".  Every flag that changes the
     spec is in it: two specs in one directory that name the same device make
@@ -65,6 +66,10 @@ def default_name(memory: str | None, cores: str | None, cores_policy: str | None
         parts.append(f"policy-{cores_policy}")
     if priority is not None:
         parts.append(f"priority-{priority}")
+    if memory_request is not None:
+        parts.append("request-" + memory_request.strip().replace("%", "pct"))
+    if memory_wait is not None:
+        parts.append("wait-" + memory_wait.strip())
     if admit:
         parts.append("admit-uncapped" if admit_uncapped else "admit")
     if node_dir is not None:
@@ -77,7 +82,8 @@ def default_name(memory: str | None, cores: str | None, cores_policy: str | None
 def generate(name: str | None = None, memory: str | None = None, cores: str | None = None,
              node_dir: str | None = None, cores_policy: str | None = None,
              admit: bool = False, admit_uncapped: bool = False,
-             priority: str | None = None) -> dict[str, Any]:
+             priority: str | None = None, memory_request: str | None = None,
+             memory_wait: str | None = None) -> dict[str, Any]:
     """The spec, as a JSON-ready dict.  Limits are checked by the one parser and
     kept as the user wrote them, as `vgpulimit run` passes them on."""
     from vgpulimit._paths import libpath
@@ -97,9 +103,21 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         parse_cores(cores, "--cores")
     policy_value = None if cores_policy is None else parse_cores_policy(cores_policy, "--cores-policy")
     priority_value = None if priority is None else parse_priority(priority, "--priority")
+    if memory_request is not None:
+        from vgpulimit.environment import Setting
+        from vgpulimit.request import check_requests
+
+        asked = parse_memory(memory_request, "--memory-request")
+        if memory is not None:
+            check_requests({0: Setting(memory_request, "--memory-request", asked)},
+                           {0: Setting(memory, "--memory", parse_memory(memory, "--memory"))})
+    if memory_wait is not None:
+        from vgpulimit.limits import parse_wait
+
+        parse_wait(memory_wait, "--memory-wait")
     if name is None:
         name = default_name(memory, cores, policy_value, priority_value, admit, admit_uncapped,
-                            node_dir)
+                            node_dir, memory_request, memory_wait)
     elif not _NAME.fullmatch(name):
         raise CdiError(f"--name: {quoted(name)} is not a CDI device name ({NAME_FORMS})")
     if memory is None and cores is None and not (memory_none and cores_none):
@@ -115,6 +133,10 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
     if priority is not None:
         env.append(f"VGPULIMIT_PRIORITY={priority}")
+    if memory_request is not None:
+        env.append(f"VGPULIMIT_MEMORY_REQUEST={memory_request}")
+    if memory_wait is not None:
+        env.append(f"VGPULIMIT_MEMORY_WAIT={memory_wait}")
     args = hook_command(node_dir, admit, admit_uncapped)
     edits: dict[str, Any] = {"env": env} if env else {}
     edits |= {

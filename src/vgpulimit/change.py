@@ -17,6 +17,7 @@ from vgpulimit.limits import (
     parse_cores_policy,
     parse_memory,
     parse_priority,
+    parse_wait,
 )
 from vgpulimit.region import Region
 from vgpulimit.request import parse_device_items, split_uuid_items
@@ -45,19 +46,31 @@ class Change:
     cores: dict[int, int] = field(default_factory=dict)
     memory_by_uuid: dict[str, MemoryLimit | None] = field(default_factory=dict)
     cores_by_uuid: dict[str, int] = field(default_factory=dict)
+    request_all: object = _KEEP   # a MemoryLimit, or None: the cap
+    request: dict[int, MemoryLimit | None] = field(default_factory=dict)
+    memory_wait_ns: int | None = None
     notes: tuple[str, ...] = ()   # what the user should know: a decimal unit's size
 
     @classmethod
     def parse(cls, memory: str | None, memory_device: Sequence[str], cores: str | None,
-              cores_device: Sequence[str], cores_policy: str | None, priority: str | None = None) -> Change:
+              cores_device: Sequence[str], cores_policy: str | None, priority: str | None = None,
+              memory_request: str | None = None, memory_request_device: Sequence[str] = (),
+              memory_wait: str | None = None) -> Change:
+        request_items, request_uuids = split_uuid_items(memory_request_device, "--memory-request-device")
+        if request_uuids:
+            raise UsageError("set: --memory-request-device takes I=SIZE, a device index as CUDA numbers it in "
+                             "the container; a request by UUID is given when the container starts")
+        request_by_index = parse_device_items(request_items, "--memory-request-device")
         memory_items, memory_uuids = split_uuid_items(memory_device, "--memory-device")
         cores_items, cores_uuids = split_uuid_items(cores_device, "--cores-device")
         memory_by_index = parse_device_items(memory_items, "--memory-device")
         cores_by_index = parse_device_items(cores_items, "--cores-device", "PERCENT")
         if (memory is None and cores is None and cores_policy is None and priority is None
-                and not memory_by_index and not cores_by_index and not memory_uuids and not cores_uuids):
-            raise UsageError("set: nothing to change (give --memory, --memory-device, --cores, "
-                             "--cores-device, --cores-policy or --priority)")
+                and not memory_by_index and not cores_by_index and not memory_uuids and not cores_uuids
+                and memory_request is None and not request_by_index and memory_wait is None):
+            raise UsageError("set: nothing to change (give --memory, --memory-device, --memory-request, "
+                             "--memory-request-device, --memory-wait, --cores, --cores-device, --cores-policy "
+                             "or --priority)")
         given = [("--memory", memory)] if memory is not None else []
         given += [(f"--memory-device {i}", t) for i, t in memory_by_index.items()]
         given += [(f"--memory-device {u}", t) for u, t in memory_uuids.items()]
@@ -73,6 +86,9 @@ class Change:
             cores={i: _cores(t, f"--cores-device {i}") for i, t in cores_by_index.items()},
             memory_by_uuid={u: _memory(t, f"--memory-device {u}") for u, t in memory_uuids.items()},
             cores_by_uuid={u: _cores(t, f"--cores-device {u}") for u, t in cores_uuids.items()},
+            request_all=_memory(memory_request, "--memory-request") if memory_request is not None else _KEEP,
+            request={i: _memory(t, f"--memory-request-device {i}") for i, t in request_by_index.items()},
+            memory_wait_ns=parse_wait(memory_wait) if memory_wait is not None else None,
         )
 
 
@@ -85,6 +101,7 @@ def apply(region_path: str, change: Change) -> list[str]:
         before = region.snapshot(all_devices=True)
         if change.priority is not None:
             changes += _set_priority(region, before, change.priority)
+        changes += _set_elastic(region, before, change)
         if change.policy is not None:
             old_policies = {d.cores_policy for d in before.devices if d.cores_pct}
             region.set_cores_policy(change.policy)
@@ -117,9 +134,83 @@ def apply(region_path: str, change: Change) -> list[str]:
                 new += [f"cores {_cores_text(change.cores_by_uuid[uuid])}"] \
                     if uuid in change.cores_by_uuid else []
                 pending.append(f"{uuid} (no process has used it yet): {', '.join(new)}")
+        if changes or unnamed or pending:
+            _update_guarantee(region)
     grouped = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}"
                for what, indices in unnamed.items()]
     return changes + grouped + pending
+
+
+def _set_elastic(region: Region, before, change: Change) -> list[str]:
+    """Requests and the wait, before the limits: a request above the
+    device's cap, as the change leaves it, is refused with nothing written."""
+    from vgpulimit.environment import Setting
+    from vgpulimit.limits import format_wait
+    from vgpulimit.request import check_requests
+
+    wanted, caps = {}, {}
+    for device in before.devices:
+        every = device.request if change.request_all is _KEEP else change.request_all
+        wanted[device.index] = change.request.get(device.index, every)
+        cap = change.memory.get(device.index, device.limit if change.memory_all is _KEEP else change.memory_all)
+        caps[device.index] = Setting(_memory_text(cap), "the cap", cap)
+    check_requests({i: Setting(_memory_text(r), "--memory-request", r) for i, r in wanted.items()}, caps)
+    lines = []
+    for device in before.devices:
+        request = wanted[device.index]
+        if request != device.request:
+            region.set_request(device.index, request)
+            lines.append(f"device {device.index}: memory request {_request_text(device.request)} → "
+                         f"{_request_text(request)}")
+    if change.memory_wait_ns is not None and change.memory_wait_ns != before.memory_wait_ns:
+        region.set_memory_wait(change.memory_wait_ns)
+        lines.append(f"memory wait: {format_wait(before.memory_wait_ns)} → {format_wait(change.memory_wait_ns)}")
+    return lines
+
+
+def _update_guarantee(region: Region) -> None:
+    """A container on the node's board for its memory is guaranteed its
+    request, else its cap, there: the board, which no tenant writes, is
+    brought to what the region now says."""
+    from vgpulimit import board
+    from vgpulimit._paths import core
+    from vgpulimit.limits import format_uuid
+
+    _, lib = core()
+    mapped = region._mapped
+    if not mapped.board_flags & lib.VGL_ROW_MEMORY:
+        return
+    snap = region.snapshot(all_devices=True)
+    by_uuid = {}
+    for entry in mapped.by_uuid:
+        given = entry.request if entry.flags & lib.VGL_UUID_REQUEST else entry.limit
+        if entry.flags & (lib.VGL_UUID_REQUEST | lib.VGL_UUID_MEMORY):
+            by_uuid[format_uuid(bytes(entry.uuid))] = MemoryLimit._from_cdata(given)
+    terms = _Guarantee([d.request or d.limit for d in snap.devices],
+                       {u: g for u, g in by_uuid.items() if g is not None}, snap.memory_wait_ns)
+    board.set_memory(board.reachable(snap.board, region.path), region.path, terms)
+
+
+@dataclass(frozen=True)
+class _Guarantee:
+    """What board.set_memory writes, as a region holds it."""
+
+    per_device: list
+    by_uuid: dict
+    wait_ns: int
+
+    def guarantee_per_device(self) -> list:
+        return self.per_device
+
+    def guarantee_by_uuid(self) -> dict:
+        return self.by_uuid
+
+    def memory_wait_ns(self) -> int:
+        return self.wait_ns
+
+
+def _request_text(request) -> str:
+    return "none (the cap)" if request is None else request.describe()
 
 
 def _set_priority(region: Region, before, priority: str) -> list[str]:

@@ -173,6 +173,16 @@ def _build_parser() -> argparse.ArgumentParser:
                           "(instead of --memory)")
     run.add_argument("--unit", metavar="SIZE",
                      help="the size of one --memory-units unit: 1GiB (default), 128Mi, ...")
+    run.add_argument("--memory-request", metavar="SIZE",
+                     help="memory guaranteed on every device, at most the cap (default: the cap); "
+                          "above it the container borrows what no other container uses or is "
+                          "guaranteed (docs/memory.md)")
+    run.add_argument("--memory-request-device", metavar="I=SIZE", action="append", default=[],
+                     help="memory request for device I, or GPU-<uuid>=SIZE (overrides "
+                          "--memory-request; repeatable)")
+    run.add_argument("--memory-wait", metavar="DURATION",
+                     help="how long an allocation that would be refused waits for memory before "
+                          "it is refused: 500ms, 2s, 1m (default 0: refused at once)")
     run.add_argument("--cores", metavar="PCT",
                      help="compute share of every device, in percent: 30 or 30%%")
     run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
@@ -185,8 +195,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="high, normal or low: while a container of a higher priority has work "
                           "on a GPU, lower ones hold back (default: none, takes no part)")
     run.add_argument("--board", metavar="PATH",
-                     help="the node's priority board, with --priority (default: priority.board "
-                          "in the directory run makes regions in)")
+                     help="the node's board of priorities and memory guarantees, with --priority or "
+                          "a memory cap (default: priority.board in the directory run makes regions in)")
     run.add_argument("--simulate", action="store_true",
                      help="run on the simulated GPU that ships with vgpulimit")
     run.add_argument("--region", metavar="PATH",
@@ -257,6 +267,13 @@ def _build_parser() -> argparse.ArgumentParser:
     set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
                       help="memory cap for device I as CUDA numbers it in the container, or for "
                            "the device of a UUID: GPU-<uuid>=SIZE (overrides --memory; repeatable)")
+    set_.add_argument("--memory-request", metavar="SIZE",
+                      help="memory guaranteed on every device, at most the cap, or 'none' (the cap)")
+    set_.add_argument("--memory-request-device", metavar="I=SIZE", action="append", default=[],
+                      help="memory request for device I (overrides --memory-request; repeatable)")
+    set_.add_argument("--memory-wait", metavar="DURATION",
+                      help="how long an allocation that would be refused waits for memory: 500ms, "
+                           "2s, ... or 0")
     set_.add_argument("--cores", metavar="PCT",
                       help="compute share of every device: 30 or 30%%, or 'none'")
     set_.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
@@ -481,6 +498,10 @@ def _add_container_commands(commands) -> None:
                           help="compute share in percent: 30 or 30%%, or 'none'")
     generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
     generate.add_argument("--priority", metavar="PRIORITY", help="high, normal or low")
+    generate.add_argument("--memory-request", metavar="SIZE",
+                          help="memory guaranteed on every device, at most --memory")
+    generate.add_argument("--memory-wait", metavar="DURATION",
+                          help="how long a refused allocation waits for memory: 500ms, 2s, ...")
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
@@ -521,10 +542,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise UsageError("run: give --memory or --memory-units, not both")
         memory = request.memory_units(args.memory_units, args.unit)
     limits = request.resolve_limits(memory, args.memory_device, os.environ,
-                                    args.cores, args.cores_device, args.cores_policy, args.priority)
-    if args.board is not None and limits.priority is None:
-        raise UsageError("run: --board is the priority board of --priority, and no priority is given; "
-                         "give --priority high|normal|low with it")
+                                    args.cores, args.cores_device, args.cores_policy, args.priority,
+                                    args.memory_request, args.memory_request_device, args.memory_wait)
+    if args.board is not None and limits.priority is None and not limits.takes_memory_row():
+        raise UsageError("run: --board is the node's board of --priority and of memory caps and requests, "
+                         "and neither is given; give --priority high|normal|low or --memory SIZE with it")
     if args.board is not None and not os.path.isabs(args.board):
         raise UsageError(f"run: --board {args.board!r} must be an absolute path (e.g. "
                          "/run/vgpulimit/priority.board)")
@@ -629,7 +651,8 @@ def _cmd_set(args: argparse.Namespace) -> int:
     from vgpulimit import change
 
     asked = change.Change.parse(args.memory, args.memory_device, args.cores, args.cores_device,
-                                args.cores_policy, args.priority)
+                                args.cores_policy, args.priority, args.memory_request,
+                                args.memory_request_device, args.memory_wait)
     for note in asked.notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
     lines = change.apply(_region_path(args), asked)
@@ -723,7 +746,8 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     _absolute_node_dir("cdi generate", args.node_dir)
     admission = _admission(args)
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
-                        admission is not None, args.admit_uncapped, priority=args.priority)
+                        admission is not None, args.admit_uncapped, priority=args.priority,
+                        memory_request=args.memory_request, memory_wait=args.memory_wait)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

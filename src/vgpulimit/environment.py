@@ -40,6 +40,9 @@ class Environment:
     # By device UUID ("GPU-…", lower case), whatever CUDA numbers that device:
     memory_by_uuid: Mapping[str, Setting] = field(default_factory=dict)   # value: MemoryLimit
     cores_by_uuid: Mapping[str, Setting] = field(default_factory=dict)    # value: percent
+    request: Mapping[int, Setting] = field(default_factory=dict)          # value: MemoryLimit
+    request_by_uuid: Mapping[str, Setting] = field(default_factory=dict)  # value: MemoryLimit
+    memory_wait: Setting | None = None    # value: nanoseconds
     region_path: str | None = None
     region_source: str | None = None   # VGPULIMIT_REGION, CUDA_DEVICE_MEMORY_SHARED_CACHE or
                                        # CONTAINER_VGPU_MOUNT (KAI's isolator)
@@ -61,8 +64,11 @@ def read(environ: Mapping[str, str]) -> Environment:
     out = ffi.new("struct vgl_env *")
     lib.vgl_env_read(envp, out)
 
-    memory, cores = {}, {}
+    memory, cores, request = {}, {}, {}
     for i in range(MAX_DEVICES):
+        if out.request_from[i].source:
+            origin = out.request_from[i]
+            request[i] = Setting(_text(origin.text), _text(origin.name), MemoryLimit._from_cdata(out.request[i]))
         if out.memory_from[i].source:
             origin = out.memory_from[i]
             limit = MemoryLimit._from_cdata(out.memory[i])
@@ -70,7 +76,11 @@ def read(environ: Mapping[str, str]) -> Environment:
         if out.cores_from[i].source:
             origin = out.cores_from[i]
             cores[i] = Setting(_text(origin.text), _text(origin.name), int(out.cores_pct[i]))
-    memory_by_uuid, cores_by_uuid = _by_uuid(out)
+    memory_by_uuid, cores_by_uuid, request_by_uuid = _by_uuid(out)
+    memory_wait = None
+    if out.memory_wait_set:
+        origin = out.memory_wait_from
+        memory_wait = Setting(_text(origin.text), _text(origin.name), int(out.memory_wait_ns))
     lines = [(_text(out.line[i]), bool(out.line_is_error[i])) for i in range(out.lines)]
     region = _text(out.region_path) or None
     policy = None
@@ -88,6 +98,7 @@ def read(environ: Mapping[str, str]) -> Environment:
     return Environment(
         memory=memory, cores=cores, cores_policy=policy, priority=priority, region_path=region,
         memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid,
+        request=request, request_by_uuid=request_by_uuid, memory_wait=memory_wait,
         region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
         control_disabled=bool(out.control_disabled),
         errors=tuple(line for line, error in lines if error),
@@ -95,11 +106,12 @@ def read(environ: Mapping[str, str]) -> Environment:
     )
 
 
-def _by_uuid(out) -> tuple[dict[str, Setting], dict[str, Setting]]:
-    """VGPULIMIT_MEMORY_GPU-<uuid> and VGPULIMIT_CORES_GPU-<uuid>, as the reader kept them."""
+def _by_uuid(out) -> tuple[dict[str, Setting], dict[str, Setting], dict[str, Setting]]:
+    """VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid> and
+    VGPULIMIT_MEMORY_REQUEST_GPU-<uuid>, as the reader kept them."""
     from vgpulimit.limits import format_uuid
 
-    memory, cores = {}, {}
+    memory, cores, request = {}, {}, {}
     for i in range(MAX_DEVICES):
         entry = out.by_uuid[i]
         if not entry.flags:
@@ -110,4 +122,7 @@ def _by_uuid(out) -> tuple[dict[str, Setting], dict[str, Setting]]:
             memory[uuid] = Setting(limit.describe() if limit else "", f"VGPULIMIT_MEMORY_{uuid}", limit)
         if entry.flags & lib.VGL_UUID_CORES:
             cores[uuid] = Setting(str(entry.cores_pct), f"VGPULIMIT_CORES_{uuid}", int(entry.cores_pct))
-    return memory, cores
+        if entry.flags & lib.VGL_UUID_REQUEST:
+            asked = MemoryLimit._from_cdata(entry.request)
+            request[uuid] = Setting(asked.describe() if asked else "", f"VGPULIMIT_MEMORY_REQUEST_{uuid}", asked)
+    return memory, cores, request

@@ -133,6 +133,35 @@ def parse_memory(text: str, source: str = "--memory") -> MemoryLimit:
     return limit
 
 
+def wait_forms() -> str:
+    return ffi.string(lib.vgl_wait_forms()).decode()
+
+
+def parse_wait(text: str, source: str = "--memory-wait") -> int:
+    """Parses a memory wait ("500ms", "2s", "1.5m", "0"), in nanoseconds."""
+    out = ffi.new("uint64_t *")
+    err = lib.vgl_parse_wait(_encode(text, source, wait_forms), out)
+    if err != 0:
+        stripped = text.strip()
+        reason = ("negative (a wait is 0 or a duration)" if stripped.startswith("-")
+                  else "out of range (more than 1h)" if err == -errno.ERANGE
+                  else "a number without a unit" if stripped.replace(".", "", 1).isdigit()
+                  else "not a valid value")
+        raise LimitError(source, text, reason, wait_forms())
+    return int(out[0])
+
+
+def format_wait(wait_ns: int) -> str:
+    """A memory wait for people: "0", "500ms", "2s", "1.5s"."""
+    if wait_ns == 0:
+        return "0"
+    if wait_ns % 1_000_000_000 == 0:
+        return f"{wait_ns // 1_000_000_000}s"
+    if wait_ns < 1_000_000_000:
+        return f"{wait_ns / 1_000_000:g}ms"
+    return f"{wait_ns / 1_000_000_000:g}s"
+
+
 def decimal_note(text: str, source: str, limit: MemoryLimit) -> str | None:
     """A line saying which size a decimal unit made ("--memory 8GB is
     8000000000 bytes (7.5 GiB), ..."), since Docker's and Run:ai's 8GB is

@@ -66,6 +66,27 @@ class DeviceSnapshot:
     cores_policy: str = "hard"  # hard, borrow or none (limits.CORES_POLICIES)
     uuid: str | None = None     # "GPU-…" as CUDA reports it; None until a process has seen it
     yielded_ns: int = 0         # time its launches held back for containers of a higher priority
+    # Elastic memory (docs/memory.md):
+    request: MemoryLimit | None = None   # the guarantee as given; None: the cap
+    waiting: int = 0            # allocations waiting for memory now
+    waited_ns: int = 0          # time allocations spent waiting for memory, in all
+    wait_timeouts: int = 0      # waits that ended in a refusal
+    borrow_refusals: int = 0    # allocations past the request refused for others' guarantees
+
+    @property
+    def request_bytes(self) -> int | None:
+        """The guarantee in bytes: the request resolved against the device (at
+        most the cap), else the cap; None when neither is known."""
+        if self.request is None or not self.total_bytes:
+            return self.cap_bytes
+        asked = _cap_bytes(self.request, self.total_bytes)
+        return asked if self.cap_bytes is None else min(asked, self.cap_bytes)
+
+    @property
+    def borrowed_bytes(self) -> int:
+        """Bytes in use past the guarantee."""
+        guaranteed = self.request_bytes
+        return 0 if guaranteed is None else max(self.used_bytes - guaranteed, 0)
 
     @property
     def seen(self) -> bool:
@@ -104,6 +125,7 @@ class RegionSnapshot:
     taken_ns: int = 0           # time.monotonic_ns() when read: shares divide by its growth
     priority: str | None = None  # high, normal or low (limits.PRIORITIES); None: takes no part
     board: str | None = None     # the node's priority board the container's row is in
+    memory_wait_ns: int = 0      # how long an allocation that would be refused waits for memory
 
 
 class Slot:
@@ -126,9 +148,11 @@ def _limit_struct(limit: MemoryLimit | None):
     return out
 
 
-def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, int]):
+def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, int],
+                 request: Mapping[str, MemoryLimit | None] | None = None):
     """Limits by UUID as the region's table (struct vgl_uuid_limit[MAX_DEVICES])."""
-    uuids = list(dict.fromkeys([*memory, *cores]))
+    request = request or {}
+    uuids = list(dict.fromkeys([*memory, *cores, *request]))
     if len(uuids) > MAX_DEVICES:
         raise ValueError(f"limits by UUID: more than {MAX_DEVICES} devices")
     table = ffi.new("struct vgl_uuid_limit[]", MAX_DEVICES)
@@ -143,6 +167,11 @@ def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, i
         if uuid in cores:
             entry.flags |= lib.VGL_UUID_CORES
             entry.cores_pct = cores[uuid]
+        if uuid in request:
+            entry.flags |= lib.VGL_UUID_REQUEST
+            if request[uuid] is not None:
+                entry.request.bytes = request[uuid].bytes
+                entry.request.ppm = request[uuid].ppm
     return table
 
 
@@ -177,6 +206,9 @@ class Region:
         parent: str | None = None,
         memory_by_uuid: Mapping[str, MemoryLimit | None] | None = None,
         cores_by_uuid: Mapping[str, int] | None = None,
+        request: Sequence[MemoryLimit | None] | Mapping[int, MemoryLimit | None] | None = None,
+        request_by_uuid: Mapping[str, MemoryLimit | None] | None = None,
+        memory_wait_ns: int = 0,
     ) -> Region:
         """Creates a region file (0600, or 0660 with ``group_shared``) with
         these limits per device, nested in the region at ``parent`` (what its
@@ -194,9 +226,14 @@ class Region:
                 limits[index].bytes = limit.bytes
                 limits[index].ppm = limit.ppm
         cores = ffi.new("uint32_t[]", _device_list(cores_pct, 0, "cores_pct"))
-        by_uuid = _uuid_limits(memory_by_uuid or {}, cores_by_uuid or {})
-        err = lib.vgl_region_create_with_uuids(os.fsencode(fspath), limits, cores, by_uuid, int(group_shared),
-                                               os.fsencode(parent) if parent else ffi.NULL)
+        by_uuid = _uuid_limits(memory_by_uuid or {}, cores_by_uuid or {}, request_by_uuid)
+        requests = ffi.new("struct vgl_mem_limit[]", MAX_DEVICES)
+        for index, asked in enumerate(_device_list(request, None, "request")):
+            if asked is not None:
+                requests[index].bytes = asked.bytes
+                requests[index].ppm = asked.ppm
+        err = lib.vgl_region_create_elastic(os.fsencode(fspath), limits, cores, by_uuid, requests, memory_wait_ns,
+                                            int(group_shared), os.fsencode(parent) if parent else ffi.NULL)
         if err == -errno.ENOSPC:   # not "every slot is taken", as for an attach
             raise RegionError(fspath, err, "cannot create", line=f"no space left on its filesystem for the "
                               f"region's {REGION_BYTES // 1024} KiB (nothing was left behind)")
@@ -287,6 +324,17 @@ class Region:
         if err < 0:
             raise self._error(err, f"cannot set the limits of device {device} in")
 
+    def set_request(self, device: int, request: MemoryLimit | None) -> None:
+        """Sets the memory request of device ``device`` (None: none, the cap)."""
+        err = self._outcome(lib.vgl_region_set_request(self._mapped, device, _limit_struct(request)))
+        if err < 0:
+            raise self._error(err, f"cannot set the memory request of device {device} in")
+
+    def set_memory_wait(self, wait_ns: int) -> None:
+        err = self._outcome(lib.vgl_region_set_memory_wait(self._mapped, wait_ns))
+        if err < 0:
+            raise self._error(err, "cannot set the memory wait in")
+
     def set_uuid_limits(self, uuid: str, limit: MemoryLimit | None = None, cores_pct: int | None = None,
                         memory_given: bool = False) -> None:
         """Sets the limits of the device with ``uuid`` ("GPU-…"), bound to an
@@ -305,6 +353,9 @@ class Region:
                 if cores_pct is None and existing.flags & lib.VGL_UUID_CORES:
                     entry[0].cores_pct = existing.cores_pct
                     entry[0].flags |= lib.VGL_UUID_CORES
+                if existing.flags & lib.VGL_UUID_REQUEST:
+                    entry[0].request = existing.request
+                    entry[0].flags |= lib.VGL_UUID_REQUEST
         err = self._outcome(lib.vgl_region_set_uuid_limit(self._mapped, entry))
         if err < 0:
             raise self._error(err, f"cannot set the limits of {uuid} in")
@@ -346,8 +397,23 @@ class Region:
         mapped.board_key = key
         ffi.memmove(mapped.board, encoded + b"\0", len(encoded) + 1)
         mapped.priority = PRIORITIES.index(priority)
+        mapped.board_flags |= lib.VGL_ROW_PRIORITY
         dev = mapped.devices[0]
         self._outcome(lib.vgl_region_set_limits(mapped, 0, ffi.addressof(dev, "limit"), int(dev.cores_pct)))
+
+    def set_board_row(self, board: str, row: int, key: int) -> None:
+        """Records the container's row in the node's board for elastic
+        memory (board.set_memory): the row is what the shim goes by."""
+        encoded = os.fsencode(board)
+        if len(encoded) >= PARENT_LEN:
+            raise RegionError(self.path, -errno.ENAMETOOLONG, "cannot name the board",
+                              f"{board} is longer than {PARENT_LEN - 1} bytes")
+        mapped = self._mapped
+        mapped.board_row = row
+        mapped.board_key = key
+        ffi.memmove(mapped.board, encoded + b"\0", len(encoded) + 1)
+        mapped.board_flags |= lib.VGL_ROW_MEMORY
+        self.set_memory_wait(int(mapped.memory_wait_ns))   # bumps the generation: processes look again
 
     def reserve(self, slot: Slot, device: int, nbytes: int, cap_bytes: int | None = None) -> bool:
         """Reserves bytes in the ledger as the shim does for an allocation;
@@ -465,6 +531,11 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 busy_ns=int(dev.busy_ns),
                 uuid=_uuid_text(bytes(dev.uuid)),
                 yielded_ns=int(region.yielded_ns[index]),
+                request=MemoryLimit._from_cdata(dev.request),
+                waiting=int(dev.waiting),
+                waited_ns=int(dev.waited_ns),
+                wait_timeouts=int(dev.wait_timeouts),
+                borrow_refusals=int(dev.borrow_refusals),
             )
         )
     processes = []
@@ -487,6 +558,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
         taken_ns=taken_ns,
         priority=_priority_of(region),
         board=ffi.string(region.board).decode(errors="replace") or None,
+        memory_wait_ns=int(region.memory_wait_ns),
     )
 
 
@@ -600,4 +672,6 @@ def _policy_name(value: int) -> str:
 def _priority_of(region) -> str | None:
     from vgpulimit.limits import PRIORITIES
 
+    if region.board[0] != b"\0" and not region.board_flags & lib.VGL_ROW_PRIORITY:
+        return None   # a row for elastic memory alone
     return PRIORITIES[int(region.priority)] if region.board[0] != b"\0" or region.priority else None

@@ -26,6 +26,7 @@ from vgpulimit.region import MAX_DEVICES, DeviceSnapshot
 
 MEMORY_VAR = "VGPULIMIT_MEMORY"
 CORES_VAR = "VGPULIMIT_CORES"
+REQUEST_VAR = "VGPULIMIT_MEMORY_REQUEST"
 
 __all__ = ["CORES_VAR", "MEMORY_VAR", "Limits", "RunOptions", "Setting", "UsageError", "layer", "looser",
            "parse_device_items", "resolve_limits", "split_uuid_items"]
@@ -41,9 +42,39 @@ class Limits:
     # By device UUID ("GPU-…"): the device of that UUID, whatever CUDA numbers it.
     memory_by_uuid: Mapping[str, Setting] = field(default_factory=dict)
     cores_by_uuid: Mapping[str, Setting] = field(default_factory=dict)
+    # Elastic memory (docs/memory.md): the guarantee below the cap, per
+    # device or by UUID (none: the cap), and how long an allocation that
+    # would be refused waits for memory (value: ns; None: 0, refused at once).
+    request: Mapping[int, Setting] = field(default_factory=dict)
+    request_by_uuid: Mapping[str, Setting] = field(default_factory=dict)
+    memory_wait: Setting | None = None
 
     def memory_per_device(self) -> list[MemoryLimit | None]:
         return [_value(self.memory.get(i)) for i in range(MAX_DEVICES)]
+
+    def request_per_device(self) -> list[MemoryLimit | None]:
+        return [_value(self.request.get(i)) for i in range(MAX_DEVICES)]
+
+    def guarantee_per_device(self) -> list[MemoryLimit | None]:
+        """What the board guarantees each device: its request, else its cap."""
+        return [_value(self.request.get(i)) or _value(self.memory.get(i)) for i in range(MAX_DEVICES)]
+
+    def guarantee_by_uuid(self) -> dict[str, MemoryLimit]:
+        uuids = dict.fromkeys([*self.request_by_uuid, *self.memory_by_uuid])
+        chosen = {u: _value(self.request_by_uuid.get(u)) or _value(self.memory_by_uuid.get(u)) for u in uuids}
+        return {u: g for u, g in chosen.items() if g is not None}
+
+    def memory_wait_ns(self) -> int:
+        return _value(self.memory_wait) or 0
+
+    def takes_memory_row(self) -> bool:
+        """A cap, a request or a wait: the container's guarantee goes on the node's board."""
+        return bool(any(s.value is not None for s in self.memory.values()) or self.memory_by_uuid
+                    or self.elastic())
+
+    def elastic(self) -> bool:
+        """A request below a cap, or a wait: the container takes part in elastic memory."""
+        return bool(self.request or self.request_by_uuid or self.memory_wait_ns())
 
     def cores_per_device(self) -> list[int]:
         return [_value(self.cores.get(i)) or 0 for i in range(MAX_DEVICES)]
@@ -57,7 +88,8 @@ class Limits:
     def by_uuid(self) -> dict[str, dict]:
         """The limits by UUID, as Region.create takes them."""
         return {"memory_by_uuid": {u: s.value for u, s in self.memory_by_uuid.items()},
-                "cores_by_uuid": {u: s.value for u, s in self.cores_by_uuid.items()}}
+                "cores_by_uuid": {u: s.value for u, s in self.cores_by_uuid.items()},
+                "request_by_uuid": {u: s.value for u, s in self.request_by_uuid.items()}}
 
 
 @dataclass(frozen=True)
@@ -154,6 +186,9 @@ def resolve_limits(
     cores_device: Sequence[str] = (),
     cores_policy: str | None = None,
     priority: str | None = None,
+    memory_request: str | None = None,
+    memory_request_device: Sequence[str] = (),
+    memory_wait: str | None = None,
 ) -> Limits:
     """The limits of a run: the flags, over what the environment the
     supervisor was started with says (read by the shim's own reader: ours
@@ -177,6 +212,18 @@ def resolve_limits(
                                                      "PERCENT").items()}
     memory_by_uuid = _layer_uuids(env.memory_by_uuid, MEMORY_VAR, memory_uuids, "--memory-device", warnings)
     cores_by_uuid = _layer_uuids(env.cores_by_uuid, CORES_VAR, cores_uuids, "--cores-device", warnings)
+    request_device, request_uuids = split_uuid_items(memory_request_device, "--memory-request-device")
+    request_flags = {i: _setting(REQUEST_VAR, text, f"--memory-request-device {i}")
+                     for i, text in parse_device_items(request_device, "--memory-request-device").items()}
+    request_by_uuid = _layer_uuids(env.request_by_uuid, REQUEST_VAR, request_uuids, "--memory-request-device",
+                                   warnings)
+    request_all = layer(env.request, flag(REQUEST_VAR, memory_request, "--memory-request"), request_flags,
+                        warnings)
+    wait_setting = env.memory_wait
+    if memory_wait is not None:
+        from vgpulimit.limits import parse_wait
+
+        wait_setting = Setting(memory_wait, "--memory-wait", parse_wait(memory_wait, "--memory-wait"))
     memory_all = layer(env.memory, flag(MEMORY_VAR, memory, "--memory"), memory_flags, warnings)
     cores_all = layer(env.cores, flag(CORES_VAR, cores, "--cores"), cores_flags, warnings)
     policy = env.cores_policy
@@ -187,13 +234,34 @@ def resolve_limits(
         priority_setting = Setting(priority, "--priority", parse_priority(priority, "--priority"))
         if env.priority is not None and env.priority.value != priority_setting.value:
             warnings.append(f"--priority {priority} overrides {env.priority.source}={env.priority.text}")
-    for setting in [*memory_all.values(), *memory_by_uuid.values()]:
+    check_requests(request_all, memory_all)
+    check_requests(request_by_uuid, memory_by_uuid)
+    for setting in [*memory_all.values(), *memory_by_uuid.values(), *request_all.values(),
+                    *request_by_uuid.values()]:
         note = decimal_note(setting.text, setting.source, setting.value)
         if note:
             warnings.append(note)
     return Limits(memory=memory_all, cores=cores_all, cores_policy=policy, priority=priority_setting,
                   warnings=tuple(dict.fromkeys(warnings)),
-                  memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid)
+                  memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid,
+                  request=request_all, request_by_uuid=request_by_uuid, memory_wait=wait_setting)
+
+
+def check_requests(requests: Mapping, limits: Mapping) -> None:
+    """A request above its limit (both sizes, or both shares: a size against
+    a share is held to the limit once the device is seen) is refused, naming
+    both."""
+    from vgpulimit.limits import memory_forms
+
+    for key, request in sorted(requests.items(), key=lambda item: str(item[0])):
+        limit = limits.get(key)
+        if limit is None or request.value is None or limit.value is None:
+            continue
+        asked, cap = request.value, limit.value
+        if (asked.bytes and cap.bytes and asked.bytes > cap.bytes) or (asked.ppm and cap.ppm and asked.ppm > cap.ppm):
+            where = f"device {key}" if isinstance(key, int) else key
+            raise UsageError(f"{request.source} {request.text} is above the limit {limit.source} {limit.text} on "
+                             f"{where}; a request is at most the limit (accepted forms: {memory_forms()})")
 
 
 def _layer_uuids(below: Mapping[str, Setting], var: str, flags: Mapping[str, str], flag: str,
@@ -218,7 +286,7 @@ def memory_units(count: str, unit: str | None) -> Setting:
 
 
 def _setting(var: str, text: str, source: str) -> Setting:
-    parse = parse_memory if var == MEMORY_VAR else parse_cores
+    parse = parse_cores if var == CORES_VAR else parse_memory
     return Setting(text=text, source=source, value=parse(text, source))
 
 

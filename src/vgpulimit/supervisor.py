@@ -212,16 +212,31 @@ def _looser(path: str, options: RunOptions) -> None:
         _warn(line)
 
 
-def _join_board(options: RunOptions, region: Region) -> board.Row:
-    """The container's row in the node's priority board, held by this
-    supervisor (a row whose supervisor is gone is free again)."""
+def _join_board(options: RunOptions, region: Region) -> board.Row | None:
+    """The container's row in the node's board, held by this supervisor (a
+    row whose supervisor is gone is free again): for its priority, and for
+    its memory guarantee (its request, else its cap), so that containers
+    that borrow leave it alone (docs/memory.md).  A container with a cap
+    alone that gets no row runs as without elastic memory, said."""
+    limits = options.limits
     path = options.board_path or str(runtime_base() / board.BOARD_NAME)
+    priority = limits.priority
     try:
-        row = board.join(path, options.limits.priority.value, region.path, owner_pid=os.getpid())
+        row = board.join(path, None if priority is None else priority.value, region.path, owner_pid=os.getpid())
+        if limits.takes_memory_row():
+            board.set_memory(path, region.path, limits)
     except board.BoardError as exc:
-        raise SupervisorError(f"run: --priority {options.limits.priority.text}: {exc}") from None
+        if priority is not None or limits.elastic():
+            given = priority or limits.memory_wait or next(iter([*limits.request.values(),
+                                                                 *limits.request_by_uuid.values()]), None)
+            raise SupervisorError(f"run: {given.source} {given.text}: {exc}") from None
+        _warn(f"{exc}; the container's cap is not known to containers that borrow memory (docs/memory.md)")
+        return None
     try:
-        region.set_priority(options.limits.priority.value, path, row.row, row.key)
+        if priority is not None:
+            region.set_priority(priority.value, path, row.row, row.key)
+        if limits.takes_memory_row():
+            region.set_board_row(path, row.row, row.key)
     except RegionError:
         board.leave(row)
         raise
@@ -271,10 +286,12 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     try:
         limits = options.limits
         with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(), parent=outer,
+                           request=limits.request_per_device(), memory_wait_ns=limits.memory_wait_ns(),
                            **limits.by_uuid()) as region:
             if options.limits.cores_policy is not None:
                 region.set_cores_policy(options.limits.cores_policy.value)
-            row = _join_board(options, region) if limits.priority is not None and outer is None else None
+            joins = limits.priority is not None or limits.takes_memory_row()
+            row = _join_board(options, region) if joins and outer is None else None
             try:
                 env = child_environment(environ, region_path, options.simulate)
                 nothing = outer is None and limits.limits_nothing() and limits.priority is None

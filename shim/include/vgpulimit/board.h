@@ -1,5 +1,6 @@
-/* The node's priority board: which containers take part in priorities, and
- * the priority of each.  One small file per node, written only by setters
+/* The node's board: which containers take part in priorities, and the
+ * priority of each; and what memory each is guaranteed on its GPUs (elastic
+ * memory, docs/memory.md).  One small file per node, written only by setters
  * (`vgpulimit run`, `vgpulimit set`, the OCI hook) and mapped read-only by
  * every container's processes, so no tenant can raise its own priority or
  * lower another's (docs/threat-model.md).
@@ -25,9 +26,24 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_BOARD_VERSION = 2,
+    VGL_BOARD_VERSION = 3,
     VGL_BOARD_ROWS = 64,
     VGL_BEACON_NAME_LEN = 64,
+    /* vgl_board_join's priority for a row that takes no part in priorities
+     * (a row for elastic memory alone). */
+    VGL_BOARD_NO_PRIORITY = 255,
+};
+
+/* What a row takes part in (vgl_board_row.flags). */
+enum vgl_board_row_flags {
+    VGL_ROW_PRIORITY = 1,        /* priorities: `priority` applies */
+    VGL_ROW_MEMORY = 2,          /* elastic memory: `guarantee` and `guarantee_by_uuid` apply */
+};
+
+/* A guarantee given for a device by its UUID, whatever the container numbers it. */
+struct vgl_board_guarantee {
+    uint8_t uuid[16];            /* all zero: an unused entry */
+    struct vgl_mem_limit guarantee;
 };
 
 struct vgl_board_row {
@@ -42,6 +58,15 @@ struct vgl_board_row {
                                     the shim uses instead (see there) */
     uint64_t region_dev;         /* the container's region file, as stat(2) gives it: st_dev */
     uint64_t region_ino;         /* and st_ino (never 0 in a row that is held) */
+    uint32_t flags;              /* enum vgl_board_row_flags */
+    uint32_t pad;
+    uint64_t memory_wait_ns;     /* the container's memory wait: a row with none is no one's to
+                                    wake, and where no row has one a free wakes no one */
+    /* The memory guaranteed to the container, as its setter gave it: its
+     * request, else its cap; both fields 0: nothing.  By the container's
+     * device index, and by UUID (which beats the index). */
+    struct vgl_mem_limit guarantee[16];                 /* VGL_MAX_DEVICES */
+    struct vgl_board_guarantee guarantee_by_uuid[16];   /* VGL_MAX_DEVICES */
 };
 
 struct vgl_board {
@@ -57,6 +82,14 @@ struct vgl_beacon_device {
     uint64_t busy_until_ns;      /* until when (the node's CLOCK_MONOTONIC) the work launched so far is
                                     expected to keep the device busy */
     uint64_t launches;
+    /* Elastic memory: claims of the container's, which others believe only
+     * as far as a lie costs the liar (docs/threat-model.md). */
+    uint64_t used_bytes;         /* the container's memory in use on the device */
+    uint64_t oldest_wait_ns;     /* when its oldest waiting allocation began to wait (the node's
+                                    CLOCK_MONOTONIC); 0: none waits */
+    uint32_t frees;              /* bumped whenever its memory on the device is freed, or a waiter
+                                    of its ends: waiters of every container sleep on it (a futex) */
+    uint32_t waiters;            /* its allocations waiting for memory on the device now */
 };
 
 struct vgl_beacon {
@@ -76,8 +109,16 @@ struct vgl_beacon {
  * held. */
 int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64_t beacon_uid,
                    uint64_t region_dev, uint64_t region_ino, uint64_t *key, uint32_t *row);
-/* Sets the priority of the row of the region file: -ESRCH if it has none. */
+/* Sets the priority of the row of the region file: -ESRCH if it has none,
+ * -ENOENT if its row takes no part in priorities. */
 int vgl_board_set(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t priority);
+/* Sets what the row of the region file is guaranteed (`guarantee`: by
+ * index, VGL_MAX_DEVICES entries; `by_uuid`: VGL_MAX_DEVICES entries or
+ * NULL) and its memory wait, and that it takes part in elastic memory:
+ * -ESRCH if it has no row. */
+int vgl_board_set_memory(const char *path, uint64_t region_dev, uint64_t region_ino,
+                         const struct vgl_mem_limit *guarantee, const struct vgl_board_guarantee *by_uuid,
+                         uint64_t memory_wait_ns);
 /* The row of the region file in a board (a validated one, or one mapped
  * that setters may be writing), and its key: the row, or -ESRCH. */
 int vgl_board_find(const struct vgl_board *board, uint64_t region_dev, uint64_t region_ino, uint64_t *key);

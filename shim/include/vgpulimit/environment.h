@@ -55,7 +55,8 @@ struct vgl_env {
     uint32_t cores_pct[16];                /* 0: none */
     struct vgl_env_origin memory_from[16];
     struct vgl_env_origin cores_from[16];
-    struct vgl_uuid_limit by_uuid[16];     /* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid>:
+    struct vgl_uuid_limit by_uuid[16];     /* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid>,
+                                              VGPULIMIT_MEMORY_REQUEST_GPU-<uuid>:
                                               beat every variable by index for that device */
     char region_path[4096];                /* "": none named */
     char region_from[64];                  /* VGPULIMIT_REGION, CUDA_DEVICE_MEMORY_SHARED_CACHE,
@@ -68,6 +69,13 @@ struct vgl_env {
     int32_t priority;                      /* enum vgl_priority (VGPULIMIT_PRIORITY > HAMi's
                                               CUDA_TASK_PRIORITY); -1: not set */
     struct vgl_env_origin priority_from;
+    struct vgl_mem_limit request[16];      /* VGPULIMIT_MEMORY_REQUEST[_<i>]: the guarantee, at most
+                                              the limit; both fields 0: none (the limit) */
+    struct vgl_env_origin request_from[16];
+    uint64_t memory_wait_ns;               /* VGPULIMIT_MEMORY_WAIT */
+    int32_t memory_wait_set;               /* 1: the variable is set (and valid) */
+    uint32_t pad;
+    struct vgl_env_origin memory_wait_from;
     uint32_t asks;                         /* a limit or region variable is present */
     uint32_t control_disabled;             /* HAMi's CUDA_DISABLE_CONTROL=true: enforce nothing */
     uint32_t errors;                       /* variables that cannot be used: fail closed */

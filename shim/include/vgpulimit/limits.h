@@ -41,7 +41,13 @@ int vgl_parse_priority(const char *text, uint32_t *out_priority);
 int vgl_parse_hami_priority(const char *text, uint32_t *out_priority);
 /* Higher for a higher priority, so that ranks compare as priorities do. */
 uint32_t vgl_priority_rank(uint32_t priority);
+/* How long an allocation that would be refused waits for memory (the
+ * memory wait, docs/memory.md): a whole or decimal number with a unit, ms,
+ * s, m or h ("500ms", "2s", "1.5m"), or 0 for no wait; at most 1 h.  Into
+ * nanoseconds: 0, or -EINVAL (no unit, a sign, junk) / -ERANGE (too long). */
+int vgl_parse_wait(const char *text, uint64_t *out_ns);
 /* The accepted forms, for error messages. */
+const char *vgl_wait_forms(void);
 const char *vgl_memory_forms(void);
 const char *vgl_cores_forms(void);
 const char *vgl_cores_policy_forms(void);
@@ -59,12 +65,14 @@ const char *vgl_format_bytes(uint64_t bytes, char *buf, uint32_t len);
 enum vgl_uuid_limit_flags {
     VGL_UUID_MEMORY = 1,       /* `limit` applies */
     VGL_UUID_CORES = 2,        /* `cores_pct` applies */
+    VGL_UUID_REQUEST = 4,      /* `request` applies */
 };
 struct vgl_uuid_limit {
     uint8_t uuid[16];          /* all zero: an unused entry */
     struct vgl_mem_limit limit;
     uint32_t cores_pct;
     uint32_t flags;            /* enum vgl_uuid_limit_flags */
+    struct vgl_mem_limit request;  /* the memory request (the guarantee), at most `limit` */
 };
 /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" (the whole UUID, as nvidia-smi
  * -L and NVML print it, either case) into 16 bytes: 0, or -EINVAL. */

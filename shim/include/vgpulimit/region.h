@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 7,
+    VGL_REGION_VERSION = 8,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -80,6 +80,15 @@ struct vgl_device_state {
                                     written under the lock by the first process that sees it
                                     (which then applies a limit given for that UUID, below);
                                     all zero until then */
+    /* Elastic memory (docs/memory.md).  What others go by is the container's
+     * row in the node's board (board.h); these are its setter's values, for
+     * the container's own processes without a row, and for the views. */
+    struct vgl_mem_limit request; /* the guarantee, at most the limit; both fields 0: the limit */
+    uint32_t waiting;            /* allocations waiting for memory now */
+    uint32_t pad3;
+    uint64_t waited_ns;          /* time allocations spent waiting for memory, in all */
+    uint64_t wait_timeouts;      /* waits that ended in a refusal */
+    uint64_t borrow_refusals;    /* allocations past the request refused for others' guarantees */
 };
 
 /* A process's place in the region.  Slots never move once claimed, so a
@@ -96,6 +105,10 @@ struct vgl_slot {
     uint32_t reserved;           /* 0 */
     uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
     char comm[16];
+    uint64_t wait_since_ns;      /* when an allocation of the process began to wait for memory
+                                    (the node's CLOCK_MONOTONIC); 0: none waits */
+    uint32_t wait_device;        /* on which device */
+    uint32_t pad;
 };
 
 struct vgl_region {
@@ -129,6 +142,11 @@ struct vgl_region {
                                     "": the container takes no part in priorities */
     uint64_t yielded_ns[16];     /* per device: time launches held back for containers of a
                                     higher priority (priority.c) */
+    uint64_t memory_wait_ns;     /* how long an allocation that would be refused waits for
+                                    memory; 0: it is refused at once */
+    uint32_t board_flags;        /* what the container's row takes part in (enum
+                                    vgl_board_row_flags), for the views */
+    uint32_t pad4;
 };
 
 /* region.c — every function returns 0 or a negative errno unless it says otherwise. */
@@ -143,6 +161,12 @@ int vgl_region_create(const char *path, const struct vgl_mem_limit *limits,
 int vgl_region_create_with_uuids(const char *path, const struct vgl_mem_limit *limits,
                                  const uint32_t *cores_pct, const struct vgl_uuid_limit *by_uuid,
                                  uint32_t flags, const char *parent);
+/* The same, with memory requests by index (`requests`: VGL_MAX_DEVICES
+ * entries, or NULL; by UUID in `by_uuid`) and the memory wait. */
+int vgl_region_create_elastic(const char *path, const struct vgl_mem_limit *limits,
+                              const uint32_t *cores_pct, const struct vgl_uuid_limit *by_uuid,
+                              const struct vgl_mem_limit *requests, uint64_t memory_wait_ns,
+                              uint32_t flags, const char *parent);
 /* The parent path written in the header of the region file at `path` (read,
  * not mapped), into `out` (VGL_PARENT_LEN bytes; "" for none): 0, or the
  * errors of vgl_region_open. */
@@ -200,6 +224,11 @@ int vgl_region_set_uuid_limit(struct vgl_region *region, const struct vgl_uuid_l
 /* Sets device `device`'s limits and bumps the generation. */
 int vgl_region_set_limits(struct vgl_region *region, uint32_t device,
                           const struct vgl_mem_limit *limit, uint32_t cores_pct);
+/* Sets device `device`'s memory request (both fields 0: none, the limit)
+ * and bumps the generation. */
+int vgl_region_set_request(struct vgl_region *region, uint32_t device, const struct vgl_mem_limit *request);
+/* Sets how long allocations wait for memory (at most 1 h) and bumps the generation. */
+int vgl_region_set_memory_wait(struct vgl_region *region, uint64_t wait_ns);
 
 /* region_guard.c — a region file truncated under its mapping.  The shim and
  * the supervisor map the file that every process of a container may write. */

@@ -61,6 +61,8 @@ MEMORY_ANNOTATION = "vgpulimit.io/memory"
 CORES_ANNOTATION = "vgpulimit.io/cores"
 CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
 PRIORITY_ANNOTATION = "vgpulimit.io/priority"
+MEMORY_REQUEST_ANNOTATION = "vgpulimit.io/memory-request"
+MEMORY_WAIT_ANNOTATION = "vgpulimit.io/memory-wait"
 
 # Priorities: the node's board and the containers' beacons, in a directory of
 # the node directory (whose name no container id takes), mounted read-only

@@ -85,11 +85,12 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
     if not region_path.exists():
         try:
             with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
-                               group_shared=True, **limits.by_uuid()) as region:
+                               group_shared=True, request=limits.request_per_device(),
+                               memory_wait_ns=limits.memory_wait_ns(), **limits.by_uuid()) as region:
                 if limits.cores_policy is not None:
                     region.set_cores_policy(limits.cores_policy.value)
-                if limits.priority is not None:
-                    row = _join_board(node_dir, limits.priority, owner, region, pid)
+                if limits.priority is not None or limits.elastic():
+                    row = _join_board(node_dir, limits, owner, region, pid)
         except RegionError as exc:
             raise HookError(str(exc)) from None
         os.chown(region_path, *owner)
@@ -104,22 +105,33 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
                                beacon=row.beacon)
 
 
-def _join_board(node_dir: Path, priority, owner: tuple[int, int], region, pid: int):
+def _join_board(node_dir: Path, limits, owner: tuple[int, int], region, pid: int):
     """The container's row in the node's board, which only the hook writes
-    (root's, 0644, mounted read-only in containers); the beacon is the
-    container's user's to write.  The row is held by the container's init
-    (`pid`): poststop frees it, and if no poststop comes, the next container
-    to join takes it once that process is gone."""
+    (root's, 0644, mounted read-only in containers), for its priority and
+    its memory guarantee; the beacon is the container's user's to write.
+    The row is held by the container's init (`pid`): poststop frees it, and
+    if no poststop comes, the next container to join takes it once that
+    process is gone."""
     from vgpulimit import board
 
     directory = node_dir / BOARD_DIR
     directory.mkdir(mode=0o755, exist_ok=True)
+    priority = limits.priority
+    path = str(directory / board.BOARD_NAME)
+    seen_as = f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}"
     try:
-        row = board.join(str(directory / board.BOARD_NAME), priority.value, region.path, owner_pid=pid,
+        row = board.join(path, None if priority is None else priority.value, region.path, owner_pid=pid,
                          beacon_uid=owner[0])
+        if limits.takes_memory_row():
+            board.set_memory(path, region.path, limits)
     except board.BoardError as exc:
-        raise HookError(f"{priority.source} {priority.text}: {exc}") from None
-    region.set_priority(priority.value, f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}", row.row, row.key)
+        given = priority or limits.memory_wait or next(iter([*limits.request.values(),
+                                                             *limits.request_by_uuid.values()]), None)
+        raise HookError(f"{given.source} {given.text}: {exc}") from None
+    if priority is not None:
+        region.set_priority(priority.value, seen_as, row.row, row.key)
+    if limits.takes_memory_row():
+        region.set_board_row(seen_as, row.row, row.key)
     return row
 
 

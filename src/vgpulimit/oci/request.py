@@ -9,9 +9,12 @@ from vgpulimit.oci import (
     CORES_ANNOTATION,
     CORES_POLICY_ANNOTATION,
     MEMORY_ANNOTATION,
+    MEMORY_REQUEST_ANNOTATION,
+    MEMORY_WAIT_ANNOTATION,
     PRIORITY_ANNOTATION,
     HookError,
 )
+from vgpulimit.errors import UsageError
 from vgpulimit.oci.state import annotations as config_annotations
 from vgpulimit.oci.state import environment as config_environment
 
@@ -29,15 +32,19 @@ def requested(config: Mapping[str, Any]):
         parse_cores_policy,
         parse_memory,
         parse_priority,
+        parse_wait,
     )
-    from vgpulimit.request import Limits, Setting, layer
+    from vgpulimit.request import Limits, Setting, check_requests, layer
 
     env, annotations = config_environment(config), config_annotations(config)
     found = environment.read(env)
     asks_by_annotation = (MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
-                          or PRIORITY_ANNOTATION in annotations)
-    by_uuid = found.memory_by_uuid or found.cores_by_uuid
-    if not (found.memory or found.cores or by_uuid or found.priority or asks_by_annotation or found.errors):
+                          or PRIORITY_ANNOTATION in annotations or MEMORY_REQUEST_ANNOTATION in annotations
+                          or MEMORY_WAIT_ANNOTATION in annotations)
+    by_uuid = found.memory_by_uuid or found.cores_by_uuid or found.request_by_uuid
+    elastic = found.request or found.memory_wait
+    if not (found.memory or found.cores or by_uuid or found.priority or elastic or asks_by_annotation
+            or found.errors):
         return None
     if found.region_path:
         # A device plugin that mounts the shim itself named the region (HAMi's
@@ -60,5 +67,12 @@ def requested(config: Mapping[str, Any]):
     cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
     policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
     priority = annotation(PRIORITY_ANNOTATION, parse_priority) or found.priority
+    request = layer(found.request, annotation(MEMORY_REQUEST_ANNOTATION, parse_memory), {}, warnings)
+    wait = annotation(MEMORY_WAIT_ANNOTATION, parse_wait) or found.memory_wait
+    try:
+        check_requests(request, memory)
+    except UsageError as exc:
+        raise HookError(str(exc)) from None
     return Limits(memory=memory, cores=cores, cores_policy=policy, priority=priority, warnings=tuple(warnings),
-                  memory_by_uuid=found.memory_by_uuid, cores_by_uuid=found.cores_by_uuid)
+                  memory_by_uuid=found.memory_by_uuid, cores_by_uuid=found.cores_by_uuid,
+                  request=request, request_by_uuid=found.request_by_uuid, memory_wait=wait)
