@@ -184,7 +184,7 @@ bool vgl_capped_view(int device, struct vgl_view *v)
         v->free_bytes = 0; /* fail closed: nothing is allocatable */
         return true;
     }
-    uint64_t total = v->total_bytes;
+    uint64_t total = v->total_bytes, physical = v->free_bytes;
     uint64_t cap = vgl_device_cap(device, total);
     if (cap == UINT64_MAX)
         return false;
@@ -202,6 +202,10 @@ bool vgl_capped_view(int device, struct vgl_view *v)
     }
     if (cap - v->used_bytes < v->free_bytes)
         v->free_bytes = cap - v->used_bytes;
+    /* Past its request a container has only what no other one is owed. */
+    uint64_t elastic;
+    if (vgl_elastic_view_free(device, cap, used, physical, &elastic) && elastic < v->free_bytes)
+        v->free_bytes = elastic;
     return true;
 }
 

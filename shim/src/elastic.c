@@ -513,13 +513,11 @@ bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes)
     }
 }
 
-bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t *free_bytes)
+bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t free, uint64_t *free_bytes)
 {
     if (VGL_LIKELY(!vgl_elastic_takes_part()) || device < 0 || device >= VGL_MAX_DEVICES)
         return false;
-    uint64_t total = vgl_device_total(device), free;
-    if (!physical_free(device, &free))
-        return false;
+    uint64_t total = vgl_device_total(device);
     pthread_mutex_lock(&el.lock);
     uint64_t request = own_request(device, total);
     uint64_t held = look_at_others(vgl_self.region->devices[device].uuid, total, NULL, NULL, NULL);

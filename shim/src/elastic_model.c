@@ -28,7 +28,10 @@ uint64_t vgl_elastic_free(uint64_t cap, uint64_t used, uint64_t request, uint64_
                           uint64_t held_for_others)
 {
     uint64_t under_cap = used < cap ? cap - used : 0;
+    /* Within its request it takes what the device has free; past it, only
+     * what the device has free beyond what is held for others. */
     uint64_t own = used < request ? request - used : 0;
+    own = own < physical_free ? own : physical_free;
     uint64_t spare = held_for_others < physical_free ? physical_free - held_for_others : 0;
     uint64_t now = spare > own ? spare : own;
     return now < under_cap ? now : under_cap;

@@ -444,9 +444,11 @@ uint64_t vgl_elastic_held_for_others(const struct vgl_elastic_other *others, uin
  * before these bytes are taken). */
 bool vgl_elastic_may_use(uint64_t used_after, uint64_t bytes, uint64_t request, uint64_t physical_free,
                          uint64_t held_for_others);
-/* What a container's views report free under its `cap`: what it may still
- * take now (its cap less its use, as far as the device has it free beyond
- * what is held for others), and never less than the rest of its request. */
+/* What a container's views report free under its `cap`: what it may take
+ * now without waiting.  Up to the rest of its request, what the device has
+ * free; past it, what the device has free beyond what is held for others;
+ * never past its cap.  With the request at the cap, this is the capped
+ * view without elastic memory: the cap less the use, at most the device's free. */
 uint64_t vgl_elastic_free(uint64_t cap, uint64_t used, uint64_t request, uint64_t physical_free,
                           uint64_t held_for_others);
 /* A waiting allocation: its container's priority rank (higher first) and
@@ -491,8 +493,9 @@ bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes);
 /* The allocation a wait was for is done: granted, or refused (`timed_out`). */
 void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out);
 /* The capped view's free on `device` (vgl_elastic_free), given the
- * container's `cap` and `used`: false when the container takes no part. */
-bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t *free_bytes);
+ * container's `cap` and `used` and the driver's `physical_free`: false
+ * when the container takes no part. */
+bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t physical_free, uint64_t *free_bytes);
 
 /* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
  * and how often to measure.  No driver, no clock, no lock: testable alone
