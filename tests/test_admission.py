@@ -102,7 +102,7 @@ def test_runc_a_cap_that_would_over_commit_the_gpu_is_refused(tmp_path, runc_nod
     assert code != 0
     line = refused(err)
     assert "its memory cap 8 GiB would over-commit GPU 0 (GPU-" in line
-    assert "caps there already 10 GiB (team-a/trainer-0/main 10 GiB); 6 GiB left" in line
+    assert "guarantees (requests, else caps) there already 10 GiB (team-a/trainer-0/main 10 GiB); 6 GiB left" in line
     # The same cap fits on the other GPU, named by its UUID as the toolkit takes it.
     gpus = json.loads(subprocess.run(
         vgpulimit_cmd("status", "--all", str(tmp_path / "node"), "--json", "--interval", "0"),
@@ -147,7 +147,7 @@ def test_runc_containers_starting_at_once_cannot_all_take_the_gpu(tmp_path, runc
         thread.join(timeout=120)
     assert len(lines) == 1 and len(errors) == 4, (lines, errors)
     for err in errors:
-        assert "caps there already 10 GiB" in refused(err)
+        assert "guarantees (requests, else caps) there already 10 GiB" in refused(err)
 
 
 # containerd's CRI plugin names the same things otherwise.
@@ -239,7 +239,7 @@ def test_podman_a_cap_that_would_over_commit_the_gpu_is_refused(tmp_path, podman
         assert result.returncode != 0
         line = refused(result.stderr)
         assert "its memory cap 8 GiB would over-commit GPU 0" in line
-        assert "caps there already 12 GiB (team-a/trainer-0/main 12 GiB); 4 GiB left" in line
+        assert "guarantees (requests, else caps) there already 12 GiB (team-a/trainer-0/main 12 GiB); 4 GiB left" in line
         fits = podman_node.run(["true"], env={"VGPULIMIT_MEMORY": "4GiB",
                                               "NVIDIA_VISIBLE_DEVICES": "0"})
         assert fits.returncode == 0, fits.stderr

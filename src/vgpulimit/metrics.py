@@ -192,6 +192,20 @@ class RegionCollector(Collector):
         yielded = CounterMetricFamily("vgpulimit_yielded_seconds_total",
                                       "Time the container's launches held back for containers of a "
                                       "higher priority", labels=device_labels)
+        request = GaugeMetricFamily("vgpulimit_memory_request_bytes",
+                                    "Memory guaranteed to the container on the device (its request, "
+                                    "else its cap)", labels=device_labels)
+        borrowed = GaugeMetricFamily("vgpulimit_memory_borrowed_bytes",
+                                     "Device memory the container holds past its request", labels=device_labels)
+        waiting = GaugeMetricFamily("vgpulimit_memory_waiting_allocations",
+                                    "Allocations of the container waiting for memory now", labels=device_labels)
+        waited = CounterMetricFamily("vgpulimit_memory_waited_seconds_total",
+                                     "Time the container's allocations waited for memory", labels=device_labels)
+        timeouts = CounterMetricFamily("vgpulimit_memory_wait_timeouts_total",
+                                       "Waits for memory that ended in a refusal", labels=device_labels)
+        borrow_refusals = CounterMetricFamily("vgpulimit_memory_borrow_refusals_total",
+                                              "Allocations past the request refused for memory other "
+                                              "containers use or are guaranteed", labels=device_labels)
         for view in sample.views:
             snap = view.snapshot
             for dev in snap.devices:
@@ -210,6 +224,13 @@ class RegionCollector(Collector):
                 throttled.add_metric(labels, dev.throttled_ns / 1e9)
                 if snap.priority is not None:
                     yielded.add_metric(labels, dev.yielded_ns / 1e9)
+                if dev.request_bytes is not None:
+                    request.add_metric(labels, dev.request_bytes)
+                borrowed.add_metric(labels, dev.borrowed_bytes)
+                waiting.add_metric(labels, dev.waiting)
+                waited.add_metric(labels, dev.waited_ns / 1e9)
+                timeouts.add_metric(labels, dev.wait_timeouts)
+                borrow_refusals.add_metric(labels, dev.borrow_refusals)
                 rows = []
                 for proc in snap.processes:
                     host = sample.host_pid(proc)
@@ -224,7 +245,7 @@ class RegionCollector(Collector):
                                   labels=["version"])
         build.add_metric([__version__], 1)
         yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled,
-                    yielded)
+                    yielded, request, borrowed, waiting, waited, timeouts, borrow_refusals)
         if gpus is not None:
             yield from self._physical_families(gpus, sample)
         if self._hami_names:
@@ -334,6 +355,13 @@ class RegionCollector(Collector):
                         f"the largest {self._max_processes}, command {OTHERS!r}: the rest, "
                         f"summed)",
                         ("host_pid", "command"))
+        requested = gauge("vgpulimit_gpu_memory_requested_bytes",
+                          "The memory guarantees of the containers on the GPU (each one's request, else "
+                          "its cap), added up: what --admit holds to the GPU's memory")
+        gpu_borrowed = gauge("vgpulimit_gpu_memory_borrowed_bytes",
+                             "Memory the containers on the GPU hold past their requests, added up")
+        waiters = gauge("vgpulimit_gpu_memory_waiting_allocations",
+                        "Allocations waiting for memory on the GPU now")
         util = gauge("vgpulimit_gpu_utilization_ratio",
                      "Share of the last sample period the GPU was busy, as the driver says (0-1)")
         for view in node.gpus:
@@ -350,6 +378,9 @@ class RegionCollector(Collector):
             if view.commit_ratio is not None:
                 ratio.add_metric(labels, view.commit_ratio)
             uncapped.add_metric(labels, view.uncapped)
+            requested.add_metric(labels, view.requested_bytes)
+            gpu_borrowed.add_metric(labels, view.borrowed_bytes)
+            waiters.add_metric(labels, view.waiters)
             if view.outside_bytes is not None:
                 unaccounted.add_metric(labels, view.outside_bytes)
             if g.utilization_pct is not None:
@@ -362,7 +393,8 @@ class RegionCollector(Collector):
                 command = details.command[:_COMMAND_CHARS] if details is not None else ""
                 rows.append(([str(proc.pid), command], proc.used_bytes))
             self._add_bounded(outside, labels, rows)
-        yield from (total, used, reserved, committed, ratio, uncapped, unaccounted, outside, util)
+        yield from (total, used, reserved, committed, ratio, uncapped, unaccounted, outside, util, requested,
+                    gpu_borrowed, waiters)
 
     def _add_bounded(self, family: GaugeMetricFamily, labels: list[str],
                      rows: Sequence[tuple[list[str], int]]) -> None:

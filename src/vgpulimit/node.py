@@ -142,6 +142,7 @@ class Tenant:
     index: int                    # the device as the container numbers it
     device: DeviceSnapshot | None  # None: given to the container, no cap, not used yet
     cap_bytes: int | None         # None: no cap
+    view_total: int = 0           # the GPU's memory as NVML says it (0: not known)
 
     @property
     def used_bytes(self) -> int:
@@ -154,6 +155,35 @@ class Tenant:
     @property
     def throttled_ns(self) -> int:
         return self.device.throttled_ns if self.device is not None else 0
+
+    @property
+    def request_bytes(self) -> int | None:
+        """What the container is guaranteed here: its request, else its cap (None: neither)."""
+        if self.device is None or self.device.request is None:
+            return self.cap_bytes
+        total = self.device.total_bytes or self.view_total
+        if not total:
+            return self.cap_bytes
+        asked = self.device.request.cap_bytes(total)
+        return asked if self.cap_bytes is None or asked is None else min(asked, self.cap_bytes)
+
+    @property
+    def borrowed_bytes(self) -> int:
+        """In use past its guarantee (lent by the GPU's spare memory)."""
+        guaranteed = self.request_bytes
+        return 0 if guaranteed is None else max(self.used_bytes - guaranteed, 0)
+
+    @property
+    def waiting(self) -> int:
+        return self.device.waiting if self.device is not None else 0
+
+    @property
+    def waited_ns(self) -> int:
+        return self.device.waited_ns if self.device is not None else 0
+
+    @property
+    def wait_timeouts(self) -> int:
+        return self.device.wait_timeouts if self.device is not None else 0
 
     @property
     def name(self) -> str:
@@ -185,6 +215,20 @@ class GpuView:
     @property
     def overcommitted(self) -> bool:
         return self.gpu.total_bytes is not None and self.committed_bytes > self.gpu.total_bytes
+
+    @property
+    def requested_bytes(self) -> int:
+        """The guarantees on this GPU added up (each container's request, else
+        its cap): what admission holds the GPU's memory to."""
+        return sum(t.request_bytes or 0 for t in self.tenants)
+
+    @property
+    def borrowed_bytes(self) -> int:
+        return sum(t.borrowed_bytes for t in self.tenants)
+
+    @property
+    def waiters(self) -> int:
+        return sum(t.waiting for t in self.tenants)
 
     @property
     def regions_used_bytes(self) -> int:
@@ -238,7 +282,7 @@ def _placements(view: ContainerView, identity: Identity,
         if dev is not None and dev.limit is not None:
             cap = dev.cap_bytes if dev.cap_bytes is not None else (
                 dev.limit.cap_bytes(total) if total else None)
-        yield uuid, Tenant(view, identity, index, dev, cap)
+        yield uuid, Tenant(view, identity, index, dev, cap, total)
 
 
 def build(sample: Sample, gpus: Sequence[Gpu],

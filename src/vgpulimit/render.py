@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from vgpulimit import identity
-from vgpulimit.limits import format_bytes
+from vgpulimit.limits import format_bytes, format_wait
 from vgpulimit.node import DriverProcess, GpuView, NodeView, Tenant
 from vgpulimit.processes import ProcessDetails, format_age, plain, shown
 from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, RegionSnapshot
@@ -109,6 +109,14 @@ def _compute_rows(view: ContainerView, devices: tuple[DeviceSnapshot, ...]
     return rows
 
 
+def _elastic_rows(devices: tuple[DeviceSnapshot, ...], wait_ns: int) -> list[tuple[str, ...]]:
+    """Devices with a request below the cap, or that waited (with a memory wait set)."""
+    return [(str(dev.index), _bytes(dev.request_bytes, "the cap") if dev.request is not None else "the cap",
+             format_bytes(dev.borrowed_bytes), str(dev.waiting), f"{dev.waited_ns / 1e9:.1f} s",
+             str(dev.wait_timeouts), str(dev.borrow_refusals))
+            for dev in devices if dev.seen and (dev.request is not None or wait_ns or dev.waited_ns)]
+
+
 def _cores_text(cores_pct: int, policy: str) -> str:
     """"30%", or "30% borrow" / "30% none" where the policy is not the hard cap."""
     if not cores_pct:
@@ -163,10 +171,18 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     said = priority_text(snap)
     if said is not None:
         lines[-1:-1] = [said]
+    if snap.memory_wait_ns:
+        lines[-1:-1] = [f"memory wait {format_wait(snap.memory_wait_ns)}: an allocation that would be refused "
+                        "waits that long for memory"]
     devices = devices_of(view, sample)
     if devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),
                         _device_rows(devices))
+        elastic = _elastic_rows(devices, snap.memory_wait_ns)
+        if elastic:
+            lines.append("")
+            lines += _table(("DEVICE", "REQUEST", "BORROWED", "WAITING", "WAITED", "TIMEOUTS",
+                             "BORROW REFUSED"), elastic)
         compute = _compute_rows(view, devices)
         if compute:
             lines.append("")
@@ -233,6 +249,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
         "generation": snap.generation,
         "priority": snap.priority,
         "priority_board": snap.board,
+        "memory_wait_ns": snap.memory_wait_ns,
         "devices": [
             {
                 "index": dev.index,
@@ -253,6 +270,17 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
                 "busy_ns": dev.busy_ns,
                 "throttled_ns": dev.throttled_ns,
                 "yielded_ns": dev.yielded_ns,
+                "request": None if dev.request is None else {
+                    "bytes": dev.request.bytes or None,
+                    "ppm": dev.request.ppm or None,
+                    "text": dev.request.describe(),
+                },
+                "request_bytes": dev.request_bytes,
+                "borrowed_bytes": dev.borrowed_bytes,
+                "waiting": dev.waiting,
+                "waited_ns": dev.waited_ns,
+                "wait_timeouts": dev.wait_timeouts,
+                "borrow_refusals": dev.borrow_refusals,
             }
             for dev in devices_of(view, sample)
         ],
@@ -353,6 +381,16 @@ def _share(tenant: Tenant) -> str:
     return "n/a" if share is None else f"{share:.0f}%"
 
 
+def elastic_text(gpu: GpuView) -> str | None:
+    """"requests 10 GiB, borrowed 2 GiB, 1 waiting"; None where no container
+    has a request below its cap and none waits or borrows."""
+    if not any(t.device is not None and (t.device.request is not None or t.device.waited_ns)
+               for t in gpu.tenants):
+        return None
+    return (f"requests {format_bytes(gpu.requested_bytes)}, in use {format_bytes(gpu.regions_used_bytes)}, "
+            f"borrowed {format_bytes(gpu.borrowed_bytes)}, {gpu.waiters} waiting")
+
+
 def render_node_text(node: NodeView, sample: Sample, width: int = 80) -> str:
 
     if node.error is not None:
@@ -367,7 +405,18 @@ def render_node_text(node: NodeView, sample: Sample, width: int = 80) -> str:
                   f"  {reserve_text(gpu)}",
                   f"  {outside_text(gpu)}",
                   f"  {commit_text(gpu)}"]
-        if gpu.tenants:
+        elastic = elastic_text(gpu)
+        if elastic is not None:
+            lines.append(f"  {elastic}")
+        if gpu.tenants and elastic is not None:
+            rows = [(tail(shown(t.name), 32), str(t.index), _bytes(t.request_bytes, "none"),
+                     _bytes(t.cap_bytes, "none"), format_bytes(t.used_bytes), format_bytes(t.borrowed_bytes),
+                     str(t.waiting), f"{t.waited_ns / 1e9:.1f} s", str(t.wait_timeouts))
+                    for t in gpu.tenants]
+            lines += ["  " + line for line in
+                      _table(("CONTAINER", "DEV", "REQUEST", "CAP", "USED", "BORROWED", "WAITING", "WAITED",
+                              "TIMEOUTS"), rows)]
+        elif gpu.tenants:
             rows = [(tail(shown(t.name), 32), str(t.index), _bytes(t.cap_bytes, "none"),
                      format_bytes(t.used_bytes), _share(t), f"{t.throttled_ns / 1e9:.1f} s")
                     for t in gpu.tenants]
@@ -429,9 +478,14 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
             "commit_ratio": gpu.commit_ratio,
             "overcommitted": gpu.overcommitted,
             "uncapped": gpu.uncapped,
+            "requested_bytes": gpu.requested_bytes,
+            "borrowed_bytes": gpu.borrowed_bytes,
+            "waiters": gpu.waiters,
             "containers": [{"region": t.view.path, "device": t.index,
                             "identity": identity_json(t.identity),
                             "cap_bytes": t.cap_bytes, "used_bytes": t.used_bytes,
+                            "request_bytes": t.request_bytes, "borrowed_bytes": t.borrowed_bytes,
+                            "waiting": t.waiting, "waited_ns": t.waited_ns, "wait_timeouts": t.wait_timeouts,
                             "compute_share_pct": t.share_pct, "throttled_ns": t.throttled_ns}
                            for t in gpu.tenants],
             "outside_processes": outside,

@@ -73,8 +73,8 @@ def _text_bar(used: int, total: int, width: int = _BAR_WIDTH) -> str:
 def _devices(view: ContainerView) -> RenderableType:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
     for name, justify in (("DEV", "right"), ("MEMORY", "left"), ("USED / CAP", "right"),
-                          ("CORES", "right"), ("SHARE", "right"), ("THROTTLED", "right"),
-                          ("OOM", "right")):
+                          ("REQUEST", "right"), ("WAITING", "right"), ("CORES", "right"),
+                          ("SHARE", "right"), ("THROTTLED", "right"), ("OOM", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     seen = [dev for dev in view.snapshot.devices if dev.seen]
     for dev in seen:
@@ -84,6 +84,9 @@ def _devices(view: ContainerView) -> RenderableType:
             str(dev.index),
             _memory_bar(dev.used_bytes, room),
             f"{format_bytes(dev.used_bytes)} / {format_bytes(room) if room else '-'}",
+            "-" if dev.request is None or dev.request_bytes is None else format_bytes(dev.request_bytes),
+            f"{dev.waiting} ({dev.waited_ns / 1e9:.1f} s, {dev.wait_timeouts} timed out)"
+            if view.snapshot.memory_wait_ns or dev.waited_ns else "-",
             f"{dev.cores_pct}%" if dev.cores_pct else "-",
             "n/a" if share is None else f"{share:.0f}%",
             f"{dev.throttled_ns / 1e9:.1f} s",
@@ -159,7 +162,7 @@ def _indented(line: Text) -> Text:
 
 
 def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
-    from vgpulimit.render import commit_text, outside_text, priority_text, reserve_text, tail
+    from vgpulimit.render import commit_text, elastic_text, outside_text, priority_text, reserve_text, tail
 
     g = gpu.gpu
     util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
@@ -175,6 +178,9 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
              no_wrap=True, overflow="ellipsis"),
         Text(f" {outside_text(gpu)}", no_wrap=True, overflow="ellipsis"),
     ]
+    elastic = elastic_text(gpu)
+    if elastic is not None:
+        lines.append(Text(f" {elastic}", no_wrap=True, overflow="ellipsis"))
     tenants = sorted(gpu.tenants, key=lambda t: (-t.used_bytes, t.name) if sort != "pid"
                      else (t.name,))
     if tenants:
@@ -190,6 +196,11 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
         said = priority_text(t.view.snapshot, t.device.yielded_ns if t.device is not None else 0)
         if said is not None:
             lines.append(Text(f"   {said}", no_wrap=True, overflow="ellipsis"))
+        if elastic is not None:
+            request = "none" if t.request_bytes is None else format_bytes(t.request_bytes)
+            lines.append(Text(f"   request {request}, borrowed {format_bytes(t.borrowed_bytes)}, "
+                              f"{t.waiting} waiting, waited {t.waited_ns / 1e9:.1f} s, "
+                              f"{t.wait_timeouts} timeouts", no_wrap=True, overflow="ellipsis"))
         rows = _region_rows(t.view.snapshot.processes, sample, t.index)
         lines += [_indented(_process_line(*row)) for row in _sorted(rows, sort)]
     if gpu.outside:

@@ -1,7 +1,8 @@
 """Admission on a node without a scheduler (`oci-hook --admit`): a container
-whose memory cap would push the caps on one of its GPUs past the GPU's
-memory does not start, nor -- unless allowed -- one that asks for a GPU with
-no cap.
+whose memory guarantee (its request, else its cap) would push the guarantees
+on one of its GPUs past the GPU's memory does not start, nor -- unless
+allowed -- one that asks for a GPU with no cap.  Caps above requests may
+over-commit: what is past a request is borrowed (docs/memory.md).
 
 What is committed on a GPU is read from the regions in the node directory
 (node.py places them, identity.py says which GPUs each was given); the check
@@ -74,6 +75,7 @@ class Admission:
         gpus = read_node_gpus()
         given = resolve(names, gpus)
         caps = limits.memory_per_device() if limits is not None else []
+        asked = limits.guarantee_per_device() if limits is not None else []
         wanted = []
         for index, gpu in enumerate(given):
             if gpu.total_bytes is None:   # the views degrade; admission cannot
@@ -82,24 +84,29 @@ class Admission:
                                 "fits")
             limit = caps[index] if index < len(caps) else None
             cap = None if limit is None else limit.cap_bytes(gpu.total_bytes)
+            guarantee = asked[index] if index < len(asked) else None
+            if guarantee is not None and limits.request.get(index) is not None:
+                held = guarantee.cap_bytes(gpu.total_bytes)
+                cap = held if cap is None else min(cap, held)
             if cap is None and not self.allow_uncapped:
                 raise HookError(f"--admit: container {container_id} asks for GPU {gpu.index} "
                                 f"({gpu.uuid}) with no memory cap; give it one (VGPULIMIT_MEMORY, "
                                 "vgpulimit.io/memory), or let the hook admit such containers "
                                 "(--admit-uncapped)")
-            wanted.append((gpu, cap or 0))
+            wanted.append((gpu, cap or 0, "request" if limits is not None and limits.request.get(index) else "cap"))
         committed = _committed(node_dir, container_id, gpus)
-        for gpu, cap in wanted:
+        for gpu, cap, what in wanted:
             there, held = committed.get(gpu.uuid, (0, []))
             if there + cap > gpu.total_bytes:
-                raise HookError(_refusal(container_id, gpu, there, held, cap))
+                raise HookError(_refusal(container_id, gpu, there, held, cap, what))
         return tuple(g.uuid for g in given)
 
 
 def _committed(node_dir: Path, container_id: str,
                gpus: Sequence) -> dict[str, tuple[int, list[tuple[str, int]]]]:
-    """GPU UUID -> (the caps on it added up, [(container, cap)]) of every
-    region in the node directory but this container's own."""
+    """GPU UUID -> (the guarantees on it added up, [(container, guarantee)])
+    of every region in the node directory but this container's own (a
+    guarantee: the request, else the cap)."""
     from vgpulimit.node import build
     from vgpulimit.status import Sampler
 
@@ -108,19 +115,19 @@ def _committed(node_dir: Path, container_id: str,
     sample = type(sample)(tuple(v for v in sample.views if v.path != own))
     found = {}
     for view in build(sample, gpus).gpus:
-        held = [(t.name, t.cap_bytes) for t in view.tenants if t.cap_bytes]
-        found[view.gpu.uuid] = (view.committed_bytes, held)
+        held = [(t.name, t.request_bytes) for t in view.tenants if t.request_bytes]
+        found[view.gpu.uuid] = (view.requested_bytes, held)
     return found
 
 
-def _refusal(container_id: str, gpu, there: int, held: list[tuple[str, int]], cap: int) -> str:
+def _refusal(container_id: str, gpu, there: int, held: list[tuple[str, int]], cap: int, what: str) -> str:
     from vgpulimit.limits import format_bytes
 
     shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in held[:4])
     if len(held) > 4:
         shown += f", and {len(held) - 4} more"
     left = max(gpu.total_bytes - there, 0)
-    return (f"--admit: container {container_id} refused: its memory cap {format_bytes(cap)} "
+    return (f"--admit: container {container_id} refused: its memory {what} {format_bytes(cap)} "
             f"would over-commit GPU {gpu.index} ({gpu.uuid}, {gpu.name}, "
-            f"{format_bytes(gpu.total_bytes)}): caps there already {format_bytes(there)}"
+            f"{format_bytes(gpu.total_bytes)}): guarantees (requests, else caps) there already {format_bytes(there)}"
             + (f" ({shown})" if shown else "") + f"; {format_bytes(left)} left")
