@@ -399,11 +399,18 @@ static bool above(const struct vgl_mem_limit *request, const struct vgl_mem_limi
 
 static void check_requests(struct vgl_env *out)
 {
-    for (int i = 0; i < VGL_MAX_DEVICES; i++)
-        if (above(&out->request[i], &out->memory[i]))
-            say(out, true, "%s=%s is above the limit %s=%s on device %d; a request is at most the limit "
-                "(accepted forms: %s)", out->request_from[i].name, out->request_from[i].text,
-                out->memory_from[i].name, out->memory_from[i].text, i, vgl_memory_forms());
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        if (!above(&out->request[i], &out->memory[i]))
+            continue;
+        /* Two variables for every device disagree on each: said once. */
+        char where[32] = "every device";
+        if (out->request_from[i].source == VGL_ENV_OURS_DEVICE || out->memory_from[i].source == VGL_ENV_OURS_DEVICE ||
+            out->memory_from[i].source == VGL_ENV_HAMI_DEVICE)
+            snprintf(where, sizeof where, "device %d", i);
+        say(out, true, "%s=%s is above the limit %s=%s on %s; a request is at most the limit "
+            "(accepted forms: %s)", out->request_from[i].name, out->request_from[i].text,
+            out->memory_from[i].name, out->memory_from[i].text, where, vgl_memory_forms());
+    }
     for (int i = 0; i < VGL_MAX_DEVICES; i++) {
         const struct vgl_uuid_limit *u = &out->by_uuid[i];
         if ((u->flags & VGL_UUID_REQUEST) && (u->flags & VGL_UUID_MEMORY) && above(&u->request, &u->limit)) {

@@ -155,13 +155,14 @@ def _set_elastic(region: Region, before, change: Change) -> list[str]:
         cap = change.memory.get(device.index, device.limit if change.memory_all is _KEEP else change.memory_all)
         caps[device.index] = Setting(_memory_text(cap), "the cap", cap)
     check_requests({i: Setting(_memory_text(r), "--memory-request", r) for i, r in wanted.items()}, caps)
-    lines = []
+    alike: dict[str, list[int]] = {}
     for device in before.devices:
         request = wanted[device.index]
         if request != device.request:
             region.set_request(device.index, request)
-            lines.append(f"device {device.index}: memory request {_request_text(device.request)} → "
-                         f"{_request_text(request)}")
+            alike.setdefault(f"memory request {_request_text(device.request)} → {_request_text(request)}",
+                             []).append(device.index)
+    lines = [f"device{'s' if len(indices) > 1 else ''} {_ranges(indices)}: {what}" for what, indices in alike.items()]
     if change.memory_wait_ns is not None and change.memory_wait_ns != before.memory_wait_ns:
         region.set_memory_wait(change.memory_wait_ns)
         lines.append(f"memory wait: {format_wait(before.memory_wait_ns)} → {format_wait(change.memory_wait_ns)}")
