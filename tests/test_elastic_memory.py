@@ -123,14 +123,14 @@ def device0(sim_env, region: Path) -> dict:
      "--memory-request is given twice ('1GiB', then '2GiB'); give it once"),
     (["--memory-request-device", "0=1GiB", "--memory-request-device", "0=2GiB"], {},
      "--memory-request-device: device 0 is given twice"),
-    (["--memory-wait", "5"], {}, "--memory-wait: '5' is a number without a unit; accepted forms: 0, or a "
-     "duration with a unit up to 1h: 500ms, 2s, 1.5m"),
+    (["--memory-wait", "5"], {}, ("--memory-wait: '5' is a number without a unit; accepted forms: 0, or a "
+                                  "duration with a unit up to 1h: 500ms, 2s, 1.5m")),
     (["--memory-wait", "-1s"], {}, "--memory-wait: '-1s' is negative (a wait is 0 or a duration)"),
     (["--memory-wait", "2h"], {}, "--memory-wait: '2h' is out of range (more than 1h)"),
-    ([], {"VGPULIMIT_MEMORY_WAIT": "3"}, "VGPULIMIT_MEMORY_WAIT: '3' is not a valid value; accepted forms: 0, "
-     "or a duration with a unit up to 1h"),
-    ([], {"VGPULIMIT_MEMORY_REQUEST": "lots"}, "VGPULIMIT_MEMORY_REQUEST: 'lots' is not a valid value; "
-     "accepted forms: 4GiB"),
+    ([], {"VGPULIMIT_MEMORY_WAIT": "3"}, ("VGPULIMIT_MEMORY_WAIT: '3' is not a valid value; accepted forms: 0, "
+                                          "or a duration with a unit up to 1h")),
+    ([], {"VGPULIMIT_MEMORY_REQUEST": "lots"}, ("VGPULIMIT_MEMORY_REQUEST: 'lots' is not a valid value; "
+                                                "accepted forms: 4GiB")),
 ])
 def test_bad_requests_and_waits_are_one_line_naming_the_source(sim_env, flags, env, expected):
     result = run(vgpulimit_cmd("run", "--simulate", *flags, "--", "true"), dict(sim_env, **env), check=False)

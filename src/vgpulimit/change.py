@@ -6,6 +6,7 @@ returns what changed, old -> new, one line each.  The CLI prints the lines."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -189,7 +190,11 @@ def _update_guarantee(region: Region) -> None:
             by_uuid[format_uuid(bytes(entry.uuid))] = MemoryLimit._from_cdata(given)
     terms = _Guarantee([d.request or d.limit for d in snap.devices],
                        {u: g for u, g in by_uuid.items() if g is not None}, snap.memory_wait_ns)
-    board.set_memory(board.reachable(snap.board, region.path), region.path, terms)
+    try:
+        board.set_memory(board.reachable(snap.board, region.path), region.path, terms)
+    except board.BoardError as exc:
+        if exc.errno != errno.ESRCH:   # its row is gone with its container: nothing is guaranteed
+            raise
 
 
 @dataclass(frozen=True)

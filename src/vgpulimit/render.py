@@ -172,8 +172,8 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     if said is not None:
         lines[-1:-1] = [said]
     if snap.memory_wait_ns:
-        lines[-1:-1] = [f"memory wait {format_wait(snap.memory_wait_ns)}: an allocation that would be refused "
-                        "waits that long for memory"]
+        wait = format_wait(snap.memory_wait_ns)
+        lines[-1:-1] = [f"memory wait {wait}: an allocation that would be refused waits that long for memory"]
     devices = devices_of(view, sample)
     if devices:
         lines += _table(("DEVICE", "LIMIT", "USED", "FREE", "TOTAL", "PHYSICAL", "OOM REFUSED"),

@@ -162,7 +162,14 @@ def _indented(line: Text) -> Text:
 
 
 def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
-    from vgpulimit.render import commit_text, elastic_text, outside_text, priority_text, reserve_text, tail
+    from vgpulimit.render import (
+        commit_text,
+        elastic_text,
+        outside_text,
+        priority_text,
+        reserve_text,
+        tail,
+    )
 
     g = gpu.gpu
     util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vgpulimit.errors import UsageError
 from vgpulimit.oci import (
     CORES_ANNOTATION,
     CORES_POLICY_ANNOTATION,
@@ -14,7 +15,6 @@ from vgpulimit.oci import (
     PRIORITY_ANNOTATION,
     HookError,
 )
-from vgpulimit.errors import UsageError
 from vgpulimit.oci.state import annotations as config_annotations
 from vgpulimit.oci.state import environment as config_environment
 
