@@ -318,7 +318,7 @@ def test_a_waiter_at_its_cap_gets_what_its_containers_other_process_frees(sim_en
         assert second.alloc(3 * GiB)[1] == 0
         first.send(f"alloc {2 * GiB}")
         seen_waiting(sim_env, 1, region)
-        assert second.ask("free 0") == ["free", "0", "0"]
+        assert second.ask("free 0")[:3] == ["free", "0", "0"]
         assert first.read()[1:3] == ["0", "0"]
         shown = device0(sim_env, region)
         assert (shown["used_bytes"], shown["wait_timeouts"], shown["oom_refusals"]) == (2 * GiB, 0, 1)

@@ -7,10 +7,11 @@
  * Commands, one per line; each answers one line on stdout, flushed:
  *   alloc BYTES     cuMemAlloc_v2        -> "alloc ID RC NS" (ID: the block's number, -1 if refused;
  *                                           NS: when it returned, CLOCK_MONOTONIC)
- *   cache BYTES     the same, but on a refusal the cache is freed and it is tried again
+ *   cache BYTES     a cached block of BYTES if there is one; else as alloc, but on a refusal the
+ *                   cache is freed and it is tried again
  *                                        -> "cache ID RC FREED" (FREED: cached blocks freed for it)
  *   uncache ID      the program is done with block ID: it goes to the cache -> "uncache ID"
- *   free ID         cuMemFree_v2 of block ID       -> "free ID RC"
+ *   free ID         cuMemFree_v2 of block ID       -> "free ID RC NS" (NS: when it was called)
  *   empty           frees every cached block       -> "empty N"
  *   meminfo         cuMemGetInfo_v2                -> "meminfo FREE TOTAL RC"
  *   total           cuDeviceTotalMem_v2            -> "total BYTES"
@@ -36,6 +37,7 @@ enum { MAX_BLOCKS = 4096 };
 
 static struct {
     CUdeviceptr ptr; /* 0: none */
+    size_t bytes;
     int cached;
 } blocks[MAX_BLOCKS];
 
@@ -46,11 +48,12 @@ static unsigned long long now_ns(void)
     return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
 }
 
-static int keep(CUdeviceptr ptr)
+static int keep(CUdeviceptr ptr, size_t bytes)
 {
     for (int i = 0; i < MAX_BLOCKS; i++)
         if (!blocks[i].ptr) {
             blocks[i].ptr = ptr;
+            blocks[i].bytes = bytes;
             blocks[i].cached = 0;
             return i;
         }
@@ -67,6 +70,17 @@ static int empty_cache(void)
             n++;
         }
     return n;
+}
+
+/* A cached block of `bytes`, taken out of the cache: its id, or -1. */
+static int reuse(size_t bytes)
+{
+    for (int i = 0; i < MAX_BLOCKS; i++)
+        if (blocks[i].ptr && blocks[i].cached && blocks[i].bytes == bytes) {
+            blocks[i].cached = 0;
+            return i;
+        }
+    return -1;
 }
 
 static int valid(long id) { return id >= 0 && id < MAX_BLOCKS && blocks[id].ptr; }
@@ -88,13 +102,16 @@ int main(void)
         int fields = sscanf(line, "%31s %lld", cmd, &arg);
         if (fields < 1)
             continue;
-        if (strcmp(cmd, "alloc") == 0 || strcmp(cmd, "cache") == 0) {
+        int cached = strcmp(cmd, "cache") == 0 ? reuse((size_t)arg) : -1;
+        if (cached >= 0) {
+            printf("cache %d 0 0\n", cached);
+        } else if (strcmp(cmd, "alloc") == 0 || strcmp(cmd, "cache") == 0) {
             CUdeviceptr ptr = 0;
             CUresult rc = cuMemAlloc_v2(&ptr, (size_t)arg);
             int freed = 0;
             if (rc == CUDA_ERROR_OUT_OF_MEMORY && cmd[0] == 'c' && (freed = empty_cache()) > 0)
                 rc = cuMemAlloc_v2(&ptr, (size_t)arg);
-            int id = rc == CUDA_SUCCESS ? keep(ptr) : -1;
+            int id = rc == CUDA_SUCCESS ? keep(ptr, (size_t)arg) : -1;
             if (cmd[0] == 'a')
                 printf("alloc %d %d %llu\n", id, (int)rc, now_ns());
             else
@@ -103,10 +120,11 @@ int main(void)
             blocks[arg].cached = 1;
             printf("uncache %lld\n", arg);
         } else if (strcmp(cmd, "free") == 0 && valid(arg)) {
+            unsigned long long at = now_ns();
             CUresult rc = cuMemFree_v2(blocks[arg].ptr);
             if (rc == CUDA_SUCCESS)
                 blocks[arg].ptr = 0;
-            printf("free %lld %d\n", arg, (int)rc);
+            printf("free %lld %d %llu\n", arg, (int)rc, at);
         } else if (strcmp(cmd, "empty") == 0) {
             printf("empty %d\n", empty_cache());
         } else if (strcmp(cmd, "meminfo") == 0) {
