@@ -51,7 +51,7 @@ CC = os.environ.get("CC", "cc")
 GiB = 1 << 30
 MiB = 1 << 20
 sys.path.insert(0, str(HERE))
-import overhead  # noqa: E402  (benchmarks/overhead.py: its build and its loop)
+import overhead  # benchmarks/overhead.py: its build and its loop
 
 
 def build_client(out: Path) -> Path:
@@ -113,7 +113,7 @@ def wait_until_waiting(c: Container, count: int = 1) -> None:
 
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
 def wake_latency(tmp: Path, client: Path, wakes: int) -> list[float]:
