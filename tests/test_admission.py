@@ -288,3 +288,19 @@ def test_runc_each_way_of_naming_the_gpu_is_counted(tmp_path, runc_node, named):
                           devices=["/dev/nvidia1"] if named == "device node" else ())
     assert code != 0
     assert f"would over-commit GPU 1 ({uuid}" in refused(err)
+
+
+def test_runc_admission_counts_requests_so_caps_above_them_may_over_commit(runc_node):
+    """Two containers of cap 12 GiB and request 4 GiB on a GPU of 16 GiB: their
+    caps over-commit it, their requests do not, and both start; a third that
+    asks for 10 GiB guaranteed is refused, naming the requests there."""
+    for name in ("a", "b"):
+        started, _ = runc_node(name, HOLD, {"VGPULIMIT_MEMORY": "12GiB", "VGPULIMIT_MEMORY_REQUEST": "4GiB",
+                                            "NVIDIA_VISIBLE_DEVICES": "0"})
+        assert started["allocs"] == ["CUDA_SUCCESS"]
+    code, err = runc_node("c", HOLD, {"VGPULIMIT_MEMORY": "12GiB", "NVIDIA_VISIBLE_DEVICES": "0"},
+                          {"vgpulimit.io/memory-request": "10GiB"})
+    assert code != 0
+    line = refused(err)
+    assert "its memory request 10 GiB would over-commit GPU 0 (GPU-" in line
+    assert "guarantees (requests, else caps) there already 8 GiB" in line and "; 8 GiB left" in line
