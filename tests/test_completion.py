@@ -56,7 +56,8 @@ def test_bash_completes_a_command(bash_script):
 
 def test_bash_completes_the_flags_of_the_command_typed(bash_script):
     assert complete("bash", bash_script, ["vgpulimit", "run", "--mem"]) == \
-        ["--memory", "--memory-device", "--memory-units"]
+        ["--memory", "--memory-device", "--memory-units", "--memory-request", "--memory-request-device",
+         "--memory-wait"]
     # status has no --memory; a flag's value is not taken for a command.
     assert complete("bash", bash_script, ["vgpulimit", "status", "--mem"]) == []
     assert complete("bash", bash_script, ["vgpulimit", "run", "--memory", "4GiB", "--co"]) == \

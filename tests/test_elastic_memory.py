@@ -219,18 +219,22 @@ def test_without_a_request_a_cap_is_as_before(sim_env, containers):
 
 
 def test_set_changes_a_request_live_and_the_board_with_it(sim_env, containers, tmp_path):
+    """Beside a plain cap of 10 GiB, a container of request 4 GiB may borrow
+    2 GiB; raised to 7 GiB by `set`, which writes the node's board, the same
+    allocation is within its request."""
     region = tmp_path / "elastic.region"
-    plain = containers("--memory", "10GiB")
-    elastic = containers("--memory", "8GiB", "--memory-request", "6GiB", region=region)
-    assert elastic.alloc(6 * GiB)[1] == 0
-    result = run(vgpulimit_cmd("set", "--region", region, "--memory-request", "2GiB", "--memory-wait", "1s"),
+    containers("--memory", "10GiB")
+    elastic = containers("--memory", "8GiB", "--memory-request", "4GiB", region=region)
+    assert elastic.alloc(4 * GiB)[1] == 0
+    assert elastic.alloc(3 * GiB)[1] == OOM
+    result = run(vgpulimit_cmd("set", "--region", region, "--memory-request", "7GiB", "--memory-wait", "1s"),
                  sim_env)
-    assert result.stdout.splitlines() == ["devices 0-15: memory request 6 GiB → 2 GiB", "memory wait: 0 → 1s"]
+    assert result.stdout.splitlines() == ["devices 0-15: memory request 4 GiB → 7 GiB", "memory wait: 0 → 1s"]
+    assert elastic.alloc(3 * GiB)[1] == 0
     bad = run(vgpulimit_cmd("set", "--region", region, "--memory-request", "9GiB"), sim_env, check=False)
     assert "--memory-request 9 GiB is above the limit the cap 8 GiB on device 0" in one_error_line(bad, 2)
-    # The plain container's guarantee is 10 GiB; 6 GiB past a request of 2 are borrowed.
-    assert plain.alloc(GiB)[1] == 0
-    assert device0(sim_env, region)["borrowed_bytes"] == 4 * GiB
+    shown = status_json(sim_env, region, "--interval", "0")
+    assert (shown["memory_wait_ns"], shown["devices"][0]["request_bytes"]) == (1_000_000_000, 7 * GiB)
 
 
 def test_a_tenants_lies_cost_its_own_guarantee_never_anothers(sim_env, containers, tmp_path):
@@ -241,7 +245,7 @@ def test_a_tenants_lies_cost_its_own_guarantee_never_anothers(sim_env, container
     from vgpulimit._paths import core
     from vgpulimit.region import Region
 
-    ffi, lib = core()
+    ffi, _ = core()
     borrower_region = tmp_path / "borrower.region"
     holder = containers("--memory", "10GiB", region=tmp_path / "holder.region")
     borrower = containers("--memory", "8GiB", "--memory-request", "2GiB", region=borrower_region)
@@ -262,7 +266,6 @@ def test_a_tenants_lies_cost_its_own_guarantee_never_anothers(sim_env, container
         f.write((10 * GiB).to_bytes(8, sys.byteorder))
     assert borrower.alloc(2 * GiB)[1] == 0
     assert holder.alloc(10 * GiB)[1] == OOM   # its own lie: 8 GiB free on the GPU
-    assert lib.VGL_ROW_MEMORY
 
 
 # -- getting a guarantee back, and waiting -----------------------------------------------------
@@ -411,6 +414,30 @@ def test_status_top_and_metrics_show_requests_borrowing_and_waiters(sim_env, con
     assert gpu_series(samples, "vgpulimit_gpu_memory_waiting_allocations") == [1]
     assert sorted(gpu_series(samples, "vgpulimit_memory_request_bytes")) == [2 * GiB, 10 * GiB]
     assert sorted(gpu_series(samples, "vgpulimit_memory_waiting_allocations")) == [0, 1]
+
+
+# -- older files -----------------------------------------------------------------------------
+
+
+def test_a_region_or_board_of_the_previous_layout_is_refused_with_one_line(sim_env, tmp_path):
+    from vgpulimit._paths import core
+
+    ffi, _ = core()
+    region = tmp_path / "old.region"
+    run(vgpulimit_cmd("run", "--simulate", "--region", region, "--memory", "1GiB", "--", "true"), sim_env)
+    with open(region, "r+b") as f:   # the layout before requests: version 7
+        f.seek(ffi.offsetof("struct vgl_region", "version"))
+        f.write((7).to_bytes(4, sys.byteorder))
+    shown = run(vgpulimit_cmd("status", "--region", region), sim_env, check=False)
+    assert "a region file of another vgpulimit version (layout version differs)" in one_error_line(shown)
+    board = Path(sim_env["XDG_RUNTIME_DIR"]) / "vgpulimit" / "priority.board"
+    board.write_bytes(b"VGLBOARD" + (2).to_bytes(4, sys.byteorder) + bytes(24 + 64 * 104 - 12))
+    asked = run(vgpulimit_cmd("run", "--simulate", "--memory", "4GiB", "--memory-request", "1GiB", "--", "true"),
+                sim_env, check=False)
+    assert "--memory-request 1GiB: cannot take a row in the priority board" in one_error_line(asked)
+    assert "a board of another vgpulimit version (layout version differs)" in one_error_line(asked)
+    plain = run(vgpulimit_cmd("run", "--simulate", "--memory", "4GiB", "--", "true"), sim_env)
+    assert "a board of another vgpulimit version" in plain.stderr   # a warning: the cap alone holds
 
 
 # -- the decisions alone ----------------------------------------------------------------------

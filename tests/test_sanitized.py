@@ -256,3 +256,66 @@ def test_priorities_between_two_containers(sanitized, tmp_path):
     assert low.returncode == 0, err
     with Region.open(regions["low"]) as region:
         assert region.snapshot(all_devices=True).devices[0].yielded_ns > 0
+
+
+def elastic_region(tmp_path: Path, name: str, cap: str, request: str, wait: str | None = None) -> Path:
+    """A region with a row for elastic memory in the board beside it, as `vgpulimit run` makes them."""
+    from vgpulimit import board
+    from vgpulimit.limits import parse_wait
+    from vgpulimit.request import Limits, Setting
+
+    limits = Limits(memory={0: Setting(cap, "--memory", parse_memory(cap))},
+                    request={0: Setting(request, "--memory-request", parse_memory(request))},
+                    memory_wait=None if wait is None else Setting(wait, "--memory-wait", parse_wait(wait)))
+    path, board_path = tmp_path / f"{name}.region", str(tmp_path / "priority.board")
+    with Region.create(path, limits.memory_per_device(), [0] * 16, request=limits.request_per_device(),
+                       memory_wait_ns=limits.memory_wait_ns()) as region:
+        row = board.join(board_path, None, str(path))
+        board.set_memory(board_path, str(path), limits)
+        region.set_board_row(board_path, row.row, row.key)
+    return path
+
+
+def test_borrowing_and_waiting_between_two_containers(sanitized, tmp_path):
+    """A holder borrows half of the GPU; a second container's allocation
+    within its request waits for the full GPU and gets the memory the holder
+    frees; its next one, past its request, waits and times out."""
+    bin_dir = sanitized["bin"]
+    client = compile_c(bin_dir / "elastic_client", [C_DIR / "elastic_client.c"], f"-L{bin_dir}", "-lcuda")
+    holder_region = elastic_region(tmp_path, "holder", "16GiB", "8GiB")
+    waiter_region = elastic_region(tmp_path, "waiter", "2GiB", "1GiB", "1s")
+    env = base_env(LD_PRELOAD=f"{sanitized['preload']} {sanitized['build'] / 'shim' / 'libvgpulimit.so'}",
+                   LD_LIBRARY_PATH=str(sanitized["build"] / "simgpu"), SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+                   SIMGPU_MEMORY="16GiB", SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0",
+                   ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
+    procs = {}
+    for name, region in (("holder", holder_region), ("waiter", waiter_region)):
+        procs[name] = subprocess.Popen([client], env=dict(env, VGPULIMIT_REGION=str(region)), stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert procs[name].stdout.readline() == "ready\n"
+
+        def ask(line, proc=procs[name]):
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+            return proc.stdout.readline().split()
+
+        procs[name].ask = ask
+        if name == "holder":
+            assert [ask(f"alloc {1 << 30}")[2] for _ in range(16)] == ["0"] * 16
+    holder, waiter = procs["holder"], procs["waiter"]
+    waiter.stdin.write(f"alloc {1 << 30}\n")
+    waiter.stdin.flush()
+    for _ in range(20000):
+        with Region.open(waiter_region) as region:
+            if region.snapshot().devices[0].waiting:
+                break
+    assert holder.ask("free 15")[:3] == ["free", "15", "0"]
+    assert waiter.stdout.readline().split()[1:3] == ["0", "0"]
+    assert waiter.ask(f"alloc {1 << 30}")[1:3] == ["-1", "2"]
+    for proc in procs.values():
+        _, err = proc.communicate("exit\n", timeout=60)
+        assert not [line for line in err.splitlines() if line.startswith(SANITIZERS_SAID)], err
+        assert proc.returncode == 0, err
+    with Region.open(waiter_region) as region:
+        dev = region.snapshot().devices[0]
+    assert (dev.wait_timeouts, dev.borrow_refusals, dev.waiting) == (1, 1, 0)

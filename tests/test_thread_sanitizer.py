@@ -52,3 +52,22 @@ def test_threads_churning_every_family_race_on_nothing(tsan, tmp_path, family):
     assert "ThreadSanitizer" not in result.stderr, result.stderr[-6000:]
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == f"filled {1 << 30}\nfreed\n"
+
+
+def test_threads_borrowing_past_a_request_race_on_nothing(tsan, tmp_path):
+    """The same churn in a container with a row for elastic memory and a
+    request below what the threads hold: every allocation past it looks at
+    the board and the beacons, every free wakes waiters."""
+    from test_sanitized import elastic_region
+
+    region = elastic_region(tmp_path, "churn", "1GiB", "64MiB", "100ms")
+    elastic_region(tmp_path, "neighbour", "4GiB", "4GiB")
+    env = base_env(LD_PRELOAD=f"{runtime()} {tsan['build'] / 'shim' / 'libvgpulimit.so'}",
+                   LD_LIBRARY_PATH=str(tsan["build"] / "simgpu"), SIMGPU_STATE=str(tmp_path / "simgpu.state"),
+                   SIMGPU_MEMORY="16GiB", SIMGPU_CONTEXT_OVERHEAD="0", SIMGPU_RESERVED="0",
+                   VGPULIMIT_REGION=str(region), TSAN_OPTIONS="halt_on_error=1 exitcode=66")
+    result = subprocess.run([str(tsan["bin"] / "thread_churn"), "pointer", "8", "100", "8"], env=env,
+                            input="\n\n", capture_output=True, text=True, timeout=600, check=False)
+    assert "ThreadSanitizer" not in result.stderr, result.stderr[-6000:]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == f"filled {1 << 30}\nfreed\n"

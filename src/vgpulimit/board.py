@@ -53,7 +53,10 @@ def _fail(board: str, err: int, action: str) -> BoardError:
         why = "the container takes no part in priorities (it was started without one)"
     elif err == -errno.ESRCH:
         why = "the container's row is gone (the container ended, or its row was taken since)"
-    elif err in (-errno.EPROTO, -errno.EBADMSG, -errno.EBADF, -errno.EPROTONOSUPPORT):
+    elif err == -errno.EPROTONOSUPPORT:
+        why = ("a board of another vgpulimit version (layout version differs): remove it once no container "
+               "started by that version runs")
+    elif err in (-errno.EPROTO, -errno.EBADMSG, -errno.EBADF):
         why = "not a priority board of this vgpulimit"
     else:
         why = os.strerror(-err)
