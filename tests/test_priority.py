@@ -216,8 +216,9 @@ def test_a_row_read_while_its_setter_writes_it_still_leads_to_its_beacon(tmp_pat
     one this way).  Here a high row, written as such a read shows it (its
     name blank), and its beacon, busy for 1.5 s: the low container holds
     back for it, then runs again."""
-    from vgpulimit import board as boards
     from vgpulimit._core import ffi, lib
+
+    from vgpulimit import board as boards
     board, region = tmp_path / "board", tmp_path / "low.region"
     started = time.monotonic()
     low = Container(sim_env, None, loops(launch_client, 1, seconds=4.5), region=region,

@@ -128,7 +128,9 @@ static int set_up(void)
     el.row = (uint32_t)row;
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++)
         el.others[i].fd = -1;
-    el.own = map_own_beacon(board->row[row].beacon);
+    char name[VGL_BEACON_NAME_LEN];
+    vgl_beacon_name(__atomic_load_n(&board->row[row].key, __ATOMIC_ACQUIRE), name);
+    el.own = map_own_beacon(name);
     el.board = board;
     return 1;
 }
@@ -206,10 +208,10 @@ static bool read_beacon(uint32_t i, uint64_t key, struct vgl_beacon *out)
             munmap((void *)o->map, sizeof *o->map);
         o->map = NULL;
         char name[VGL_BEACON_NAME_LEN], path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
-        memcpy(name, el.board->row[i].beacon, sizeof name);
-        name[sizeof name - 1] = '\0';
+        vgl_beacon_name(key, name);
         beacon_path(name, path, sizeof path);
-        o->fd = strchr(name, '/') ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        /* O_NONBLOCK: a FIFO a tenant put in its beacon's place blocks no one. */
+        o->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         struct stat st;
         if (o->fd >= 0 && (fstat(o->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
                            (uint64_t)st.st_size != sizeof(struct vgl_beacon))) {

@@ -229,8 +229,8 @@ def _join_board(options: RunOptions, region: Region) -> board.Row | None:
         if priority is not None or limits.elastic():
             given = priority or limits.memory_wait or next(iter([*limits.request.values(),
                                                                  *limits.request_by_uuid.values()]), None)
-            raise SupervisorError(f"run: {given.source} {given.text}: {exc}") from None
-        _warn(f"{exc}; the container's cap is not known to containers that borrow memory (docs/memory.md)")
+            raise SupervisorError(f"run: {given.source} {given.text}: {exc.strerror}") from None
+        _warn(f"{exc.strerror}; the container's cap is not known to containers that borrow memory (docs/memory.md)")
         return None
     try:
         if priority is not None:

@@ -127,7 +127,7 @@ def _join_board(node_dir: Path, limits, owner: tuple[int, int], region, pid: int
     except board.BoardError as exc:
         given = priority or limits.memory_wait or next(iter([*limits.request.values(),
                                                              *limits.request_by_uuid.values()]), None)
-        raise HookError(f"{given.source} {given.text}: {exc}") from None
+        raise HookError(f"{given.source} {given.text}: {exc.strerror}") from None
     if priority is not None:
         region.set_priority(priority.value, seen_as, row.row, row.key)
     if limits.takes_memory_row():
