@@ -204,7 +204,7 @@ bool vgl_capped_view(int device, struct vgl_view *v)
         v->free_bytes = cap - v->used_bytes;
     /* Past its request a container has only what no other one is owed. */
     uint64_t elastic;
-    if (vgl_elastic_view_free(device, cap, used, physical, &elastic) && elastic < v->free_bytes)
+    if (vgl_elastic_view_free(device, total, cap, used, physical, &elastic) && elastic < v->free_bytes)
         v->free_bytes = elastic;
     return true;
 }

@@ -74,34 +74,50 @@ int vgl_beacon_check(const void *image, uint64_t size)
     return err ? err : size == sizeof(struct vgl_beacon) ? 0 : -EBADF;
 }
 
-/* Opens the board at `path` for writing, locked, made if missing: a
- * descriptor, or a negative errno. */
-static int open_locked(const char *path, bool create)
+/* Made now (or by a setter killed before it wrote one): a fresh board.
+ * `fd`, or -EIO (closed). */
+static int fresh_board(int fd, const struct stat *st)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0644);
-    if (fd < 0)
-        return -errno;
-    if (flock(fd, LOCK_EX) < 0) {
-        int err = -errno;
+    if (st->st_size != 0)
+        return fd;
+    struct vgl_board fresh = {.version = VGL_BOARD_VERSION, .rows = VGL_BOARD_ROWS};
+    memcpy(fresh.magic, BOARD_MAGIC, sizeof BOARD_MAGIC);
+    if (pwrite(fd, &fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh) {
         close(fd);
-        return err;
-    }
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return -EPROTO;
-    }
-    /* Made now (or by a setter killed before it wrote one): a fresh board. */
-    if (st.st_size == 0) {
-        struct vgl_board fresh = {.version = VGL_BOARD_VERSION, .rows = VGL_BOARD_ROWS};
-        memcpy(fresh.magic, BOARD_MAGIC, sizeof BOARD_MAGIC);
-        if (pwrite(fd, &fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh) {
-            close(fd);
-            return -EIO;
-        }
+        return -EIO;
     }
     return fd;
 }
+
+/* Opens the board at `path` for writing, locked, made if missing: a
+ * descriptor, or a negative errno (-ESRCH: no board, so no row, where it
+ * is not to be made).  The last row to leave removes the board
+ * (vgl_board_leave): a file removed while this waited for its lock is left
+ * for the one at `path` now. */
+static int open_locked(const char *path, bool create)
+{
+    for (;;) {
+        int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0644);
+        if (fd < 0)
+            return errno == ENOENT && !create ? -ESRCH : -errno;
+        if (flock(fd, LOCK_EX) < 0) {
+            int err = -errno;
+            close(fd);
+            return err;
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return -EPROTO;
+        }
+        if (st.st_nlink == 0) {
+            close(fd);
+            continue;
+        }
+        return fresh_board(fd, &st);
+    }
+}
+
 
 static int read_board(int fd, struct vgl_board *b)
 {
@@ -299,7 +315,15 @@ int vgl_board_leave(const char *path, uint32_t row, uint64_t key)
     int err = read_board(fd, &b);
     if (!err && b.row[row].key == key) {
         free_row(path, &b, row);
-        err = write_board(fd, &b);
+        bool held = false;
+        for (uint32_t i = 0; i < VGL_BOARD_ROWS && !held; i++)
+            held = b.row[i].key && !abandoned(&b.row[i]);
+        /* The last leaves nothing behind (the beacons of rows abandoned
+         * included); a setter waiting for the lock opens anew. */
+        for (uint32_t i = 0; i < VGL_BOARD_ROWS && !held; i++)
+            if (b.row[i].key)
+                free_row(path, &b, i);
+        err = held ? write_board(fd, &b) : unlink(path) == 0 ? 0 : -errno;
     }
     close(fd);
     return err;

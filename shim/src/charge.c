@@ -56,7 +56,8 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
     /* A refusal is counted once, at the first try; a wait's tries are not. */
     bool first = waiting.device < 0;
     int err = vgl_reserve((uint32_t)device, bytes, false, first, &refused);
-    if (!err && vgl_elastic_admit(device, bytes, first) < 0) {
+    uint64_t total = err || VGL_LIKELY(!vgl_elastic_takes_part()) ? 0 : vgl_device_total(device);
+    if (total && vgl_elastic_admit(device, bytes, total, vgl_device_cap(device, total), first) < 0) {
         vgl_release_unused((uint32_t)device, bytes);
         if (first) {
             static unsigned said;
@@ -139,8 +140,10 @@ bool vgl_charge_retry(struct vgl_charge *c, CUresult rc)
 {
     if (VGL_LIKELY(waiting.device < 0) && (rc != CUDA_ERROR_OUT_OF_MEMORY || c->refused_on < 0))
         return false;
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && c->refused_on >= 0)
-        return vgl_elastic_wait(&waiting, c->refused_on, c->bytes);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && c->refused_on >= 0) {
+        uint64_t total = vgl_device_total(c->refused_on);
+        return vgl_elastic_wait(&waiting, c->refused_on, c->bytes, total, vgl_device_cap(c->refused_on, total));
+    }
     /* Done: granted, or refused for a reason no wait mends. */
     vgl_elastic_wait_end(&waiting, rc == CUDA_ERROR_OUT_OF_MEMORY);
     return false;

@@ -71,6 +71,7 @@ static struct {
     uint32_t link;                 /* the process's link whose region the row is for */
     char dir[VGL_PARENT_LEN];
     struct other others[VGL_BOARD_ROWS];
+    uint32_t named[VGL_MAX_DEVICES]; /* the beacon's entry of the device has its UUID (atomic) */
     uint64_t waits_generation;     /* the board's generation when `anyone_waits` was read; 0: never */
     bool anyone_waits;             /* some row on the board has a memory wait */
 } el = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -184,12 +185,11 @@ static uint64_t guarantee_of(const struct vgl_board_row *r, int index, const uin
     return bytes == UINT64_MAX ? 0 : bytes;
 }
 
-/* The container's own request on `device` in bytes: what its row
- * guarantees, at most its cap. */
-static uint64_t own_request(int device, uint64_t total)
+/* The container's own request on `device` (of `total` bytes) in bytes:
+ * what its row guarantees, at most its `cap`. */
+static uint64_t own_request(int device, uint64_t total, uint64_t cap)
 {
     const struct vgl_board_row *r = own_row();
-    uint64_t cap = vgl_device_cap(device, total);
     if (!r)
         return cap; /* its row was freed (its setter is gone): held to its cap alone */
     uint64_t g = guarantee_of(r, device, vgl_self.region->devices[device].uuid, total);
@@ -281,21 +281,22 @@ static uint64_t look_at_others(const uint8_t uuid[16], uint64_t total, const str
 static bool physical_free(int device, uint64_t *free_bytes)
 {
     size_t free = 0, total = 0;
-    if (vgl_current_device() != device || vgl_real.cuMemGetInfo_v2(&free, &total) != CUDA_SUCCESS)
+    CUdevice current;
+    if (vgl_real.cuCtxGetDevice(&current) != CUDA_SUCCESS || current != device ||
+        vgl_real.cuMemGetInfo_v2(&free, &total) != CUDA_SUCCESS)
         return false;
     *free_bytes = free;
     return true;
 }
 
-int vgl_elastic_admit(int device, uint64_t bytes, bool count)
+int vgl_elastic_admit(int device, uint64_t bytes, uint64_t total, uint64_t cap, bool count)
 {
     if (VGL_LIKELY(!vgl_elastic_takes_part()))
         return 0;
-    uint64_t total = vgl_device_total(device);
     struct vgl_region *region = own_region();
     uint64_t used = __atomic_load_n(&region->devices[device].used_bytes, __ATOMIC_RELAXED);
     pthread_mutex_lock(&el.lock);
-    uint64_t request = own_request(device, total);
+    uint64_t request = own_request(device, total, cap);
     bool fits = used <= request;
     if (!fits) {
         uint64_t free;
@@ -341,9 +342,15 @@ void vgl_elastic_changed(int device, uint64_t freeing, bool released)
     if (VGL_LIKELY(!vgl_elastic_takes_part()) || !el.own || device < 0 || device >= VGL_MAX_DEVICES)
         return;
     struct vgl_beacon_device *entry = &el.own->device[device];
-    const uint8_t *uuid = vgl_self.region->devices[device].uuid;
-    if (memcmp(entry->uuid, uuid, sizeof entry->uuid) != 0)
-        memcpy(entry->uuid, uuid, sizeof entry->uuid);
+    if (VGL_UNLIKELY(!__atomic_load_n(&el.named[device], __ATOMIC_ACQUIRE))) {
+        /* Once, by one thread, when the device's UUID is known (the first attach binds it). */
+        pthread_mutex_lock(&el.lock);
+        if (!el.named[device] && memcmp(vgl_self.region->devices[device].uuid, NO_UUID, sizeof NO_UUID) != 0) {
+            memcpy(entry->uuid, vgl_self.region->devices[device].uuid, sizeof entry->uuid);
+            __atomic_store_n(&el.named[device], 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&el.lock);
+    }
     uint64_t used = __atomic_load_n(&own_region()->devices[device].used_bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&entry->used_bytes, used > freeing ? used - freeing : 0, __ATOMIC_SEQ_CST);
     if (released)
@@ -388,21 +395,21 @@ static void publish_oldest(int device)
         __atomic_store_n(&el.own->device[device].oldest_wait_ns, oldest_own_wait(device, NULL), __ATOMIC_RELEASE);
 }
 
-static void start(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_t wait_ns)
+static void start(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_t total, uint64_t cap,
+                  uint64_t wait_ns)
 {
     uint64_t now = vgl_node_clock_ns();
     /* Without a row, no other container's waiters are known: none to queue behind. */
     bool within = true;
     if (vgl_elastic_takes_part()) {
-        uint64_t total = vgl_device_total(device);
         uint64_t used = __atomic_load_n(&own_region()->devices[device].used_bytes, __ATOMIC_RELAXED);
         pthread_mutex_lock(&el.lock);
-        uint64_t request = own_request(device, total);
+        uint64_t request = own_request(device, total, cap);
         pthread_mutex_unlock(&el.lock);
         within = bytes <= request && used <= request - bytes;
     }
     *w = (struct vgl_memory_wait){.device = device, .within_request = within, .since_ns = now,
-                                  .deadline_ns = now + wait_ns};
+                                  .deadline_ns = now + wait_ns, .total_bytes = total};
     struct vgl_slot *slot = own_slot();
     __atomic_store_n(&slot->wait_device, (uint32_t)device, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->wait_since_ns, now, __ATOMIC_RELEASE);
@@ -442,7 +449,7 @@ void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out)
 static bool arm(struct vgl_memory_wait *w)
 {
     int device = w->device;
-    uint64_t total = vgl_device_total(device);
+    uint64_t total = w->total_bytes;
     w->words = 0;
     if (el.own) {
         w->word[w->words] = &el.own->device[device].frees;
@@ -488,7 +495,7 @@ static void sleep_on(const struct vgl_memory_wait *w, uint64_t until_ns)
     nanosleep(&pause, NULL);
 }
 
-bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes)
+bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_t total, uint64_t cap)
 {
     if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_self.slot)
         return false;
@@ -497,7 +504,7 @@ bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes)
         uint64_t wait_ns = __atomic_load_n(&vgl_self.region->memory_wait_ns, __ATOMIC_RELAXED);
         if (!wait_ns)
             return false;
-        start(w, device, bytes, wait_ns < VGL_MAX_WAIT_NS ? wait_ns : VGL_MAX_WAIT_NS);
+        start(w, device, bytes, total, cap, wait_ns < VGL_MAX_WAIT_NS ? wait_ns : VGL_MAX_WAIT_NS);
     }
     for (;;) {
         uint64_t now = vgl_node_clock_ns();
@@ -515,13 +522,13 @@ bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes)
     }
 }
 
-bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t free, uint64_t *free_bytes)
+bool vgl_elastic_view_free(int device, uint64_t total, uint64_t cap, uint64_t used, uint64_t free,
+                           uint64_t *free_bytes)
 {
     if (VGL_LIKELY(!vgl_elastic_takes_part()) || device < 0 || device >= VGL_MAX_DEVICES)
         return false;
-    uint64_t total = vgl_device_total(device);
     pthread_mutex_lock(&el.lock);
-    uint64_t request = own_request(device, total);
+    uint64_t request = own_request(device, total, cap);
     uint64_t held = look_at_others(vgl_self.region->devices[device].uuid, total, NULL, NULL, NULL);
     pthread_mutex_unlock(&el.lock);
     *free_bytes = vgl_elastic_free(cap, used, request, free, held);

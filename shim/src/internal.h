@@ -465,11 +465,11 @@ bool vgl_elastic_first(const struct vgl_waiter *me, const struct vgl_waiter *oth
  * it, waiting for memory (docs/memory.md). */
 /* Whether the container has a row for elastic memory in the node's board. */
 bool vgl_elastic_takes_part(void);
-/* After `bytes` were reserved on `device` in the ledger, before the driver
- * is asked: 0 when they may be used; -ENOMEM when the part past the
+/* After `bytes` were reserved on `device` (of `total` bytes, the process's
+ * cap there `cap`) in the ledger, before the driver is asked: 0 when they may be used; -ENOMEM when the part past the
  * container's request needs memory that others use or are guaranteed
  * (counted; the caller returns the reservation). */
-int vgl_elastic_admit(int device, uint64_t bytes, bool count);
+int vgl_elastic_admit(int device, uint64_t bytes, uint64_t total, uint64_t cap, bool count);
 /* The process attached: its container's beacon names every device it has
  * bound, so that others hold its guarantee there before it allocates. */
 void vgl_elastic_attached(void);
@@ -482,6 +482,7 @@ struct vgl_memory_wait {
     bool armed;                     /* `seen` holds the wake words as they were before the last try */
     bool within_request;            /* its bytes are within the container's request: not queued */
     uint64_t since_ns, deadline_ns; /* the node's clock */
+    uint64_t total_bytes;           /* the device's */
     uint32_t words;
     uint32_t seen[VGL_BOARD_ROWS];  /* each row's wake word, the container's own included */
     const uint32_t *word[VGL_BOARD_ROWS];
@@ -489,13 +490,14 @@ struct vgl_memory_wait {
 /* An allocation of `bytes` on `device` was refused: true to try it again
  * (memory may be there now), false when no wait is set or the wait is over
  * (then the wait is ended and counted as a timeout). */
-bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes);
+bool vgl_elastic_wait(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_t total, uint64_t cap);
 /* The allocation a wait was for is done: granted, or refused (`timed_out`). */
 void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out);
 /* The capped view's free on `device` (vgl_elastic_free), given the
  * container's `cap` and `used` and the driver's `physical_free`: false
  * when the container takes no part. */
-bool vgl_elastic_view_free(int device, uint64_t cap, uint64_t used, uint64_t physical_free, uint64_t *free_bytes);
+bool vgl_elastic_view_free(int device, uint64_t total, uint64_t cap, uint64_t used, uint64_t physical_free,
+                           uint64_t *free_bytes);
 
 /* cost_model.c — what a launch costs on the GPU, from measurements fed to it,
  * and how often to measure.  No driver, no clock, no lock: testable alone

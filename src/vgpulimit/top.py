@@ -72,21 +72,23 @@ def _text_bar(used: int, total: int, width: int = _BAR_WIDTH) -> str:
 
 def _devices(view: ContainerView) -> RenderableType:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
-    for name, justify in (("DEV", "right"), ("MEMORY", "left"), ("USED / CAP", "right"),
-                          ("REQUEST", "right"), ("WAITING", "right"), ("CORES", "right"),
-                          ("SHARE", "right"), ("THROTTLED", "right"), ("OOM", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)
     seen = [dev for dev in view.snapshot.devices if dev.seen]
+    # Elastic memory's columns only where a request or a wait is set: the rest fit 80 columns as before.
+    elastic = view.snapshot.memory_wait_ns or any(dev.request is not None or dev.waited_ns for dev in seen)
+    for name, justify in (("DEV", "right"), ("MEMORY", "left"), ("USED / CAP", "right"),
+                          *((("REQUEST", "right"), ("WAITING", "right")) if elastic else ()),
+                          ("CORES", "right"), ("SHARE", "right"), ("THROTTLED", "right"), ("OOM", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
     for dev in seen:
         room = dev.cap_bytes if dev.cap_bytes is not None else (dev.total_bytes or None)
         share = view.share_pct.get(dev.index)
+        waits = f"{dev.waiting} ({dev.waited_ns / 1e9:.1f} s, {dev.wait_timeouts} timed out)"
         table.add_row(
             str(dev.index),
             _memory_bar(dev.used_bytes, room),
             f"{format_bytes(dev.used_bytes)} / {format_bytes(room) if room else '-'}",
-            "-" if dev.request is None or dev.request_bytes is None else format_bytes(dev.request_bytes),
-            f"{dev.waiting} ({dev.waited_ns / 1e9:.1f} s, {dev.wait_timeouts} timed out)"
-            if view.snapshot.memory_wait_ns or dev.waited_ns else "-",
+            *((format_bytes(dev.request_bytes) if dev.request is not None and dev.request_bytes is not None
+               else "-", waits) if elastic else ()),
             f"{dev.cores_pct}%" if dev.cores_pct else "-",
             "n/a" if share is None else f"{share:.0f}%",
             f"{dev.throttled_ns / 1e9:.1f} s",
