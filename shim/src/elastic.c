@@ -72,8 +72,8 @@ static struct {
     char dir[VGL_PARENT_LEN];
     struct other others[VGL_BOARD_ROWS];
     uint32_t named[VGL_MAX_DEVICES]; /* the beacon's entry of the device has its UUID (atomic) */
-    uint64_t waits_generation;     /* the board's generation when `anyone_waits` was read; 0: never */
-    bool anyone_waits;             /* some row on the board has a memory wait */
+    uint64_t waits_seen;           /* the board's generation when last read, and (bit 0) whether
+                                      some row on it has a memory wait; one word, so never torn */
 } el = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void forget_in_child(void) { pthread_mutex_init(&el.lock, NULL); }
@@ -312,28 +312,26 @@ int vgl_elastic_admit(int device, uint64_t bytes, uint64_t total, uint64_t cap, 
 }
 
 /* Whether some row on the board has a memory wait: else no one sleeps on
- * a wake word, and a free need not call the kernel.  Under el.lock. */
+ * a wake word, and a free need not call the kernel.  Read again when the
+ * board changed; threads that read it at once write the same answer. */
 static bool anyone_waits(void)
 {
     uint64_t generation = __atomic_load_n(&el.board->generation, __ATOMIC_ACQUIRE);
-    if (generation == el.waits_generation)
-        return el.anyone_waits;
+    uint64_t seen = __atomic_load_n(&el.waits_seen, __ATOMIC_RELAXED);
+    if (seen >> 1 == generation)
+        return seen & 1;
     bool any = false;
     for (uint32_t i = 0; i < VGL_BOARD_ROWS && !any; i++)
         any = __atomic_load_n(&el.board->row[i].key, __ATOMIC_RELAXED) &&
               __atomic_load_n(&el.board->row[i].memory_wait_ns, __ATOMIC_RELAXED);
-    el.anyone_waits = any;
-    el.waits_generation = generation;
+    __atomic_store_n(&el.waits_seen, generation << 1 | any, __ATOMIC_RELAXED);
     return any;
 }
 
 static void wake(struct vgl_beacon_device *entry)
 {
     __atomic_add_fetch(&entry->frees, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_lock(&el.lock);
-    bool any = anyone_waits();
-    pthread_mutex_unlock(&el.lock);
-    if (any)
+    if (anyone_waits())
         syscall(SYS_futex, &entry->frees, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
