@@ -328,11 +328,14 @@ static bool anyone_waits(void)
     return any;
 }
 
+/* Where no row has a wait, no one sleeps on the word (a waiter's own row
+ * has one), and a free costs no more than the load that says so. */
 static void wake(struct vgl_beacon_device *entry)
 {
+    if (!anyone_waits())
+        return;
     __atomic_add_fetch(&entry->frees, 1, __ATOMIC_SEQ_CST);
-    if (anyone_waits())
-        syscall(SYS_futex, &entry->frees, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    syscall(SYS_futex, &entry->frees, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 void vgl_elastic_changed(int device, uint64_t freeing, bool released)
@@ -350,7 +353,7 @@ void vgl_elastic_changed(int device, uint64_t freeing, bool released)
         pthread_mutex_unlock(&el.lock);
     }
     uint64_t used = __atomic_load_n(&own_region()->devices[device].used_bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&entry->used_bytes, used > freeing ? used - freeing : 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&entry->used_bytes, used > freeing ? used - freeing : 0, __ATOMIC_RELEASE);
     if (released)
         wake(entry);
 }
