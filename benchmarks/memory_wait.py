@@ -13,9 +13,10 @@ and notebooks bursting beside a batch job, with requests and with plain caps.
    <= 1 % of a core each.
 3. No cost without the feature: benchmarks/overhead.py's loop (launch, and
    alloc + free of 1 MiB) under the shim with a cap alone (its setup), with a
-   cap through `vgpulimit run` (a row on the node's board, no request, no
-   wait), and with a request and a wait (allocations within the request, and
-   past it: borrowing), against the driver direct, interleaved in one run.
+   cap through `vgpulimit run` without and with a row on the node's board (no
+   request, no wait: what a plain cap pays for being known to borrowers), and
+   with a request and a wait (allocations within the request, and past it:
+   borrowing), against the driver direct, interleaved in one run.
 4. A scenario: a batch job guaranteed 8 GiB (it frees and takes back 2 GiB
    every 0.2 s) beside three notebooks that burst at random (1-4 GiB in
    512 MiB blocks, held 50-300 ms, kept in a cache as PyTorch's allocator
@@ -182,6 +183,8 @@ def no_feature_cost(tmp: Path, pairs: int, launches: int, repeat: int) -> dict[s
         "direct": ([], {}),
         "cap alone (overhead.py)": ([], {"LD_PRELOAD": shim, "VGPULIMIT_MEMORY": "1TiB",
                                          "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(tmp / "cost" / "env.region")}),
+        # A board it cannot make: the same run, with no row on the node's board.
+        "run --memory, no row": ([*run, "--memory", "1TiB", "--board", str(tmp / "none" / "board"), "--"], {}),
         "run --memory (a row)": ([*run, "--memory", "1TiB", "--"], {}),
         "+ request, wait": ([*run, "--memory", "1TiB", "--memory-request", "512GiB", "--memory-wait", "1s", "--"],
                             {}),
@@ -191,7 +194,7 @@ def no_feature_cost(tmp: Path, pairs: int, launches: int, repeat: int) -> dict[s
     for _ in range(repeat):   # interleaved: drift hits every setup alike
         for name, (prefix, extra) in setups.items():
             out = subprocess.run([*prefix, str(bench), str(launches), str(pairs)], env=dict(base, **extra),
-                                 capture_output=True, text=True, check=True).stdout
+                                 capture_output=True, text=True, check=True).stdout   # stderr: the no-row warning
             got = {k: float(v) for k, v in (line.split() for line in out.splitlines())}
             best[name] = {k: min(v, best.get(name, {}).get(k, v)) for k, v in got.items()}
             region = tmp / "cost" / "env.region"
@@ -315,7 +318,7 @@ def main() -> None:
     parser.add_argument("--scenario-s", type=float, default=8.0)
     parser.add_argument("--pairs", type=int, default=5000)
     parser.add_argument("--launches", type=int, default=20000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

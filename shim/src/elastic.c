@@ -152,14 +152,14 @@ bool vgl_elastic_takes_part(void)
 /* The container's row now: a setter may have moved it.  NULL: gone. */
 static const struct vgl_board_row *own_row(void)
 {
-    const struct vgl_board_row *r = &el.board->row[el.row];
+    const struct vgl_board_row *r = &el.board->row[__atomic_load_n(&el.row, __ATOMIC_RELAXED)];
     if (__atomic_load_n(&r->region_ino, __ATOMIC_RELAXED) == el.region_ino &&
         __atomic_load_n(&r->region_dev, __ATOMIC_RELAXED) == el.region_dev)
         return r;
     int row = vgl_board_find(el.board, el.region_dev, el.region_ino, NULL);
     if (row < 0)
         return NULL;
-    el.row = (uint32_t)row;
+    __atomic_store_n(&el.row, (uint32_t)row, __ATOMIC_RELAXED); /* read without the lock by vgl_elastic_admit */
     return &el.board->row[row];
 }
 
@@ -170,8 +170,9 @@ static const uint8_t NO_UUID[16];
 static uint64_t guarantee_of(const struct vgl_board_row *r, int index, const uint8_t uuid[16], uint64_t total)
 {
     struct vgl_mem_limit g = {0};
-    for (int d = 0; d < VGL_MAX_DEVICES; d++)
-        if (memcmp(r->guarantee_by_uuid[d].uuid, uuid, 16) == 0 && memcmp(uuid, NO_UUID, 16) != 0) {
+    bool known = memcmp(uuid, NO_UUID, 16) != 0;
+    for (int d = 0; d < VGL_MAX_DEVICES && known; d++)
+        if (memcmp(r->guarantee_by_uuid[d].uuid, uuid, 16) == 0) {
             g.bytes = __atomic_load_n(&r->guarantee_by_uuid[d].guarantee.bytes, __ATOMIC_RELAXED);
             g.ppm = __atomic_load_n(&r->guarantee_by_uuid[d].guarantee.ppm, __ATOMIC_RELAXED);
             index = -1;
@@ -295,6 +296,12 @@ int vgl_elastic_admit(int device, uint64_t bytes, uint64_t total, uint64_t cap, 
         return 0;
     struct vgl_region *region = own_region();
     uint64_t used = __atomic_load_n(&region->devices[device].used_bytes, __ATOMIC_RELAXED);
+    /* Within its request, as a plain cap always is: no lock, and no one else looked at. */
+    const struct vgl_board_row *r = &el.board->row[__atomic_load_n(&el.row, __ATOMIC_RELAXED)];
+    if (__atomic_load_n(&r->region_ino, __ATOMIC_RELAXED) == el.region_ino &&
+        __atomic_load_n(&r->region_dev, __ATOMIC_RELAXED) == el.region_dev &&
+        used <= guarantee_of(r, device, vgl_self.region->devices[device].uuid, total))
+        return 0;
     pthread_mutex_lock(&el.lock);
     uint64_t request = own_request(device, total, cap);
     bool fits = used <= request;
