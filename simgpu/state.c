@@ -207,7 +207,7 @@ static void repair_timeline(struct sim_timeline *tl)
 static void sim_repair(struct sim_file *f)
 {
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
-        uint64_t sum = 0;
+        uint64_t sum = f->shared.orphan_bytes[d];
         for (uint32_t i = 0; i < SIM_MAX_PROCS; i++)
             if (f->procs[i].state == SIM_PROC_LIVE)
                 sum += f->procs[i].used_bytes[d];
@@ -327,6 +327,7 @@ static bool sim_entry_dead(const struct sim_file_proc *p, int i)
 static void sim_drop_entry(struct sim_file *f, int i)
 {
     struct sim_file_proc *p = &f->procs[i];
+    sim_shared_forget_entry(f, i);
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
         uint64_t b = p->used_bytes[d];
         f->devices[d].used_bytes -= b < f->devices[d].used_bytes ? b : f->devices[d].used_bytes;
@@ -345,6 +346,7 @@ static void sim_reap(struct sim_file *f)
         if (sim_entry_dead(p, i))
             sim_drop_entry(f, i);
     }
+    sim_shared_reap(f);
 }
 
 /* Our entry, claimed on first need.  Under the file's mutex. */
@@ -376,6 +378,16 @@ static int sim_claim_self(struct sim_file *f)
     return -ENOSPC;
 }
 
+int sim_state_self_entry(struct sim_file *f)
+{
+    return sim_claim_self(f);
+}
+
+const char *sim_state_path(void)
+{
+    return sim_st.path;
+}
+
 static struct sim_file_proc *sim_self_entry(struct sim_file *f)
 {
     if (sim_st.self < 0 || sim_st.self_pid != getpid())
@@ -388,7 +400,7 @@ static struct sim_file_proc *sim_self_entry(struct sim_file *f)
 static void sim_release_self_if_idle(struct sim_file *f)
 {
     struct sim_file_proc *p = sim_self_entry(f);
-    if (!p || p->context_mask)
+    if (!p || p->context_mask || p->shared_held)
         return;
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
         if (p->used_bytes[d])

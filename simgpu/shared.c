@@ -1,0 +1,314 @@
+/* Device memory that processes share: what legacy CUDA IPC
+ * (cuIpcGetMemHandle), exported virtual memory (cuMemExportToShareableHandle)
+ * and exported memory pools hand from one process to another.
+ *
+ * The bytes of a shared allocation are a file in a directory beside the
+ * state file (`<state file>.shared/<id>`), so that every process that maps it
+ * sees the same bytes, and the state file's table says who holds it.  As on
+ * NVIDIA's driver, the memory lives until the last holder anywhere lets go —
+ * a process's handle or mapping, or an exported file descriptor (cuda.h,
+ * cuMemExportToShareableHandle: "Once all shareable handles are closed and
+ * the allocation is released") — and it is charged to one process at a time:
+ * the one that made it, then, when that one lets go, another holder.  That
+ * is how the kernel driver counts a process's memory for NVML: memory whose
+ * descriptor is shared counts for the client that owns it, and freeing the
+ * owner's reference passes the ownership on (open-gpu-kernel-modules,
+ * _gpuCollectMemInfo and memDestructCommon).  Memory that only exported
+ * descriptors hold is owned by the kernel's own client there, which NVML
+ * lists for no process: here it is the device's alone (orphan_bytes).
+ *
+ * An exported descriptor is an open file description of the allocation's
+ * file with a shared flock(2) on it.  The lock lives as long as the
+ * description does — across dup(2), SCM_RIGHTS and pidfd_getfd(2), until the
+ * last copy is closed — so whether any exported descriptor is still open
+ * anywhere is whether an exclusive lock can be had. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "state.h"
+
+/* How many references this process has to each shared allocation it holds:
+ * it is a holder in the state file while it has any. */
+static struct {
+    pthread_mutex_t mutex;
+    struct {
+        uint64_t id;
+        uint32_t refs;
+    } *v;
+    size_t n, cap;
+    pid_t pid;                      /* the process the table is of: a forked child holds nothing */
+} sim_refs = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+/* Under sim_refs.mutex: +1 or -1 to `id`'s count; its new value. */
+static int sim_ref_add(uint64_t id, int delta)
+{
+    if (sim_refs.pid != getpid()) {
+        sim_refs.n = 0;
+        sim_refs.pid = getpid();
+    }
+    size_t i = 0;
+    while (i < sim_refs.n && sim_refs.v[i].id != id)
+        i++;
+    if (i == sim_refs.n) {
+        if (delta < 0)
+            return 0;
+        if (sim_refs.n == sim_refs.cap) {
+            size_t cap = sim_refs.cap ? 2 * sim_refs.cap : 16;
+            void *v = realloc(sim_refs.v, cap * sizeof *sim_refs.v);
+            if (!v)
+                return -ENOMEM;
+            sim_refs.v = v;
+            sim_refs.cap = cap;
+        }
+        sim_refs.v[sim_refs.n].id = id;
+        sim_refs.v[sim_refs.n].refs = 0;
+        sim_refs.n++;
+    }
+    int refs = (int)(sim_refs.v[i].refs += (uint32_t)delta);
+    if (refs == 0)
+        sim_refs.v[i] = sim_refs.v[--sim_refs.n];
+    return refs;
+}
+
+static void sim_shared_file(uint64_t id, char *out, size_t size)
+{
+    snprintf(out, size, "%s.shared/%" PRIu64, sim_state_path(), id);
+}
+
+static struct sim_file_shared *sim_find_id(struct sim_file *f, uint64_t id)
+{
+    for (int i = 0; i < SIM_MAX_SHARED; i++)
+        if (id && f->shared.v[i].id == id)
+            return &f->shared.v[i];
+    return NULL;
+}
+
+static bool sim_holds(const struct sim_file_shared *s, int entry)
+{
+    return (s->holders[entry / 64] >> (entry % 64)) & 1u;
+}
+
+/* Whether an exported descriptor of `s` is open anywhere. */
+static bool sim_exported_open(const struct sim_file_shared *s)
+{
+    char path[4200];
+    sim_shared_file(s->id, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd);
+    return held;
+}
+
+/* Moves the charge of `s` to entry `to` (-1: the device alone). */
+static void sim_move_owner(struct sim_file *f, struct sim_file_shared *s, int to)
+{
+    uint32_t d = s->device;
+    if (s->owner >= 0) {
+        uint64_t *used = &f->procs[s->owner].used_bytes[d];
+        *used -= s->size < *used ? s->size : *used;
+    } else {
+        f->shared.orphan_bytes[d] -= s->size < f->shared.orphan_bytes[d] ? s->size : f->shared.orphan_bytes[d];
+    }
+    if (to >= 0)
+        f->procs[to].used_bytes[d] += s->size;
+    else
+        f->shared.orphan_bytes[d] += s->size;
+    s->owner = to;
+}
+
+/* After a holder let go: the charge passes to another holder, to the device
+ * alone while exported descriptors remain, or goes back with the bytes. */
+static void sim_settle(struct sim_file *f, struct sim_file_shared *s)
+{
+    if (s->owner >= 0 && sim_holds(s, s->owner))
+        return;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        if (sim_holds(s, i)) {
+            sim_move_owner(f, s, i);
+            return;
+        }
+    }
+    if (sim_exported_open(s)) {
+        if (s->owner >= 0)
+            sim_move_owner(f, s, -1);
+        return;
+    }
+    sim_move_owner(f, s, -1);
+    f->shared.orphan_bytes[s->device] -= s->size;
+    struct sim_file_device *dev = &f->devices[s->device];
+    dev->used_bytes -= s->size < dev->used_bytes ? s->size : dev->used_bytes;
+    char path[4200];
+    sim_shared_file(s->id, path, sizeof path);
+    unlink(path);
+    memset(s, 0, sizeof *s);
+}
+
+static void sim_drop_holder(struct sim_file *f, struct sim_file_shared *s, int entry)
+{
+    if (!sim_holds(s, entry))
+        return;
+    s->holders[entry / 64] &= ~(UINT64_C(1) << (entry % 64));
+    if (f->procs[entry].shared_held)
+        f->procs[entry].shared_held--;
+    sim_settle(f, s);
+}
+
+void sim_shared_forget_entry(struct sim_file *f, int i)
+{
+    for (int k = 0; k < SIM_MAX_SHARED && f->procs[i].shared_held; k++)
+        if (f->shared.v[k].id)
+            sim_drop_holder(f, &f->shared.v[k], i);
+}
+
+void sim_shared_reap(struct sim_file *f)
+{
+    for (int k = 0; k < SIM_MAX_SHARED; k++)
+        if (f->shared.v[k].id && f->shared.v[k].owner < 0)
+            sim_settle(f, &f->shared.v[k]);
+}
+
+/* Opens the file of `id` for the calling process. */
+static int sim_open_file(uint64_t id, bool create, uint64_t size)
+{
+    char path[4200];
+    if (create) {
+        snprintf(path, sizeof path, "%s.shared", sim_state_path());
+        if (mkdir(path, 0700) != 0 && errno != EEXIST)
+            return -errno;
+    }
+    sim_shared_file(id, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : 0), 0600);
+    if (fd < 0)
+        return -errno;
+    if (create && ftruncate(fd, (off_t)size) != 0) {
+        int err = -errno;
+        close(fd);
+        unlink(path);
+        return err;
+    }
+    return fd;
+}
+
+int sim_shared_create(uint32_t device, uint64_t size, bool charge, struct sim_shared_ref *out)
+{
+    if (charge) {
+        int rc = sim_state_charge(device, size);
+        if (rc)
+            return rc;
+    }
+    int rc = -ENOSPC;
+    struct sim_file *f = sim_state_lock_file();
+    if (!f) {
+        rc = -EIO;
+        goto fail;
+    }
+    int self = sim_state_self_entry(f);
+    struct sim_file_shared *s = sim_find_id(f, 0);
+    for (int k = 0; !s && k < SIM_MAX_SHARED; k++)
+        if (!f->shared.v[k].id)
+            s = &f->shared.v[k];
+    if (self < 0 || !s) {
+        rc = self < 0 ? self : -ENOSPC;
+        sim_state_unlock_file(f);
+        goto fail;
+    }
+    uint64_t id = ++f->shared.last_id;
+    int fd = sim_open_file(id, true, size);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        rc = fd < 0 ? fd : -errno;
+        sim_state_unlock_file(f);
+        if (fd >= 0)
+            close(fd);
+        goto fail;
+    }
+    /* The bytes already charged to this process are now the allocation's. */
+    *s = (struct sim_file_shared){.id = id, .size = size, .file_dev = (uint64_t)st.st_dev,
+                                  .file_ino = (uint64_t)st.st_ino, .device = device, .owner = self};
+    s->holders[self / 64] |= UINT64_C(1) << (self % 64);
+    f->procs[self].shared_held++;
+    sim_state_unlock_file(f);
+    pthread_mutex_lock(&sim_refs.mutex);
+    sim_ref_add(id, +1);
+    pthread_mutex_unlock(&sim_refs.mutex);
+    *out = (struct sim_shared_ref){.id = id, .device = device, .size = size, .fd = fd};
+    return 0;
+fail:
+    if (charge)
+        sim_state_uncharge(device, size);
+    return rc;
+}
+
+int sim_shared_join(uint64_t id, int fd, struct sim_shared_ref *out)
+{
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)))
+        return -ENOENT;
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return -EIO;
+    struct sim_file_shared *s = NULL;
+    for (int k = 0; k < SIM_MAX_SHARED && !s; k++) {
+        struct sim_file_shared *c = &f->shared.v[k];
+        if (c->id && (fd >= 0 ? c->file_dev == (uint64_t)st.st_dev && c->file_ino == (uint64_t)st.st_ino
+                              : c->id == id))
+            s = c;
+    }
+    int self = s ? sim_state_self_entry(f) : -ENOENT;
+    int own = self >= 0 ? sim_open_file(s->id, false, 0) : self;
+    pthread_mutex_lock(&sim_refs.mutex);
+    int refs = own >= 0 ? sim_ref_add(s->id, +1) : own;
+    pthread_mutex_unlock(&sim_refs.mutex);
+    if (refs < 0) {
+        if (own >= 0)
+            close(own);
+        sim_state_unlock_file(f);
+        return refs;
+    }
+    if (!sim_holds(s, self)) {
+        s->holders[self / 64] |= UINT64_C(1) << (self % 64);
+        f->procs[self].shared_held++;
+    }
+    *out = (struct sim_shared_ref){.id = s->id, .device = s->device, .size = s->size, .fd = own};
+    sim_state_unlock_file(f);
+    return 0;
+}
+
+void sim_shared_leave(const struct sim_shared_ref *ref)
+{
+    close(ref->fd);
+    pthread_mutex_lock(&sim_refs.mutex);
+    int refs = sim_ref_add(ref->id, -1);
+    pthread_mutex_unlock(&sim_refs.mutex);
+    if (refs > 0)
+        return;
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return;
+    struct sim_file_shared *s = sim_find_id(f, ref->id);
+    int self = sim_state_self_entry(f);
+    if (s && self >= 0)
+        sim_drop_holder(f, s, self);
+    sim_state_unlock_file(f);
+}
+
+int sim_shared_export(const struct sim_shared_ref *ref)
+{
+    int fd = sim_open_file(ref->id, false, 0);
+    if (fd >= 0 && flock(fd, LOCK_SH) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
