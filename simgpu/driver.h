@@ -306,6 +306,12 @@ SIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute
 SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+SIM_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                     CUmemAllocationHandleType handleType, unsigned long long flags);
+SIM_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                       CUmemAllocationHandleType handleType, unsigned long long flags);
+SIM_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
+SIM_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData);
 
 /* ---- ipc.c: legacy interprocess memory --------------------------------------------- */
 
@@ -313,6 +319,9 @@ SIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 SIM_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 SIM_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
+/* events.c */
+SIM_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+SIM_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 
 /* ---- vmm.c: virtual memory management ------------------------------------------------ */
 
@@ -545,6 +554,8 @@ bool sim_mem_device(uintptr_t addr);
 /* Whether [addr, addr + n) (n > 0) lies in one device allocation, or in
  * virtual memory mappings that follow each other. */
 bool sim_mem_device_range(uintptr_t addr, size_t n);
+/* Under the memory mutex: a copy of the entry whose base is `base`; false: none. */
+bool sim_mem_entry_at(uintptr_t base, struct sim_mem_entry *out);
 /* Under the memory mutex: forgets the entry at `base`. */
 void sim_mem_untrack(uintptr_t base);
 /* Under the memory mutex, for frees.c: removes the entry whose base is `base`,

@@ -341,6 +341,15 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     return sim_alloc(dptr, bytesize, false);
 }
 
+bool sim_mem_entry_at(uintptr_t base, struct sim_mem_entry *out)
+{
+    const struct sim_mem_entry *a = sim_find(base);
+    if (!a || a->base != base)
+        return false;
+    *out = *a;
+    return true;
+}
+
 /* Not a virtual memory mapping (vmm.c's cuMemUnmap takes those), nor
  * opened IPC memory (cuIpcCloseMemHandle's). */
 bool sim_mem_take(uintptr_t base, struct sim_mem_entry *out)

@@ -21,7 +21,11 @@
  * file with a shared flock(2) on it.  The lock lives as long as the
  * description does — across dup(2), SCM_RIGHTS and pidfd_getfd(2), until the
  * last copy is closed — so whether any exported descriptor is still open
- * anywhere is whether an exclusive lock can be had. */
+ * anywhere is whether an exclusive lock can be had.
+ *
+ * Interprocess events (cuIpcGetEventHandle) are kept here too: a table of
+ * their last records, which any process that opened one reads.  The
+ * timeline that says when a record completes is machine-wide already. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -165,6 +169,9 @@ static void sim_drop_holder(struct sim_file *f, struct sim_file_shared *s, int e
 
 void sim_shared_forget_entry(struct sim_file *f, int i)
 {
+    for (int k = 0; k < SIM_MAX_IPC_EVENTS; k++)
+        if (f->shared.events[k].id && f->shared.events[k].owner == i)
+            memset(&f->shared.events[k], 0, sizeof f->shared.events[k]);
     for (int k = 0; k < SIM_MAX_SHARED && f->procs[i].shared_held; k++)
         if (f->shared.v[k].id)
             sim_drop_holder(f, &f->shared.v[k], i);
@@ -311,4 +318,72 @@ int sim_shared_export(const struct sim_shared_ref *ref)
         return err;
     }
     return fd;
+}
+
+static struct sim_file_event *sim_event_find(struct sim_file *f, uint64_t id)
+{
+    for (int k = 0; k < SIM_MAX_IPC_EVENTS; k++)
+        if (id && f->shared.events[k].id == id)
+            return &f->shared.events[k];
+    return NULL;
+}
+
+uint64_t sim_ipc_event_new(void)
+{
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return 0;
+    uint64_t id = 0;
+    int self = sim_state_self_entry(f);
+    struct sim_file_event *e = self >= 0 ? sim_event_find(f, 0) : NULL;
+    for (int k = 0; self >= 0 && !e && k < SIM_MAX_IPC_EVENTS; k++)
+        if (!f->shared.events[k].id)
+            e = &f->shared.events[k];
+    if (e) {
+        id = ++f->shared.last_id;
+        *e = (struct sim_file_event){.id = id, .owner = self};
+    }
+    sim_state_unlock_file(f);
+    return id;
+}
+
+void sim_ipc_event_free(uint64_t id)
+{
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return;
+    struct sim_file_event *e = sim_event_find(f, id);
+    if (e)
+        memset(e, 0, sizeof *e);
+    sim_state_unlock_file(f);
+}
+
+int sim_ipc_event_set(uint64_t id, uint32_t state, uint32_t device, uint64_t ticket)
+{
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return -EIO;
+    struct sim_file_event *e = sim_event_find(f, id);
+    if (e) {
+        e->state = state;
+        e->device = device;
+        e->ticket = ticket;
+    }
+    sim_state_unlock_file(f);
+    return e ? 0 : -ENOENT;
+}
+
+int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *ticket)
+{
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return -EIO;
+    struct sim_file_event *e = sim_event_find(f, id);
+    if (e) {
+        *state = e->state;
+        *device = e->device;
+        *ticket = e->ticket;
+    }
+    sim_state_unlock_file(f);
+    return e ? 0 : -ENOENT;
 }

@@ -49,6 +49,7 @@ enum {
     SIM_SAMPLES = 128,              /* utilisation samples a device keeps */
     SIM_SAMPLE_PROCS = 16,          /* processes a sample tells apart; the rest count as busy only */
     SIM_MAX_SHARED = 1024,          /* allocations shared between processes, machine-wide */
+    SIM_MAX_IPC_EVENTS = 256,       /* events shared between processes (cuIpcGetEventHandle) */
 };
 
 /* The length of a utilisation sample (real GPUs: between 1/6 s and 1 s). */
@@ -181,10 +182,22 @@ struct sim_file_shared {
     uint64_t holders[SIM_MAX_PROCS / 64]; /* bit i: process entry i holds it (a handle, a mapping) */
 };
 
+/* An event another process may open (cuIpcGetEventHandle): its last record,
+ * as every process that has it reads it. */
+struct sim_file_event {
+    uint64_t id;                    /* 0: a free slot */
+    int32_t owner;                  /* the entry of the process that made it */
+    uint32_t state;                 /* enum sim_event_state of the driver (work.h) */
+    uint32_t device;
+    uint32_t pad;
+    uint64_t ticket;                /* its last record's marker on the device's timeline */
+};
+
 struct sim_shared_table {
     uint64_t last_id;
     uint64_t orphan_bytes[SIM_MAX_DEVICES]; /* of allocations no process holds (owner -1) */
     struct sim_file_shared v[SIM_MAX_SHARED];
+    struct sim_file_event events[SIM_MAX_IPC_EVENTS];
 };
 
 struct sim_file {
@@ -431,6 +444,13 @@ void sim_shared_leave(const struct sim_shared_ref *ref);
  * it holds the allocation for as long as it, or a duplicate of it, is open
  * anywhere; -errno. */
 int sim_shared_export(const struct sim_shared_ref *ref);
+/* Interprocess events.  A new one's id (0 when the table is full), made by
+ * the calling process and gone with it or with sim_ipc_event_free. */
+uint64_t sim_ipc_event_new(void);
+void sim_ipc_event_free(uint64_t id);
+/* Its last record, written by whichever process records it; -ENOENT: gone. */
+int sim_ipc_event_set(uint64_t id, uint32_t state, uint32_t device, uint64_t ticket);
+int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *ticket);
 /* For state.c, under the file's mutex: entry `i` is going (its process died
  * or exited): what it held passes on or goes back. */
 void sim_shared_forget_entry(struct sim_file *f, int i);

@@ -159,6 +159,45 @@ def test_host_cumem_is_host_memory_shared_by_fd(sim_env, clients, started, tmp_p
     assert driver_view(sim_env) == ({rank0.pid: 0, rank1.pid: 0}, 0)
 
 
+def test_a_pool_allocation_imported_by_another_process(sim_env, clients, started, tmp_path):
+    """cudaMallocAsync IPC (PyTorch's and CuPy's async allocators): the pool
+    exported as an fd, one allocation as export data. The importer sees the
+    bytes and pays nothing; it frees first, as cuda.h asks, then the exporter
+    frees and trims."""
+    exporter, importer = started([clients / "share_client"], sim_env), started([clients / "share_client"], sim_env)
+    exporter.ok("pool 10")
+    exporter.ok("write 3")
+    exporter.ok("pool_export")
+    socket = tmp_path / "pool.sock"
+    importer.ok(f"listen {socket}")
+    exporter.ok(f"send {socket}")
+    importer.ok("recv")
+    importer.ok("pool_import")
+    importer.ok(f"pool_open {exporter.ok('pool_ptr')}")
+    assert importer.ok("read") == "3"
+    assert driver_view(sim_env) == ({exporter.pid: 10, importer.pid: 0}, 10)
+    importer.ok("free_opened")
+    exporter.ok("free")
+    exporter.ok("trim")
+    assert driver_view(sim_env)[1] == 0
+    assert importer(f"pool_open {'00' * 64}") == INVALID_VALUE
+
+
+def test_an_interprocess_event_is_recorded_and_waited_on_across_processes(sim_env, clients, started):
+    """PyTorch sends a CUDA tensor's event with it: the receiver waits on the
+    sender's record, and records its own for the sender."""
+    sender, receiver = started([clients / "share_client"], sim_env), started([clients / "share_client"], sim_env)
+    assert sender("event 0") == INVALID_VALUE  # not made with CU_EVENT_INTERPROCESS
+    handle = sender.ok("event")
+    receiver.ok(f"event_open {handle}")  # never recorded: complete
+    sender.ok("record")
+    receiver.ok("wait_event")
+    receiver.ok("record")
+    sender.ok("wait_event")
+    sender.ok("event_destroy")
+    assert receiver(f"event_open {handle}") == INVALID_VALUE
+
+
 # ---- the shim: what the caps count ----
 
 
@@ -180,6 +219,24 @@ def test_an_importing_container_pays_only_once_the_driver_charges_it(sim_env, cl
     assert importer("alloc 4") == OUT_OF_MEMORY
     importer.ok("ipc_close")  # the driver frees it: so does the cap, at once
     assert region_used(sim_env, importer_region) == 50
+
+
+def test_a_pool_import_does_not_fill_the_importers_cap(sim_env, clients, started, tmp_path):
+    """cudaMallocAsync IPC between two containers: the importer's 16 MiB cap
+    holds its own 10 MiB beside 30 MiB imported from the other."""
+    exporter_region, importer_region = tmp_path / "exporter.region", tmp_path / "importer.region"
+    exporter = started(in_container(clients, exporter_region, "1GiB"), sim_env)
+    importer = started(in_container(clients, importer_region, "16MiB"), sim_env)
+    exporter.ok("pool 30")
+    exporter.ok("pool_export")
+    socket = tmp_path / "pool.sock"
+    importer.ok(f"listen {socket}")
+    exporter.ok(f"send {socket}")
+    importer.ok("recv")
+    importer.ok("pool_import")
+    importer.ok(f"pool_open {exporter.ok('pool_ptr')}")
+    importer.ok("alloc 10")
+    assert (region_used(sim_env, exporter_region), region_used(sim_env, importer_region)) == (30, 10)
 
 
 def test_vmm_import_in_one_container_is_counted_once(sim_env, clients, started, shim_path, tmp_path):

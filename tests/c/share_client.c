@@ -38,6 +38,22 @@
  *                      the granularity of a CU_MEM_LOCATION_TYPE_HOST_NUMA allocation,
  *                      then cuMemCreate of it with a POSIX fd handle type, reserve, map,
  *                      set access for the device
+ *   pool MIB           cudaMallocAsync IPC (PyTorch's CUDAMallocAsyncAllocator, CuPy's
+ *                      MemoryAsyncPool): cuMemPoolCreate with a POSIX fd handle type,
+ *                      cuMemAllocFromPoolAsync
+ *   pool_export        cuMemPoolExportToShareableHandle: the pool's fd (then send)
+ *   pool_ptr           cuMemPoolExportPointer of the block: the export data in hex
+ *   pool_import        cuMemPoolImportFromShareableHandle of the received fd
+ *   pool_open HEX      cuMemPoolImportPointer
+ *   free_opened        cuMemFree of what pool_open gave (the importer frees first)
+ *   trim               cuMemPoolTrimTo(pool, 0)
+ *   event              PyTorch's CUDA tensor sharing sends its event too: cuEventCreate
+ *                      (CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), cuIpcGetEventHandle
+ *   event_open HEX     cuIpcOpenEventHandle, then cuEventQuery
+ *   record             cuEventRecord of the event on the default stream
+ *   wait_event         cuStreamWaitEvent + cuStreamSynchronize on the default stream, as the
+ *                      receiving side waits for the sender's work
+ *   event_destroy      cuEventDestroy
  *   info               cuMemGetInfo: "ok FREE TOTAL"
  *   pid                this process's pid
  * Usage: share_client [DEVICE] */
@@ -80,6 +96,23 @@ CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHan
                                       CUmemAllocationHandleType type, unsigned long long flags);
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
                                         CUmemAllocationHandleType type);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
+                                          unsigned long long flags);
+CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType type,
+                                            unsigned long long flags);
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *data, CUdeviceptr ptr);
+CUresult cuMemPoolImportPointer(CUdeviceptr *ptr, CUmemoryPool pool, CUmemPoolPtrExportData *data);
+CUresult cuEventCreate(CUevent *event, unsigned int flags);
+CUresult cuEventDestroy_v2(CUevent event);
+CUresult cuEventRecord(CUevent event, CUstream stream);
+CUresult cuEventQuery(CUevent event);
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags);
+CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent event);
+CUresult cuIpcOpenEventHandle(CUevent *event, CUipcEventHandle handle);
 
 #define MIB ((size_t)1 << 20)
 /* vLLM and PyTorch map in pieces of the granularity: 2 MiB each here. */
@@ -94,6 +127,27 @@ static CUmemGenericAllocationHandle handles[4096];
 static size_t n_handles;
 static CUmemGenericAllocationHandle last_released;
 static int fd = -1, listener = -1;
+static CUmemoryPool pool;
+static CUevent event;
+
+/* A 64-byte handle or export data, in hex on one line. */
+static void print_hex(const void *data, size_t n)
+{
+    printf("ok ");
+    for (size_t i = 0; i < n; i++)
+        printf("%02x", ((const unsigned char *)data)[i]);
+    printf("\n");
+}
+
+static void parse_hex(const char *hex, void *data, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = 0;
+        if (hex && strlen(hex) >= 2 * i + 2)
+            sscanf(hex + 2 * i, "%2x", &v);
+        ((unsigned char *)data)[i] = (unsigned char)v;
+    }
+}
 
 static void answer(CUresult rc)
 {
@@ -207,21 +261,13 @@ static void command(char *line)
     } else if (!strcmp(verb, "ipc_get")) {
         CUipcMemHandle h;
         CUresult rc = cuIpcGetMemHandle(&h, block);
-        if (rc != CUDA_SUCCESS) {
+        if (rc == CUDA_SUCCESS)
+            print_hex(&h, sizeof h);
+        else
             answer(rc);
-            return;
-        }
-        printf("ok ");
-        for (size_t i = 0; i < sizeof h.reserved; i++)
-            printf("%02x", (unsigned char)h.reserved[i]);
-        printf("\n");
     } else if (!strcmp(verb, "ipc_open")) {
         CUipcMemHandle h;
-        for (size_t i = 0; i < sizeof h.reserved; i++) {
-            unsigned v;
-            sscanf(arg + 2 * i, "%2x", &v);
-            h.reserved[i] = (char)v;
-        }
+        parse_hex(arg, &h, sizeof h);
         answer(cuIpcOpenMemHandle_v2(&opened, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
     } else if (!strcmp(verb, "ipc_close")) {
         answer(cuIpcCloseMemHandle(opened));
@@ -291,6 +337,57 @@ static void command(char *line)
         if (rc == CUDA_SUCCESS && (rc = cuMemAddressReserve(&range, range_size, granularity, 0, 0)) == CUDA_SUCCESS)
             rc = map_pieces(&prop);
         answer(rc);
+    } else if (!strcmp(verb, "pool")) {
+        CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+        CUresult rc = cuMemPoolCreate(&pool, &props);
+        answer(rc == CUDA_SUCCESS ? cuMemAllocFromPoolAsync(&block, strtoull(arg, NULL, 10) * MIB, pool, NULL) : rc);
+    } else if (!strcmp(verb, "pool_export")) {
+        CUresult rc = cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (rc == CUDA_SUCCESS)
+            printf("ok %d\n", fd);
+        else
+            answer(rc);
+    } else if (!strcmp(verb, "pool_ptr")) {
+        CUmemPoolPtrExportData data;
+        CUresult rc = cuMemPoolExportPointer(&data, block);
+        if (rc == CUDA_SUCCESS)
+            print_hex(&data, sizeof data);
+        else
+            answer(rc);
+    } else if (!strcmp(verb, "pool_import")) {
+        answer(cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                  0));
+    } else if (!strcmp(verb, "pool_open")) {
+        CUmemPoolPtrExportData data;
+        parse_hex(arg, &data, sizeof data);
+        answer(cuMemPoolImportPointer(&opened, pool, &data));
+    } else if (!strcmp(verb, "free_opened")) {
+        CUresult rc = cuMemFree_v2(opened);
+        opened = 0;
+        answer(rc);
+    } else if (!strcmp(verb, "trim")) {
+        answer(cuMemPoolTrimTo(pool, 0));
+    } else if (!strcmp(verb, "event")) {
+        CUipcEventHandle h;
+        CUresult rc = cuEventCreate(&event, (unsigned)strtoul(arg ? arg : "6", NULL, 10));
+        if (rc == CUDA_SUCCESS && (rc = cuIpcGetEventHandle(&h, event)) == CUDA_SUCCESS)
+            print_hex(&h, sizeof h);
+        else
+            answer(rc);
+    } else if (!strcmp(verb, "event_open")) {
+        CUipcEventHandle h;
+        parse_hex(arg, &h, sizeof h);
+        CUresult rc = cuIpcOpenEventHandle(&event, h);
+        answer(rc == CUDA_SUCCESS ? cuEventQuery(event) : rc);
+    } else if (!strcmp(verb, "record")) {
+        answer(cuEventRecord(event, NULL));
+    } else if (!strcmp(verb, "wait_event")) {
+        CUresult rc = cuStreamWaitEvent(NULL, event, 0);
+        answer(rc == CUDA_SUCCESS ? cuStreamSynchronize(NULL) : rc);
+    } else if (!strcmp(verb, "event_destroy")) {
+        answer(cuEventDestroy_v2(event));
     } else if (!strcmp(verb, "info")) {
         size_t free_bytes = 0, total = 0;
         CUresult rc = cuMemGetInfo_v2(&free_bytes, &total);
