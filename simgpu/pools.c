@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -598,9 +597,12 @@ CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, C
         sim_mem_unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
-    while (!pool->token)
-        if (getrandom(&pool->token, sizeof pool->token, 0) != sizeof pool->token)
-            pool->token = 0;
+    if (!pool->token)
+        pool->token = sim_shared_new_id();
+    if (!pool->token) {
+        sim_mem_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     struct sim_pool_name name = {.magic = SIM_POOL_MAGIC, .token = pool->token, .device = pool->device};
     sim_mem_unlock();
     int fd = memfd_create("simgpu-pool", MFD_CLOEXEC);

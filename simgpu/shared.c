@@ -23,6 +23,9 @@
  * last copy is closed — so whether any exported descriptor is still open
  * anywhere is whether an exclusive lock can be had.
  *
+ * state.c passes an allocation's charge on, or gives it back, when a holder
+ * lets go (sim_state_shared_drop): a process's exit is the state file's.
+ *
  * Interprocess events (cuIpcGetEventHandle) are kept here too: a table of
  * their last records, which any process that opened one reads.  The
  * timeline that says when a record completes is machine-wide already. */
@@ -48,16 +51,33 @@ static struct {
         uint32_t refs;
     } *v;
     size_t n, cap;
-    pid_t pid;                      /* the process the table is of: a forked child holds nothing */
 } sim_refs = {.mutex = PTHREAD_MUTEX_INITIALIZER};
+
+static void sim_refs_prepare(void)
+{
+    pthread_mutex_lock(&sim_refs.mutex);
+}
+
+static void sim_refs_parent(void)
+{
+    pthread_mutex_unlock(&sim_refs.mutex);
+}
+
+/* A forked child holds nothing of its parent's (its state-file entry is its own). */
+static void sim_refs_child(void)
+{
+    sim_refs.n = 0;
+    pthread_mutex_unlock(&sim_refs.mutex);
+}
+
+__attribute__((constructor)) static void sim_refs_load(void)
+{
+    pthread_atfork(sim_refs_prepare, sim_refs_parent, sim_refs_child);
+}
 
 /* Under sim_refs.mutex: +1 or -1 to `id`'s count; its new value. */
 static int sim_ref_add(uint64_t id, int delta)
 {
-    if (sim_refs.pid != getpid()) {
-        sim_refs.n = 0;
-        sim_refs.pid = getpid();
-    }
     size_t i = 0;
     while (i < sim_refs.n && sim_refs.v[i].id != id)
         i++;
@@ -82,11 +102,6 @@ static int sim_ref_add(uint64_t id, int delta)
     return refs;
 }
 
-static void sim_shared_file(uint64_t id, char *out, size_t size)
-{
-    snprintf(out, size, "%s.shared/%" PRIu64, sim_state_path(), id);
-}
-
 static struct sim_file_shared *sim_find_id(struct sim_file *f, uint64_t id)
 {
     for (int i = 0; i < SIM_MAX_SHARED; i++)
@@ -100,90 +115,6 @@ static bool sim_holds(const struct sim_file_shared *s, int entry)
     return (s->holders[entry / 64] >> (entry % 64)) & 1u;
 }
 
-/* Whether an exported descriptor of `s` is open anywhere. */
-static bool sim_exported_open(const struct sim_file_shared *s)
-{
-    char path[4200];
-    sim_shared_file(s->id, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return false;
-    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
-    close(fd);
-    return held;
-}
-
-/* Moves the charge of `s` to entry `to` (-1: the device alone). */
-static void sim_move_owner(struct sim_file *f, struct sim_file_shared *s, int to)
-{
-    uint32_t d = s->device;
-    if (s->owner >= 0) {
-        uint64_t *used = &f->procs[s->owner].used_bytes[d];
-        *used -= s->size < *used ? s->size : *used;
-    } else {
-        f->shared.orphan_bytes[d] -= s->size < f->shared.orphan_bytes[d] ? s->size : f->shared.orphan_bytes[d];
-    }
-    if (to >= 0)
-        f->procs[to].used_bytes[d] += s->size;
-    else
-        f->shared.orphan_bytes[d] += s->size;
-    s->owner = to;
-}
-
-/* After a holder let go: the charge passes to another holder, to the device
- * alone while exported descriptors remain, or goes back with the bytes. */
-static void sim_settle(struct sim_file *f, struct sim_file_shared *s)
-{
-    if (s->owner >= 0 && sim_holds(s, s->owner))
-        return;
-    for (int i = 0; i < SIM_MAX_PROCS; i++) {
-        if (sim_holds(s, i)) {
-            sim_move_owner(f, s, i);
-            return;
-        }
-    }
-    if (sim_exported_open(s)) {
-        if (s->owner >= 0)
-            sim_move_owner(f, s, -1);
-        return;
-    }
-    sim_move_owner(f, s, -1);
-    f->shared.orphan_bytes[s->device] -= s->size;
-    struct sim_file_device *dev = &f->devices[s->device];
-    dev->used_bytes -= s->size < dev->used_bytes ? s->size : dev->used_bytes;
-    char path[4200];
-    sim_shared_file(s->id, path, sizeof path);
-    unlink(path);
-    memset(s, 0, sizeof *s);
-}
-
-static void sim_drop_holder(struct sim_file *f, struct sim_file_shared *s, int entry)
-{
-    if (!sim_holds(s, entry))
-        return;
-    s->holders[entry / 64] &= ~(UINT64_C(1) << (entry % 64));
-    if (f->procs[entry].shared_held)
-        f->procs[entry].shared_held--;
-    sim_settle(f, s);
-}
-
-void sim_shared_forget_entry(struct sim_file *f, int i)
-{
-    for (int k = 0; k < SIM_MAX_IPC_EVENTS; k++)
-        if (f->shared.events[k].id && f->shared.events[k].owner == i)
-            memset(&f->shared.events[k], 0, sizeof f->shared.events[k]);
-    for (int k = 0; k < SIM_MAX_SHARED && f->procs[i].shared_held; k++)
-        if (f->shared.v[k].id)
-            sim_drop_holder(f, &f->shared.v[k], i);
-}
-
-void sim_shared_reap(struct sim_file *f)
-{
-    for (int k = 0; k < SIM_MAX_SHARED; k++)
-        if (f->shared.v[k].id && f->shared.v[k].owner < 0)
-            sim_settle(f, &f->shared.v[k]);
-}
-
 /* Opens the file of `id` for the calling process. */
 static int sim_open_file(uint64_t id, bool create, uint64_t size)
 {
@@ -193,7 +124,7 @@ static int sim_open_file(uint64_t id, bool create, uint64_t size)
         if (mkdir(path, 0700) != 0 && errno != EEXIST)
             return -errno;
     }
-    sim_shared_file(id, path, sizeof path);
+    sim_state_shared_file(id, path, sizeof path);
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : 0), 0600);
     if (fd < 0)
         return -errno;
@@ -305,7 +236,7 @@ void sim_shared_leave(const struct sim_shared_ref *ref)
     struct sim_file_shared *s = sim_find_id(f, ref->id);
     int self = sim_state_self_entry(f);
     if (s && self >= 0)
-        sim_drop_holder(f, s, self);
+        sim_state_shared_drop(f, s, self);
     sim_state_unlock_file(f);
 }
 
@@ -386,4 +317,14 @@ int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *
     }
     sim_state_unlock_file(f);
     return e ? 0 : -ENOENT;
+}
+
+uint64_t sim_shared_new_id(void)
+{
+    struct sim_file *f = sim_state_lock_file();
+    if (!f)
+        return 0;
+    uint64_t id = ++f->shared.last_id;
+    sim_state_unlock_file(f);
+    return id;
 }

@@ -375,9 +375,13 @@ void sim_state_forget_self(void);
 struct sim_pid sim_state_self(void);
 
 /* For shared.c (under the file's mutex): this process's entry, claimed if
- * need be (-errno when the table is full), and the file's own path. */
+ * need be (-errno when the table is full); the file's own path; entry
+ * `entry` no longer holds `s` (whose charge passes on, or whose bytes go
+ * back); and where the bytes of shared allocation `id` are. */
 int sim_state_self_entry(struct sim_file *f);
 const char *sim_state_path(void);
+void sim_state_shared_drop(struct sim_file *f, struct sim_file_shared *s, int entry);
+void sim_state_shared_file(uint64_t id, char *out, size_t size);
 
 /* For timeline.c: the mapped file, for what may be read without the mutex
  * (atomics); NULL when it is not open. */
@@ -444,6 +448,8 @@ void sim_shared_leave(const struct sim_shared_ref *ref);
  * it holds the allocation for as long as it, or a duplicate of it, is open
  * anywhere; -errno. */
 int sim_shared_export(const struct sim_shared_ref *ref);
+/* A number no other call on this machine gets (an exported pool's name). */
+uint64_t sim_shared_new_id(void);
 /* Interprocess events.  A new one's id (0 when the table is full), made by
  * the calling process and gone with it or with sim_ipc_event_free. */
 uint64_t sim_ipc_event_new(void);
@@ -451,11 +457,5 @@ void sim_ipc_event_free(uint64_t id);
 /* Its last record, written by whichever process records it; -ENOENT: gone. */
 int sim_ipc_event_set(uint64_t id, uint32_t state, uint32_t device, uint64_t ticket);
 int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *ticket);
-/* For state.c, under the file's mutex: entry `i` is going (its process died
- * or exited): what it held passes on or goes back. */
-void sim_shared_forget_entry(struct sim_file *f, int i);
-/* For state.c, under the file's mutex: gives back what only closed exported
- * descriptors held. */
-void sim_shared_reap(struct sim_file *f);
 
 #endif

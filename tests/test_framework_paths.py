@@ -239,13 +239,18 @@ def test_a_pool_import_does_not_fill_the_importers_cap(sim_env, clients, started
     assert (region_used(sim_env, exporter_region), region_used(sim_env, importer_region)) == (30, 10)
 
 
-def test_vmm_import_in_one_container_is_counted_once(sim_env, clients, started, shim_path, tmp_path):
-    """Two processes of one container share an expandable segment: the
-    container pays for it once, and for the piece the importer keeps after the
-    exporter slept, until the importer lets it go."""
-    region = tmp_path / "one.region"
-    exporter = started(in_container(clients, region, "60MiB"), sim_env)
-    importer = started([clients / "share_client"], joined(sim_env, region, shim_path))
+@pytest.mark.parametrize("containers", [1, 2])
+def test_an_imported_vmm_handle_is_counted_once_and_until_the_driver_frees_it(
+        sim_env, clients, started, shim_path, tmp_path, containers):
+    """PyTorch's expandable segments shared by two processes of one container,
+    or of two: paid for once, by the exporter; then the piece the importer
+    keeps after the exporter slept, by the importer's container, until the
+    importer lets it go."""
+    exporter_region = tmp_path / "exporter.region"
+    importer_region = exporter_region if containers == 1 else tmp_path / "importer.region"
+    exporter = started(in_container(clients, exporter_region, "60MiB"), sim_env)
+    importer = started([clients / "share_client"], joined(sim_env, exporter_region, shim_path)) \
+        if containers == 1 else started(in_container(clients, importer_region, "60MiB"), sim_env)
     exporter.ok("segment 8")
     socket = tmp_path / "fd.sock"
     importer.ok(f"listen {socket}")
@@ -254,14 +259,18 @@ def test_vmm_import_in_one_container_is_counted_once(sim_env, clients, started, 
     importer.ok("recv")
     importer.ok("import")
     importer.ok("info")
-    assert region_used(sim_env, region) == 8
+    assert region_used(sim_env, exporter_region) == 8
+    if containers == 2:
+        assert region_used(sim_env, importer_region) == 0
     exporter.ok("sleep")
     exporter.ok("close_fd")
     importer.ok("close_fd")
-    importer.ok("info")
-    assert region_used(sim_env, region) == 2  # the piece the importer still maps
+    importer.ok("info")  # the driver now charges the importer for the piece it maps
+    assert region_used(sim_env, importer_region) == 2
+    if containers == 2:
+        assert region_used(sim_env, exporter_region) == 0
     importer.ok("sleep")
-    assert region_used(sim_env, region) == 0
+    assert region_used(sim_env, importer_region) == 0
 
 
 def test_sleep_and_wake_give_the_cap_back_and_take_it_again(sim_env, clients, started, tmp_path):
