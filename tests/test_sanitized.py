@@ -97,7 +97,7 @@ def test_memory_shared_between_two_processes_under_a_cap(sanitized, tmp_path):
     script = [(a, "alloc 64"), (a, "write 1"), (a, "ipc_get"), (b, "ipc_open {}"), (b, "read"), (a, "free"),
               (b, "ipc_close"), (a, "segment 8"), (a, "export"), (b, f"listen {socket}"), (a, f"send {socket}"),
               (b, "recv"), (b, "import"), (a, "sleep"), (a, "release"), (a, "wake"), (b, "sleep"),
-              (a, "close_fd"), (b, "close_fd"), (a, "pool 4"), (a, "pool_export"), (b, "listen {}2".format(socket)),
+              (a, "close_fd"), (b, "close_fd"), (a, "pool 4"), (a, "pool_export"), (b, f"listen {socket}2"),
               (a, f"send {socket}2"), (b, "recv"), (b, "pool_import"), (a, "pool_ptr"), (b, "pool_open {}"),
               (b, "free_opened"), (a, "event"), (b, "event_open {}"), (a, "record"), (b, "wait_event"),
               (a, "event_destroy"), (a, "host 4"), (a, "info")]
