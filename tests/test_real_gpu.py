@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, base_env, have, real_gpu_missing
+from conftest import ROOT, MiB, base_env, have, real_gpu_missing
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import real_gpu  # benchmarks/ is no package: from its folder
@@ -136,6 +136,18 @@ def test_the_sleep_wake_rows_steps_are_judged_on_the_simulated_gpu(tmp_path):
         bench.cleanup()
     assert row.verdict == "PASS", (row.note, row.data["checks"])
     assert [s["step"] for s in row.data["steps"]] == ["awake", "asleep"] * 2
+
+
+@pytest.mark.parametrize("child_listed, passes", [(500 * MiB, True), (1524 * MiB, False)])
+def test_a_shared_tensor_charged_to_the_child_too_fails_its_row(child_listed, passes):
+    """The torch.multiprocessing row: the parent (pid 1) made a 1 GiB tensor the
+    child (pid 2) opened; the child's context is 500 MiB."""
+    def step(name, child):
+        return {"step": name, "per_pid": {1: (1600 * MiB, 1600 * MiB), 2: (child, child)},
+                "region_used": 1600 * MiB + (child or 0), "within_cap": True, "matched": True,
+                "client": {"pid": 1, "child_pid": 2, "child_saw": 7.0}}
+    row = sharing.judge_sharing("t", "torch-ipc", [step("shared", child_listed), step("child gone", None)])
+    assert (row.verdict == "PASS") == passes, row.note
 
 
 def test_a_rows_budget_bounds_each_wait():

@@ -116,7 +116,17 @@ def judge_sharing(name: str, way: str, steps: list[dict]) -> Row:
         checks["a double release is refused"] = all(s["client"].get("double_release") not in (0, None)
                                                     for s in asleep)
     elif way in ("torch-ipc", "cupy-ipc"):
-        checks["the child saw the parent's tensor"] = steps[0]["client"].get("child_saw") == 7.0
+        shared = steps[0]
+        parent, child = shared["client"].get("pid"), shared["client"].get("child_pid")
+        checks["the child saw the parent's tensor"] = shared["client"].get("child_saw") == 7.0
+        # The driver charges the tensor to the process that made it (docs/memory.md, "Framework
+        # paths"), so the region does too: once.
+        driver_parent, _ = shared["per_pid"].get(parent, (None, None))
+        driver_child, region_child = shared["per_pid"].get(child, (None, None))
+        checks["the parent is charged the tensor, the child is not (driver and region)"] = (
+            driver_parent is not None and driver_parent >= SHARED_MIB * MiB
+            and driver_child is not None and driver_child < SHARED_MIB * MiB
+            and region_child is not None and region_child < SHARED_MIB * MiB)
     missing = [what for what, ok in checks.items() if not ok]
 
     def text(s: dict) -> str:
