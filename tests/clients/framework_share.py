@@ -36,9 +36,24 @@ def missing(why: str) -> None:
 
 
 def torch_child(queue, done) -> None:
-    tensor = queue.get()
-    queue.put((os.getpid(), float(tensor[0].item())))
+    try:
+        tensor = queue.get()
+        queue.put((os.getpid(), float(tensor[0].item()), None))
+    except Exception as exc:  # noqa: BLE001 -- said to the parent, which decides
+        queue.put((os.getpid(), None, f"{type(exc).__name__}: {exc}"))
+        return
     done.wait()
+
+
+def child_report(queue) -> tuple[int, float]:
+    """What the child saw; a pidfd_getfd the OS refuses (ptrace restricted, as
+    in many containers: pytorch/pytorch#165685) is a reason to skip."""
+    pid, seen, error = queue.get(timeout=300)
+    if error and "pidfd_getfd" in error:
+        missing(f"the child could not fetch the exported descriptor: {error}")
+    if error:
+        sys.exit(f"framework_share.py: the child failed: {error}")
+    return pid, seen
 
 
 def torch_ipc(mib: int) -> None:
@@ -55,7 +70,7 @@ def torch_ipc(mib: int) -> None:
     child = ctx.Process(target=torch_child, args=(queue, done))
     child.start()
     queue.put(tensor)
-    child_pid, seen = queue.get()
+    child_pid, seen = child_report(queue)
     step("shared", child_pid=child_pid, child_saw=seen, torch=torch.__version__,
          alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     done.set()
@@ -66,10 +81,14 @@ def torch_ipc(mib: int) -> None:
 def cupy_child(handle, nbytes, queue, done) -> None:
     import cupy
 
-    ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
-    view = cupy.ndarray((nbytes // 4,), cupy.float32,
-                        cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, nbytes, None), 0))
-    queue.put((os.getpid(), float(view[0].get())))
+    try:
+        ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
+        view = cupy.ndarray((nbytes // 4,), cupy.float32,
+                            cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, nbytes, None), 0))
+        queue.put((os.getpid(), float(view[0].get()), None))
+    except Exception as exc:  # noqa: BLE001 -- said to the parent, which decides
+        queue.put((os.getpid(), None, f"{type(exc).__name__}: {exc}"))
+        return
     done.wait()
     cupy.cuda.runtime.ipcCloseMemHandle(ptr)
 
@@ -88,7 +107,7 @@ def cupy_ipc(mib: int) -> None:
     queue, done = ctx.Queue(), ctx.Event()
     child = ctx.Process(target=cupy_child, args=(handle, nbytes, queue, done))
     child.start()
-    child_pid, seen = queue.get()
+    child_pid, seen = child_report(queue)
     step("shared", child_pid=child_pid, child_saw=seen, cupy=cupy.__version__)
     done.set()
     child.join()
