@@ -40,7 +40,7 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 7,          /* 7: the driver's reserve (driver_bytes) */
+    SIM_STATE_VERSION = 8,          /* 8: memory shared between processes (shared) */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -48,6 +48,8 @@ enum {
     SIM_SERVED = 32,                /* contexts whose last time slice a device remembers */
     SIM_SAMPLES = 128,              /* utilisation samples a device keeps */
     SIM_SAMPLE_PROCS = 16,          /* processes a sample tells apart; the rest count as busy only */
+    SIM_MAX_SHARED = 1024,          /* allocations shared between processes, machine-wide */
+    SIM_MAX_IPC_EVENTS = 256,       /* events shared between processes (cuIpcGetEventHandle) */
 };
 
 /* The length of a utilisation sample (real GPUs: between 1/6 s and 1 s). */
@@ -101,7 +103,8 @@ struct sim_file_proc {
     uint32_t pad;
     uint64_t used_bytes[SIM_MAX_DEVICES];
     char comm[SIM_COMM_LEN];        /* /proc/<pid>/comm, NUL-terminated */
-    uint64_t reserved[7];           /* zero: the process's kernel time goes here */
+    uint64_t shared_held;           /* shared allocations it holds (shared.c): it stays listed while > 0 */
+    uint64_t reserved[6];           /* zero: the process's kernel time goes here */
 };
 
 /* The engines of a device that run work: the SMs run kernels, and each copy
@@ -164,6 +167,39 @@ struct sim_timeline {
     struct sim_work work[SIM_TIMELINE_SLOTS];
 };
 
+/* An allocation that processes share (shared.c): its bytes are a file of
+ * the directory beside the state file, and it is charged to one process at a
+ * time, the owner, as NVIDIA's kernel driver charges shared memory to the
+ * client that owns it and passes the ownership to another holder when the
+ * owner lets go ("Choose the new owner", memDestructCommon in
+ * open-gpu-kernel-modules). */
+struct sim_file_shared {
+    uint64_t id;                    /* 0: a free slot */
+    uint64_t size;                  /* charged: to `owner`, or to the device alone */
+    uint64_t file_dev, file_ino;    /* its file: how an exported descriptor is recognised */
+    uint32_t device;
+    int32_t owner;                  /* the process entry charged for it; -1: none (only exported descriptors hold it) */
+    uint64_t holders[SIM_MAX_PROCS / 64]; /* bit i: process entry i holds it (a handle, a mapping) */
+};
+
+/* An event another process may open (cuIpcGetEventHandle): its last record,
+ * as every process that has it reads it. */
+struct sim_file_event {
+    uint64_t id;                    /* 0: a free slot */
+    int32_t owner;                  /* the entry of the process that made it */
+    uint32_t state;                 /* enum sim_event_state of the driver (work.h) */
+    uint32_t device;
+    uint32_t pad;
+    uint64_t ticket;                /* its last record's marker on the device's timeline */
+};
+
+struct sim_shared_table {
+    uint64_t last_id;
+    uint64_t orphan_bytes[SIM_MAX_DEVICES]; /* of allocations no process holds (owner -1) */
+    struct sim_file_shared v[SIM_MAX_SHARED];
+    struct sim_file_event events[SIM_MAX_IPC_EVENTS];
+};
+
 struct sim_file {
     char magic[8];                  /* SIM_STATE_MAGIC */
     uint32_t version;               /* SIM_STATE_VERSION */
@@ -178,6 +214,7 @@ struct sim_file {
     struct sim_file_device devices[SIM_MAX_DEVICES];
     struct sim_file_proc procs[SIM_MAX_PROCS];
     struct sim_timeline timelines[SIM_MAX_DEVICES];
+    struct sim_shared_table shared;
 };
 
 /* ---- profiles.c: the boards simgpu can be ------------------------------------ */
@@ -337,6 +374,15 @@ void sim_state_forget_self(void);
 /* This process (pre-condition: the file's mutex is held). */
 struct sim_pid sim_state_self(void);
 
+/* For shared.c (under the file's mutex): this process's entry, claimed if
+ * need be (-errno when the table is full); the file's own path; entry
+ * `entry` no longer holds `s` (whose charge passes on, or whose bytes go
+ * back); and where the bytes of shared allocation `id` are. */
+int sim_state_self_entry(struct sim_file *f);
+const char *sim_state_path(void);
+void sim_state_shared_drop(struct sim_file *f, struct sim_file_shared *s, int entry);
+void sim_state_shared_file(uint64_t id, char *out, size_t size);
+
 /* For timeline.c: the mapped file, for what may be read without the mutex
  * (atomics); NULL when it is not open. */
 struct sim_file *sim_state_file(void);
@@ -376,5 +422,40 @@ struct sim_proc_sample {
  * all kept), one per process that ran kernels in a period: fills up to `max` of
  * `out` and returns how many there are (or -errno). */
 int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sample *out, uint32_t max);
+
+/* ---- shared.c: device memory shared between processes ------------------- */
+
+/* What the calling process holds of a shared allocation. */
+struct sim_shared_ref {
+    uint64_t id;
+    uint32_t device;
+    uint64_t size;
+    int fd;                         /* its file, opened by this process (a description of its own) */
+};
+/* A new shared allocation of `size` bytes on `device`, held by the calling
+ * process and charged to it: `charge` false when the bytes are charged to it
+ * already (a cuMemAlloc allocation being exported).  0, -ENOMEM when the
+ * device is full, or another -errno. */
+int sim_shared_create(uint32_t device, uint64_t size, bool charge, struct sim_shared_ref *out);
+/* The calling process holds `id` (legacy IPC), or the allocation that the
+ * exported descriptor `fd` is of (id 0): 0, or -ENOENT when it is gone. */
+int sim_shared_join(uint64_t id, int fd, struct sim_shared_ref *out);
+/* The calling process lets go of what sim_shared_create or _join gave it
+ * (closes ref->fd).  The charge passes to another holder, or the bytes go
+ * back once no process and no exported descriptor holds them. */
+void sim_shared_leave(const struct sim_shared_ref *ref);
+/* A descriptor to hand to another process (cuMemExportToShareableHandle):
+ * it holds the allocation for as long as it, or a duplicate of it, is open
+ * anywhere; -errno. */
+int sim_shared_export(const struct sim_shared_ref *ref);
+/* A number no other call on this machine gets (an exported pool's name). */
+uint64_t sim_shared_new_id(void);
+/* Interprocess events.  A new one's id (0 when the table is full), made by
+ * the calling process and gone with it or with sim_ipc_event_free. */
+uint64_t sim_ipc_event_new(void);
+void sim_ipc_event_free(uint64_t id);
+/* Its last record, written by whichever process records it; -ENOENT: gone. */
+int sim_ipc_event_set(uint64_t id, uint32_t state, uint32_t device, uint64_t ticket);
+int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *ticket);
 
 #endif

@@ -32,6 +32,21 @@ def test_the_table_counts_what_simgpu_exports():
     implemented = pinned.split(" | ")[2]
     assert "`cuMemHostAlloc`" in implemented and "`cuMemcpyHtoDAsync`" in implemented
     assert "`cuMemHostRegister`: `CU_MEMHOSTREGISTER_IOMEMORY`" in pinned
+    assert all(f"`{name}`" in implemented for name in (
+        "cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
+        "cuIpcOpenEventHandle"))
+
+
+def test_the_table_counts_the_sharing_paths():
+    """What frameworks share memory between processes with (docs/memory.md, "Framework paths")."""
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")
+            for line in coverage("table").stdout.splitlines() if line.startswith("| ")}
+    vmm, pools = rows["Virtual Memory Management"], rows["Stream Ordered Memory Allocator"]
+    assert "`cuMemExportToShareableHandle`" in vmm[2] and "`cuMemImportFromShareableHandle`" in vmm[2]
+    assert "host locations" not in vmm[3].split(";")[0]  # cuMemCreate takes them
+    assert all(f"`{name}`" in pools[2] for name in (
+        "cuMemPoolExportToShareableHandle", "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer",
+        "cuMemPoolImportPointer"))
 
 
 def test_a_stale_table_is_found(tmp_path, monkeypatch):

@@ -305,6 +305,11 @@ void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc);
 void vgl_overhead_check(int device, uint64_t bytes);
 /* The same, now (a context was just made or undone). */
 void vgl_overhead_check_now(int device);
+/* After this process let go of memory another process shares with it (an
+ * imported handle or mapping, an opened IPC pointer): the driver may have
+ * charged that memory to this process once its exporter freed it, and now
+ * no longer does; the figure is read again at once (overhead.c). */
+void vgl_overhead_recheck_shared(void);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
