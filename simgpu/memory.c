@@ -404,7 +404,9 @@ CUresult sim_mem_ipc_open(CUcontext ctx, uint64_t id, uintptr_t *out)
         struct sim_mem_entry *a = &sim_mem.v[i];
         if (a->shared && a->shared->id == id) {
             /* The process that exported it cannot open it (cuda.h: "from
-             * another process"); an open one is counted again. */
+             * another process"), and a real driver says so with
+             * CUDA_ERROR_INVALID_CONTEXT ("invalid device context", as UCX
+             * logged it: openucx/ucx#11603); an open one is counted again. */
             if (a->kind == SIM_MEM_IPC && a->ctx == ctx) {
                 a->opens++;
                 *out = a->base;
