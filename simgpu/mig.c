@@ -45,6 +45,17 @@ static const struct sim_mig_profile *sim_mig_profile_named(const struct sim_mig_
     return NULL;
 }
 
+/* "a100-40gb, ...": the SIMGPU_PROFILE keys of the boards with MIG profiles. */
+static void sim_mig_board_keys(char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t m = 0; m < sizeof sim_mig_models / sizeof *sim_mig_models; m++)
+        for (const char *const *name = sim_mig_models[m].names; *name && n < size; name++)
+            if (sim_profile_named(*name))
+                n += (size_t)snprintf(out + n, size - n, "%s%s", n ? ", " : "", *name);
+}
+
 /* "1g.10gb, 1g.10gb+me, ..." */
 static void sim_mig_profile_names(const struct sim_mig_model *model, char *out, size_t size)
 {
@@ -118,7 +129,7 @@ static int sim_mig_place(const struct sim_mig_model *model, struct sim_gpu_mig *
         return -1;
     }
     if (compute + p->compute_slices > model->compute_slices) {
-        snprintf(why, size, "%s: %u compute slices more than the %u left of %u", p->name, p->compute_slices,
+        snprintf(why, size, "%s: needs %u compute slices, %u of %u left", p->name, p->compute_slices,
                  model->compute_slices - compute, model->compute_slices);
         return -1;
     }
@@ -170,7 +181,8 @@ static bool sim_mig_layout(const struct sim_mig_model *model, char *layout, stru
             char *end;
             start = strtol(at + 1, &end, 10);
             if (at[1] < '0' || at[1] > '9' || *end || start >= SIM_MIG_SLOTS) {
-                snprintf(why, size, "%.64s@%.16s: expected the first memory slice, 0-%d", item, at + 1, SIM_MIG_SLOTS - 1);
+                snprintf(why, size, "%.64s@%.16s: expected the first memory slice, 0-%d", item, at + 1,
+                         SIM_MIG_SLOTS - 1);
                 return false;
             }
         }
@@ -178,7 +190,8 @@ static bool sim_mig_layout(const struct sim_mig_model *model, char *layout, stru
         if (!p) {
             char names[256];
             sim_mig_profile_names(model, names, sizeof names);
-            snprintf(why, size, "%.64s is not a MIG profile of the %s; expected one of %.300s", item, model->model, names);
+            snprintf(why, size, "%.64s is not a MIG profile of the %s; expected one of %.300s", item,
+                     model->model, names);
             return false;
         }
         if (n == SIM_MIG_MAX_INSTANCES) {
@@ -222,8 +235,10 @@ bool sim_mig_parse(const char *text, struct sim_config *cfg)
         strcpy(mine, layout);
         bool wants = *mine && strcmp(mine, "off") != 0;
         if (wants && !model) {
-            sim_log("SIMGPU_MIG=%s: the %s has no MIG; expected SIMGPU_PROFILE to name a board with MIG "
-                    "(a100-40gb, a100-80gb, h100-80gb, h200-141gb)", text, cfg->profile->name);
+            char keys[256];
+            sim_mig_board_keys(keys, sizeof keys);
+            sim_log("SIMGPU_MIG=%s: the %s has no MIG; expected SIMGPU_PROFILE to name a board with MIG (%s)", text,
+                    cfg->profile->name, keys);
             return false;
         }
         if (wants && !sim_mig_layout(model, mine, &cfg->mig[d], why, sizeof why)) {

@@ -59,7 +59,7 @@ def test_named_placements_come_first_and_uuids_follow_the_layout(sim_env, tmp_pa
 
 
 @pytest.mark.parametrize("layout, profile, said", [
-    ("4g.40gb,3g.40gb,1g.10gb", "h100-80gb", "1g.10gb: 1 compute slices more than the 0 left of 7"),
+    ("4g.40gb,3g.40gb,1g.10gb", "h100-80gb", "1g.10gb: needs 1 compute slices, 0 of 7 left"),
     ("3g.40gb@2", "h100-80gb", "3g.40gb@2: it may not start at 2 (its slots: 0-3, 4-7)"),
     ("1g.10gb@4,3g.40gb@4", "h100-80gb", "3g.40gb@4: slots 4-7 are not free (taken: 4 by 1g.10gb)"),
     ("1g.10gb@0,1g.10gb@4,3g.40gb", "h100-80gb",
@@ -100,6 +100,9 @@ def test_the_profile_tables_are_mig_profiles_json(sim_env, tmp_path):
                                 "v2_name": "NotSupported"}  # the versioned call wants MIG on
     [gpu] = view(mig_env(sim_env))["gpus"]
     assert gpu["profiles"]["2"]["v2_name"] == "MIG 3g.40gb"
+    [l4] = view(mig_env(sim_env, "off", "l4", SIMGPU_STATE=str(tmp_path / "l4")))["gpus"]
+    assert l4["mig_mode"] == "NotSupported" and l4["max_mig"] == 0
+    assert set(l4["profiles"].values()) == {"NotSupported", "InvalidArgument"}
 
 
 def test_cuda_sees_one_mig_device_with_the_instances_memory_and_sms(sim_env):
