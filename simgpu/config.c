@@ -336,6 +336,62 @@ static bool sim_parse_nvml_scripts(const char *value, struct sim_config *c)
     return !why;
 }
 
+/* The units (mig.c): a GPU without MIG, or each of its MIG instances. */
+static bool sim_mig_units(struct sim_config *cfg, char *message, size_t size)
+{
+    uint32_t n = 0;
+    uint64_t hash = 0xcbf29ce484222325ULL;
+    bool any = false;
+    for (uint32_t d = 0; d < cfg->device_count; d++) {
+        struct sim_gpu_mig *gpu = &cfg->mig[d];
+        uint32_t wanted = gpu->enabled ? gpu->count : 1;
+        if (n + wanted > SIM_MAX_DEVICES) {
+            snprintf(message, size, "SIMGPU_MIG: %u devices and MIG instances in all are more than simgpu keeps "
+                     "(%d); expected fewer devices or instances", n + wanted, SIM_MAX_DEVICES);
+            return false;
+        }
+        cfg->gpu_unit[d] = gpu->enabled ? SIM_WHOLE_GPU : n;
+        if (!gpu->enabled) {
+            cfg->units[n++] = (struct sim_unit){.gpu = d, .instance = SIM_WHOLE_GPU, .sms = cfg->sms[d],
+                                                .memory_bytes = cfg->memory_bytes,
+                                                .reserved_bytes = cfg->reserved_bytes};
+            continue;
+        }
+        any = true;
+        for (uint32_t i = 0; i < gpu->count; i++) {
+            struct sim_mig_instance *in = &gpu->instances[i];
+            in->unit = n;
+            /* No reserve of its own [inf]: the driver's is the parent's. */
+            cfg->units[n++] = (struct sim_unit){.gpu = d, .instance = i, .sms = in->profile->sms,
+                                                .memory_bytes = (uint64_t)in->profile->memory_mib << 20};
+            /* FNV-1a over (device, profile id, start). */
+            uint32_t key[3] = {d, in->profile->id, in->start};
+            for (size_t b = 0; b < sizeof key; b++) {
+                hash ^= ((const uint8_t *)key)[b];
+                hash *= 0x100000001b3ULL;
+            }
+        }
+    }
+    cfg->unit_count = n;
+    cfg->mig_layout = any ? hash : 0;
+    return true;
+}
+
+const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit)
+{
+    const struct sim_unit *u = &cfg->units[unit];
+    return u->instance == SIM_WHOLE_GPU ? NULL : &cfg->mig[u->gpu].instances[u->instance];
+}
+
+void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size)
+{
+    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
+    if (in)
+        snprintf(out, size, "%s MIG %s", cfg->profile->name, in->profile->name);
+    else
+        snprintf(out, size, "%s", cfg->profile->name);
+}
+
 static void sim_config_load(void)
 {
     struct sim_config *c = &sim_config_value;
@@ -411,11 +467,14 @@ static void sim_config_load(void)
         ok = false;
     }
 
+    char mig_message[1024];
     text = sim_env("SIMGPU_MIG");
-    if (ok && text && !sim_mig_parse(text, c))
+    if (ok && ((text && !sim_mig_parse(text, c->profile, c->device_count, c->mig, mig_message,
+                                       sizeof mig_message)) ||
+               !sim_mig_units(c, mig_message, sizeof mig_message))) {
+        sim_log("%s", mig_message);
         ok = false;
-    if (ok && !sim_mig_units(c))
-        ok = false;
+    }
 
     c->mig_monitor = true;
     text = sim_env("SIMGPU_MIG_MONITOR");

@@ -17,10 +17,10 @@
  * numbered from slice 0.  Its MIG device index (nvmlDeviceGetMigDeviceHandleByIndex)
  * is its place in the layout; indices past the last answer NOT_FOUND.
  *
- * Units are where the state file keeps memory and time: a GPU without MIG is
- * one, and so is each MIG instance, which has its own memory and its own
- * timeline (instances run at once; contexts within one time-slice).  The parent
- * of MIG instances is no unit: its memory is theirs. */
+ * Units (config.c numbers them) are where the state file keeps memory and
+ * time: a GPU without MIG is one, and so is each MIG instance, which has its
+ * own memory and its own timeline (instances run at once; contexts within one
+ * time-slice).  The parent of MIG instances is no unit: its memory is theirs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +28,11 @@
 #include "state.h"
 #include "mig_profiles.h"
 
-const struct sim_mig_model *sim_mig_model_of(const struct sim_config *cfg)
+const struct sim_mig_model *sim_mig_model(const struct sim_profile *board)
 {
     for (size_t m = 0; m < sizeof sim_mig_models / sizeof *sim_mig_models; m++)
         for (const char *const *name = sim_mig_models[m].names; *name; name++)
-            if (strcmp(*name, cfg->profile->key) == 0)
+            if (strcmp(*name, board->key) == 0)
                 return &sim_mig_models[m];
     return NULL;
 }
@@ -209,25 +209,26 @@ static bool sim_mig_layout(const struct sim_mig_model *model, char *layout, stru
     return true;
 }
 
-bool sim_mig_parse(const char *text, struct sim_config *cfg)
+bool sim_mig_parse(const char *text, const struct sim_profile *board, uint32_t device_count,
+                   struct sim_gpu_mig mig[], char *message, size_t size)
 {
-    const struct sim_mig_model *model = sim_mig_model_of(cfg);
+    const struct sim_mig_model *model = sim_mig_model(board);
     char copy[2048], why[512] = "";
     if (strlen(text) >= sizeof copy) {
-        sim_log("SIMGPU_MIG: longer than %zu bytes", sizeof copy - 1);
+        snprintf(message, size, "SIMGPU_MIG: longer than %zu bytes", sizeof copy - 1);
         return false;
     }
     strcpy(copy, text);
     uint32_t layouts = 1;
     for (const char *p = copy; (p = strchr(p, ';')); p++)
         layouts++;
-    if (layouts != 1 && layouts != cfg->device_count) {
-        sim_log("SIMGPU_MIG=%s: %u layouts for %u devices; expected one for every device, or one per device "
-                "separated by ';'", text, layouts, cfg->device_count);
+    if (layouts != 1 && layouts != device_count) {
+        snprintf(message, size, "SIMGPU_MIG=%s: %u layouts for %u devices; expected one for every device, or one "
+                 "per device separated by ';'", text, layouts, device_count);
         return false;
     }
     char *layout = copy;
-    for (uint32_t d = 0; d < cfg->device_count; d++) {
+    for (uint32_t d = 0; d < device_count; d++) {
         char *semicolon = strchr(layout, ';');
         if (semicolon)
             *semicolon = '\0';
@@ -237,72 +238,17 @@ bool sim_mig_parse(const char *text, struct sim_config *cfg)
         if (wants && !model) {
             char keys[256];
             sim_mig_board_keys(keys, sizeof keys);
-            sim_log("SIMGPU_MIG=%s: the %s has no MIG; expected SIMGPU_PROFILE to name a board with MIG (%s)", text,
-                    cfg->profile->name, keys);
+            snprintf(message, size, "SIMGPU_MIG=%s: the %s has no MIG; expected SIMGPU_PROFILE to name a board "
+                     "with MIG (%s)", text, board->name, keys);
             return false;
         }
-        if (wants && !sim_mig_layout(model, mine, &cfg->mig[d], why, sizeof why)) {
-            sim_log("SIMGPU_MIG=%s: device %u: %s; a layout is profile names, comma-separated, each "
-                    "optionally @ its first memory slice (3g.40gb@4)", text, d, why);
+        if (wants && !sim_mig_layout(model, mine, &mig[d], why, sizeof why)) {
+            snprintf(message, size, "SIMGPU_MIG=%s: device %u: %s; a layout is profile names, comma-separated, "
+                     "each optionally @ its first memory slice (3g.40gb@4)", text, d, why);
             return false;
         }
         if (semicolon && layouts > 1)
             layout = semicolon + 1;
     }
     return true;
-}
-
-bool sim_mig_units(struct sim_config *cfg)
-{
-    uint32_t n = 0;
-    uint64_t hash = 0xcbf29ce484222325ULL;
-    bool any = false;
-    for (uint32_t d = 0; d < cfg->device_count; d++) {
-        struct sim_gpu_mig *gpu = &cfg->mig[d];
-        uint32_t wanted = gpu->enabled ? gpu->count : 1;
-        if (n + wanted > SIM_MAX_DEVICES) {
-            sim_log("SIMGPU_MIG: %u devices and MIG instances in all are more than simgpu keeps (%d); "
-                    "expected fewer devices or instances", n + wanted, SIM_MAX_DEVICES);
-            return false;
-        }
-        cfg->gpu_unit[d] = gpu->enabled ? SIM_WHOLE_GPU : n;
-        if (!gpu->enabled) {
-            cfg->units[n++] = (struct sim_unit){.gpu = d, .instance = SIM_WHOLE_GPU, .sms = cfg->sms[d],
-                                                .memory_bytes = cfg->memory_bytes,
-                                                .reserved_bytes = cfg->reserved_bytes};
-            continue;
-        }
-        any = true;
-        for (uint32_t i = 0; i < gpu->count; i++) {
-            struct sim_mig_instance *in = &gpu->instances[i];
-            in->unit = n;
-            /* No reserve of its own [inf]: the driver's is the parent's. */
-            cfg->units[n++] = (struct sim_unit){.gpu = d, .instance = i, .sms = in->profile->sms,
-                                                .memory_bytes = (uint64_t)in->profile->memory_mib << 20};
-            /* FNV-1a over (device, profile id, start). */
-            uint32_t key[3] = {d, in->profile->id, in->start};
-            for (size_t b = 0; b < sizeof key; b++) {
-                hash ^= ((const uint8_t *)key)[b];
-                hash *= 0x100000001b3ULL;
-            }
-        }
-    }
-    cfg->unit_count = n;
-    cfg->mig_layout = any ? hash : 0;
-    return true;
-}
-
-const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit)
-{
-    const struct sim_unit *u = &cfg->units[unit];
-    return u->instance == SIM_WHOLE_GPU ? NULL : &cfg->mig[u->gpu].instances[u->instance];
-}
-
-void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size)
-{
-    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
-    if (in)
-        snprintf(out, size, "%s MIG %s", cfg->profile->name, in->profile->name);
-    else
-        snprintf(out, size, "%s", cfg->profile->name);
 }

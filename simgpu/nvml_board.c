@@ -90,7 +90,7 @@ nvmlReturn_t sim_nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current
     nvmlReturn_t ret = sim_nvml_device(device, &i);
     if (ret != NVML_SUCCESS)
         return ret;
-    if (!sim_mig_model_of(sim_config()))
+    if (!sim_mig_model(sim_config()->profile))
         return NVML_ERROR_NOT_SUPPORTED;
     unsigned int mode = sim_config()->mig[i].enabled ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     ret = sim_nvml_answer(device, currentMode, mode);

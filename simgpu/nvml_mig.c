@@ -25,7 +25,7 @@ static nvmlReturn_t sim_nvml_gpu(nvmlDevice_t device, struct sim_nvml_target *t,
         return ret;
     if (t->mig)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *model = sim_mig_model_of(sim_config());
+    *model = sim_mig_model(sim_config()->profile);
     return NVML_SUCCESS;
 }
 

@@ -263,18 +263,12 @@ struct sim_unit {
     uint64_t reserved_bytes;        /* what the driver keeps of it */
 };
 
-struct sim_config;
-/* The MIG model of the configured board; NULL: it has no MIG. */
-const struct sim_mig_model *sim_mig_model_of(const struct sim_config *cfg);
-/* SIMGPU_MIG into cfg->mig; false after one line naming what is wrong. */
-bool sim_mig_parse(const char *text, struct sim_config *cfg);
-/* Numbers the units (cfg->units, unit_count, gpu_unit) after sim_mig_parse;
- * false after a line saying the machine has too many. */
-bool sim_mig_units(struct sim_config *cfg);
-/* The unit's instance; NULL for a whole GPU. */
-const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit);
-/* cuDeviceGetName's and nvmlDeviceGetName's: "<board> MIG 3g.40gb" for an instance. */
-void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size);
+/* The MIG model of a board; NULL: it has no MIG. */
+const struct sim_mig_model *sim_mig_model(const struct sim_profile *board);
+/* SIMGPU_MIG's `text` into mig[0..device_count); false with one line in
+ * `message` naming what is wrong. */
+bool sim_mig_parse(const char *text, const struct sim_profile *board, uint32_t device_count,
+                   struct sim_gpu_mig mig[], char *message, size_t size);
 
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
@@ -341,6 +335,10 @@ const struct sim_config *sim_config(void);
 void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN]);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (40 characters and a NUL). */
 void sim_device_uuid_string(uint32_t index, char out[41]);
+/* The unit's MIG instance; NULL for a whole GPU. */
+const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit);
+/* cuDeviceGetName's and nvmlDeviceGetName's: "<board> MIG 3g.40gb" for an instance. */
+void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size);
 /* A unit's UUID: its GPU's, or its instance's MIG UUID (fixed by the GPU,
  * the profile and the placement, so stable for a layout); the text is
  * "GPU-..." or "MIG-..." (40 characters and a NUL). */
