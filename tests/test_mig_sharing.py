@@ -1,0 +1,162 @@
+"""Sharing one MIG instance (simgpu in MIG mode, tests/test_simgpu_mig.py):
+limits that name a MIG device by its UUID, shares of the instance, HAMi's and
+KAI's variables on it, and what a capped container on a MIG slice shows to
+nvidia-smi's calls, nvitop, gpustat and pynvml, whose
+nvmlDeviceGetHandleByIndex(0) is the instance's GPU.  The compute share holds
+inside an instance, measured with CUDA events (NVML has no utilisation on
+MIG), and a busy neighbour in another instance does not move it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+from conftest import C_DIR, GiB, MiB, compile_c, have, run, vgpulimit_cmd
+from containers import CLIENTS, container, joined
+from test_compute_share import Container, loops, share
+
+H100_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"
+TWO_G_MIB = 20090        # the H100's 2g.20gb (mig_profiles.json)
+
+
+def mig_env(sim_env, **more) -> dict[str, str]:
+    env = {k: v for k, v in sim_env.items() if k != "SIMGPU_MEMORY"}
+    return env | {"SIMGPU_PROFILE": "h100-80gb", "SIMGPU_MIG": H100_LAYOUT} | more
+
+
+def view(env, *args, check=True):
+    result = run([sys.executable, CLIENTS / "mig_view.py", *map(str, args)], env, check=check)
+    return json.loads(result.stdout) if check else result
+
+
+@pytest.fixture
+def slice_env(sim_env):
+    """A container's environment given the 2g.20gb instance, as NVIDIA's
+    device plugin gives one (NVIDIA_VISIBLE_DEVICES=MIG-<uuid>, which the
+    toolkit turns into that one device), without MIG monitoring rights."""
+    env = mig_env(sim_env)
+    uuid = view(env)["gpus"][0]["mig"][1]["uuid"]
+    return env | {"CUDA_VISIBLE_DEVICES": uuid, "SIMGPU_MIG_MONITOR": "none"}, uuid
+
+
+@pytest.mark.parametrize("flags, cap", [
+    (["--memory-device", "{uuid}=4GiB"], 4 * GiB),
+    (["--memory", "50%"], TWO_G_MIB * MiB // 2),
+    (["--memory-device", "0=0.25"], TWO_G_MIB * MiB // 4),
+])
+def test_a_cap_on_a_mig_device_is_of_its_instance(slice_env, flags, cap):
+    """cuMemGetInfo, the MIG device and its GPU all show the cap, and an
+    allocation past it is refused."""
+    env, uuid = slice_env
+    cmd = vgpulimit_cmd("run", "--simulate", *[f.format(uuid=uuid) for f in flags], "--",
+                        sys.executable, CLIENTS / "mig_view.py", 256 * MiB)
+    seen = json.loads(run(cmd, env).stdout)
+    [device] = seen["cuda"]
+    assert device["mem_get_info_total"] == cap and device["name"].endswith("MIG 2g.20gb")
+    [gpu] = seen["gpus"]
+    [mig] = gpu["mig"]
+    assert mig["uuid"] == uuid and mig["index"] == 0
+    assert gpu["memory"] == mig["memory"] == {"total": cap, "used": 256 * MiB}
+    [entry] = gpu["processes"]
+    assert (entry["used"], entry["gi"], entry["ci"]) == (256 * MiB, 5, 0)
+    past = run([*cmd[:-1], cap + MiB], env, check=False)
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in past.stderr
+
+
+@pytest.mark.parametrize("variables, cap_mib", [
+    ({"GPU_PORTION": "0.5"}, TWO_G_MIB // 2),              # KAI: a portion of the instance
+    ({"CUDA_DEVICE_MEMORY_LIMIT": "3000m"}, 3000),          # HAMi-core
+    ({"CUDA_DEVICE_MEMORY_LIMIT_0": "2g"}, 2048),
+])
+def test_hami_and_kai_variables_cap_a_mig_device(slice_env, shim_path, variables, cap_mib):
+    env, _ = slice_env
+    seen = view(env | variables | {"LD_PRELOAD": str(shim_path)}, MiB)
+    assert seen["cuda"][0]["mem_get_info_total"] == cap_mib * MiB
+    assert seen["gpus"][0]["memory"]["total"] == cap_mib * MiB
+
+
+def test_a_mig_uuid_limit_variable_and_a_bad_one(slice_env, shim_path):
+    env, uuid = slice_env
+    seen = view(env | {f"VGPULIMIT_MEMORY_{uuid}": "1GiB", "LD_PRELOAD": str(shim_path)}, MiB)
+    assert seen["cuda"][0]["mem_get_info_total"] == GiB
+    result = run(vgpulimit_cmd("run", "--simulate", "--memory-device", "MIG-12=1GiB", "--", "true"), env,
+                 check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "vgpulimit: error: --memory-device: 'MIG-12' is not a GPU or MIG device UUID (GPU- or MIG- and 32 "
+        "hex digits, as nvidia-smi -L prints them)"]
+
+
+def test_containers_sharing_an_instance_each_see_their_own_cap(slice_env, tmp_path, shim_path):
+    """Two containers on one 2g.20gb instance: one holds 3 GiB under 4 GiB, and
+    a tool in the other (8 GiB) sees its own cap and none of it."""
+    env, uuid = slice_env
+    with container(env, tmp_path / "a" / "region", ["--memory", "4GiB"], [(3 * GiB, 1)]) as [a], \
+            container(env, tmp_path / "b" / "region", ["--memory", "8GiB"], [(GiB, 1)]) as [b]:
+        seen = view(joined(env, tmp_path / "b" / "region", shim_path))
+    mig = seen["gpus"][0]["mig"][0]
+    assert mig["memory"] == {"total": 8 * GiB, "used": GiB}
+    listed = [p["pid"] for p in mig["processes"]]
+    assert b["pid"] in listed and a["pid"] not in listed
+
+
+@pytest.fixture(scope="module")
+def smi_view(tmp_path_factory):
+    return compile_c(tmp_path_factory.mktemp("smi") / "smi_view", [C_DIR / "smi_view.c"], "-ldl")
+
+
+@pytest.mark.parametrize("name", ["nvidia-smi calls", "nvitop -1", "gpustat --json", "pynvml"])
+def test_a_tool_in_a_capped_container_on_a_mig_slice(slice_env, tmp_path, shim_path, smi_view, name):
+    """A tool exec'd into a container capped at 4 GiB on the instance, whose
+    process holds 1 GiB: the GPU it finds by index 0 and its MIG device show
+    the cap (where the driver would refuse the GPU's memory to a container),
+    only the container's instance, no utilisation, and no crash."""
+    if name == "gpustat --json" and not have("gpustat"):
+        pytest.skip("gpustat is not installed (pip install '.[test]' installs it)")
+    env, uuid = slice_env
+    region = tmp_path / "c" / "region"
+    tool = {"nvidia-smi calls": [smi_view], "nvitop -1": [sys.executable, "-m", "nvitop", "-1"],
+            "gpustat --json": [sys.executable, "-m", "gpustat", "--json"],
+            "pynvml": [sys.executable, CLIENTS / "nvml_view.py"]}[name]
+    with container(env, region, ["--memory-device", f"{uuid}=4GiB"], [(GiB, 1)]) as [holder]:
+        out = run(tool, joined(env, region, shim_path, COLUMNS="120")).stdout
+    if name == "nvidia-smi calls":
+        assert "Memory-Usage 1024MiB / 4096MiB  GPU-Util N/A" in out
+        assert "MIG 0/0:  GI 5  CI 0  Memory-Usage 1024MiB / 4096MiB  SM 32" in out
+        assert "MIG 0/1" not in out and f"Process: {holder['pid']}  GI 5 CI 0  1024 MiB" in out
+    elif name == "nvitop -1":
+        assert "2g.20gb @ GI/CI: 5/0" in out and "3g.40gb" not in out
+        assert "1024MiB / 4096MiB" in out and "1024MiB /  4096MiB" in out   # the GPU and its MIG device
+        assert f"0:0 {holder['pid']:>7} C" in out
+    elif name == "gpustat --json":
+        [gpu] = json.loads(out)["gpus"]
+        assert (gpu["memory.used"], gpu["memory.total"], gpu["utilization.gpu"]) == (1024, 4096, None)
+    else:
+        [dev] = json.loads(out)["devices"]
+        assert (dev["v2"]["used"], dev["v2"]["total"]) == (GiB, 4 * GiB)
+        assert dev["utilization"] == "NVMLError_NotSupported"
+
+
+def test_without_limits_a_mig_container_gets_the_drivers_answers(slice_env):
+    """No vgpulimit variable: the shim is not there, and the GPU's memory is
+    the driver's answer to a container, NO_PERMISSION."""
+    env, _ = slice_env
+    assert view(env)["gpus"][0]["memory"] == "NoPermission"
+
+
+@pytest.mark.slow
+def test_the_compute_share_holds_inside_an_instance_beside_a_busy_neighbour(sim_env, launch_client):
+    """Containers at 30 % and 60 % on the 3g.40gb instance, and one without a
+    share flat out on the 2g.20gb: each gets its share of its own instance."""
+    env = mig_env(sim_env)
+    migs = view(env)["gpus"][0]["mig"]
+    three_g = env | {"CUDA_VISIBLE_DEVICES": migs[0]["uuid"]}
+    started = time.monotonic()
+    pair = [Container(three_g, cores, loops(launch_client, 1)) for cores in (30, 60)]
+    neighbour = Container(env | {"CUDA_VISIBLE_DEVICES": migs[1]["uuid"]}, None, loops(launch_client, 1))
+    shares = [share(c.finish(), started + 1, started + 4) for c in pair]
+    alone = share(neighbour.finish(), started + 1, started + 4)
+    assert 20 <= shares[0] <= 40 and 50 <= shares[1] <= 70, shares
+    assert alone >= 90, alone
