@@ -85,14 +85,14 @@ def test_a_mig_uuid_limit_variable_and_a_bad_one(slice_env, shim_path):
                  check=False)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "vgpulimit: error: --memory-device: 'MIG-12' is not a GPU or MIG device UUID (GPU- or MIG- and 32 "
-        "hex digits, as nvidia-smi -L prints them)"]
+        ("vgpulimit: error: --memory-device: 'MIG-12' is not a GPU or MIG device UUID (GPU- or MIG- "
+         "and 32 hex digits, as nvidia-smi -L prints them)")]
 
 
 def test_containers_sharing_an_instance_each_see_their_own_cap(slice_env, tmp_path, shim_path):
     """Two containers on one 2g.20gb instance: one holds 3 GiB under 4 GiB, and
     a tool in the other (8 GiB) sees its own cap and none of it."""
-    env, uuid = slice_env
+    env, _ = slice_env
     with container(env, tmp_path / "a" / "region", ["--memory", "4GiB"], [(3 * GiB, 1)]) as [a], \
             container(env, tmp_path / "b" / "region", ["--memory", "8GiB"], [(GiB, 1)]) as [b]:
         seen = view(joined(env, tmp_path / "b" / "region", shim_path))
