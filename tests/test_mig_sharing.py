@@ -16,6 +16,7 @@ import pytest
 from conftest import C_DIR, GiB, MiB, compile_c, have, run, vgpulimit_cmd
 from containers import CLIENTS, container, joined
 from test_compute_share import Container, loops, share
+from test_views import serve_and_scrape
 
 H100_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"
 TWO_G_MIB = 20090        # the H100's 2g.20gb (mig_profiles.json)
@@ -160,3 +161,100 @@ def test_the_compute_share_holds_inside_an_instance_beside_a_busy_neighbour(sim_
     alone = share(neighbour.finish(), started + 1, started + 4)
     assert 20 <= shares[0] <= 40 and 50 <= shares[1] <= 70, shares
     assert alone >= 90, alone
+
+
+def test_the_node_view_shows_gpu_then_instance_then_containers(slice_env, tmp_path):
+    """status --all: the GPU in MIG mode, then each instance (profile, GPU and
+    compute instance, its memory) with the containers on it and their caps;
+    metrics --all label the instance's series and its containers' as DCGM
+    exporter does (the GPU's UUID, GPU_I_ID, GPU_I_PROFILE)."""
+    env, uuid = slice_env
+    env = env | {"SIMGPU_MIG_MONITOR": "all"}   # the node's view: the host's rights
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory-device", f"{uuid}=4GiB"], [(GiB, 1)]):
+        node = json.loads(run(vgpulimit_cmd("status", "--all", tmp_path, "--json", "--interval", "0"),
+                              env).stdout)
+        text = run(vgpulimit_cmd("status", "--all", tmp_path, "--interval", "0"), env).stdout
+        samples = serve_and_scrape(env, "--all", tmp_path)
+    gpu, *instances = node["gpus"]
+    assert gpu["mig_mode"] and gpu["mig"] is None and gpu["containers"] == []
+    assert [(i["mig"]["profile"], i["mig"]["gpu_instance"], i["total_bytes"]) for i in instances] == [
+        ("3g.40gb", 1, 40448 * MiB), ("2g.20gb", 5, TWO_G_MIB * MiB), ("1g.10gb", 13, 9984 * MiB)]
+    two_g = instances[1]
+    assert two_g["uuid"] == uuid and two_g["mig"]["parent_uuid"] == gpu["uuid"]
+    [tenant] = two_g["containers"]
+    assert (tenant["region"], tenant["cap_bytes"], tenant["used_bytes"]) == (str(region), 4 * GiB, GiB)
+    assert two_g["committed_bytes"] == 4 * GiB and instances[0]["containers"] == []
+    at = text.index("  MIG 0/1 2g.20gb (GPU instance 5, compute instance 0)")
+    section = text[at:text.index("  MIG 0/2 1g.10gb (GPU instance 13")]
+    assert text.index("GPU 0: NVIDIA H100 80GB HBM3, bus 00000000:18:00.0, utilisation n/a, MIG mode") < at
+    assert "    CONTAINER" in section and "4 GiB" in section and uuid in section
+    dcgm = {"UUID": gpu["uuid"], "gpu": "0", "modelName": "NVIDIA H100 80GB HBM3", "GPU_I_ID": "5",
+            "GPU_I_PROFILE": "2g.20gb"}
+    [(_, labels)] = [k for k in samples if k[0] == "vgpulimit_gpu_memory_total_bytes"
+                     and dict(k[1])["GPU_I_ID"] == "5"]
+    assert dcgm.items() <= dict(labels).items()
+    [(_, labels)] = [k for k in samples if k[0] == "vgpulimit_memory_limit_bytes"]
+    del dcgm["gpu"]   # a container's series says its own device instead
+    assert dcgm.items() <= dict(labels).items() and dict(labels)["device"] == "0"
+    assert samples[("vgpulimit_memory_limit_bytes", labels)] == 4 * GiB
+
+
+# A container that reports the memory its one device shows and waits.
+SHOW_AND_WAIT = [sys.executable, "-c", (
+    "import json, os, time\n"
+    "from cuda.bindings import driver as cu\n"
+    "cu.cuInit(0); _, dev = cu.cuDeviceGet(0); _, ctx = cu.cuDevicePrimaryCtxRetain(dev)\n"
+    "cu.cuCtxSetCurrent(ctx); _, free, total = cu.cuMemGetInfo()\n"
+    "print(json.dumps({'total': total}), flush=True)\n"
+    "while not os.path.exists('/tmp/release'): time.sleep(0.05)")]
+
+
+def test_the_hook_caps_and_admits_a_container_given_a_mig_device(tmp_path, runc, slice_env):
+    """NVIDIA_VISIBLE_DEVICES=MIG-<uuid> (NVIDIA's device plugin, mixed
+    strategy): the hook caps the container on that instance, and --admit
+    counts the instance's own memory: a second 12 GiB container does not fit
+    the 2g.20gb instance beside the first, while it fits the 3g.40gb one."""
+    from runc_bundle import hook_entry, make_bundle
+
+    env, uuid = slice_env
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    node = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"} | {
+        "SIMGPU_STATE": str(gpus / "node.simgpu"), "SIMGPU_MIG_MONITOR": "all"}
+    three_g = view(node)["gpus"][0]["mig"][0]["uuid"]
+    hook = hook_entry(tmp_path / "node", "--admit") | {"env": [f"{k}={v}" for k, v in node.items()]}
+    bundles, running = [], []
+
+    def start(name: str, mig: str):
+        inside = {k: v for k, v in node.items() if k.startswith("SIMGPU_")} | {
+            "VGPULIMIT_MEMORY": "12GiB", "NVIDIA_VISIBLE_DEVICES": mig,
+            # What the toolkit's device nodes would leave CUDA: that one device.
+            "CUDA_VISIBLE_DEVICES": mig}
+        bundle = make_bundle(tmp_path / name, SHOW_AND_WAIT, inside)
+        bundle.config["mounts"].append({"destination": str(gpus), "type": "bind", "source": str(gpus),
+                                        "options": ["rbind", "rw"]})
+        for stage in ("createRuntime", "poststop"):
+            bundle.add_hook(stage, hook)
+        bundles.append(bundle)
+        proc, _ = bundle.start()
+        running.append((proc, bundle))
+        line = proc.stdout.readline()
+        return json.loads(line) if line else proc.communicate(timeout=60)[1]
+
+    try:
+        assert start("a", uuid) == {"total": 12 * GiB}
+        refused = start("b", uuid)
+        assert "its memory cap 12 GiB would over-commit GPU 0 (" + uuid in refused
+        assert "19.6 GiB): caps there already 12 GiB" in refused
+        assert start("c", three_g) == {"total": 12 * GiB}
+        shown = json.loads(run(vgpulimit_cmd("status", "--all", tmp_path / "node", "--json",
+                                             "--interval", "0"), node).stdout)
+        assert [g["committed_bytes"] for g in shown["gpus"]] == [0, 12 * GiB, 12 * GiB, 0]
+    finally:
+        for proc, bundle in running:
+            (bundle.rootfs / "tmp" / "release").touch()
+            try:
+                proc.communicate(timeout=60)
+            finally:
+                bundle.cleanup()
