@@ -258,3 +258,40 @@ def test_the_hook_caps_and_admits_a_container_given_a_mig_device(tmp_path, runc,
                 proc.communicate(timeout=60)
             finally:
                 bundle.cleanup()
+
+
+def test_a_cdi_device_for_a_mig_device_caps_its_instance(tmp_path, runc, slice_env):
+    """`cdi generate --device MIG-<uuid> --memory 50%`: a device named after
+    the MIG device whose containers get half of that instance."""
+    from runc_bundle import make_bundle
+    from test_cdi import apply_edits, spec_of
+
+    env, uuid = slice_env
+    [device] = spec_of("--device", uuid.upper(), "--memory", "50%",   # either case, as NVML's
+                       "--node-dir", str(tmp_path / "node"))["devices"]
+    assert device["name"].startswith(f"{uuid[:12]}-50pct-node-")
+    assert f"VGPULIMIT_MEMORY_{uuid}=50%" in device["containerEdits"]["env"]
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    inside = {k: v for k, v in env.items() if k.startswith("SIMGPU_")} | {
+        "SIMGPU_STATE": str(gpus / "node.simgpu"), "CUDA_VISIBLE_DEVICES": uuid}
+    bundle = make_bundle(tmp_path / "c", SHOW_AND_WAIT, inside)
+    bundle.config["mounts"].append({"destination": str(gpus), "type": "bind", "source": str(gpus),
+                                    "options": ["rbind", "rw"]})
+    apply_edits(bundle.config, device["containerEdits"])
+    proc, _ = bundle.start()
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        assert json.loads(line) == {"total": TWO_G_MIB * MiB // 2}
+    finally:
+        (bundle.rootfs / "tmp" / "release").touch()
+        proc.communicate(timeout=60)
+        bundle.cleanup()
+
+
+def test_cdi_generate_refuses_a_device_that_is_no_uuid():
+    result = run(vgpulimit_cmd("cdi", "generate", "--device", "MIG-1/0/0", "--memory", "1GiB"), {},
+                 check=False)
+    assert result.returncode == 2
+    assert "--device: 'MIG-1/0/0' is not a GPU or MIG device UUID" in result.stderr

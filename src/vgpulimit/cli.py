@@ -482,6 +482,9 @@ def _add_container_commands(commands) -> None:
                           help="compute share in percent: 30 or 30%%, or 'none'")
     generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
     generate.add_argument("--priority", metavar="PRIORITY", help="high, normal or low")
+    generate.add_argument("--device", metavar="UUID",
+                          help="the limits are for this device only: GPU-<uuid>, or a MIG device's "
+                               "MIG-<uuid> (50%% of which is half its instance)")
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
@@ -724,7 +727,8 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     _absolute_node_dir("cdi generate", args.node_dir)
     admission = _admission(args)
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
-                        admission is not None, args.admit_uncapped, priority=args.priority)
+                        admission is not None, args.admit_uncapped, priority=args.priority,
+                        device=args.device)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)
