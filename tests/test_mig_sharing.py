@@ -295,3 +295,41 @@ def test_cdi_generate_refuses_a_device_that_is_no_uuid():
                  check=False)
     assert result.returncode == 2
     assert "--device: 'MIG-1/0/0' is not a GPU or MIG device UUID" in result.stderr
+
+
+def test_verify_checks_the_limits_on_the_mig_instance_it_finds_itself_on(slice_env):
+    """Inside a container capped at half of its MIG device: every check
+    passes against the instance, and verify says where it is."""
+    env, uuid = slice_env
+    result = run([*vgpulimit_cmd("run", "--simulate", "--memory", "50%", "--cores", "30", "--"),
+                  *vgpulimit_cmd("verify", "--json")], env, timeout=180, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert f"MIG 2g.20gb ({uuid})" in checks["driver"]["message"]
+    assert "a MIG instance: the limits are shares of the instance" in checks["driver"]["message"]
+    assert checks["cuMemGetInfo"]["status"] == "pass" and "9.8 GiB = the cap" in checks["cuMemGetInfo"][
+        "message"]
+    assert checks["compute share"]["status"] == "pass"
+    assert checks["nvml utilization"]["message"].startswith("not supported on a MIG instance")
+
+
+def test_top_shows_each_instance_under_its_gpu(slice_env, tmp_path):
+    import pexpect
+
+    env, uuid = slice_env
+    env = env | {"SIMGPU_MIG_MONITOR": "all", "TERM": "xterm"}
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory-device", f"{uuid}=4GiB"], [(GiB, 1)]):
+        top = pexpect.spawn(sys.executable, ["-m", "vgpulimit", "top", "--interval", "0.5", "--all",
+                                             str(tmp_path)], env=env, dimensions=(50, 140),
+                            encoding="utf-8", timeout=30)
+        try:
+            top.expect_exact("MIG 0/1 2g.20gb (GPU instance 5, compute instance 0)")
+            top.expect_exact(uuid)
+            top.expect_exact("1 GiB / 4 GiB")   # the container's row under the instance
+            top.expect_exact("MIG 0/2 1g.10gb")
+            top.send("q")
+            top.expect(pexpect.EOF)
+        finally:
+            top.close(force=True)
+    assert top.exitstatus == 0
