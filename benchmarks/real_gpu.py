@@ -34,7 +34,12 @@ run -- without vgpulimit, then under it:
   a share of 100, rounds interleaved: medians and spread;
 - node: two capped containers at once; `status --all` against what the driver
   lists (NVML, and nvidia-smi where there is one), and `metrics --all` scraped
-  once.
+  once;
+- mig: on one MIG instance, named by its MIG-<uuid>, a 4 GiB cap met from C,
+  1 ms kernels at 30 % of the instance, and nvidia-smi, nvitop and gpustat in
+  the capped container.  Only where a GPU is in MIG mode with instances
+  already (the run never changes MIG); skipped with the reason elsewhere.  On
+  the simulated GPU, on a simulated H100 in MIG mode of their own.
 
 Each row runs under a time budget; a row that fails, crashes or runs out of
 time is a row of the table (FAIL / ERROR), never the end of the run.  On the
@@ -64,6 +69,7 @@ from pathlib import Path
 from real_gpu_rows.bench import ROOT, Bench
 from real_gpu_rows.costs import costs_spec
 from real_gpu_rows.memory import MEMORY_CLIENTS, memory_spec
+from real_gpu_rows.mig import mig_specs
 from real_gpu_rows.node import node_spec
 from real_gpu_rows.priority import priority_spec
 from real_gpu_rows.programs import compile_spec, launch_spec, matmul_spec
@@ -75,12 +81,12 @@ from vgpulimit import __version__
 
 RUN_BUDGET_S = 480.0                   # the whole run on a GPU: 8 minutes
 
-GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node")
+GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "mig")
 GROUP_TITLES = {"memory": "memory cap (4 GiB)", "tools": "tools inside the cap", "share": "compute share",
                 "priority": "priority between tenants", "programs": "real programs", "costs": "costs from C",
-                "node": "node view"}
+                "node": "node view", "mig": "on one MIG instance"}
 # Cheap and decisive first; torch.compile's cold compile last.
-RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "programs")
+RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "mig", "programs")
 
 NEEDS_RUNTIME = ("needs the real CUDA runtime ({what}), which stops on the simulated driver "
                  "(libcudart asks the driver for NVIDIA's private export tables)")
@@ -114,6 +120,7 @@ def plan(quick: bool) -> list[Spec]:
     specs += [priority_spec()]
     specs += [matmul_spec(), compile_spec(), launch_spec()]
     specs += [costs_spec(), node_spec()]
+    specs += mig_specs()
     return specs
 
 
