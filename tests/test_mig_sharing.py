@@ -333,3 +333,31 @@ def test_top_shows_each_instance_under_its_gpu(slice_env, tmp_path):
         finally:
             top.close(force=True)
     assert top.exitstatus == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["same instance", "other instance"])
+def test_a_high_container_goes_first_on_its_own_instance_only(tmp_path, sim_env, launch_client, where):
+    """A low container on the 3g.40gb instance, then a high one for two
+    seconds: on the same instance the low one holds back; on the 2g.20gb
+    it keeps its whole instance (instances run at once)."""
+    from test_compute_share import wait_for
+    from test_priority import reported, span
+
+    env = mig_env(sim_env)
+    migs = view(env)["gpus"][0]["mig"]
+    low_env = env | {"CUDA_VISIBLE_DEVICES": migs[0]["uuid"]}
+    high_env = env | {"CUDA_VISIBLE_DEVICES": migs[0 if where == "same instance" else 1]["uuid"]}
+    started = time.monotonic()
+    low = Container(low_env, None, loops(launch_client, 1, seconds=5.2), region=tmp_path / "low.region",
+                    flags=["--priority", "low"])
+    wait_for(lambda: reported(low, started + 1.0), "progress from the low container")
+    high_out = Container(high_env, None, loops(launch_client, 1, seconds=2.0), region=tmp_path / "high.region",
+                         flags=["--priority", "high"]).finish()
+    low_out = low.finish()
+    first, last = span(high_out)
+    assert share(high_out, first + 0.3, last) >= 80
+    if where == "same instance":
+        assert share(low_out, first + 0.3, last) <= 12
+    else:
+        assert share(low_out, first + 0.3, last) >= 80
