@@ -184,6 +184,8 @@ def test_the_node_view_shows_gpu_then_instance_then_containers(slice_env, tmp_pa
     assert two_g["uuid"] == uuid and two_g["mig"]["parent_uuid"] == gpu["uuid"]
     [tenant] = two_g["containers"]
     assert (tenant["region"], tenant["cap_bytes"], tenant["used_bytes"]) == (str(region), 4 * GiB, GiB)
+    [shown_region] = node["regions"]
+    assert shown_region["devices"][0]["uuid"] == uuid   # MIG-, as NVML names it
     assert two_g["committed_bytes"] == 4 * GiB and instances[0]["containers"] == []
     at = text.index("  MIG 0/1 2g.20gb (GPU instance 5, compute instance 0)")
     section = text[at:text.index("  MIG 0/2 1g.10gb (GPU instance 13")]

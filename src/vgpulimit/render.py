@@ -12,7 +12,7 @@ from typing import Any
 
 from vgpulimit import identity
 from vgpulimit.limits import format_bytes
-from vgpulimit.node import DriverProcess, Gpu, GpuView, NodeView, Tenant
+from vgpulimit.node import DriverProcess, Gpu, GpuView, NodeView, Tenant, uuid_key
 from vgpulimit.processes import ProcessDetails, format_age, plain, shown
 from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, RegionSnapshot
 from vgpulimit.status import ContainerView, Sample, devices_of
@@ -269,10 +269,16 @@ def status_document(view: ContainerView | RegionSnapshot, sample: Sample | None 
 def status_document_all(sample: Sample, node: NodeView | None = None) -> dict[str, Any]:
     """What `status --all --json` prints: the node's GPUs, every region, the unreadable ones."""
     document: dict[str, Any] = {"version": STATUS_VERSION}
+    regions = [to_json(view, sample) for view in sample.views]
     if node is not None:
         document |= node_json(node, sample)
+        # A region keeps a device's 16 bytes, not whether it is a GPU or a MIG
+        # device: NVML's UUID of it says which.
+        named = {uuid_key(v.gpu.uuid): v.gpu.uuid for v in node.gpus}
+        for device in (d for r in regions for d in r["devices"] if d["uuid"]):
+            device["uuid"] = named.get(uuid_key(device["uuid"]), device["uuid"])
     document |= {
-        "regions": [to_json(view, sample) for view in sample.views],
+        "regions": regions,
         "errors": [{"region": path, "error": why} for path, why in sample.errors],
     }
     return _plain_strings(document)
