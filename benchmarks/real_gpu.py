@@ -42,6 +42,11 @@ run -- without vgpulimit, then under it:
   with NCCL at world size 1 (init, all_reduce, destroy), CuPy's IPC memory
   handles, and a VMM sleep/wake loop of 20 rounds as vLLM's sleep mode does it:
   at each step, each process's figure in the region against the driver's list.
+- mig: on one MIG instance, named by its MIG-<uuid>, a 4 GiB cap met from C,
+  1 ms kernels at 30 % of the instance, and nvidia-smi, nvitop and gpustat in
+  the capped container.  Only where a GPU is in MIG mode with instances
+  already (the run never changes MIG); skipped with the reason elsewhere.  On
+  the simulated GPU, on a simulated H100 in MIG mode of their own.
 
 Each row runs under a time budget; a row that fails, crashes or runs out of
 time is a row of the table (FAIL / ERROR), never the end of the run.  On the
@@ -71,6 +76,7 @@ from pathlib import Path
 from real_gpu_rows.bench import ROOT, Bench
 from real_gpu_rows.costs import costs_spec
 from real_gpu_rows.memory import MEMORY_CLIENTS, memory_spec
+from real_gpu_rows.mig import mig_specs
 from real_gpu_rows.node import node_spec
 from real_gpu_rows.priority import priority_spec
 from real_gpu_rows.programs import compile_spec, launch_spec, matmul_spec
@@ -83,12 +89,13 @@ from vgpulimit import __version__
 
 RUN_BUDGET_S = 480.0                   # the whole run on a GPU: 8 minutes
 
-GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "sharing")
+GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "sharing", "mig")
 GROUP_TITLES = {"memory": "memory cap (4 GiB)", "tools": "tools inside the cap", "share": "compute share",
                 "priority": "priority between tenants", "programs": "real programs", "costs": "costs from C",
-                "node": "node view", "sharing": "memory shared between processes, sleep and wake (4 GiB)"}
+                "node": "node view", "sharing": "memory shared between processes, sleep and wake (4 GiB)",
+                "mig": "on one MIG instance"}
 # Cheap and decisive first; torch.compile's cold compile last.
-RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "sharing", "programs")
+RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "sharing", "mig", "programs")
 
 NEEDS_RUNTIME = ("needs the real CUDA runtime ({what}), which stops on the simulated driver "
                  "(libcudart asks the driver for NVIDIA's private export tables)")
@@ -123,6 +130,7 @@ def plan(quick: bool) -> list[Spec]:
     specs += [matmul_spec(), compile_spec(), launch_spec()]
     specs += [costs_spec(), node_spec()]
     specs += [sharing_spec(*way) for way in SHARING_WAYS]
+    specs += mig_specs()
     return specs
 
 

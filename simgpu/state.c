@@ -70,14 +70,15 @@ static int sim_init_file(void *map, void *arg)
     memset(f, 0, sizeof *f);
     memcpy(f->magic, SIM_STATE_MAGIC, sizeof f->magic);
     f->version = SIM_STATE_VERSION;
-    f->device_count = cfg->device_count;
+    f->device_count = cfg->unit_count;
     f->file_size = sizeof *f;
     f->memory_bytes = cfg->memory_bytes;
     f->max_procs = SIM_MAX_PROCS;
     f->driver_bytes = cfg->reserved_bytes;
-    for (uint32_t d = 0; d < cfg->device_count; d++) {
-        f->devices[d].total_bytes = cfg->memory_bytes;
-        f->devices[d].driver_bytes = cfg->reserved_bytes;
+    f->mig_layout = cfg->mig_layout;
+    for (uint32_t d = 0; d < cfg->unit_count; d++) {
+        f->devices[d].total_bytes = cfg->units[d].memory_bytes;
+        f->devices[d].driver_bytes = cfg->units[d].reserved_bytes;
     }
     return vgl_robust_init(&f->lock.u.mutex);
 }
@@ -104,13 +105,14 @@ static int sim_attach(const struct sim_config *cfg, int fd, struct sim_file **ma
                (size_t)st.st_size < sizeof *f || f->max_procs != SIM_MAX_PROCS) {
         sim_log("%s: made by another simgpu (layout version %u, expected %d); remove it when no process uses it",
                 path, f->version, SIM_STATE_VERSION);
-    } else if (f->device_count != cfg->device_count || f->memory_bytes != cfg->memory_bytes ||
-               f->driver_bytes != cfg->reserved_bytes) {
-        sim_log("%s: made for %u device(s) of %llu bytes with %llu reserved, but SIMGPU_DEVICES/SIMGPU_MEMORY/"
-                "SIMGPU_RESERVED ask for %u of %llu with %llu; use the same values in every process, or another "
-                "SIMGPU_STATE",
+    } else if (f->device_count != cfg->unit_count || f->memory_bytes != cfg->memory_bytes ||
+               f->driver_bytes != cfg->reserved_bytes || f->mig_layout != cfg->mig_layout) {
+        sim_log("%s: made for %u device(s) and MIG instance(s) of %llu bytes with %llu reserved (MIG layout "
+                "%llx), but SIMGPU_DEVICES/SIMGPU_MEMORY/SIMGPU_RESERVED/SIMGPU_MIG ask for %u of %llu with %llu "
+                "(%llx); use the same values in every process, or another SIMGPU_STATE",
                 path, f->device_count, (unsigned long long)f->memory_bytes, (unsigned long long)f->driver_bytes,
-                cfg->device_count, (unsigned long long)cfg->memory_bytes, (unsigned long long)cfg->reserved_bytes);
+                (unsigned long long)f->mig_layout, cfg->unit_count, (unsigned long long)cfg->memory_bytes,
+                (unsigned long long)cfg->reserved_bytes, (unsigned long long)cfg->mig_layout);
     } else {
         *map_out = f;
         return 0;

@@ -40,7 +40,8 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 8,          /* 8: memory shared between processes (shared) */
+    SIM_STATE_VERSION = 9,          /* 8: memory shared between processes (shared); 9: MIG instances
+                                       are devices of their own (mig_layout) */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -203,13 +204,14 @@ struct sim_shared_table {
 struct sim_file {
     char magic[8];                  /* SIM_STATE_MAGIC */
     uint32_t version;               /* SIM_STATE_VERSION */
-    uint32_t device_count;          /* the configuration the file was made for */
+    uint32_t device_count;          /* units (sim_config.unit_count): GPUs without MIG, MIG instances */
     uint64_t file_size;             /* sizeof(struct sim_file) */
     uint64_t memory_bytes;          /* per device, as configured */
     uint32_t max_procs;             /* SIM_MAX_PROCS */
     uint32_t pad;
     uint64_t driver_bytes;          /* per device, as configured (SIMGPU_RESERVED) */
-    uint64_t reserved[10];          /* zero */
+    uint64_t mig_layout;            /* sim_config.mig_layout */
+    uint64_t reserved[9];           /* zero */
     struct sim_file_lock lock;      /* guards everything below */
     struct sim_file_device devices[SIM_MAX_DEVICES];
     struct sim_file_proc procs[SIM_MAX_PROCS];
@@ -239,6 +241,7 @@ struct sim_profile {
     uint32_t l2_bytes, shared_per_sm, shared_per_block_optin, threads_per_sm;
     uint32_t link_gbps;             /* a copy between host and device, each way, GB/s */
     uint32_t device_copy_gbps;      /* a copy within the device, or a memset, GB/s */
+    uint32_t bar1_mib;              /* the BAR1 aperture, which MIG devices share by memory slices */
 };
 
 /* The profile SIMGPU_PROFILE names (NULL: none), and the default one. */
@@ -246,6 +249,64 @@ const struct sim_profile *sim_profile_named(const char *key);
 const struct sim_profile *sim_profile_default(void);
 /* "h100-80gb, h200-141gb, ...": every key, for messages; returns the length. */
 size_t sim_profile_keys(char *out, size_t size);
+
+/* ---- mig.c: MIG instances (SIMGPU_MIG) -------------------------------------- */
+
+enum {
+    SIM_MIG_MAX_INSTANCES = 7,      /* a GPU's 7 compute slices: at most 7 instances */
+    SIM_MIG_SLOTS = 8,              /* memory slices, where placements are counted */
+    SIM_WHOLE_GPU = 0xFFFFFFFFu,    /* sim_unit.instance of a GPU without MIG */
+};
+
+/* A GPU-instance profile of one GPU model, as mig_profiles.json gives it
+ * (mig_profiles.h, generated from that file at build time). */
+struct sim_mig_profile {
+    const char *name;               /* "3g.40gb" */
+    uint32_t id;                    /* the driver's profile id: nvmlGpuInstanceProfileInfo_t.id */
+    uint32_t nvml_enum;             /* NVML_GPU_INSTANCE_PROFILE_*: GetGpuInstanceProfileInfo's argument */
+    uint32_t compute_slices, memory_slices, memory_mib, sms, copy_engines, max_count;
+    uint32_t placement_count;
+    uint8_t placements[SIM_MIG_SLOTS]; /* legal first memory slices */
+    bool media_extensions;          /* +me */
+};
+
+struct sim_mig_model {
+    const char *model;              /* "H100 80GB" */
+    const char *const *names;       /* NULL-terminated; among them the simgpu profile's key */
+    uint32_t compute_slices, memory_slices, profile_count;
+    const struct sim_mig_profile *profiles;
+};
+
+/* A GPU instance with its one compute instance, which spans it (what
+ * mig-parted and HAMi create). */
+struct sim_mig_instance {
+    const struct sim_mig_profile *profile;
+    uint32_t start;                 /* first memory slice */
+    uint32_t gi_id, ci_id;
+    uint32_t unit;                  /* its place in the state file (sim_config.units) */
+};
+
+struct sim_gpu_mig {
+    bool enabled;
+    uint32_t count;                 /* instances, in the order created: their MIG device index */
+    struct sim_mig_instance instances[SIM_MIG_MAX_INSTANCES];
+};
+
+/* Where memory and time are kept: a GPU without MIG, or one MIG instance. */
+struct sim_unit {
+    uint32_t gpu;                   /* the machine's index of the GPU, or of the instance's parent */
+    uint32_t instance;              /* index into sim_config.mig[gpu].instances, or SIM_WHOLE_GPU */
+    uint32_t sms;
+    uint64_t memory_bytes;
+    uint64_t reserved_bytes;        /* what the driver keeps of it */
+};
+
+/* The MIG model of a board; NULL: it has no MIG. */
+const struct sim_mig_model *sim_mig_model(const struct sim_profile *board);
+/* SIMGPU_MIG's `text` into mig[0..device_count); false with one line in
+ * `message` naming what is wrong. */
+bool sim_mig_parse(const char *text, const struct sim_profile *board, uint32_t device_count,
+                   struct sim_gpu_mig mig[], char *message, size_t size);
 
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
@@ -295,6 +356,12 @@ struct sim_config {
     char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */
     char state_path[4096];             /* SIMGPU_STATE, or the default path */
     bool state_path_default;           /* not named by the user: no symlink is followed */
+    struct sim_gpu_mig mig[SIM_MAX_DEVICES]; /* SIMGPU_MIG: each GPU's instances */
+    uint64_t mig_layout;               /* a hash of every GPU's instances; 0: MIG off everywhere */
+    bool mig_monitor;                  /* SIMGPU_MIG_MONITOR=all: MIG-wide NVML queries are allowed */
+    uint32_t unit_count;               /* GPUs without MIG and MIG instances: the state file's devices */
+    struct sim_unit units[SIM_MAX_DEVICES];
+    uint32_t gpu_unit[SIM_MAX_DEVICES]; /* a GPU without MIG: its unit */
 };
 
 /* The configuration, read once per library (thread-safe).  NULL when a variable
@@ -306,6 +373,15 @@ const struct sim_config *sim_config(void);
 void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN]);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (40 characters and a NUL). */
 void sim_device_uuid_string(uint32_t index, char out[41]);
+/* The unit's MIG instance; NULL for a whole GPU. */
+const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit);
+/* cuDeviceGetName's and nvmlDeviceGetName's: "<board> MIG 3g.40gb" for an instance. */
+void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size);
+/* A unit's UUID: its GPU's, or its instance's MIG UUID (fixed by the GPU,
+ * the profile and the placement, so stable for a layout); the text is
+ * "GPU-..." or "MIG-..." (40 characters and a NUL). */
+void sim_unit_uuid(const struct sim_config *cfg, uint32_t unit, uint8_t out[SIM_UUID_LEN]);
+void sim_unit_uuid_string(const struct sim_config *cfg, uint32_t unit, char out[41]);
 /* Where device `index` sits on PCI (function 0): the profile's slots, each
  * further eight boards in the next domain. */
 struct sim_pci_address {

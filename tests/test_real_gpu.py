@@ -52,6 +52,10 @@ def test_the_simulated_run_prints_the_whole_table(tmp_path):
     assert {r["group"] for r in rows} == set(real_gpu.GROUPS)
     # simgpu's default board, under its own name
     assert document["mode"] == "simulate" and document["machine"]["gpu"] == "NVIDIA H200"
+    # The MIG rows, on a simulated H100 in MIG mode of their own (the share is timed, as below).
+    mig = {r["name"].split(" ")[0]: r for r in rows if r["group"] == "mig"}
+    assert [mig[n]["verdict"] for n in ("memory", "nvitop", "gpustat")] == ["PASS"] * 3, mig
+    assert mig["1"]["verdict"] in ("PASS", "FAIL") and mig["1"]["capped"], mig
 
     by_name = {r["name"]: r for r in rows}
     assert RUNTIME_ROWS <= set(by_name)
@@ -59,7 +63,7 @@ def test_the_simulated_run_prints_the_whole_table(tmp_path):
         assert by_name[name]["verdict"] == "SKIP", by_name[name]
         assert "needs the real CUDA runtime" in by_name[name]["note"], by_name[name]
     if not have("nvidia-smi"):
-        smi = [r for r in rows if r["name"].startswith("nvidia-smi")]
+        smi = [r for r in rows if r["name"].startswith("nvidia-smi") and r["group"] == "tools"]
         assert len(smi) == 3 and all("no nvidia-smi" in r["note"] for r in smi), smi
     assert [r for r in rows if r["verdict"] == "ERROR"] == []
     sleep_wake = [r for r in rows if r["group"] == "sharing" and r["name"] not in RUNTIME_ROWS]
@@ -236,6 +240,14 @@ def test_on_a_real_gpu_each_row_holds_its_pass_line(report, group):
     rows = report.group(group)
     assert rows and any(r.verdict == "PASS" for r in rows)
     assert judged(rows) == []
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_in_mig_mode_a_mig_instance_holds_the_cap_share_and_tools(report):
+    rows = report.group("mig")
+    if all(r.verdict == "SKIP" for r in rows):
+        pytest.skip(rows[0].note)
+    assert judged([r for r in rows if r.verdict != "SKIP"]) == []
 
 
 @pytest.mark.gpu

@@ -42,6 +42,7 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
     compile_c(bin_dir / "nvml_answers", [C_DIR / "nvml_answers.c"], "-ldl")
     compile_c(bin_dir / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
     compile_c(bin_dir / "share_client", [C_DIR / "share_client.c"], f"-L{bin_dir}", "-lcuda")
+    compile_c(bin_dir / "smi_view", [C_DIR / "smi_view.c"], "-ldl")
     runtimes = [subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
                                text=True, check=True).stdout.strip()
                 for name in ("libasan.so", "libubsan.so")]
@@ -296,3 +297,15 @@ def test_priorities_between_two_containers(sanitized, tmp_path):
     assert low.returncode == 0, err
     with Region.open(regions["low"]) as region:
         assert region.snapshot(all_devices=True).devices[0].yielded_ns > 0
+
+
+def test_a_gpu_in_mig_mode_through_nvml_and_the_driver(sanitized, tmp_path):
+    """simgpu's MIG paths: the layout, a process on the first MIG device and
+    nvidia-smi's MIG table with the process in it."""
+    mig = {"SIMGPU_PROFILE": "h100-80gb", "SIMGPU_MIG": "1g.10gb@6,3g.40gb,2g.20gb",
+           "SIMGPU_KERNEL_US": "1000"}
+    sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "launch_client", "kernel", "1000", "0.1"],
+                  shim=False, **mig)
+    out = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "smi_view"], shim=False, **mig).stdout
+    assert "MIG 0/1:  GI 1  CI 0  Memory-Usage 0MiB / 40448MiB  SM 60" in out
+

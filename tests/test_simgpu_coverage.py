@@ -1,5 +1,5 @@
 """The coverage table in docs/simulated-gpu.md ("What the simulated GPU implements") is
-generated from simgpu's export table (simgpu/driver_api.def) and the
+generated from simgpu's export tables (simgpu/driver_api.def, and nvml_api.def for NVML) and the
 toolkit's list of entry points, checked in (simgpu/driver_api_reference.tsv):
 it is current, every exported row is a variant the toolkit has, and the
 reference is what the toolkit's headers say where they are installed."""
@@ -47,6 +47,13 @@ def test_the_table_counts_the_sharing_paths():
     assert all(f"`{name}`" in pools[2] for name in (
         "cuMemPoolExportToShareableHandle", "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer",
         "cuMemPoolImportPointer"))
+
+
+def test_the_table_lists_simgpus_nvml_by_the_file_that_answers_it():
+    table = coverage("table").stdout
+    mig = next(line for line in table.splitlines() if line.startswith("| `nvml_mig.c`:"))
+    assert "`nvmlDeviceGetMigDeviceHandleByIndex`" in mig and "`nvmlDeviceGetGpuInstanceProfileInfoV`" in mig
+    assert "`nvmlDeviceGetMemoryInfo_v2`" not in mig
 
 
 def test_a_stale_table_is_found(tmp_path, monkeypatch):

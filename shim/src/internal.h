@@ -316,13 +316,20 @@ void vgl_overhead_recheck_shared(void);
  * the driver's index nvml_index[i]. */
 struct vgl_visible {
     unsigned int count;
-    nvmlDevice_t handle[VGL_MAX_DEVICES];
-    unsigned int nvml_index[VGL_MAX_DEVICES];
+    nvmlDevice_t handle[VGL_MAX_DEVICES];       /* a GPU's, or a MIG device's */
+    unsigned int nvml_index[VGL_MAX_DEVICES];   /* the GPU's; a MIG device's parent's */
+    nvmlDevice_t parent[VGL_MAX_DEVICES];       /* a MIG device's GPU; NULL for a GPU */
 };
 /* False while NVML cannot say (not initialised). */
 bool vgl_visible_devices(struct vgl_visible *out);
-/* The container's index of an NVML device, or -1: not one of its devices, or unknown. */
+/* The container's index of an NVML device, or -1: not one of its devices, or
+ * unknown.  The GPU of a container's MIG device counts as that device: tools
+ * that take nvmlDeviceGetHandleByIndex's GPU see the instance they were given. */
 int vgl_container_device(nvmlDevice_t device);
+/* The handle the driver answers for `device` in the container: the container's
+ * MIG device for its GPU (whose own memory and process queries need MIG
+ * monitoring rights a container lacks), else `device` itself. */
+nvmlDevice_t vgl_container_handle(nvmlDevice_t device);
 /* Binds CUDA device `device` to its UUID in the region (once per process):
  * for the views, and to apply a limit given for that UUID.  False: not yet
  * (no region, or CUDA cannot say). */
