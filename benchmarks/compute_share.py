@@ -17,12 +17,16 @@ kernels: a program launching 2 us kernels with 10 us of CPU work after each
 uncapped (interleaved), with what the region charged it over its kernels' GPU
 time and the share of its run its launches waited; a graph of 40 kernels of
 1 us replayed back to back at 50 and 90 %; 20 us kernels back to back at 30 %;
-and one container of a launch-bound process beside a GPU-bound one at 50 %.  Last, the cost a launch pays for the shim with no cap and with
-cap 100, against the same loop without the shim, in one run (overhead.py's loop).
+and one container of a launch-bound process beside a GPU-bound one at 50 %.  Then on one MIG instance
+(a 3g.40gb of an H100 in MIG mode, 1 ms kernels): 30 % and 60 % alone, the 30 + 60 pair, and the pair
+beside an uncapped container flat out on the GPU's 2g.20gb instance.  Last, the cost a launch pays for
+the shim with no cap and with cap 100, against the same loop without the shim, in one run (overhead.py's
+loop).
 
     python benchmarks/compute_share.py            # the full table (~13 minutes)
     python benchmarks/compute_share.py --quick    # a subset, shorter windows
     python benchmarks/compute_share.py --skip accuracy streams pair borrow cost   # the new cells only
+    python benchmarks/compute_share.py --only mig --window 5    # the MIG instance's cells
     python benchmarks/compute_share.py --torch    # on a real GPU: PyTorch matmuls at 30 %
 """
 
@@ -75,6 +79,7 @@ class Container:
     cpu_us: int = 0                 # CPU work after each launch (launch-bound above the kernel's length)
     beside: tuple[tuple[str, int, int], ...] = ()  # more processes: (PATH, KERNEL_US, CPU_US)
     region: Path | None = None      # --region, to read its counters after
+    visible: str | None = None      # CUDA_VISIBLE_DEVICES: a MIG device's UUID
 
     def command(self, client: Path, seconds: float) -> list[str]:
         loops = [(self.path, self.kernel_us, self.cpu_us)] * self.processes + list(self.beside)
@@ -82,8 +87,9 @@ class Container:
         cores = ["--cores", str(self.cores_pct)] if self.cores_pct < 100 else []
         policy = ["--cores-policy", self.policy] if self.policy else []
         region = ["--region", str(self.region)] if self.region else []
-        return [sys.executable, "-m", "vgpulimit", "run", "--simulate", *cores, *policy, *region,
-                "--", "sh", "-c", f"{loop} & wait"]
+        visible = ["env", f"CUDA_VISIBLE_DEVICES={self.visible}"] if self.visible else []
+        return [*visible, sys.executable, "-m", "vgpulimit", "run", "--simulate", *cores, *policy,
+                *region, "--", "sh", "-c", f"{loop} & wait"]
 
 
 def share_of(output: str, kernel_us: int, start: float, end: float) -> float:
@@ -219,6 +225,37 @@ def two_containers(client: Path, settle: float, window: float, workdir: Path) ->
         for c, (share, calls) in zip(pair, results, strict=True):
             print(f"{_kernel_text(kernel_us):>8} {c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f} "
                   f"{calls:>12.2f}", flush=True)
+    print()
+
+
+MIG = {"SIMGPU_PROFILE": "h100-80gb", "SIMGPU_MIG": "3g.40gb,2g.20gb"}
+
+
+def mig_uuids(workdir: Path) -> list[str]:
+    """The MIG devices' UUIDs of the simulated H100 in MIG mode, by NVML."""
+    env = {**base_environment(workdir / "mig.state", workdir / "run"), **MIG,
+           "LD_LIBRARY_PATH": str(_paths.simgpu_dir())}
+    code = ("import pynvml as n; n.nvmlInit(); g = n.nvmlDeviceGetHandleByIndex(0); "
+            "print(' '.join(n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(g, i)) "
+            "for i in range(2)))")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def mig_instance(client: Path, settle: float, window: float, workdir: Path) -> None:
+    print("On one MIG instance (H100 3g.40gb, 1 ms kernels, one process each); 'beside': an uncapped "
+          "container on the 2g.20gb")
+    print(f"{'cell':>14} {'cap':>5} {'achieved':>9} {'error':>7}")
+    three_g, two_g = mig_uuids(workdir)
+    cells = [("alone", [30]), ("alone", [60]), ("pair", [30, 60]), ("pair, beside", [30, 60])]
+    for name, caps in cells:
+        containers = [Container(cap, 1, 1000, visible=three_g) for cap in caps]
+        neighbour = [Container(100, 1, 1000, visible=two_g)] if "beside" in name else []
+        results = run_containers(containers + neighbour, client, settle, window, workdir, MIG)
+        for c, (share, _) in zip(containers, results, strict=False):
+            print(f"{name:>14} {c.cores_pct:>4}% {share:>8.1f}% {share - c.cores_pct:>+7.1f}", flush=True)
+        if neighbour:
+            print(f"{'neighbour':>14} {'none':>5} {results[-1][0]:>8.1f}%", flush=True)
     print()
 
 
@@ -386,6 +423,9 @@ def torch_share(seconds: float) -> None:
     print(f"ratio {rates['--cores 30'] / rates['uncapped']:.3f} (target 0.30)")
 
 
+CELLS = ("accuracy", "streams", "pair", "borrow", "launch-bound", "short", "mig", "cost")
+
+
 def _kernel_text(us: int) -> str:
     return f"{us // 1000} ms" if us >= 1000 else f"{us} us"
 
@@ -402,6 +442,8 @@ def main() -> None:
     parser.add_argument("--skip", nargs="+", default=[],
                         choices=["accuracy", "streams", "pair", "borrow", "launch-bound", "short", "cost"],
                         help="parts to leave out")
+    parser.add_argument("--only", nargs="+", default=[],
+                        help="run only these cells (the names --skip takes, and mig)")
     parser.add_argument("--torch", action="store_true",
                         help="instead: PyTorch matmuls at --cores 30 vs uncapped, on a real GPU")
     args = parser.parse_args()
@@ -413,6 +455,8 @@ def main() -> None:
     targets = args.targets or ((25, 75) if args.quick else TARGETS)
     kernels = args.kernels or KERNELS_US
     processes = args.processes or PROCESSES
+    if args.only:
+        args.skip = [cell for cell in CELLS if cell not in args.only]
     _paths.libpath()
     _paths.simgpu_dir()
     with tempfile.TemporaryDirectory() as tmp:
@@ -430,6 +474,8 @@ def main() -> None:
             launch_bound(client, 2.0 if args.quick else 4.0, 2 if args.quick else 3, workdir)
         if "short" not in args.skip:
             short_work(client, settle, window, workdir)
+        if "mig" not in args.skip:
+            mig_instance(client, settle, window, workdir)
         if "cost" not in args.skip:
             launch_cost(200_000 if args.quick else 2_000_000, 2 if args.quick else 3, workdir)
 

@@ -34,7 +34,19 @@ run -- without vgpulimit, then under it:
   a share of 100, rounds interleaved: medians and spread;
 - node: two capped containers at once; `status --all` against what the driver
   lists (NVML, and nvidia-smi where there is one), and `metrics --all` scraped
-  once.
+  once;
+- sharing: frameworks that share device memory between processes or give it
+  back and take it again, under the 4 GiB cap (tests/clients/framework_share.py):
+  torch.multiprocessing sending a CUDA tensor to a child (CUDA IPC, and with
+  expandable_segments:True, VMM handles as file descriptors), torch.distributed
+  with NCCL at world size 1 (init, all_reduce, destroy), CuPy's IPC memory
+  handles, and a VMM sleep/wake loop of 20 rounds as vLLM's sleep mode does it:
+  at each step, each process's figure in the region against the driver's list.
+- mig: on one MIG instance, named by its MIG-<uuid>, a 4 GiB cap met from C,
+  1 ms kernels at 30 % of the instance, and nvidia-smi, nvitop and gpustat in
+  the capped container.  Only where a GPU is in MIG mode with instances
+  already (the run never changes MIG); skipped with the reason elsewhere.  On
+  the simulated GPU, on a simulated H100 in MIG mode of their own.
 
 Each row runs under a time budget; a row that fails, crashes or runs out of
 time is a row of the table (FAIL / ERROR), never the end of the run.  On the
@@ -64,23 +76,26 @@ from pathlib import Path
 from real_gpu_rows.bench import ROOT, Bench
 from real_gpu_rows.costs import costs_spec
 from real_gpu_rows.memory import MEMORY_CLIENTS, memory_spec
+from real_gpu_rows.mig import mig_specs
 from real_gpu_rows.node import node_spec
 from real_gpu_rows.priority import priority_spec
 from real_gpu_rows.programs import compile_spec, launch_spec, matmul_spec
 from real_gpu_rows.rows import OutOfTime, Row, Skip, Spec
 from real_gpu_rows.share import pair_spec, share_plan, share_spec
+from real_gpu_rows.sharing import SHARING_WAYS, sharing_spec
 from real_gpu_rows.tools import tool_commands, tool_spec, verify_spec
 
 from vgpulimit import __version__
 
 RUN_BUDGET_S = 480.0                   # the whole run on a GPU: 8 minutes
 
-GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node")
+GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "sharing", "mig")
 GROUP_TITLES = {"memory": "memory cap (4 GiB)", "tools": "tools inside the cap", "share": "compute share",
                 "priority": "priority between tenants", "programs": "real programs", "costs": "costs from C",
-                "node": "node view"}
+                "node": "node view", "sharing": "memory shared between processes, sleep and wake (4 GiB)",
+                "mig": "on one MIG instance"}
 # Cheap and decisive first; torch.compile's cold compile last.
-RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "programs")
+RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "sharing", "mig", "programs")
 
 NEEDS_RUNTIME = ("needs the real CUDA runtime ({what}), which stops on the simulated driver "
                  "(libcudart asks the driver for NVIDIA's private export tables)")
@@ -114,6 +129,8 @@ def plan(quick: bool) -> list[Spec]:
     specs += [priority_spec()]
     specs += [matmul_spec(), compile_spec(), launch_spec()]
     specs += [costs_spec(), node_spec()]
+    specs += [sharing_spec(*way) for way in SHARING_WAYS]
+    specs += mig_specs()
     return specs
 
 

@@ -40,6 +40,16 @@
  *                          driver calls it made, at exit (instruments.c)
  *   SIMGPU_FAIL            entry points that fail with CUDA_ERROR_UNKNOWN,
  *                          comma-separated (tests; only cuStreamIsCapturing[_ptsz])
+ *   SIMGPU_MIG             each device's MIG instances (mig.c): one layout for
+ *                          all, or one per device separated by ';', such as
+ *                          3g.40gb,2g.20gb,1g.10gb or 3g.40gb@4;off (default
+ *                          none: MIG disabled)
+ *   SIMGPU_MIG_MONITOR     all (default) or none: whether NVML's MIG-wide
+ *                          answers (a MIG parent's memory and processes, the
+ *                          placements) are allowed, as for the host and a
+ *                          container given NVIDIA_MIG_MONITOR_DEVICES=all, or
+ *                          answer NVML_ERROR_NO_PERMISSION, as in a container
+ *                          without that capability
  *   SIMGPU_NVML_ANSWER     what NVML functions answer, for tests of their callers:
  *                          FUNCTION:ANSWERS[,FUNCTION:ANSWERS...], where ANSWERS
  *                          are one or more answers separated by ';' that the
@@ -137,8 +147,8 @@ static uint64_t sim_hash(const char *s)
 static bool sim_default_state_path(struct sim_config *c)
 {
     char key[128];
-    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64 " reserved %" PRIu64,
-             SIM_STATE_VERSION, c->device_count, c->memory_bytes, c->reserved_bytes);
+    snprintf(key, sizeof key, "simgpu state v%d devices %" PRIu32 " memory %" PRIu64 " reserved %" PRIu64
+             " mig %" PRIx64, SIM_STATE_VERSION, c->device_count, c->memory_bytes, c->reserved_bytes, c->mig_layout);
     uint64_t h = sim_hash(key);
     const char *dir = sim_env("XDG_RUNTIME_DIR");
     struct stat st;
@@ -326,6 +336,62 @@ static bool sim_parse_nvml_scripts(const char *value, struct sim_config *c)
     return !why;
 }
 
+/* The units (mig.c): a GPU without MIG, or each of its MIG instances. */
+static bool sim_mig_units(struct sim_config *cfg, char *message, size_t size)
+{
+    uint32_t n = 0;
+    uint64_t hash = 0xcbf29ce484222325ULL;
+    bool any = false;
+    for (uint32_t d = 0; d < cfg->device_count; d++) {
+        struct sim_gpu_mig *gpu = &cfg->mig[d];
+        uint32_t wanted = gpu->enabled ? gpu->count : 1;
+        if (n + wanted > SIM_MAX_DEVICES) {
+            snprintf(message, size, "SIMGPU_MIG: %u devices and MIG instances in all are more than simgpu keeps "
+                     "(%d); expected fewer devices or instances", n + wanted, SIM_MAX_DEVICES);
+            return false;
+        }
+        cfg->gpu_unit[d] = gpu->enabled ? SIM_WHOLE_GPU : n;
+        if (!gpu->enabled) {
+            cfg->units[n++] = (struct sim_unit){.gpu = d, .instance = SIM_WHOLE_GPU, .sms = cfg->sms[d],
+                                                .memory_bytes = cfg->memory_bytes,
+                                                .reserved_bytes = cfg->reserved_bytes};
+            continue;
+        }
+        any = true;
+        for (uint32_t i = 0; i < gpu->count; i++) {
+            struct sim_mig_instance *in = &gpu->instances[i];
+            in->unit = n;
+            /* No reserve of its own [inf]: the driver's is the parent's. */
+            cfg->units[n++] = (struct sim_unit){.gpu = d, .instance = i, .sms = in->profile->sms,
+                                                .memory_bytes = (uint64_t)in->profile->memory_mib << 20};
+            /* FNV-1a over (device, profile id, start). */
+            uint32_t key[3] = {d, in->profile->id, in->start};
+            for (size_t b = 0; b < sizeof key; b++) {
+                hash ^= ((const uint8_t *)key)[b];
+                hash *= 0x100000001b3ULL;
+            }
+        }
+    }
+    cfg->unit_count = n;
+    cfg->mig_layout = any ? hash : 0;
+    return true;
+}
+
+const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit)
+{
+    const struct sim_unit *u = &cfg->units[unit];
+    return u->instance == SIM_WHOLE_GPU ? NULL : &cfg->mig[u->gpu].instances[u->instance];
+}
+
+void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size)
+{
+    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
+    if (in)
+        snprintf(out, size, "%s MIG %s", cfg->profile->name, in->profile->name);
+    else
+        snprintf(out, size, "%s", cfg->profile->name);
+}
+
 static void sim_config_load(void)
 {
     struct sim_config *c = &sim_config_value;
@@ -398,6 +464,25 @@ static void sim_config_load(void)
         /* A smaller SIMGPU_MEMORY keeps the profile's reserve unless told otherwise. */
         sim_log("SIMGPU_MEMORY=%s: no more than the %s profile's reserve of %" PRIu64 " bytes; set "
                 "SIMGPU_RESERVED too (0 for none)", sim_env("SIMGPU_MEMORY"), profile->key, c->reserved_bytes);
+        ok = false;
+    }
+
+    char mig_message[1024];
+    text = sim_env("SIMGPU_MIG");
+    if (ok && ((text && !sim_mig_parse(text, c->profile, c->device_count, c->mig, mig_message,
+                                       sizeof mig_message)) ||
+               !sim_mig_units(c, mig_message, sizeof mig_message))) {
+        sim_log("%s", mig_message);
+        ok = false;
+    }
+
+    c->mig_monitor = true;
+    text = sim_env("SIMGPU_MIG_MONITOR");
+    if (text && strcmp(text, "none") == 0) {
+        c->mig_monitor = false;
+    } else if (text && strcmp(text, "all") != 0) {
+        sim_log("SIMGPU_MIG_MONITOR=%s: expected all (MIG-wide NVML queries allowed) or none (they answer "
+                "NVML_ERROR_NO_PERMISSION)", text);
         ok = false;
     }
 
@@ -552,23 +637,51 @@ static uint64_t sim_mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN])
+/* A UUID from a key: a GPU's index, or (for MIG) one above every index. */
+static void sim_uuid_of(uint64_t key, uint8_t out[SIM_UUID_LEN])
 {
     const uint64_t seed = 0x73696d677075ULL; /* "simgpu" */
-    uint64_t hi = sim_mix(seed + 2 * (uint64_t)index);
-    uint64_t lo = sim_mix(seed + 2 * (uint64_t)index + 1);
+    uint64_t hi = sim_mix(seed + 2 * key);
+    uint64_t lo = sim_mix(seed + 2 * key + 1);
     for (int i = 0; i < 8; i++) {
         out[i] = (uint8_t)(hi >> (56 - 8 * i));
         out[8 + i] = (uint8_t)(lo >> (56 - 8 * i));
     }
 }
 
+static void sim_uuid_text(const char *prefix, const uint8_t u[SIM_UUID_LEN], char out[41])
+{
+    snprintf(out, 41, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN])
+{
+    sim_uuid_of(index, out);
+}
+
 void sim_device_uuid_string(uint32_t index, char out[41])
 {
     uint8_t u[SIM_UUID_LEN];
     sim_device_uuid(index, u);
-    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    sim_uuid_text("GPU", u, out);
+}
+
+void sim_unit_uuid(const struct sim_config *cfg, uint32_t unit, uint8_t out[SIM_UUID_LEN])
+{
+    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
+    if (!in) {
+        sim_device_uuid(cfg->units[unit].gpu, out);
+        return;
+    }
+    sim_uuid_of(1ULL << 40 | (uint64_t)cfg->units[unit].gpu << 16 | in->profile->id << 8 | in->start, out);
+}
+
+void sim_unit_uuid_string(const struct sim_config *cfg, uint32_t unit, char out[41])
+{
+    uint8_t u[SIM_UUID_LEN];
+    sim_unit_uuid(cfg, unit, u);
+    sim_uuid_text(sim_unit_instance(cfg, unit) ? "MIG" : "GPU", u, out);
 }
 
 struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index)

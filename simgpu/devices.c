@@ -17,9 +17,19 @@
  *                         ambiguous prefix, an index in a list of UUIDs or the
  *                         reverse); an index is read as strtoul would ("1gpu"
  *                         is 1); a device listed twice before that end makes
- *                         the list empty;
- *                         so does "" and a MIG-... list (simgpu has no MIG).
+ *                         the list empty; so does "".  A list of MIG UUIDs
+ *                         ("MIG-...", a unique prefix is enough) gives the
+ *                         first that names an instance, and no other.
  *                         No device left: cuInit fails with CUDA_ERROR_NO_DEVICE.
+ *
+ * A GPU in MIG mode is no CUDA device itself: CUDA shows one of its instances
+ * (the first of its layout, mig.c), and a process sees one MIG instance at
+ * most, whatever else it is given ("regardless of how many MIG devices are
+ * created (or made available to a container), a single CUDA process can only
+ * enumerate a single MIG device": NVIDIA's MIG user guide, as quoted in
+ * pytorch/pytorch#130181; two MIG UUIDs give device_count() 1,
+ * pytorch/pytorch PR#92315).  Which instance an index or GPU UUID of a MIG
+ * parent gives is an [inf]: the first.
  *
  * The rules are the CUDA Programming Guide's ("CUDA Environment Variables",
  * 5.2.1.1: order of the sequence, the end at an invalid index, UUID prefixes,
@@ -38,7 +48,7 @@
 /* Set by cuInit, read-only afterwards. */
 static struct {
     uint32_t count;
-    uint32_t machine[SIM_MAX_DEVICES]; /* ordinal -> the machine's index */
+    uint32_t unit[SIM_MAX_DEVICES]; /* ordinal -> the unit: a GPU's index, or a MIG instance's (mig.c) */
 } sim_visible;
 
 /* The machine's devices in CUDA_DEVICE_ORDER. */
@@ -92,15 +102,51 @@ static long sim_entry_uuid(const struct sim_config *cfg, const char *entry, size
     return found;
 }
 
+/* The unit of the one MIG instance whose UUID starts with the entry; -1: none, or several. */
+static long sim_entry_mig(const struct sim_config *cfg, const char *entry, size_t len)
+{
+    long found = -1;
+    for (uint32_t u = 0; u < cfg->unit_count; u++) {
+        char uuid[41];
+        sim_unit_uuid_string(cfg, u, uuid);
+        if (sim_unit_instance(cfg, u) && len <= 40 && strncmp(uuid, entry, len) == 0) {
+            if (found >= 0)
+                return -1;
+            found = u;
+        }
+    }
+    return found;
+}
+
+/* Adds GPU d's unit (a MIG parent's first instance, unless the process has
+ * one already). */
+static void sim_add_gpu(const struct sim_config *cfg, uint32_t d, uint32_t *n, bool *has_mig)
+{
+    const struct sim_gpu_mig *mig = &cfg->mig[d];
+    if (!mig->enabled) {
+        sim_visible.unit[(*n)++] = cfg->gpu_unit[d];
+    } else if (mig->count && !*has_mig) {
+        sim_visible.unit[(*n)++] = mig->instances[0].unit;
+        *has_mig = true;
+    }
+}
+
 CUresult sim_devices_enumerate(const struct sim_config *cfg)
 {
-    uint32_t order[SIM_MAX_DEVICES];
-    uint32_t total = sim_cuda_order(cfg, order), n = 0;
+    uint32_t order[SIM_MAX_DEVICES], listed[SIM_MAX_DEVICES];
+    uint32_t total = sim_cuda_order(cfg, order), n = 0, count = 0;
+    bool has_mig = false;
     const char *list = getenv("CUDA_VISIBLE_DEVICES");
     if (!list) {
-        memcpy(sim_visible.machine, order, sizeof order);
-        n = total;
-    } else if (strncmp(list, "MIG-", 4) != 0) {
+        for (uint32_t i = 0; i < total; i++)
+            sim_add_gpu(cfg, order[i], &n, &has_mig);
+    } else if (strncmp(list, "MIG-", 4) == 0) {
+        /* One MIG device per process: the first entry that names one. */
+        size_t len = strcspn(list, ",");
+        long u = sim_entry_mig(cfg, list, len);
+        if (u >= 0)
+            sim_visible.unit[n++] = (uint32_t)u;
+    } else {
         bool uuids = strncmp(list, "GPU-", 4) == 0;
         for (const char *p = list; *p;) {
             const char *comma = strchr(p, ',');
@@ -112,16 +158,18 @@ CUresult sim_devices_enumerate(const struct sim_config *cfg)
                 d = d < (long)total ? (long)order[d] : -1;
             if (d < 0)
                 break;
-            for (uint32_t i = 0; i < n; i++)
-                if (sim_visible.machine[i] == (uint32_t)d)
-                    n = 0, d = -1; /* listed twice: nothing is visible */
+            for (uint32_t i = 0; i < count; i++)
+                if (listed[i] == (uint32_t)d)
+                    count = 0, d = -1; /* listed twice: nothing is visible */
             if (d < 0)
                 break;
-            sim_visible.machine[n++] = (uint32_t)d;
+            listed[count++] = (uint32_t)d;
             if (!comma)
                 break;
             p = comma + 1;
         }
+        for (uint32_t i = 0; i < count; i++)
+            sim_add_gpu(cfg, listed[i], &n, &has_mig);
     }
     sim_visible.count = n;
     return n ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
@@ -133,14 +181,14 @@ CUresult sim_device_index(CUdevice dev, uint32_t *index)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || (uint32_t)dev >= sim_visible.count)
         return CUDA_ERROR_INVALID_DEVICE;
-    *index = sim_visible.machine[dev];
+    *index = sim_visible.unit[dev];
     return CUDA_SUCCESS;
 }
 
 CUdevice sim_device_ordinal(uint32_t index)
 {
     for (uint32_t i = 0; i < sim_visible.count; i++)
-        if (sim_visible.machine[i] == index)
+        if (sim_visible.unit[i] == index)
             return (CUdevice)i;
     return -1;
 }
@@ -175,18 +223,23 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
     return res;
 }
 
+/* A MIG instance's name is its board's and its profile's, "NVIDIA H100 80GB
+ * HBM3 MIG 3g.40gb", as NVML gives it. */
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "%s", sim_driver_config()->profile->name);
+    sim_unit_name(sim_driver_config(), index, name, (size_t)len);
     return CUDA_SUCCESS;
 }
 
+/* The first call gives a MIG instance's parent GPU: the MIG UUID came with _v2
+ * (CUDA 11.4), which "returns its MIG UUID" (the driver API's reference). */
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
     SIM_CALLED();
@@ -197,27 +250,37 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
     uint8_t bytes[SIM_UUID_LEN];
-    sim_device_uuid(index, bytes);
+    sim_device_uuid(sim_driver_config()->units[index].gpu, bytes);
     memcpy(uuid->bytes, bytes, sizeof uuid->bytes);
     return CUDA_SUCCESS;
 }
 
-/* _v2 differs only for MIG instances, which simgpu does not have. */
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
     SIM_CALLED();
-    return cuDeviceGetUuid(uuid, dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint8_t bytes[SIM_UUID_LEN];
+    sim_unit_uuid(sim_driver_config(), index, bytes);
+    memcpy(uuid->bytes, bytes, sizeof uuid->bytes);
+    return CUDA_SUCCESS;
 }
 
+/* A MIG instance's own memory: its profile's. */
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     SIM_CALLED();
-    CUresult res = sim_check_device(dev);
+    uint32_t index;
+    CUresult res = sim_device_index(dev, &index);
     if (res != CUDA_SUCCESS)
         return res;
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    *bytes = (size_t)sim_driver_config()->memory_bytes;
+    *bytes = (size_t)sim_driver_config()->units[index].memory_bytes;
     return CUDA_SUCCESS;
 }
 
@@ -243,7 +306,8 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
         return res;
     if (!pciBusId || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct sim_pci_address pci = sim_device_pci(sim_driver_config(), index);
+    const struct sim_config *cfg = sim_driver_config();
+    struct sim_pci_address pci = sim_device_pci(cfg, cfg->units[index].gpu);
     snprintf(pciBusId, (size_t)len, "%04X:%02X:%02X.0", pci.domain, pci.bus, pci.device);
     return CUDA_SUCCESS;
 }
@@ -256,7 +320,7 @@ static bool sim_attribute(CUdevice_attribute attrib, uint32_t index, int *out)
 {
     const struct sim_config *cfg = sim_driver_config();
     const struct sim_profile *p = cfg->profile;
-    struct sim_pci_address pci = sim_device_pci(cfg, index);
+    struct sim_pci_address pci = sim_device_pci(cfg, cfg->units[index].gpu);
     switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *out = 1024; return true;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *out = 1024; return true;
@@ -272,7 +336,7 @@ static bool sim_attribute(CUdevice_attribute attrib, uint32_t index, int *out)
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *out = 65536; return true;
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *out = (int)p->clock_khz; return true;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *out = 512; return true;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = (int)cfg->sms[index]; return true;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = (int)cfg->units[index].sms; return true;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: *out = 0; return true;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *out = 1; return true;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *out = 0; return true; /* default: shared */

@@ -306,6 +306,22 @@ SIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute
 SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+SIM_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                     CUmemAllocationHandleType handleType, unsigned long long flags);
+SIM_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                       CUmemAllocationHandleType handleType, unsigned long long flags);
+SIM_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
+SIM_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData);
+
+/* ---- ipc.c: legacy interprocess memory --------------------------------------------- */
+
+SIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+SIM_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+SIM_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
+/* events.c */
+SIM_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+SIM_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 
 /* ---- vmm.c: virtual memory management ------------------------------------------------ */
 
@@ -323,6 +339,10 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
                              unsigned long long flags);
 SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+SIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                                 CUmemAllocationHandleType handleType, unsigned long long flags);
+SIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                   CUmemAllocationHandleType shHandleType);
 
 /* ---- arrays.c: CUDA arrays and mipmapped arrays --------------------------------------- */
 
@@ -497,6 +517,7 @@ enum sim_mem_kind {
     SIM_MEM_POOL,                   /* an allocation of a memory pool (pools.c) */
     SIM_MEM_MAPPED,                 /* a virtual memory mapping that is accessible (vmm.c) */
     SIM_MEM_GRAPH,                  /* a graph allocation while live (graph_memory.c) */
+    SIM_MEM_IPC,                    /* another process's allocation, opened by cuIpcOpenMemHandle: memory.c's */
 };
 /* An entry of memory.c's table. */
 struct sim_mem_entry {
@@ -506,6 +527,8 @@ struct sim_mem_entry {
     CUcontext ctx;                  /* the context it was made in; NULL unless SIM_MEM_LINEAR */
     enum sim_mem_kind kind;
     void *owner;                    /* a SIM_MEM_POOL entry's pool chunk, a SIM_MEM_GRAPH one's allocation */
+    struct sim_shared_ref *shared;  /* SIM_MEM_LINEAR once exported by cuIpcGetMemHandle, and SIM_MEM_IPC */
+    unsigned int opens;             /* SIM_MEM_IPC: cuIpcOpenMemHandle's count */
 };
 /* CUDA_SUCCESS once cuInit has succeeded, else CUDA_ERROR_NOT_INITIALIZED: for
  * the calls that need no current context. */
@@ -531,6 +554,8 @@ bool sim_mem_device(uintptr_t addr);
 /* Whether [addr, addr + n) (n > 0) lies in one device allocation, or in
  * virtual memory mappings that follow each other. */
 bool sim_mem_device_range(uintptr_t addr, size_t n);
+/* Under the memory mutex: a copy of the entry whose base is `base`; false: none. */
+bool sim_mem_entry_at(uintptr_t base, struct sim_mem_entry *out);
 /* Under the memory mutex: forgets the entry at `base`. */
 void sim_mem_untrack(uintptr_t base);
 /* Under the memory mutex, for frees.c: removes the entry whose base is `base`,
@@ -539,8 +564,16 @@ void sim_mem_untrack(uintptr_t base);
  * graph_memory.c's sim_graph_memory_free under the mutex, sim_mem_unmap a
  * SIM_MEM_LINEAR entry's after it. */
 bool sim_mem_take(uintptr_t base, struct sim_mem_entry *out);
-/* Gives a SIM_MEM_LINEAR entry's pages and charge back (no mutex). */
+/* Gives a SIM_MEM_LINEAR or SIM_MEM_IPC entry's pages and charge (or hold on
+ * a shared allocation) back (no mutex). */
 void sim_mem_unmap(const struct sim_mem_entry *entry);
+/* Legacy IPC (ipc.c): the cuMemAlloc allocation whose base is `dptr` made a
+ * shared allocation, if it is not yet, and its id. */
+CUresult sim_mem_share(uintptr_t dptr, uint64_t *id);
+/* Maps shared allocation `id` in `ctx`, or counts one more open of it. */
+CUresult sim_mem_ipc_open(CUcontext ctx, uint64_t id, uintptr_t *out);
+/* One open fewer of what sim_mem_ipc_open mapped at `dptr`; unmapped at the last. */
+CUresult sim_mem_ipc_close(uintptr_t dptr);
 /* Fork handlers, called by init.c's after its own and contexts.c's mutexes (the lock order). */
 void sim_mem_atfork_prepare(void);
 void sim_mem_atfork_parent(void);

@@ -1,8 +1,15 @@
 /* simgpu's events.  Recording one queues a marker in its stream on the
  * device's timeline: it completes when the stream's earlier work has, in its
- * context's time slice (timeline.c), and its time is when it did. */
+ * context's time slice (timeline.c), and its time is when it did.
+ *
+ * An interprocess event (CU_EVENT_INTERPROCESS, shared by cuIpcGetEventHandle
+ * and cuIpcOpenEventHandle, as PyTorch shares a CUDA tensor's event with the
+ * process it sends the tensor to) keeps its last record in the state file
+ * (shared.c), where every process that has it writes and reads it; the
+ * timeline is machine-wide, so any of them can tell when it completes. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "work.h"
 
@@ -33,6 +40,20 @@ bool sim_event_valid(CUevent e)
     return e && e->magic == SIM_EVENT_MAGIC;
 }
 
+void sim_event_refresh(CUevent e)
+{
+    uint32_t state, device;
+    uint64_t ticket;
+    if (!e->ipc_id || sim_ipc_event_get(e->ipc_id, &state, &device, &ticket) != 0)
+        return;
+    if (__atomic_load_n(&e->ticket, __ATOMIC_ACQUIRE) != ticket) {
+        e->device = device;
+        __atomic_store_n(&e->at_ns, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&e->ticket, ticket, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&e->state, state, __ATOMIC_RELEASE);
+}
+
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     SIM_CALLED();
@@ -56,6 +77,8 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     e->device = ctx->device;
     e->ticket = 0;
     e->at_ns = 0;
+    e->ipc_id = 0;
+    e->ipc_owner = false;
     __atomic_store_n(&e->magic, SIM_EVENT_MAGIC, __ATOMIC_RELEASE);
     *phEvent = e;
     return CUDA_SUCCESS;
@@ -69,6 +92,8 @@ CUresult cuEventDestroy_v2(CUevent hEvent)
     pthread_mutex_lock(&sim_events.mutex);
     CUresult res = CUDA_ERROR_INVALID_HANDLE;
     if (sim_event_valid(hEvent)) {
+        if (hEvent->ipc_owner)
+            sim_ipc_event_free(hEvent->ipc_id);
         hEvent->magic = 0;
         hEvent->next_free = sim_events.free;
         sim_events.free = hEvent;
@@ -106,6 +131,8 @@ static CUresult sim_event_record(CUevent e, CUstream s, unsigned int flags, bool
     __atomic_store_n(&e->at_ns, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&e->ticket, ticket, __ATOMIC_RELEASE);
     __atomic_store_n(&e->state, SIM_EVENT_RECORDED, __ATOMIC_RELEASE);
+    if (e->ipc_id)
+        sim_ipc_event_set(e->ipc_id, SIM_EVENT_RECORDED, e->device, ticket);
     return CUDA_SUCCESS;
 }
 
@@ -141,6 +168,7 @@ static CUresult sim_event_status(CUevent e, bool wait, bool *done, uint64_t *at_
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!sim_event_valid(e))
         return CUDA_ERROR_INVALID_HANDLE;
+    sim_event_refresh(e);
     uint32_t state = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
     if (state == SIM_EVENT_CAPTURED)
         return CUDA_ERROR_CAPTURED_EVENT;
@@ -213,4 +241,67 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
     SIM_CALLED();
     return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
+}
+
+/* What a CUipcEventHandle holds here. */
+struct sim_ipc_event_handle {
+    char magic[8];                  /* SIM_IPC_EVENT_MAGIC */
+    uint64_t id;
+};
+_Static_assert(sizeof(struct sim_ipc_event_handle) <= sizeof(CUipcEventHandle), "an IPC handle has 64 bytes");
+
+#define SIM_IPC_EVENT_MAGIC "simgpuE"
+
+/* Only an event made with CU_EVENT_INTERPROCESS and CU_EVENT_DISABLE_TIMING
+ * (cuda.h; cuEventCreate refuses the one without the other). */
+CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    SIM_CALLED();
+    if (!sim_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pHandle || !sim_event_valid(event) || !(event->flags & CU_EVENT_INTERPROCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_events.mutex);
+    if (!event->ipc_id && (event->ipc_id = sim_ipc_event_new()) != 0) {
+        event->ipc_owner = true;
+        sim_ipc_event_set(event->ipc_id, __atomic_load_n(&event->state, __ATOMIC_ACQUIRE), event->device,
+                          __atomic_load_n(&event->ticket, __ATOMIC_ACQUIRE));
+    }
+    uint64_t id = event->ipc_id;
+    pthread_mutex_unlock(&sim_events.mutex);
+    if (!id)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct sim_ipc_event_handle h = {.magic = SIM_IPC_EVENT_MAGIC, .id = id};
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle, &h, sizeof h);
+    return CUDA_SUCCESS;
+}
+
+/* A new event of the current context that is the exported one: recorded
+ * in either process, it is recorded in both (cuda.h: freed with
+ * cuEventDestroy; "performing operations on the imported event after the
+ * exported event has been freed" is undefined: here the event reads as
+ * never recorded). */
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    SIM_CALLED();
+    struct sim_ipc_event_handle h;
+    memcpy(&h, &handle, sizeof h);
+    uint32_t state, device;
+    uint64_t ticket;
+    if (!phEvent)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUevent e;
+    CUresult res = cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (memcmp(h.magic, SIM_IPC_EVENT_MAGIC, sizeof h.magic) != 0 ||
+        sim_ipc_event_get(h.id, &state, &device, &ticket) != 0) {
+        cuEventDestroy_v2(e);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    e->ipc_id = h.id;
+    sim_event_refresh(e);
+    *phEvent = e;
+    return CUDA_SUCCESS;
 }

@@ -22,7 +22,7 @@ static bool sim_fits_at_once(const struct sim_grid *g, uint32_t device)
     uint64_t per_sm = cfg->profile->threads_per_sm / threads;
     if (per_sm > SIM_SM_BLOCKS)
         per_sm = SIM_SM_BLOCKS;
-    return (uint64_t)g->gx * g->gy * g->gz <= per_sm * cfg->sms[device];
+    return (uint64_t)g->gx * g->gy * g->gz <= per_sm * cfg->units[device].sms;
 }
 
 static CUresult sim_launch(CUfunction f, const struct sim_grid *grid, CUstream stream, bool per_thread,

@@ -127,13 +127,19 @@ bool sim_mem_device(uintptr_t addr)
 void sim_mem_unmap(const struct sim_mem_entry *a)
 {
     munmap((void *)a->base, a->map_size);
-    sim_state_uncharge(a->ctx->device, a->size);
+    if (a->shared) {
+        sim_shared_leave(a->shared);
+        free(a->shared);
+    } else {
+        sim_state_uncharge(a->ctx->device, a->size);
+    }
 }
 
 void sim_mem_release_context(CUcontext ctx)
 {
     size_t kept = 0;
     for (size_t i = 0; i < sim_mem.n; i++) {
+        /* Opened IPC memory is a context's too (cuda.h, cuIpcOpenMemHandle). */
         if (sim_mem.v[i].ctx == ctx)
             sim_mem_unmap(&sim_mem.v[i]);
         else
@@ -335,15 +341,127 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     return sim_alloc(dptr, bytesize, false);
 }
 
-/* Not a virtual memory mapping: vmm.c's cuMemUnmap takes those. */
+bool sim_mem_entry_at(uintptr_t base, struct sim_mem_entry *out)
+{
+    const struct sim_mem_entry *a = sim_find(base);
+    if (!a || a->base != base)
+        return false;
+    *out = *a;
+    return true;
+}
+
+/* Not a virtual memory mapping (vmm.c's cuMemUnmap takes those), nor
+ * opened IPC memory (cuIpcCloseMemHandle's). */
 bool sim_mem_take(uintptr_t base, struct sim_mem_entry *out)
 {
     struct sim_mem_entry *a = sim_find(base);
-    if (!a || a->base != base || a->kind == SIM_MEM_MAPPED)
+    if (!a || a->base != base || a->kind == SIM_MEM_MAPPED || a->kind == SIM_MEM_IPC)
         return false;
     *out = *a;
     sim_remove(a);
     return true;
+}
+
+/* The bytes move to the shared allocation's file, mapped over the same
+ * address, so that the pointer the process holds keeps its contents. */
+CUresult sim_mem_share(uintptr_t dptr, uint64_t *id)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    struct sim_mem_entry *a = sim_find(dptr);
+    CUresult res = CUDA_SUCCESS;
+    struct sim_shared_ref *ref = NULL;
+    if (!a || a->base != dptr || a->kind != SIM_MEM_LINEAR) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else if (!a->shared) {
+        ref = malloc(sizeof *ref);
+        if (!ref || sim_shared_create(a->ctx->device, a->size, false, ref) != 0) {
+            free(ref);
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if (ftruncate(ref->fd, (off_t)a->map_size) != 0 ||
+                   pwrite(ref->fd, (void *)a->base, a->map_size, 0) != (ssize_t)a->map_size ||
+                   mmap((void *)a->base, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ref->fd, 0) ==
+                       MAP_FAILED) {
+            /* The charge stays the process's: the allocation's again. */
+            sim_state_charge(a->ctx->device, a->size);
+            sim_shared_leave(ref);
+            free(ref);
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            a->shared = ref;
+        }
+    }
+    if (res == CUDA_SUCCESS)
+        *id = a->shared->id;
+    pthread_mutex_unlock(&sim_mem.mutex);
+    return res;
+}
+
+CUresult sim_mem_ipc_open(CUcontext ctx, uint64_t id, uintptr_t *out)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    CUresult res = CUDA_SUCCESS;
+    for (size_t i = 0; i < sim_mem.n; i++) {
+        struct sim_mem_entry *a = &sim_mem.v[i];
+        if (a->shared && a->shared->id == id) {
+            /* The process that exported it cannot open it (cuda.h: "from
+             * another process"), and a real driver says so with
+             * CUDA_ERROR_INVALID_CONTEXT ("invalid device context", as UCX
+             * logged it: openucx/ucx#11603); an open one is counted again. */
+            if (a->kind == SIM_MEM_IPC && a->ctx == ctx) {
+                a->opens++;
+                *out = a->base;
+            } else {
+                res = CUDA_ERROR_INVALID_CONTEXT;
+            }
+            pthread_mutex_unlock(&sim_mem.mutex);
+            return res;
+        }
+    }
+    pthread_mutex_unlock(&sim_mem.mutex);
+    struct sim_mem_entry a = {.ctx = ctx, .kind = SIM_MEM_IPC, .opens = 1, .shared = malloc(sizeof *a.shared)};
+    if (!a.shared)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (sim_shared_join(id, -1, a.shared) != 0) {
+        free(a.shared);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    a.size = a.shared->size;
+    a.map_size = (a.size + page - 1) / page * page;
+    void *p = mmap(NULL, a.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, a.shared->fd, 0);
+    if (p == MAP_FAILED) {
+        sim_shared_leave(a.shared);
+        free(a.shared);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a.base = (uintptr_t)p;
+    pthread_mutex_lock(&sim_mem.mutex);
+    bool inserted = sim_insert(&a);
+    pthread_mutex_unlock(&sim_mem.mutex);
+    if (!inserted) {
+        sim_mem_unmap(&a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = a.base;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_mem_ipc_close(uintptr_t dptr)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    struct sim_mem_entry *a = sim_find(dptr);
+    struct sim_mem_entry gone = {0};
+    CUresult res = CUDA_SUCCESS;
+    if (!a || a->base != dptr || a->kind != SIM_MEM_IPC) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else if (--a->opens == 0) {
+        gone = *a;
+        sim_remove(a);
+    }
+    pthread_mutex_unlock(&sim_mem.mutex);
+    if (gone.shared)
+        sim_mem_unmap(&gone);
+    return res;
 }
 
 /* Free is the device's total less what all processes hold.

@@ -387,7 +387,7 @@ CUresult sim_kernel_prepare(CUfunction f, CUcontext ctx)
         __atomic_load_n(&f->ready_activation, __ATOMIC_RELAXED) == ctx->activation)
         return CUDA_SUCCESS;
     const struct sim_config *cfg = sim_config();
-    const uint64_t resident_threads = (uint64_t)cfg->sms[ctx->device] * cfg->profile->threads_per_sm;
+    const uint64_t resident_threads = (uint64_t)cfg->units[ctx->device].sms * cfg->profile->threads_per_sm;
     pthread_mutex_lock(&sim_modules_mutex);
     CUresult res = sim_module_load_into(f->module, ctx);
     uint64_t local = sim_granules(f->local_bytes * resident_threads);

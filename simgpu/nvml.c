@@ -18,8 +18,10 @@
 /* The driver branch that ships CUDA 13.0; fixed whatever SIMGPU_DRIVER_VERSION says. */
 #define SIM_NVML_DRIVER_VERSION "580.95.05"
 
+/* A GPU's handle, or a MIG device's (a unit with an instance, mig.c). */
 struct nvmlDevice_st {
-    uint32_t index;
+    uint32_t index;                 /* the GPU's; a MIG device's parent's */
+    uint32_t unit;                  /* a MIG device's unit; SIM_WHOLE_GPU for a GPU */
 };
 
 static struct {
@@ -27,6 +29,7 @@ static struct {
     unsigned int refcount;          /* read without the mutex: atomic */
     const struct sim_config *cfg;
     struct nvmlDevice_st devices[SIM_MAX_DEVICES];
+    struct nvmlDevice_st migs[SIM_MAX_DEVICES]; /* by unit; those of MIG instances are handed out */
 } sim_nvml = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 
 static bool sim_nvml_ready(void)
@@ -46,8 +49,10 @@ nvmlReturn_t sim_nvmlInitWithFlags(unsigned int flags)
             ret = NVML_ERROR_UNKNOWN;
         } else {
             sim_nvml.cfg = cfg;
-            for (uint32_t i = 0; i < SIM_MAX_DEVICES; i++)
-                sim_nvml.devices[i].index = i;
+            for (uint32_t i = 0; i < SIM_MAX_DEVICES; i++) {
+                sim_nvml.devices[i] = (struct nvmlDevice_st){.index = i, .unit = SIM_WHOLE_GPU};
+                sim_nvml.migs[i] = (struct nvmlDevice_st){.index = cfg->units[i].gpu, .unit = i};
+            }
         }
     }
     if (ret == NVML_SUCCESS)
@@ -171,17 +176,33 @@ nvmlReturn_t sim_nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *de
     return sim_nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
+/* GPU UUIDs, MIG UUIDs, and the legacy MIG form of drivers before R470,
+ * "MIG-GPU-<parent UUID>/<GI>/<CI>", which NVML still takes (MIG.md 1.3). */
 nvmlReturn_t sim_nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
     if (!uuid || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
-    for (uint32_t i = 0; i < sim_nvml.cfg->device_count; i++) {
+    const struct sim_config *cfg = sim_nvml.cfg;
+    for (uint32_t i = 0; i < cfg->device_count; i++) {
         char text[41];
         sim_device_uuid_string(i, text);
         if (strcmp(text, uuid) == 0) {
             *device = &sim_nvml.devices[i];
+            return NVML_SUCCESS;
+        }
+    }
+    for (uint32_t u = 0; u < cfg->unit_count; u++) {
+        const struct sim_mig_instance *in = sim_unit_instance(cfg, u);
+        if (!in)
+            continue;
+        char text[41], parent[41], legacy[96];
+        sim_unit_uuid_string(cfg, u, text);
+        sim_device_uuid_string(cfg->units[u].gpu, parent);
+        snprintf(legacy, sizeof legacy, "MIG-%s/%u/%u", parent, in->gi_id, in->ci_id);
+        if (strcmp(text, uuid) == 0 || strcmp(legacy, uuid) == 0) {
+            *device = &sim_nvml.migs[u];
             return NVML_SUCCESS;
         }
     }
@@ -214,28 +235,67 @@ nvmlReturn_t sim_nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_
     return sim_nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
 }
 
-/* The index behind a handle, if it is one of ours. */
-nvmlReturn_t sim_nvml_device(nvmlDevice_t device, uint32_t *index)
+static bool sim_nvml_in(nvmlDevice_t device, const struct nvmlDevice_st *array, uint32_t count)
+{
+    uintptr_t p = (uintptr_t)device, first = (uintptr_t)&array[0];
+    return p >= first && p < first + count * sizeof *device && (p - first) % sizeof *device == 0;
+}
+
+nvmlReturn_t sim_nvml_handle(nvmlDevice_t device, struct sim_nvml_target *out)
 {
     if (!sim_nvml_ready())
         return NVML_ERROR_UNINITIALIZED;
-    uintptr_t p = (uintptr_t)device, first = (uintptr_t)&sim_nvml.devices[0];
-    if (p < first || p >= first + sim_nvml.cfg->device_count * sizeof *device ||
-        (p - first) % sizeof *device != 0)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    *index = device->index;
+    const struct sim_config *cfg = sim_nvml.cfg;
+    if (sim_nvml_in(device, sim_nvml.devices, cfg->device_count)) {
+        const struct sim_gpu_mig *mig = &cfg->mig[device->index];
+        *out = (struct sim_nvml_target){.gpu = device->index, .unit = cfg->gpu_unit[device->index],
+                                        .mig_parent = mig->enabled};
+        return NVML_SUCCESS;
+    }
+    if (sim_nvml_in(device, sim_nvml.migs, cfg->unit_count) && sim_unit_instance(cfg, device->unit)) {
+        const struct sim_unit *u = &cfg->units[device->unit];
+        *out = (struct sim_nvml_target){.gpu = u->gpu, .unit = device->unit,
+                                        .mig = sim_unit_instance(cfg, device->unit), .mig_index = u->instance};
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlDevice_t sim_nvml_gpu_handle(uint32_t gpu)
+{
+    return &sim_nvml.devices[gpu];
+}
+
+nvmlDevice_t sim_nvml_mig_handle(uint32_t unit)
+{
+    return &sim_nvml.migs[unit];
+}
+
+/* What a board's query answers on a MIG device: its parent answers for the
+ * board [inf: nvitop and nvidia-smi show N/A for a MIG device's clocks, fans,
+ * power and PCI]. */
+nvmlReturn_t sim_nvml_device(nvmlDevice_t device, uint32_t *index)
+{
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (t.mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *index = t.gpu;
     return NVML_SUCCESS;
 }
 
+/* A MIG device's index is its own among its parent's (nvmlDeviceGetMigDeviceHandleByIndex's). */
 nvmlReturn_t sim_nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-    uint32_t i;
-    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
     if (ret != NVML_SUCCESS)
         return ret;
     if (!index)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *index = i;
+    *index = t.mig ? t.mig_index : t.gpu;
     return NVML_SUCCESS;
 }
 
@@ -244,23 +304,40 @@ nvmlReturn_t sim_nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
  * index here. */
 nvmlReturn_t sim_nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
 {
-    return sim_nvmlDeviceGetIndex(device, minorNumber);
-}
-
-nvmlReturn_t sim_nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
-{
-    uint32_t i;
-    nvmlReturn_t ret = sim_nvml_device(device, &i);
-    return ret == NVML_SUCCESS ? sim_nvml_string(sim_nvml.cfg->profile->name, name, length) : ret;
-}
-
-nvmlReturn_t sim_nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
-{
     uint32_t i;
     nvmlReturn_t ret = sim_nvml_device(device, &i);
     if (ret != NVML_SUCCESS)
         return ret;
+    if (!minorNumber)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = i;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t sim_nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    char text[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    if (t.mig)
+        sim_unit_name(sim_nvml.cfg, t.unit, text, sizeof text);
+    else
+        snprintf(text, sizeof text, "%s", sim_nvml.cfg->profile->name);
+    return sim_nvml_string(text, name, length);
+}
+
+nvmlReturn_t sim_nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
+    if (ret != NVML_SUCCESS)
+        return ret;
     char text[41];
-    sim_device_uuid_string(i, text);
+    if (t.mig)
+        sim_unit_uuid_string(sim_nvml.cfg, t.unit, text);
+    else
+        sim_device_uuid_string(t.gpu, text);
     return sim_nvml_string(text, uuid, length);
 }

@@ -4,8 +4,9 @@
  * A simulated GPU has no sensors, clocks, fans or power rail: those answer
  * NVML_ERROR_NOT_SUPPORTED, as NVML does for what a board lacks, and monitors
  * show "N/A".  What is known is answered as the profile's board (profiles.c)
- * with MIG and the display off, in the default compute mode, that has never
- * had a memory error. */
+ * with the display off, in the default compute mode, that has never had a
+ * memory error, and MIG as SIMGPU_MIG sets it.  A MIG device answers none of
+ * these but whether it is one (sim_nvml_device). */
 #include <stdio.h>
 #include <string.h>
 
@@ -71,13 +72,29 @@ static nvmlReturn_t sim_nvml_answer(nvmlDevice_t device, unsigned int *out, unsi
 
 nvmlReturn_t sim_nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
 {
-    return sim_nvml_answer(device, isMigDevice, 0);
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!isMigDevice)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = t.mig != NULL;
+    return NVML_SUCCESS;
 }
 
+/* SIMGPU_MIG's mode, never pending a change (simgpu has no reset); "not
+ * supported" on a board without MIG (nvml.h). */
 nvmlReturn_t sim_nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
 {
-    nvmlReturn_t ret = sim_nvml_answer(device, currentMode, NVML_FEATURE_DISABLED);
-    return ret == NVML_SUCCESS ? sim_nvml_answer(device, pendingMode, NVML_FEATURE_DISABLED) : ret;
+    uint32_t i;
+    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!sim_mig_model(sim_config()->profile))
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int mode = sim_config()->mig[i].enabled ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    ret = sim_nvml_answer(device, currentMode, mode);
+    return ret == NVML_SUCCESS ? sim_nvml_answer(device, pendingMode, mode) : ret;
 }
 
 nvmlReturn_t sim_nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
@@ -117,11 +134,18 @@ nvmlReturn_t sim_nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int e
     return NVML_SUCCESS;
 }
 
-/* The video engines never run: 0% over a one-second sampling period. */
+/* The video engines never run: 0% over a one-second sampling period; "not
+ * supported" in MIG mode, as all utilisation (nvml.h). */
 static nvmlReturn_t sim_nvml_idle_engine(nvmlDevice_t device, unsigned int *utilization,
                                          unsigned int *samplingPeriodUs)
 {
-    nvmlReturn_t ret = sim_nvml_answer(device, utilization, 0);
+    uint32_t i;
+    nvmlReturn_t ret = sim_nvml_device(device, &i);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (sim_config()->mig[i].enabled)
+        return NVML_ERROR_NOT_SUPPORTED;
+    ret = sim_nvml_answer(device, utilization, 0);
     return ret == NVML_SUCCESS ? sim_nvml_answer(device, samplingPeriodUs, 1000000) : ret;
 }
 
@@ -216,10 +240,23 @@ nvmlReturn_t sim_nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, struct
     return sim_nvml_unsupported(device);
 }
 
-nvmlReturn_t sim_nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, struct nvmlBAR1Memory_st *bar1Memory)
+/* A MIG device's share of its board's BAR1 by memory slices, less a MiB:
+ * 32767 MiB for an A100 80GB's 2g.20gb, as nvidia-smi printed it
+ * (XuehaiPan/nvitop PR#8).  A whole GPU's is not simulated. */
+nvmlReturn_t sim_nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
 {
-    (void)bar1Memory;
-    return sim_nvml_unsupported(device);
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!t.mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!bar1Memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const struct sim_config *cfg = sim_config();
+    uint64_t mib = (uint64_t)cfg->profile->bar1_mib * t.mig->profile->memory_slices / SIM_MIG_SLOTS - 1;
+    *bar1Memory = (nvmlBAR1Memory_t){.bar1Total = mib << 20, .bar1Free = mib << 20, .bar1Used = 0};
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t sim_nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)

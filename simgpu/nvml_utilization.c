@@ -4,12 +4,26 @@
 
 #include "nvml.h"
 
+/* The unit whose timeline answers for `device`.  Utilisation is "not supported
+ * on MIG-enabled GPUs" (nvml.h), on the parent and its MIG devices alike. */
+static nvmlReturn_t sim_nvml_timed_unit(nvmlDevice_t device, uint32_t *unit)
+{
+    struct sim_nvml_target t;
+    nvmlReturn_t ret = sim_nvml_handle(device, &t);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (t.mig || t.mig_parent)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *unit = t.unit;
+    return NVML_SUCCESS;
+}
+
 /* The share of the last second in which the device ran kernels, by every
  * process (timeline.c).  Memory traffic is not simulated: 0. */
 nvmlReturn_t sim_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
     uint32_t index;
-    nvmlReturn_t ret = sim_nvml_device(device, &index);
+    nvmlReturn_t ret = sim_nvml_timed_unit(device, &index);
     if (ret != NVML_SUCCESS)
         return ret;
     if (!utilization)
@@ -37,7 +51,7 @@ nvmlReturn_t sim_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProces
                                              unsigned long long lastSeenTimeStamp)
 {
     uint32_t index;
-    nvmlReturn_t ret = sim_nvml_device(device, &index);
+    nvmlReturn_t ret = sim_nvml_timed_unit(device, &index);
     if (ret != NVML_SUCCESS)
         return ret;
     if (!processSamplesCount)

@@ -25,7 +25,16 @@
  *   yet seen by a synchronisation as outstanding).  The stream handle is not
  *   examined: cuMemAllocAsync takes the current pool of the current context's
  *   device, and a default stream needs a current context.
- * - Pools hold device memory only, and are not shared with other processes.
+ * - Pools hold device memory only.
+ *
+ * A pool made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR may be shared with
+ * other processes (PyTorch's and CuPy's cudaMallocAsync IPC): each of its
+ * chunks is then a shared allocation (shared.c), the pool is exported as a
+ * memfd that names it (cuMemPoolExportToShareableHandle), and an allocation as
+ * its chunk and place (cuMemPoolExportPointer).  An importing process maps the
+ * chunk and tracks the allocation in its imported pool until it frees it;
+ * the chunk is charged to its owner (shared.c), never to the importer while
+ * the exporter holds it.
  *
  * This file owns the pools, their chunks and the places of their allocations
  * in them, under memory.c's mutex; it calls memory.c, contexts.c, devices.c
@@ -33,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "driver.h"
 
@@ -54,6 +64,7 @@ struct sim_chunk {
     size_t size;                    /* a multiple of SIM_GRANULARITY */
     struct sim_block *blocks;       /* sorted by offset */
     size_t n, cap;
+    struct sim_shared_ref shared;   /* an exportable or imported pool's; id 0: the process's own */
 };
 
 struct CUmemPoolHandle_st {
@@ -61,6 +72,9 @@ struct CUmemPoolHandle_st {
     uint32_t device;
     bool is_default;
     bool destroyed;                 /* by cuMemPoolDestroy while allocations were live */
+    bool exportable;                /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: its chunks are shared */
+    bool imported;                  /* by cuMemPoolImportFromShareableHandle: another process's */
+    uint64_t token;                 /* names an exportable or imported pool machine-wide; 0: not yet */
     uint64_t max_bytes;             /* what it may reserve */
     uint64_t release_threshold;     /* an attribute only: see the top of the file */
     int reuse[SIM_REUSE_ATTRS];
@@ -125,7 +139,10 @@ static void sim_chunk_release(struct sim_chunk *c)
 {
     CUmemoryPool p = c->pool;
     munmap((void *)c->base, c->size);
-    sim_state_uncharge(p->device, c->size);
+    if (c->shared.id)
+        sim_shared_leave(&c->shared);
+    else
+        sim_state_uncharge(p->device, c->size);
     p->reserved_bytes -= c->size;
     free(c->blocks);
     free(c);
@@ -209,13 +226,17 @@ static struct sim_chunk *sim_pool_grow(CUmemoryPool p, size_t size)
     struct sim_chunk *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    if (sim_state_charge(p->device, size) != 0) {
-        free(c);
-        return NULL;
-    }
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
+    void *base = MAP_FAILED;
+    if (p->exportable) {
+        if (sim_shared_create(p->device, size, true, &c->shared) == 0 &&
+            (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, c->shared.fd, 0)) == MAP_FAILED)
+            sim_shared_leave(&c->shared);
+    } else if (sim_state_charge(p->device, size) == 0 &&
+               (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                            0)) == MAP_FAILED) {
         sim_state_uncharge(p->device, size);
+    }
+    if (base == MAP_FAILED) {
         free(c);
         return NULL;
     }
@@ -281,6 +302,9 @@ void sim_pool_free(void *chunk, uintptr_t base)
     p->used_bytes -= c->blocks[lo].size;
     memmove(&c->blocks[lo], &c->blocks[lo + 1], (c->n - lo - 1) * sizeof *c->blocks);
     c->n--;
+    /* An imported chunk is mapped for as long as an allocation in it is. */
+    if (p->imported && c->n == 0)
+        sim_pool_trim(p, 0);
     if (p->destroyed && p->used_bytes == 0)
         sim_pool_delete(p);
 }
@@ -291,6 +315,8 @@ void sim_pools_forget(void)
         CUmemoryPool p = sim_pools.list;
         sim_pools.list = p->next;
         for (size_t i = 0; i < p->n_chunks; i++) {
+            if (p->chunks[i]->shared.id)
+                close(p->chunks[i]->shared.fd); /* the child's own descriptor */
             free(p->chunks[i]->blocks);
             free(p->chunks[i]);
         }
@@ -342,7 +368,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     if (!dptr || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
     sim_mem_lock();
-    res = sim_pool_valid(pool) ? sim_pool_alloc(dptr, bytesize, pool) : CUDA_ERROR_INVALID_VALUE;
+    /* An imported pool only imports (cuda.h, cuMemPoolImportFromShareableHandle). */
+    res = sim_pool_valid(pool) && !pool->imported ? sim_pool_alloc(dptr, bytesize, pool) : CUDA_ERROR_INVALID_VALUE;
     sim_mem_unlock();
     return res;
 }
@@ -353,8 +380,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
 
-/* Pinned device memory only.  The handle types a pool could be exported with
- * are accepted (exporting is a call simgpu lacks), the others refused. */
+/* Pinned device memory only, exportable as a POSIX file descriptor if asked. */
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     SIM_CALLED();
@@ -371,6 +397,8 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
         return CUDA_ERROR_NOT_SUPPORTED;
     sim_mem_lock();
     CUmemoryPool p = sim_pool_new(device, poolProps->maxSize);
+    if (p)
+        p->exportable = poolProps->handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     sim_mem_unlock();
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -526,10 +554,197 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     if (res != CUDA_SUCCESS)
         return res;
     sim_mem_lock();
-    if (sim_pool_valid(pool) && pool->device == index)
+    if (sim_pool_valid(pool) && pool->device == index && !pool->imported)
         sim_pools.current[index] = pool;
     else
         res = CUDA_ERROR_INVALID_VALUE;
+    sim_mem_unlock();
+    return res;
+}
+
+/* What a pool's shareable handle (a memfd) holds, and a pointer's export data. */
+struct sim_pool_name {
+    char magic[8];                  /* SIM_POOL_MAGIC */
+    uint64_t token;
+    uint32_t device;
+    uint32_t pad;
+};
+
+struct sim_pool_ptr {
+    char magic[8];                  /* SIM_POOL_PTR_MAGIC */
+    uint64_t token;                 /* of its pool */
+    uint64_t chunk;                 /* the chunk's shared allocation */
+    uint64_t offset, size;          /* in the chunk */
+};
+_Static_assert(sizeof(struct sim_pool_ptr) <= sizeof(CUmemPoolPtrExportData), "export data has 64 bytes");
+
+#define SIM_POOL_MAGIC "simgpuQ"
+#define SIM_POOL_PTR_MAGIC "simgpuP"
+
+CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType,
+                                          unsigned long long flags)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!handle_out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    sim_mem_lock();
+    if (!sim_pool_valid(pool) || !pool->exportable) {
+        sim_mem_unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!pool->token)
+        pool->token = sim_shared_new_id();
+    if (!pool->token) {
+        sim_mem_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct sim_pool_name name = {.magic = SIM_POOL_MAGIC, .token = pool->token, .device = pool->device};
+    sim_mem_unlock();
+    int fd = memfd_create("simgpu-pool", MFD_CLOEXEC);
+    if (fd < 0 || pwrite(fd, &name, sizeof name, 0) != (ssize_t)sizeof name) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)handle_out = fd;
+    return CUDA_SUCCESS;
+}
+
+/* `handle` is the descriptor itself; the caller keeps it. */
+CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType,
+                                            unsigned long long flags)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!pool_out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct sim_pool_name name;
+    int fd = (int)(intptr_t)handle;
+    if (fd < 0 || pread(fd, &name, sizeof name, 0) != (ssize_t)sizeof name ||
+        memcmp(name.magic, SIM_POOL_MAGIC, sizeof name.magic) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (name.device >= sim_driver_config()->device_count)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_mem_lock();
+    CUmemoryPool p = sim_pool_new(name.device, 0);
+    if (p) {
+        p->imported = true;
+        p->token = name.token;
+    }
+    sim_mem_unlock();
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pool_out = p;
+    return CUDA_SUCCESS;
+}
+
+/* An allocation of an exportable pool. */
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!shareData_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_mem_lock();
+    struct sim_mem_entry a;
+    const struct sim_chunk *c = sim_mem_entry_at((uintptr_t)ptr, &a) && a.kind == SIM_MEM_POOL ? a.owner : NULL;
+    if (!c || !c->pool->exportable || c->pool->imported || !c->pool->token) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        struct sim_pool_ptr data = {.magic = SIM_POOL_PTR_MAGIC, .token = c->pool->token, .chunk = c->shared.id,
+                                    .offset = a.base - c->base, .size = a.size};
+        memset(shareData_out, 0, sizeof *shareData_out);
+        memcpy(shareData_out, &data, sizeof data);
+    }
+    sim_mem_unlock();
+    return res;
+}
+
+/* Under the memory mutex: the chunk of `pool` that maps shared allocation
+ * `id`, mapped if need be; NULL when it is gone or there is no memory. */
+static struct sim_chunk *sim_import_chunk(CUmemoryPool pool, uint64_t id)
+{
+    for (size_t i = 0; i < pool->n_chunks; i++)
+        if (pool->chunks[i]->shared.id == id)
+            return pool->chunks[i];
+    if (pool->n_chunks == pool->cap_chunks) {
+        size_t cap = pool->cap_chunks ? 2 * pool->cap_chunks : 8;
+        struct sim_chunk **v = realloc(pool->chunks, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        pool->chunks = v;
+        pool->cap_chunks = cap;
+    }
+    struct sim_chunk *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    void *base = MAP_FAILED;
+    if (sim_shared_join(id, -1, &c->shared) == 0 &&
+        (base = mmap(NULL, c->shared.size, PROT_READ | PROT_WRITE, MAP_SHARED, c->shared.fd, 0)) == MAP_FAILED)
+        sim_shared_leave(&c->shared);
+    if (base == MAP_FAILED) {
+        free(c);
+        return NULL;
+    }
+    c->pool = pool;
+    c->base = (uintptr_t)base;
+    c->size = c->shared.size;
+    pool->chunks[pool->n_chunks++] = c;
+    pool->reserved_bytes += c->size;
+    return c;
+}
+
+/* Into a pool imported from the exporter's (cuda.h); the same allocation
+ * imported again is the same pointer. */
+CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!ptr_out || !shareData)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_pool_ptr data;
+    memcpy(&data, shareData, sizeof data);
+    sim_mem_lock();
+    struct sim_chunk *c = NULL;
+    if (!sim_pool_valid(pool) || !pool->imported || pool->token != data.token ||
+        memcmp(data.magic, SIM_POOL_PTR_MAGIC, sizeof data.magic) != 0 || !(c = sim_import_chunk(pool, data.chunk)) ||
+        data.offset > c->size || data.size > c->size - data.offset) {
+        res = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    size_t size = sim_round_up(data.size, SIM_POOL_ALIGN), index = 0;
+    while (index < c->n && c->blocks[index].offset < data.offset)
+        index++;
+    if (index == c->n || c->blocks[index].offset != data.offset) {
+        if (!sim_chunk_insert(c, index, data.offset, size)) {
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        if (!sim_mem_track(c->base + data.offset, data.size, SIM_MEM_POOL, c)) {
+            memmove(&c->blocks[index], &c->blocks[index + 1], (c->n - index - 1) * sizeof *c->blocks);
+            c->n--;
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+        pool->used_bytes += size;
+    }
+    *ptr_out = (CUdeviceptr)(c->base + data.offset);
+out:
+    if (c && c->n == 0)
+        sim_pool_trim(pool, 0); /* a chunk mapped for nothing */
     sim_mem_unlock();
     return res;
 }

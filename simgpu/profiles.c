@@ -18,7 +18,9 @@
  *   sibling's), their sample buffer (100, what other NVML clients report), the
  *   H200's bus ids and subsystem id (a DGX H200 laid out as a DGX H100), the
  *   PCI subsystem ids of the A100 80GB and the L4, and the copy bandwidths
- *   (what PCIe and the memory give a copy, not measured).
+ *   (what PCIe and the memory give a copy, not measured), and the BAR1
+ *   sizes but the A100 80GB's (131072 MiB, which its 2g.20gb MIG device's
+ *   32767 MiB in nvidia-smi corroborates: XuehaiPan/nvitop PR#8).
  *
  * A machine of more than eight boards puts each further eight in the next PCI
  * domain, at the same buses. */
@@ -46,6 +48,7 @@ static const struct sim_profile sim_profiles[] = {
         .l2_bytes = 50 * 1024 * KiB, .shared_per_sm = 228 * KiB, .shared_per_block_optin = 227 * KiB,
         .threads_per_sm = 2048,
         .link_gbps = 50, .device_copy_gbps = 1500,
+        .bar1_mib = 131072,
     },
     {
         .key = "h200-141gb",
@@ -62,6 +65,7 @@ static const struct sim_profile sim_profiles[] = {
         .l2_bytes = 50 * 1024 * KiB, .shared_per_sm = 228 * KiB, .shared_per_block_optin = 227 * KiB,
         .threads_per_sm = 2048,
         .link_gbps = 50, .device_copy_gbps = 2200,
+        .bar1_mib = 262144,
     },
     {
         .key = "a100-40gb",
@@ -78,6 +82,7 @@ static const struct sim_profile sim_profiles[] = {
         .l2_bytes = 40 * 1024 * KiB, .shared_per_sm = 164 * KiB, .shared_per_block_optin = 163 * KiB,
         .threads_per_sm = 2048,
         .link_gbps = 25, .device_copy_gbps = 700,
+        .bar1_mib = 65536,
     },
     {
         .key = "a100-80gb",
@@ -94,6 +99,7 @@ static const struct sim_profile sim_profiles[] = {
         .l2_bytes = 40 * 1024 * KiB, .shared_per_sm = 164 * KiB, .shared_per_block_optin = 163 * KiB,
         .threads_per_sm = 2048,
         .link_gbps = 25, .device_copy_gbps = 900,
+        .bar1_mib = 131072,
     },
     {
         /* A PCIe card, as a cloud VM shows several: all on bus 0, one slot each. */
@@ -111,6 +117,7 @@ static const struct sim_profile sim_profiles[] = {
         .l2_bytes = 48 * 1024 * KiB, .shared_per_sm = 100 * KiB, .shared_per_block_optin = 99 * KiB,
         .threads_per_sm = 1536,
         .link_gbps = 25, .device_copy_gbps = 130,
+        .bar1_mib = 32768,
     },
 };
 

@@ -9,11 +9,13 @@
  * driver frees the memory of a process that exits. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -68,14 +70,15 @@ static int sim_init_file(void *map, void *arg)
     memset(f, 0, sizeof *f);
     memcpy(f->magic, SIM_STATE_MAGIC, sizeof f->magic);
     f->version = SIM_STATE_VERSION;
-    f->device_count = cfg->device_count;
+    f->device_count = cfg->unit_count;
     f->file_size = sizeof *f;
     f->memory_bytes = cfg->memory_bytes;
     f->max_procs = SIM_MAX_PROCS;
     f->driver_bytes = cfg->reserved_bytes;
-    for (uint32_t d = 0; d < cfg->device_count; d++) {
-        f->devices[d].total_bytes = cfg->memory_bytes;
-        f->devices[d].driver_bytes = cfg->reserved_bytes;
+    f->mig_layout = cfg->mig_layout;
+    for (uint32_t d = 0; d < cfg->unit_count; d++) {
+        f->devices[d].total_bytes = cfg->units[d].memory_bytes;
+        f->devices[d].driver_bytes = cfg->units[d].reserved_bytes;
     }
     return vgl_robust_init(&f->lock.u.mutex);
 }
@@ -102,13 +105,14 @@ static int sim_attach(const struct sim_config *cfg, int fd, struct sim_file **ma
                (size_t)st.st_size < sizeof *f || f->max_procs != SIM_MAX_PROCS) {
         sim_log("%s: made by another simgpu (layout version %u, expected %d); remove it when no process uses it",
                 path, f->version, SIM_STATE_VERSION);
-    } else if (f->device_count != cfg->device_count || f->memory_bytes != cfg->memory_bytes ||
-               f->driver_bytes != cfg->reserved_bytes) {
-        sim_log("%s: made for %u device(s) of %llu bytes with %llu reserved, but SIMGPU_DEVICES/SIMGPU_MEMORY/"
-                "SIMGPU_RESERVED ask for %u of %llu with %llu; use the same values in every process, or another "
-                "SIMGPU_STATE",
+    } else if (f->device_count != cfg->unit_count || f->memory_bytes != cfg->memory_bytes ||
+               f->driver_bytes != cfg->reserved_bytes || f->mig_layout != cfg->mig_layout) {
+        sim_log("%s: made for %u device(s) and MIG instance(s) of %llu bytes with %llu reserved (MIG layout "
+                "%llx), but SIMGPU_DEVICES/SIMGPU_MEMORY/SIMGPU_RESERVED/SIMGPU_MIG ask for %u of %llu with %llu "
+                "(%llx); use the same values in every process, or another SIMGPU_STATE",
                 path, f->device_count, (unsigned long long)f->memory_bytes, (unsigned long long)f->driver_bytes,
-                cfg->device_count, (unsigned long long)cfg->memory_bytes, (unsigned long long)cfg->reserved_bytes);
+                (unsigned long long)f->mig_layout, cfg->unit_count, (unsigned long long)cfg->memory_bytes,
+                (unsigned long long)cfg->reserved_bytes, (unsigned long long)cfg->mig_layout);
     } else {
         *map_out = f;
         return 0;
@@ -207,7 +211,7 @@ static void repair_timeline(struct sim_timeline *tl)
 static void sim_repair(struct sim_file *f)
 {
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
-        uint64_t sum = 0;
+        uint64_t sum = f->shared.orphan_bytes[d];
         for (uint32_t i = 0; i < SIM_MAX_PROCS; i++)
             if (f->procs[i].state == SIM_PROC_LIVE)
                 sum += f->procs[i].used_bytes[d];
@@ -324,9 +328,113 @@ static bool sim_entry_dead(const struct sim_file_proc *p, int i)
     return fd >= 0 && vgl_byte_held(fd, sim_entry_offset(i)) == 0;
 }
 
+/* ---- Memory shared between processes: who holds it, who is charged --------
+ *
+ * The rows of struct sim_file_shared (shared.c makes and joins them).  A
+ * shared allocation is charged to one holder at a time; when its owner lets
+ * go the charge passes to another holder, to the device alone while only
+ * exported descriptors hold it, or goes back with the bytes (shared.c says
+ * why, as NVIDIA's kernel driver does).  Here because a process's entry
+ * going (its exit, its death) is the state file's business. */
+
+void sim_state_shared_file(uint64_t id, char *out, size_t size)
+{
+    snprintf(out, size, "%s.shared/%" PRIu64, sim_st.path, id);
+}
+
+static bool sim_holds(const struct sim_file_shared *s, int entry)
+{
+    return (s->holders[entry / 64] >> (entry % 64)) & 1u;
+}
+
+/* Whether an exported descriptor of `s` is open anywhere. */
+static bool sim_exported_open(const struct sim_file_shared *s)
+{
+    char path[4200];
+    sim_state_shared_file(s->id, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd);
+    return held;
+}
+
+/* Moves the charge of `s` to entry `to` (-1: the device alone). */
+static void sim_move_owner(struct sim_file *f, struct sim_file_shared *s, int to)
+{
+    uint32_t d = s->device;
+    if (s->owner >= 0) {
+        uint64_t *used = &f->procs[s->owner].used_bytes[d];
+        *used -= s->size < *used ? s->size : *used;
+    } else {
+        f->shared.orphan_bytes[d] -= s->size < f->shared.orphan_bytes[d] ? s->size : f->shared.orphan_bytes[d];
+    }
+    if (to >= 0)
+        f->procs[to].used_bytes[d] += s->size;
+    else
+        f->shared.orphan_bytes[d] += s->size;
+    s->owner = to;
+}
+
+/* After a holder let go: the charge passes to another holder, to the device
+ * alone while exported descriptors remain, or goes back with the bytes. */
+static void sim_settle(struct sim_file *f, struct sim_file_shared *s)
+{
+    if (s->owner >= 0 && sim_holds(s, s->owner))
+        return;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        if (sim_holds(s, i)) {
+            sim_move_owner(f, s, i);
+            return;
+        }
+    }
+    if (sim_exported_open(s)) {
+        if (s->owner >= 0)
+            sim_move_owner(f, s, -1);
+        return;
+    }
+    sim_move_owner(f, s, -1);
+    f->shared.orphan_bytes[s->device] -= s->size;
+    struct sim_file_device *dev = &f->devices[s->device];
+    dev->used_bytes -= s->size < dev->used_bytes ? s->size : dev->used_bytes;
+    char path[4200];
+    sim_state_shared_file(s->id, path, sizeof path);
+    unlink(path);
+    memset(s, 0, sizeof *s);
+}
+
+void sim_state_shared_drop(struct sim_file *f, struct sim_file_shared *s, int entry)
+{
+    if (!sim_holds(s, entry))
+        return;
+    s->holders[entry / 64] &= ~(UINT64_C(1) << (entry % 64));
+    if (f->procs[entry].shared_held)
+        f->procs[entry].shared_held--;
+    sim_settle(f, s);
+}
+
+static void sim_shared_forget_entry(struct sim_file *f, int i)
+{
+    for (int k = 0; k < SIM_MAX_IPC_EVENTS; k++)
+        if (f->shared.events[k].id && f->shared.events[k].owner == i)
+            memset(&f->shared.events[k], 0, sizeof f->shared.events[k]);
+    for (int k = 0; k < SIM_MAX_SHARED && f->procs[i].shared_held; k++)
+        if (f->shared.v[k].id)
+            sim_state_shared_drop(f, &f->shared.v[k], i);
+}
+
+static void sim_shared_reap(struct sim_file *f)
+{
+    for (int k = 0; k < SIM_MAX_SHARED; k++)
+        if (f->shared.v[k].id && f->shared.v[k].owner < 0)
+            sim_settle(f, &f->shared.v[k]);
+}
+
 static void sim_drop_entry(struct sim_file *f, int i)
 {
     struct sim_file_proc *p = &f->procs[i];
+    sim_shared_forget_entry(f, i);
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
         uint64_t b = p->used_bytes[d];
         f->devices[d].used_bytes -= b < f->devices[d].used_bytes ? b : f->devices[d].used_bytes;
@@ -345,6 +453,7 @@ static void sim_reap(struct sim_file *f)
         if (sim_entry_dead(p, i))
             sim_drop_entry(f, i);
     }
+    sim_shared_reap(f);
 }
 
 /* Our entry, claimed on first need.  Under the file's mutex. */
@@ -376,6 +485,16 @@ static int sim_claim_self(struct sim_file *f)
     return -ENOSPC;
 }
 
+int sim_state_self_entry(struct sim_file *f)
+{
+    return sim_claim_self(f);
+}
+
+const char *sim_state_path(void)
+{
+    return sim_st.path;
+}
+
 static struct sim_file_proc *sim_self_entry(struct sim_file *f)
 {
     if (sim_st.self < 0 || sim_st.self_pid != getpid())
@@ -388,7 +507,7 @@ static struct sim_file_proc *sim_self_entry(struct sim_file *f)
 static void sim_release_self_if_idle(struct sim_file *f)
 {
     struct sim_file_proc *p = sim_self_entry(f);
-    if (!p || p->context_mask)
+    if (!p || p->context_mask || p->shared_held)
         return;
     for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
         if (p->used_bytes[d])

@@ -40,7 +40,8 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 7,          /* 7: the driver's reserve (driver_bytes) */
+    SIM_STATE_VERSION = 9,          /* 8: memory shared between processes (shared); 9: MIG instances
+                                       are devices of their own (mig_layout) */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -48,6 +49,8 @@ enum {
     SIM_SERVED = 32,                /* contexts whose last time slice a device remembers */
     SIM_SAMPLES = 128,              /* utilisation samples a device keeps */
     SIM_SAMPLE_PROCS = 16,          /* processes a sample tells apart; the rest count as busy only */
+    SIM_MAX_SHARED = 1024,          /* allocations shared between processes, machine-wide */
+    SIM_MAX_IPC_EVENTS = 256,       /* events shared between processes (cuIpcGetEventHandle) */
 };
 
 /* The length of a utilisation sample (real GPUs: between 1/6 s and 1 s). */
@@ -101,7 +104,8 @@ struct sim_file_proc {
     uint32_t pad;
     uint64_t used_bytes[SIM_MAX_DEVICES];
     char comm[SIM_COMM_LEN];        /* /proc/<pid>/comm, NUL-terminated */
-    uint64_t reserved[7];           /* zero: the process's kernel time goes here */
+    uint64_t shared_held;           /* shared allocations it holds (shared.c): it stays listed while > 0 */
+    uint64_t reserved[6];           /* zero: the process's kernel time goes here */
 };
 
 /* The engines of a device that run work: the SMs run kernels, and each copy
@@ -164,20 +168,55 @@ struct sim_timeline {
     struct sim_work work[SIM_TIMELINE_SLOTS];
 };
 
+/* An allocation that processes share (shared.c): its bytes are a file of
+ * the directory beside the state file, and it is charged to one process at a
+ * time, the owner, as NVIDIA's kernel driver charges shared memory to the
+ * client that owns it and passes the ownership to another holder when the
+ * owner lets go ("Choose the new owner", memDestructCommon in
+ * open-gpu-kernel-modules). */
+struct sim_file_shared {
+    uint64_t id;                    /* 0: a free slot */
+    uint64_t size;                  /* charged: to `owner`, or to the device alone */
+    uint64_t file_dev, file_ino;    /* its file: how an exported descriptor is recognised */
+    uint32_t device;
+    int32_t owner;                  /* the process entry charged for it; -1: none (only exported descriptors hold it) */
+    uint64_t holders[SIM_MAX_PROCS / 64]; /* bit i: process entry i holds it (a handle, a mapping) */
+};
+
+/* An event another process may open (cuIpcGetEventHandle): its last record,
+ * as every process that has it reads it. */
+struct sim_file_event {
+    uint64_t id;                    /* 0: a free slot */
+    int32_t owner;                  /* the entry of the process that made it */
+    uint32_t state;                 /* enum sim_event_state of the driver (work.h) */
+    uint32_t device;
+    uint32_t pad;
+    uint64_t ticket;                /* its last record's marker on the device's timeline */
+};
+
+struct sim_shared_table {
+    uint64_t last_id;
+    uint64_t orphan_bytes[SIM_MAX_DEVICES]; /* of allocations no process holds (owner -1) */
+    struct sim_file_shared v[SIM_MAX_SHARED];
+    struct sim_file_event events[SIM_MAX_IPC_EVENTS];
+};
+
 struct sim_file {
     char magic[8];                  /* SIM_STATE_MAGIC */
     uint32_t version;               /* SIM_STATE_VERSION */
-    uint32_t device_count;          /* the configuration the file was made for */
+    uint32_t device_count;          /* units (sim_config.unit_count): GPUs without MIG, MIG instances */
     uint64_t file_size;             /* sizeof(struct sim_file) */
     uint64_t memory_bytes;          /* per device, as configured */
     uint32_t max_procs;             /* SIM_MAX_PROCS */
     uint32_t pad;
     uint64_t driver_bytes;          /* per device, as configured (SIMGPU_RESERVED) */
-    uint64_t reserved[10];          /* zero */
+    uint64_t mig_layout;            /* sim_config.mig_layout */
+    uint64_t reserved[9];           /* zero */
     struct sim_file_lock lock;      /* guards everything below */
     struct sim_file_device devices[SIM_MAX_DEVICES];
     struct sim_file_proc procs[SIM_MAX_PROCS];
     struct sim_timeline timelines[SIM_MAX_DEVICES];
+    struct sim_shared_table shared;
 };
 
 /* ---- profiles.c: the boards simgpu can be ------------------------------------ */
@@ -202,6 +241,7 @@ struct sim_profile {
     uint32_t l2_bytes, shared_per_sm, shared_per_block_optin, threads_per_sm;
     uint32_t link_gbps;             /* a copy between host and device, each way, GB/s */
     uint32_t device_copy_gbps;      /* a copy within the device, or a memset, GB/s */
+    uint32_t bar1_mib;              /* the BAR1 aperture, which MIG devices share by memory slices */
 };
 
 /* The profile SIMGPU_PROFILE names (NULL: none), and the default one. */
@@ -209,6 +249,64 @@ const struct sim_profile *sim_profile_named(const char *key);
 const struct sim_profile *sim_profile_default(void);
 /* "h100-80gb, h200-141gb, ...": every key, for messages; returns the length. */
 size_t sim_profile_keys(char *out, size_t size);
+
+/* ---- mig.c: MIG instances (SIMGPU_MIG) -------------------------------------- */
+
+enum {
+    SIM_MIG_MAX_INSTANCES = 7,      /* a GPU's 7 compute slices: at most 7 instances */
+    SIM_MIG_SLOTS = 8,              /* memory slices, where placements are counted */
+    SIM_WHOLE_GPU = 0xFFFFFFFFu,    /* sim_unit.instance of a GPU without MIG */
+};
+
+/* A GPU-instance profile of one GPU model, as mig_profiles.json gives it
+ * (mig_profiles.h, generated from that file at build time). */
+struct sim_mig_profile {
+    const char *name;               /* "3g.40gb" */
+    uint32_t id;                    /* the driver's profile id: nvmlGpuInstanceProfileInfo_t.id */
+    uint32_t nvml_enum;             /* NVML_GPU_INSTANCE_PROFILE_*: GetGpuInstanceProfileInfo's argument */
+    uint32_t compute_slices, memory_slices, memory_mib, sms, copy_engines, max_count;
+    uint32_t placement_count;
+    uint8_t placements[SIM_MIG_SLOTS]; /* legal first memory slices */
+    bool media_extensions;          /* +me */
+};
+
+struct sim_mig_model {
+    const char *model;              /* "H100 80GB" */
+    const char *const *names;       /* NULL-terminated; among them the simgpu profile's key */
+    uint32_t compute_slices, memory_slices, profile_count;
+    const struct sim_mig_profile *profiles;
+};
+
+/* A GPU instance with its one compute instance, which spans it (what
+ * mig-parted and HAMi create). */
+struct sim_mig_instance {
+    const struct sim_mig_profile *profile;
+    uint32_t start;                 /* first memory slice */
+    uint32_t gi_id, ci_id;
+    uint32_t unit;                  /* its place in the state file (sim_config.units) */
+};
+
+struct sim_gpu_mig {
+    bool enabled;
+    uint32_t count;                 /* instances, in the order created: their MIG device index */
+    struct sim_mig_instance instances[SIM_MIG_MAX_INSTANCES];
+};
+
+/* Where memory and time are kept: a GPU without MIG, or one MIG instance. */
+struct sim_unit {
+    uint32_t gpu;                   /* the machine's index of the GPU, or of the instance's parent */
+    uint32_t instance;              /* index into sim_config.mig[gpu].instances, or SIM_WHOLE_GPU */
+    uint32_t sms;
+    uint64_t memory_bytes;
+    uint64_t reserved_bytes;        /* what the driver keeps of it */
+};
+
+/* The MIG model of a board; NULL: it has no MIG. */
+const struct sim_mig_model *sim_mig_model(const struct sim_profile *board);
+/* SIMGPU_MIG's `text` into mig[0..device_count); false with one line in
+ * `message` naming what is wrong. */
+bool sim_mig_parse(const char *text, const struct sim_profile *board, uint32_t device_count,
+                   struct sim_gpu_mig mig[], char *message, size_t size);
 
 /* ---- config.c: the simulated machine, from the environment ---------------- */
 
@@ -258,6 +356,12 @@ struct sim_config {
     char calls_path[4096];             /* SIMGPU_CALLS: where to append the count of calls, or "" */
     char state_path[4096];             /* SIMGPU_STATE, or the default path */
     bool state_path_default;           /* not named by the user: no symlink is followed */
+    struct sim_gpu_mig mig[SIM_MAX_DEVICES]; /* SIMGPU_MIG: each GPU's instances */
+    uint64_t mig_layout;               /* a hash of every GPU's instances; 0: MIG off everywhere */
+    bool mig_monitor;                  /* SIMGPU_MIG_MONITOR=all: MIG-wide NVML queries are allowed */
+    uint32_t unit_count;               /* GPUs without MIG and MIG instances: the state file's devices */
+    struct sim_unit units[SIM_MAX_DEVICES];
+    uint32_t gpu_unit[SIM_MAX_DEVICES]; /* a GPU without MIG: its unit */
 };
 
 /* The configuration, read once per library (thread-safe).  NULL when a variable
@@ -269,6 +373,15 @@ const struct sim_config *sim_config(void);
 void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN]);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (40 characters and a NUL). */
 void sim_device_uuid_string(uint32_t index, char out[41]);
+/* The unit's MIG instance; NULL for a whole GPU. */
+const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit);
+/* cuDeviceGetName's and nvmlDeviceGetName's: "<board> MIG 3g.40gb" for an instance. */
+void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size);
+/* A unit's UUID: its GPU's, or its instance's MIG UUID (fixed by the GPU,
+ * the profile and the placement, so stable for a layout); the text is
+ * "GPU-..." or "MIG-..." (40 characters and a NUL). */
+void sim_unit_uuid(const struct sim_config *cfg, uint32_t unit, uint8_t out[SIM_UUID_LEN]);
+void sim_unit_uuid_string(const struct sim_config *cfg, uint32_t unit, char out[41]);
 /* Where device `index` sits on PCI (function 0): the profile's slots, each
  * further eight boards in the next domain. */
 struct sim_pci_address {
@@ -337,6 +450,15 @@ void sim_state_forget_self(void);
 /* This process (pre-condition: the file's mutex is held). */
 struct sim_pid sim_state_self(void);
 
+/* For shared.c (under the file's mutex): this process's entry, claimed if
+ * need be (-errno when the table is full); the file's own path; entry
+ * `entry` no longer holds `s` (whose charge passes on, or whose bytes go
+ * back); and where the bytes of shared allocation `id` are. */
+int sim_state_self_entry(struct sim_file *f);
+const char *sim_state_path(void);
+void sim_state_shared_drop(struct sim_file *f, struct sim_file_shared *s, int entry);
+void sim_state_shared_file(uint64_t id, char *out, size_t size);
+
 /* For timeline.c: the mapped file, for what may be read without the mutex
  * (atomics); NULL when it is not open. */
 struct sim_file *sim_state_file(void);
@@ -376,5 +498,40 @@ struct sim_proc_sample {
  * all kept), one per process that ran kernels in a period: fills up to `max` of
  * `out` and returns how many there are (or -errno). */
 int sim_timeline_samples(uint32_t device, uint64_t since_us, struct sim_proc_sample *out, uint32_t max);
+
+/* ---- shared.c: device memory shared between processes ------------------- */
+
+/* What the calling process holds of a shared allocation. */
+struct sim_shared_ref {
+    uint64_t id;
+    uint32_t device;
+    uint64_t size;
+    int fd;                         /* its file, opened by this process (a description of its own) */
+};
+/* A new shared allocation of `size` bytes on `device`, held by the calling
+ * process and charged to it: `charge` false when the bytes are charged to it
+ * already (a cuMemAlloc allocation being exported).  0, -ENOMEM when the
+ * device is full, or another -errno. */
+int sim_shared_create(uint32_t device, uint64_t size, bool charge, struct sim_shared_ref *out);
+/* The calling process holds `id` (legacy IPC), or the allocation that the
+ * exported descriptor `fd` is of (id 0): 0, or -ENOENT when it is gone. */
+int sim_shared_join(uint64_t id, int fd, struct sim_shared_ref *out);
+/* The calling process lets go of what sim_shared_create or _join gave it
+ * (closes ref->fd).  The charge passes to another holder, or the bytes go
+ * back once no process and no exported descriptor holds them. */
+void sim_shared_leave(const struct sim_shared_ref *ref);
+/* A descriptor to hand to another process (cuMemExportToShareableHandle):
+ * it holds the allocation for as long as it, or a duplicate of it, is open
+ * anywhere; -errno. */
+int sim_shared_export(const struct sim_shared_ref *ref);
+/* A number no other call on this machine gets (an exported pool's name). */
+uint64_t sim_shared_new_id(void);
+/* Interprocess events.  A new one's id (0 when the table is full), made by
+ * the calling process and gone with it or with sim_ipc_event_free. */
+uint64_t sim_ipc_event_new(void);
+void sim_ipc_event_free(uint64_t id);
+/* Its last record, written by whichever process records it; -ENOENT: gone. */
+int sim_ipc_event_set(uint64_t id, uint32_t state, uint32_t device, uint64_t ticket);
+int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *ticket);
 
 #endif

@@ -106,6 +106,7 @@ static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned int flags,
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned int)SIM_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
+    sim_event_refresh(e);
     if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != SIM_EVENT_RECORDED || sim_capturing(&lane) ||
         e->device != lane.ctx->device || __atomic_load_n(&e->at_ns, __ATOMIC_ACQUIRE))
         return CUDA_SUCCESS; /* nothing to wait for (another device's event: not simulated) */

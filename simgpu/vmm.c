@@ -1,6 +1,8 @@
 /* simgpu's virtual memory management: physical allocations (cuMemCreate),
  * reserved address ranges (cuMemAddressReserve), and mappings of the one into
- * the other (cuMemMap, cuMemSetAccess, cuMemUnmap).
+ * the other (cuMemMap, cuMemSetAccess, cuMemUnmap), and the sharing of
+ * allocations with other processes through file descriptors
+ * (cuMemExportToShareableHandle, cuMemImportFromShareableHandle).
  *
  * An allocation's size must be a multiple of the granularity that
  * cuMemGetAllocationGranularity reports, SIM_GRANULARITY (2 MiB), or
@@ -10,19 +12,26 @@
  * cuMemRelease and cuMemUnmap), whichever comes last.  Its bytes are a range of
  * one memfd per process, sparse and committed only when written, so that one
  * allocation mapped at two addresses shows the same bytes at both, as on a GPU.
- * A reservation is address space only (PROT_NONE, not charged).  A mapping
- * becomes device memory that copies and memsets may use once cuMemSetAccess
- * grants some device access to it.
+ * An allocation that may be exported (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+ * requested) is a shared allocation of shared.c instead, whose bytes every
+ * importer maps and whose charge follows its holders across processes.  An
+ * allocation on the host (CU_MEM_LOCATION_TYPE_HOST or HOST_NUMA, as NCCL
+ * makes for its shared-memory transport) is host memory: a memfd of its own,
+ * exported as a duplicate of it, charged to no device and listed by NVML for
+ * no one.  A reservation is address space only (PROT_NONE, not charged).  A
+ * mapping becomes device memory that copies and memsets may use once
+ * cuMemSetAccess grants some device access to it.
  *
  * Simplifications: read-only access (CU_MEM_ACCESS_FLAGS_PROT_READ) maps the
- * range read-write; only device memory is simulated (host locations are
- * CUDA_ERROR_NOT_SUPPORTED); allocations are not shared with other processes.
+ * range read-write; a host allocation's NUMA node is not where its pages are.
  * Allocations are not a context's, so destroying one leaves them (cuda.h,
  * cuCtxDestroy). */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -32,8 +41,11 @@ struct sim_handle {
     CUmemGenericAllocationHandle id;
     CUmemAllocationProp prop;       /* as created */
     uint32_t device;
-    size_t size;                    /* a multiple of SIM_GRANULARITY, charged */
-    off_t offset;                   /* of its bytes in the memfd */
+    size_t size;                    /* a multiple of SIM_GRANULARITY, charged (unless on the host) */
+    int fd;                         /* the file of its bytes: sim_vmm.fd, shared.fd, or a host memfd */
+    off_t offset;                   /* of its bytes in `fd` */
+    struct sim_shared_ref shared;   /* id 0: not shared */
+    bool host;                      /* on the host: its own memfd, charged to nothing */
     unsigned int mappings;
     bool released;                  /* by cuMemRelease: the handle is no longer valid */
 };
@@ -95,15 +107,27 @@ static struct sim_handle *sim_handle_find(CUmemGenericAllocationHandle id, size_
     return sim_vmm.handles[lo];
 }
 
-/* Gives an allocation's memory back: its pages, then its charge. */
+/* Gives an allocation's memory back: its pages, then its charge (or this
+ * process's hold on a shared allocation). */
+static void sim_handle_give_back(struct sim_handle *h)
+{
+    if (h->shared.id) {
+        sim_shared_leave(&h->shared);
+    } else if (h->host) {
+        close(h->fd);
+    } else {
+        fallocate(sim_vmm.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, h->offset, (off_t)h->size);
+        sim_state_uncharge(h->device, h->size);
+    }
+}
+
 static void sim_handle_destroy(struct sim_handle *h)
 {
     size_t i = 0;
     sim_handle_find(h->id, &i); /* found: `h` is in the table */
     memmove(&sim_vmm.handles[i], &sim_vmm.handles[i + 1], (sim_vmm.n_handles - i - 1) * sizeof *sim_vmm.handles);
     sim_vmm.n_handles--;
-    fallocate(sim_vmm.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, h->offset, (off_t)h->size);
-    sim_state_uncharge(h->device, h->size);
+    sim_handle_give_back(h);
     free(h);
 }
 
@@ -158,8 +182,12 @@ static size_t sim_reservation_holding(uintptr_t ptr, size_t size)
 
 void sim_vmm_forget(void)
 {
-    for (size_t i = 0; i < sim_vmm.n_handles; i++)
+    /* The child's own descriptors: closing them leaves the parent's files alone. */
+    for (size_t i = 0; i < sim_vmm.n_handles; i++) {
+        if (sim_vmm.handles[i]->fd != sim_vmm.fd)
+            close(sim_vmm.handles[i]->fd);
         free(sim_vmm.handles[i]);
+    }
     free(sim_vmm.handles);
     free(sim_vmm.reservations);
     free(sim_vmm.mappings);
@@ -170,15 +198,32 @@ void sim_vmm_forget(void)
     sim_vmm.fd = -1;
 }
 
-/* Pinned device memory; the handle types it could be exported with are
- * accepted (exporting is a call simgpu lacks), the others refused. */
-static CUresult sim_check_prop(const CUmemAllocationProp *prop, uint32_t *device)
+/* Pinned memory on a device or on the host; exported, if at all, as a POSIX
+ * file descriptor.  *host says which (then *device is meaningless). */
+static CUresult sim_check_prop(const CUmemAllocationProp *prop, uint32_t *device, bool *host)
 {
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return prop->type == CU_MEM_ALLOCATION_TYPE_MANAGED ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
     if (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_NOT_SUPPORTED;
-    return sim_mem_location(&prop->location, device);
+    *host = false;
+    switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_HOST:
+        *host = true;
+        return CUDA_SUCCESS;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA: {
+        /* A node of this machine (cuda.h: the id is a NUMA node's). */
+        char path[64];
+        snprintf(path, sizeof path, "/sys/devices/system/node/node%d", prop->location.id);
+        struct stat st;
+        if (prop->location.id < 0 || (stat(path, &st) != 0 && prop->location.id != 0))
+            return CUDA_ERROR_INVALID_VALUE;
+        *host = true;
+        return CUDA_SUCCESS;
+    }
+    default:
+        return sim_mem_location(&prop->location, device);
+    }
 }
 
 /* The same for both options, as an H100 reports. */
@@ -190,10 +235,65 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
         (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
     uint32_t device;
-    CUresult res = sim_check_prop(prop, &device);
+    bool host;
+    CUresult res = sim_check_prop(prop, &device, &host);
     if (res == CUDA_SUCCESS)
         *granularity = SIM_GRANULARITY;
     return res;
+}
+
+/* Under the memory mutex: records `h` and gives it its id. */
+static bool sim_handle_add(struct sim_handle *h)
+{
+    if (!sim_reserve_slot((void **)&sim_vmm.handles, &sim_vmm.cap_handles, sim_vmm.n_handles,
+                          sizeof *sim_vmm.handles))
+        return false;
+    h->id = ++sim_vmm.last_id;
+    sim_vmm.handles[sim_vmm.n_handles++] = h;
+    return true;
+}
+
+/* Memory on the host: a memfd of its own, charged to no device. */
+static CUresult sim_create_host(struct sim_handle *h)
+{
+    h->host = true;
+    h->fd = memfd_create("simgpu-host", MFD_CLOEXEC);
+    if (h->fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ftruncate(h->fd, (off_t)h->size) != 0) {
+        close(h->fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Device memory that may be exported: a shared allocation (shared.c). */
+static CUresult sim_create_shared(struct sim_handle *h)
+{
+    int rc = sim_shared_create(h->device, h->size, true, &h->shared);
+    if (rc)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    h->fd = h->shared.fd;
+    return CUDA_SUCCESS;
+}
+
+/* Device memory kept to this process: a range of the process's memfd. */
+static CUresult sim_create_private(struct sim_handle *h)
+{
+    if (sim_vmm.fd < 0)
+        sim_vmm.fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
+    if (sim_vmm.fd < 0 || h->size > (uint64_t)(INT64_MAX - sim_vmm.fd_size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (sim_state_charge(h->device, h->size) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ftruncate(sim_vmm.fd, sim_vmm.fd_size + (off_t)h->size) != 0) {
+        sim_state_uncharge(h->device, h->size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    h->fd = sim_vmm.fd;
+    h->offset = sim_vmm.fd_size;
+    sim_vmm.fd_size += (off_t)h->size;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
@@ -203,7 +303,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     if (!prop)
         return CUDA_ERROR_INVALID_VALUE;
     uint32_t device;
-    CUresult res = sim_check_prop(prop, &device);
+    bool host;
+    CUresult res = sim_check_prop(prop, &device, &host);
     if (res != CUDA_SUCCESS)
         return res;
     if (!handle || flags || size == 0 || size % SIM_GRANULARITY)
@@ -211,32 +312,25 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     struct sim_handle *h = calloc(1, sizeof *h);
     if (!h)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    sim_mem_lock();
-    res = CUDA_ERROR_OUT_OF_MEMORY;
-    if (sim_vmm.fd < 0)
-        sim_vmm.fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
-    if (sim_vmm.fd < 0 || size > (uint64_t)(INT64_MAX - sim_vmm.fd_size) ||
-        !sim_reserve_slot((void **)&sim_vmm.handles, &sim_vmm.cap_handles, sim_vmm.n_handles,
-                          sizeof *sim_vmm.handles))
-        goto out;
-    if (sim_state_charge(device, size) != 0)
-        goto out;
-    if (ftruncate(sim_vmm.fd, sim_vmm.fd_size + (off_t)size) != 0) {
-        sim_state_uncharge(device, size);
-        goto out;
-    }
-    h->id = ++sim_vmm.last_id;
     h->prop = *prop;
     h->prop.allocFlags.compressionType = 0; /* never compressible here: how a client tells (cuda.h) */
     h->device = device;
     h->size = size;
-    h->offset = sim_vmm.fd_size;
-    sim_vmm.fd_size += (off_t)size;
-    sim_vmm.handles[sim_vmm.n_handles++] = h;
-    *handle = h->id;
-    h = NULL;
-    res = CUDA_SUCCESS;
-out:
+    sim_mem_lock();
+    if (host)
+        res = sim_create_host(h);
+    else if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        res = sim_create_shared(h);
+    else
+        res = sim_create_private(h);
+    if (res == CUDA_SUCCESS && !sim_handle_add(h)) {
+        sim_handle_give_back(h);
+        res = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (res == CUDA_SUCCESS) {
+        *handle = h->id;
+        h = NULL;
+    }
     sim_mem_unlock();
     free(h);
     return res;
@@ -372,7 +466,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         res = CUDA_ERROR_INVALID_VALUE;
     } else if (!sim_reserve_slot((void **)&sim_vmm.mappings, &sim_vmm.cap_mappings, sim_vmm.n_mappings,
                                  sizeof *sim_vmm.mappings) ||
-               mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, sim_vmm.fd,
+               mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd,
                     h->offset + (off_t)offset) == MAP_FAILED) {
         res = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
@@ -466,5 +560,100 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
             m->access = access;
     }
     sim_mem_unlock();
+    return res;
+}
+
+/* A POSIX file descriptor, for allocations that asked for one at creation
+ * (cuda.h, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+ * "if requested via cuMemCreate").  Device memory's descriptor holds the
+ * allocation until it is closed everywhere; host memory's is its memfd. */
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!shareableHandle || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    sim_mem_lock();
+    const struct sim_handle *h = sim_handle_find(handle, NULL);
+    int fd = -1;
+    if (!h || h->released || !(h->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        res = CUDA_ERROR_INVALID_VALUE;
+    else if ((fd = h->host ? fcntl(h->fd, F_DUPFD_CLOEXEC, 0) : sim_shared_export(&h->shared)) < 0)
+        res = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        *(int *)shareableHandle = fd;
+    sim_mem_unlock();
+    return res;
+}
+
+/* Whether `fd` is a host allocation's memfd (of any process). */
+static bool sim_host_memfd(int fd)
+{
+    char link[64], target[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return false;
+    target[n] = 0;
+    return strncmp(target, "/memfd:simgpu-host ", 19) == 0;
+}
+
+/* A new handle for what `osHandle` (the descriptor itself, for
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) was exported from.  The caller
+ * keeps its descriptor; the handle holds the memory until it is released
+ * (cuda.h, cuMemRelease: "Each time a recipient process imports a shareable
+ * handle, it needs to pair it with cuMemRelease").  Imported device memory
+ * is not charged to the importer: it stays its owner's (shared.c). */
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType shHandleType)
+{
+    SIM_CALLED();
+    CUresult res = sim_mem_initialized();
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    int fd = (int)(intptr_t)osHandle;
+    struct sim_handle *h = calloc(1, sizeof *h);
+    if (!h)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    h->prop = (CUmemAllocationProp){.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        res = CUDA_ERROR_INVALID_VALUE;
+    } else if (sim_host_memfd(fd)) {
+        h->host = true;
+        h->size = (size_t)st.st_size;
+        h->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        h->prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+        res = h->fd < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    } else if (sim_shared_join(0, fd, &h->shared) == 0) {
+        h->device = h->shared.device;
+        h->size = h->shared.size;
+        h->fd = h->shared.fd;
+        h->prop.location = (CUmemLocation){.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)h->device};
+    } else {
+        res = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (res == CUDA_SUCCESS) {
+        sim_mem_lock();
+        if (sim_handle_add(h)) {
+            *handle = h->id;
+            h = NULL;
+        } else {
+            sim_handle_give_back(h);
+            res = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        sim_mem_unlock();
+    }
+    free(h);
     return res;
 }

@@ -39,8 +39,13 @@ struct CUevent_st {
     uint32_t device;
     uint64_t ticket;                /* its marker on the device's timeline (atomic) */
     uint64_t at_ns;                 /* when that completed, once seen; 0: not seen yet (atomic) */
+    uint64_t ipc_id;                /* shared with other processes (cuIpcGetEventHandle); 0: not */
+    bool ipc_owner;                 /* this process made it (its destruction ends the sharing) */
     struct CUevent_st *next_free;
 };
+/* An interprocess event's last record, from whichever process made it
+ * (events.c): before its state, device or ticket is read. */
+void sim_event_refresh(CUevent e);
 
 struct CUgraphNode_st {
     uint32_t magic;

@@ -155,12 +155,12 @@ def test_a_bad_uuid_limit_is_one_line(sim_env, tmp_path):
     result = run(vgpulimit_cmd("run", "--simulate", "--", "true"), env, check=False)
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
-    assert "VGPULIMIT_MEMORY_GPU-1234: \"GPU-1234\" is not a GPU UUID" in line
+    assert "VGPULIMIT_MEMORY_GPU-1234: \"GPU-1234\" is not a GPU or MIG device UUID" in line
     result = run(vgpulimit_cmd("run", "--simulate", "--memory-device", "GPU-12=1GiB", "--", "true"), sim_env,
                  check=False)
     assert result.returncode == 2
-    expected = ("vgpulimit: error: --memory-device: 'GPU-12' is not a GPU UUID (GPU- and 32 hex digits, "
-                "as nvidia-smi -L prints it)")
+    expected = ("vgpulimit: error: --memory-device: 'GPU-12' is not a GPU or MIG device UUID (GPU- or MIG- "
+                "and 32 hex digits, as nvidia-smi -L prints them)")
     assert result.stderr.splitlines() == [expected]
 
 

@@ -214,13 +214,12 @@ def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, la
 def test_a_row_read_while_its_setter_writes_it_still_leads_to_its_beacon(tmp_path, sim_env, launch_client):
     """Setters rewrite the board with pwrite(2) under every container's
     mappings, so a reader can see a row's new key beside the beacon name its
-    row had before (the CI run of 9ce3acb saw a low container ignore a high
-    one this way).  Here a high row, written as such a read shows it (its
+    row had before.  Here a high row, written as such a read shows it (its
     name blank), and its beacon, busy for 1.5 s: the low container holds
     back for it, then runs again."""
     from vgpulimit._core import ffi, lib
 
-    from vgpulimit import board as boards
+    from vgpulimit.board import join
     board, region = tmp_path / "board", tmp_path / "low.region"
     started = time.monotonic()
     low = Container(sim_env, None, loops(launch_client, 1, seconds=4.5), region=region,
@@ -229,7 +228,7 @@ def test_a_row_read_while_its_setter_writes_it_still_leads_to_its_beacon(tmp_pat
     scratch, high_region = tmp_path / "scratch.board", tmp_path / "high.region"
     high_region.touch()
     shutil.copy(board, scratch)
-    row = boards.join(str(scratch), "high", str(high_region))
+    row = join(str(scratch), "high", str(high_region))
     image = bytearray(scratch.read_bytes())
     name = (ffi.offsetof("struct vgl_board", "row") + row.row * ffi.sizeof("struct vgl_board_row")
             + ffi.offsetof("struct vgl_board_row", "beacon"))

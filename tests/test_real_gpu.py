@@ -22,17 +22,18 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, base_env, have, real_gpu_missing
+from conftest import ROOT, MiB, base_env, have, real_gpu_missing
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import real_gpu  # benchmarks/ is no package: from its folder
 import real_gpu_bundle
-from real_gpu_rows import share
+from real_gpu_rows import share, sharing
 
 HEADER = "| group | row | without vgpulimit | under vgpulimit | pass line | result | s |"
 RUNTIME_ROWS = {"PyTorch, caching allocator", "PyTorch, expandable_segments:True",
                 "PyTorch, backend:cudaMallocAsync", "CuPy", "JAX (preallocates)", "bf16 matmul",
-                "torch.compile", "launch-bound eager and CUDA graph"}
+                "torch.compile", "launch-bound eager and CUDA graph",
+                *(row for _, row, _, _, module in sharing.SHARING_WAYS if module)}
 
 
 def test_the_simulated_run_prints_the_whole_table(tmp_path):
@@ -51,6 +52,10 @@ def test_the_simulated_run_prints_the_whole_table(tmp_path):
     assert {r["group"] for r in rows} == set(real_gpu.GROUPS)
     # simgpu's default board, under its own name
     assert document["mode"] == "simulate" and document["machine"]["gpu"] == "NVIDIA H200"
+    # The MIG rows, on a simulated H100 in MIG mode of their own (the share is timed, as below).
+    mig = {r["name"].split(" ")[0]: r for r in rows if r["group"] == "mig"}
+    assert [mig[n]["verdict"] for n in ("memory", "nvitop", "gpustat")] == ["PASS"] * 3, mig
+    assert mig["1"]["verdict"] in ("PASS", "FAIL") and mig["1"]["capped"], mig
 
     by_name = {r["name"]: r for r in rows}
     assert RUNTIME_ROWS <= set(by_name)
@@ -58,9 +63,11 @@ def test_the_simulated_run_prints_the_whole_table(tmp_path):
         assert by_name[name]["verdict"] == "SKIP", by_name[name]
         assert "needs the real CUDA runtime" in by_name[name]["note"], by_name[name]
     if not have("nvidia-smi"):
-        smi = [r for r in rows if r["name"].startswith("nvidia-smi")]
+        smi = [r for r in rows if r["name"].startswith("nvidia-smi") and r["group"] == "tools"]
         assert len(smi) == 3 and all("no nvidia-smi" in r["note"] for r in smi), smi
     assert [r for r in rows if r["verdict"] == "ERROR"] == []
+    sleep_wake = [r for r in rows if r["group"] == "sharing" and r["name"] not in RUNTIME_ROWS]
+    assert [(r["verdict"], r["note"]) for r in sleep_wake] == [("SKIP", sharing.SIMULATED_SLEEP_WAKE)]
     # What the simulated GPU decides without timing: the memory cap from C, the node view.
     assert by_name["driver API from C (cuMemAlloc)"]["verdict"] == "PASS", by_name
     assert [r["verdict"] for r in rows if r["group"] == "node"] == ["PASS"] * 3, rows
@@ -120,6 +127,31 @@ def test_rows_past_the_runs_budget_or_needing_the_runtime_are_skipped_with_the_r
     [row] = real_gpu.run_spec(FakeBench(simulate=False), spec(fn), run_deadline=0.0)
     assert row.verdict == "SKIP" and "out of time" in row.note
     assert called == []
+
+
+def test_the_sleep_wake_rows_steps_are_judged_on_the_simulated_gpu(tmp_path):
+    """The row's own code, two rounds instead of 20, against simgpu's driver
+    (the real driver's figures are what the row is for)."""
+    bench = real_gpu.Bench(simulate=True, quick=True, work=tmp_path)
+    bench.deadline = float("inf")
+    try:
+        row = sharing.run_sharing(bench, "sleep-wake", "sleep/wake", "sleep-wake", None, rounds=2)
+    finally:
+        bench.cleanup()
+    assert row.verdict == "PASS", (row.note, row.data["checks"])
+    assert [s["step"] for s in row.data["steps"]] == ["awake", "asleep"] * 2
+
+
+@pytest.mark.parametrize("child_listed, passes", [(500 * MiB, True), (1524 * MiB, False)])
+def test_a_shared_tensor_charged_to_the_child_too_fails_its_row(child_listed, passes):
+    """The torch.multiprocessing row: the parent (pid 1) made a 1 GiB tensor the
+    child (pid 2) opened; the child's context is 500 MiB."""
+    def step(name, child):
+        return {"step": name, "per_pid": {1: (1600 * MiB, 1600 * MiB), 2: (child, child)},
+                "region_used": 1600 * MiB + (child or 0), "within_cap": True, "matched": True,
+                "client": {"pid": 1, "child_pid": 2, "child_saw": 7.0}}
+    row = sharing.judge_sharing("t", "torch-ipc", [step("shared", child_listed), step("child gone", None)])
+    assert (row.verdict == "PASS") == passes, row.note
 
 
 def test_a_rows_budget_bounds_each_wait():
@@ -193,11 +225,29 @@ def test_on_a_real_gpu_a_high_service_keeps_its_latency_beside_a_low_batch_job(r
 
 
 @pytest.mark.gpu
+def test_on_a_real_gpu_shared_memory_is_counted_as_the_driver_lists_it():
+    reason = real_gpu_missing()
+    if reason:
+        pytest.skip(reason)
+    rows = real_gpu.run(only=("sharing",), budget_s=300, log=print).group("sharing")
+    assert len(rows) == len(sharing.SHARING_WAYS) and all(r.verdict != "ERROR" for r in rows), judged(rows)
+    assert judged(rows) == []
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("group", ["memory", "tools", "share", "node"])
 def test_on_a_real_gpu_each_row_holds_its_pass_line(report, group):
     rows = report.group(group)
     assert rows and any(r.verdict == "PASS" for r in rows)
     assert judged(rows) == []
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_in_mig_mode_a_mig_instance_holds_the_cap_share_and_tools(report):
+    rows = report.group("mig")
+    if all(r.verdict == "SKIP" for r in rows):
+        pytest.skip(rows[0].note)
+    assert judged([r for r in rows if r.verdict != "SKIP"]) == []
 
 
 @pytest.mark.gpu

@@ -41,21 +41,27 @@ def sanitized(tmp_path_factory) -> dict[str, Path]:
     compile_c(bin_dir / "nvml_client", [C_DIR / "nvml_client.c"], "-ldl")
     compile_c(bin_dir / "nvml_answers", [C_DIR / "nvml_answers.c"], "-ldl")
     compile_c(bin_dir / "launch_client", [C_DIR / "launch_client.c"], "-ldl")
+    compile_c(bin_dir / "share_client", [C_DIR / "share_client.c"], f"-L{bin_dir}", "-lcuda")
+    compile_c(bin_dir / "smi_view", [C_DIR / "smi_view.c"], "-ldl")
     runtimes = [subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True,
                                text=True, check=True).stdout.strip()
                 for name in ("libasan.so", "libubsan.so")]
     return {"build": build, "bin": bin_dir, "preload": " ".join(runtimes)}
 
 
-def sanitized_run(sanitized, tmp_path, cmd, shim=True, **env):
+def sanitized_env(sanitized, tmp_path, shim=True, **env):
     # The sanitizer runtimes must be loaded first, before the shim.
     preload = sanitized["preload"]
     if shim:
         preload += f" {sanitized['build'] / 'shim' / 'libvgpulimit.so'}"
-    environment = base_env(
+    return base_env(
         LD_PRELOAD=preload, LD_LIBRARY_PATH=str(sanitized["build"] / "simgpu"),
         SIMGPU_STATE=str(tmp_path / "simgpu.state"), SIMGPU_CONTEXT_OVERHEAD="0",
         ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1", **env)
+
+
+def sanitized_run(sanitized, tmp_path, cmd, shim=True, **env):
+    environment = sanitized_env(sanitized, tmp_path, shim, **env)
     result = run(cmd, environment, check=False)
     said = [line for line in result.stderr.splitlines() if line.startswith(SANITIZERS_SAID)]
     assert not said, result.stderr
@@ -70,6 +76,41 @@ def test_a_cap_on_every_path(sanitized, tmp_path, mode):
                            VGPULIMIT_MEMORY="1GiB", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     assert "alloc 3 0\nalloc 4 2\n" in result.stdout
     assert "realloc 0" in result.stdout
+
+
+def test_memory_shared_between_two_processes_under_a_cap(sanitized, tmp_path):
+    """tests/test_framework_paths.py's paths, in two capped processes: legacy
+    IPC, an exported VMM handle, pool IPC, an interprocess event, sleep and
+    wake with a double release, and host cuMem."""
+    env = sanitized_env(sanitized, tmp_path, VGPULIMIT_MEMORY="1GiB",
+                        CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
+    procs = [subprocess.Popen([str(sanitized["bin"] / "share_client")], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+
+    def ask(proc, line):
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        return proc.stdout.readline().strip()
+
+    a, b = procs
+    assert a.stdout.readline().strip() == b.stdout.readline().strip() == "ready"
+    socket = tmp_path / "fd.sock"
+    script = [(a, "alloc 64"), (a, "write 1"), (a, "ipc_get"), (b, "ipc_open {}"), (b, "read"), (a, "free"),
+              (b, "ipc_close"), (a, "segment 8"), (a, "export"), (b, f"listen {socket}"), (a, f"send {socket}"),
+              (b, "recv"), (b, "import"), (a, "sleep"), (a, "release"), (a, "wake"), (b, "sleep"),
+              (a, "close_fd"), (b, "close_fd"), (a, "pool 4"), (a, "pool_export"), (b, f"listen {socket}2"),
+              (a, f"send {socket}2"), (b, "recv"), (b, "pool_import"), (a, "pool_ptr"), (b, "pool_open {}"),
+              (b, "free_opened"), (a, "event"), (b, "event_open {}"), (a, "record"), (b, "wait_event"),
+              (a, "event_destroy"), (a, "host 4"), (a, "info")]
+    answers, last = [], ""
+    for proc, line in script:
+        answers.append(ask(proc, line.format(last.split()[-1] if last else "")))
+        last = answers[-1]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    for _, err in outputs:
+        said = [line for line in err.splitlines() if line.startswith(SANITIZERS_SAID)]
+        assert not said, err
+    assert [answer.split()[0] for answer in answers] == ["ok"] * 14 + ["err"] + ["ok"] * 20, answers
 
 
 def test_pinned_host_memory_and_copies_under_a_cap(sanitized, tmp_path):
@@ -256,6 +297,17 @@ def test_priorities_between_two_containers(sanitized, tmp_path):
     assert low.returncode == 0, err
     with Region.open(regions["low"]) as region:
         assert region.snapshot(all_devices=True).devices[0].yielded_ns > 0
+
+
+def test_a_gpu_in_mig_mode_through_nvml_and_the_driver(sanitized, tmp_path):
+    """simgpu's MIG paths: the layout, a process on the first MIG device and
+    nvidia-smi's MIG table with the process in it."""
+    mig = {"SIMGPU_PROFILE": "h100-80gb", "SIMGPU_MIG": "1g.10gb@6,3g.40gb,2g.20gb",
+           "SIMGPU_KERNEL_US": "1000"}
+    sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "launch_client", "kernel", "1000", "0.1"],
+                  shim=False, **mig)
+    out = sanitized_run(sanitized, tmp_path, [sanitized["bin"] / "smi_view"], shim=False, **mig).stdout
+    assert "MIG 0/1:  GI 1  CI 0  Memory-Usage 0MiB / 40448MiB  SM 60" in out
 
 
 def elastic_region(tmp_path: Path, name: str, cap: str, request: str, wait: str | None = None) -> Path:

@@ -1,5 +1,5 @@
 """The coverage table in docs/simulated-gpu.md ("What the simulated GPU implements") is
-generated from simgpu's export table (simgpu/driver_api.def) and the
+generated from simgpu's export tables (simgpu/driver_api.def, and nvml_api.def for NVML) and the
 toolkit's list of entry points, checked in (simgpu/driver_api_reference.tsv):
 it is current, every exported row is a variant the toolkit has, and the
 reference is what the toolkit's headers say where they are installed."""
@@ -32,6 +32,28 @@ def test_the_table_counts_what_simgpu_exports():
     implemented = pinned.split(" | ")[2]
     assert "`cuMemHostAlloc`" in implemented and "`cuMemcpyHtoDAsync`" in implemented
     assert "`cuMemHostRegister`: `CU_MEMHOSTREGISTER_IOMEMORY`" in pinned
+    assert all(f"`{name}`" in implemented for name in (
+        "cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
+        "cuIpcOpenEventHandle"))
+
+
+def test_the_table_counts_the_sharing_paths():
+    """What frameworks share memory between processes with (docs/memory.md, "Framework paths")."""
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")
+            for line in coverage("table").stdout.splitlines() if line.startswith("| ")}
+    vmm, pools = rows["Virtual Memory Management"], rows["Stream Ordered Memory Allocator"]
+    assert "`cuMemExportToShareableHandle`" in vmm[2] and "`cuMemImportFromShareableHandle`" in vmm[2]
+    assert "host locations" not in vmm[3].split(";")[0]  # cuMemCreate takes them
+    assert all(f"`{name}`" in pools[2] for name in (
+        "cuMemPoolExportToShareableHandle", "cuMemPoolImportFromShareableHandle", "cuMemPoolExportPointer",
+        "cuMemPoolImportPointer"))
+
+
+def test_the_table_lists_simgpus_nvml_by_the_file_that_answers_it():
+    table = coverage("table").stdout
+    mig = next(line for line in table.splitlines() if line.startswith("| `nvml_mig.c`:"))
+    assert "`nvmlDeviceGetMigDeviceHandleByIndex`" in mig and "`nvmlDeviceGetGpuInstanceProfileInfoV`" in mig
+    assert "`nvmlDeviceGetMemoryInfo_v2`" not in mig
 
 
 def test_a_stale_table_is_found(tmp_path, monkeypatch):

@@ -74,7 +74,8 @@ def test_visible_devices_by_uuid_and_unique_prefix(sim_env):
 @pytest.mark.parametrize("visible", ["", "0,0", "2,1,2", "-1", "MIG-GPU-1/0/0", "GPU-", "x"])
 def test_no_device_left_makes_cuinit_fail_and_nvml_still_answers(sim_env, visible):
     """"" hides every device (Programming Guide); a device listed twice empties
-    the list (as PyTorch mirrors the driver); simgpu has no MIG instances."""
+    the list (as PyTorch mirrors the driver); a MIG UUID that names no
+    instance (no GPU here is in MIG mode) leaves none."""
     seen = numbering(sim_env | MIXED, CUDA_VISIBLE_DEVICES=visible)
     assert seen["init"] == "CUDA_ERROR_NO_DEVICE"
     assert len(seen["nvml"]) == 4

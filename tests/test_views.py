@@ -81,7 +81,7 @@ def series(region, **labels: str) -> tuple:
     who = {"region": str(region), "pod_uid": "", "container": "", "claim_uid": "", "pod": "",
            "namespace": "", "hpc_job": "", "Hostname": NODE}
     if "device" in labels:   # a series about a GPU: labelled as DCGM exporter labels its own
-        who["modelName"] = ""
+        who |= {"modelName": "", "GPU_I_ID": "", "GPU_I_PROFILE": ""}
     return tuple(sorted({**who, **labels}.items()))
 
 
@@ -153,7 +153,7 @@ def test_metrics_label_gpus_as_dcgm_exporter_does(sim_env, tmp_path):
         samples = serve_and_scrape(env, "--all", tmp_path)
     [(_, labels)] = [k for k in samples if k[0] == "vgpulimit_gpu_memory_total_bytes"]
     assert dict(labels) == {"UUID": gpu["uuid"], "gpu": "0", "modelName": gpu["name"],
-                            "Hostname": "gpu-node-7"}
+                            "Hostname": "gpu-node-7", "GPU_I_ID": "", "GPU_I_PROFILE": ""}
     assert gpu["uuid"].startswith("GPU-") and gpu["name"].startswith("NVIDIA ")
     dev = {**dict(series(region, device="0", UUID=gpu["uuid"], modelName=gpu["name"])),
            "Hostname": "gpu-node-7"}

@@ -172,7 +172,9 @@
     X(CU_FUNC_ATTRIBUTE_BINARY_VERSION, 6)                          \
     X(CU_FUNC_ATTRIBUTE_CACHE_MODE_CA, 7)                           \
     X(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8)           \
-    X(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 9)
+    X(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 9)       \
+    X(CU_MEM_HANDLE_TYPE_FABRIC, 0x8)                               \
+    X(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, 0x1)
 
 #ifndef VGL_CHECK_AGAINST_CUDA_H
 /* The toolkit-free declarations.  A check build defines VGL_CHECK_AGAINST_CUDA_H
@@ -289,6 +291,21 @@ typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS_v1;
 typedef CUDA_MEM_ALLOC_NODE_PARAMS_v1 CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct CUipcMemHandle_st {
+    char reserved[64];
+} CUipcMemHandle_v1;
+typedef CUipcMemHandle_v1 CUipcMemHandle;
+
+typedef struct CUipcEventHandle_st {
+    char reserved[64];
+} CUipcEventHandle_v1;
+typedef CUipcEventHandle_v1 CUipcEventHandle;
+
+typedef struct CUmemPoolPtrExportData_st {
+    unsigned char reserved[64];
+} CUmemPoolPtrExportData_v1;
+typedef CUmemPoolPtrExportData_v1 CUmemPoolPtrExportData;
 
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {
     size_t Width;

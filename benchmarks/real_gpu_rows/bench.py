@@ -167,6 +167,14 @@ class Proc:
         except OSError:
             pass
 
+    def write(self, text: str) -> None:
+        """Writes ``text`` to its stdin and keeps it open (a client stepped line by line)."""
+        try:
+            self.popen.stdin.write(text)
+            self.popen.stdin.flush()
+        except OSError:
+            pass
+
     @property
     def returncode(self) -> int | None:
         return self.popen.returncode

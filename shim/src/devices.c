@@ -5,13 +5,19 @@
  * every GPU of the machine in PCI order, so its handles are mapped onto
  * CUDA's ordinals here:
  *   - by UUID, once CUDA is initialised in the process: ordinal i is the NVML
- *     device whose UUID cuDeviceGetUuid gives for i.  This is exact.
+ *     device whose UUID cuDeviceGetUuid_v2 gives for i (a GPU's, or a MIG
+ *     device's).  This is exact.
  *   - before that, from CUDA_VISIBLE_DEVICES as CUDA would read it: UUIDs
  *     ("GPU-…", a unique prefix is enough) exactly, indices in NVML's PCI
  *     order (CUDA's own order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on a
  *     machine of identical GPUs); the list ends at the first entry CUDA would
- *     reject (unknown, MIG-…), and a device listed twice leaves none.  Unset:
- *     every device.
+ *     reject (unknown), and a device listed twice leaves none.  Unset: every
+ *     device.
+ * A GPU in MIG mode is no CUDA device: CUDA shows one of its MIG devices (its
+ * first), and a process one MIG device at most; a list of MIG UUIDs ("MIG-…",
+ * a unique prefix is enough) gives the first that names one (MIG.md 1.3,
+ * simgpu/devices.c).  A MIG device's NVML index is its parent's, the GPU
+ * nvmlDeviceGetHandleByIndex gives in such a container.
  * The shim never calls cuInit for this: a process that initialises CUDA
  * before fork() cannot use CUDA in the child, which is why frameworks ask
  * NVML first. */
@@ -29,10 +35,22 @@ static struct {
     struct vgl_visible devices;
     bool known;
     bool from_cuda; /* final: CUDA's own numbering */
+    bool mig_bound; /* a MIG device named in CUDA_VISIBLE_DEVICES is bound to its UUID */
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* Device i of `out` is `handle`: a GPU, or a MIG device (its parent found). */
+static bool set_device(struct vgl_visible *out, unsigned i, nvmlDevice_t handle, bool mig)
+{
+    out->handle[i] = handle;
+    out->parent[i] = NULL;
+    if (mig && (!vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle ||
+                vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle, &out->parent[i]) != NVML_SUCCESS))
+        return false;
+    return vgl_real.nvmlDeviceGetIndex(mig ? out->parent[i] : handle, &out->nvml_index[i]) == NVML_SUCCESS;
+}
+
 /* False while CUDA is not initialised (cuDeviceGetCount says so without
- * initialising anything) or a UUID has no NVML device (a MIG instance). */
+ * initialising anything) or a UUID has no NVML device. */
 static bool from_cuda(struct vgl_visible *out)
 {
     int count;
@@ -42,15 +60,60 @@ static bool from_cuda(struct vgl_visible *out)
     for (int i = 0; i < count && i < VGL_MAX_DEVICES; i++) {
         CUuuid uuid;
         char text[UUID_TEXT_LEN];
+        nvmlDevice_t handle;
         if (vgl_real.cuDeviceGetUuid_v2(&uuid, i) != CUDA_SUCCESS)
             return false;
         vgl_format_uuid((const uint8_t *)uuid.bytes, text);
-        if (vgl_real.nvmlDeviceGetHandleByUUID(text, &out->handle[i]) != NVML_SUCCESS ||
-            vgl_real.nvmlDeviceGetIndex(out->handle[i], &out->nvml_index[i]) != NVML_SUCCESS)
+        bool mig = vgl_real.nvmlDeviceGetHandleByUUID(text, &handle) != NVML_SUCCESS;
+        if (mig) {
+            vgl_format_mig_uuid((const uint8_t *)uuid.bytes, text);
+            if (vgl_real.nvmlDeviceGetHandleByUUID(text, &handle) != NVML_SUCCESS)
+                return false;
+        }
+        if (!set_device(out, (unsigned)i, handle, mig))
             return false;
         out->count++;
     }
     return true;
+}
+
+/* GPU `index`'s MIG device `mig_index`, if it has one there. */
+static bool mig_device(unsigned index, unsigned mig_index, nvmlDevice_t *mig)
+{
+    nvmlDevice_t gpu;
+    return vgl_real.nvmlDeviceGetMigDeviceHandleByIndex &&
+           vgl_real.nvmlDeviceGetHandleByIndex_v2(index, &gpu) == NVML_SUCCESS &&
+           vgl_real.nvmlDeviceGetMigDeviceHandleByIndex(gpu, mig_index, mig) == NVML_SUCCESS;
+}
+
+/* How many MIG device indices GPU `index` has; 0: it is not in MIG mode. */
+static unsigned mig_slots(unsigned index)
+{
+    nvmlDevice_t gpu;
+    unsigned current = 0, pending, max = 0;
+    if (!vgl_real.nvmlDeviceGetMigMode || !vgl_real.nvmlDeviceGetMaxMigDeviceCount ||
+        vgl_real.nvmlDeviceGetHandleByIndex_v2(index, &gpu) != NVML_SUCCESS ||
+        vgl_real.nvmlDeviceGetMigMode(gpu, &current, &pending) != NVML_SUCCESS || current != 1 ||
+        vgl_real.nvmlDeviceGetMaxMigDeviceCount(gpu, &max) != NVML_SUCCESS)
+        return 0;
+    return max;
+}
+
+/* The one MIG device whose UUID starts with `prefix` (len bytes). */
+static bool mig_by_uuid_prefix(const char *prefix, size_t len, unsigned count, nvmlDevice_t *found)
+{
+    int matches = 0;
+    for (unsigned i = 0; i < count; i++)
+        for (unsigned m = 0, slots = mig_slots(i); m < slots; m++) {
+            nvmlDevice_t mig;
+            char text[NVML_DEVICE_UUID_BUFFER_SIZE];
+            if (mig_device(i, m, &mig) && vgl_real.nvmlDeviceGetUUID(mig, text, sizeof text) == NVML_SUCCESS &&
+                strncmp(text, prefix, len) == 0) {
+                *found = mig;
+                matches++;
+            }
+        }
+    return matches == 1;
 }
 
 /* The NVML index whose UUID starts with `prefix` (len bytes), if exactly one does. */
@@ -94,6 +157,25 @@ static int entry_index(const char *entry, size_t len, unsigned count)
     return index < count ? (int)index : -1;
 }
 
+/* Adds GPU `index` to `out`: itself, or in MIG mode its first MIG device,
+ * unless the process has one (`has_mig`). */
+static bool add_gpu(struct vgl_visible *out, unsigned index, bool *has_mig)
+{
+    nvmlDevice_t handle;
+    unsigned slots = mig_slots(index);
+    if (!slots) {
+        if (vgl_real.nvmlDeviceGetHandleByIndex_v2(index, &handle) != NVML_SUCCESS)
+            return false;
+        return set_device(out, out->count++, handle, false);
+    }
+    for (unsigned m = 0; m < slots && !*has_mig; m++)
+        if (mig_device(index, m, &handle)) {
+            *has_mig = true;
+            return set_device(out, out->count++, handle, true);
+        }
+    return true;
+}
+
 static bool from_environment(struct vgl_visible *out)
 {
     unsigned count;
@@ -104,6 +186,13 @@ static bool from_environment(struct vgl_visible *out)
     const char *list = getenv("CUDA_VISIBLE_DEVICES");
     int indices[VGL_MAX_DEVICES];
     unsigned n = 0;
+    bool has_mig = false;
+    out->count = 0;
+    if (list && strncmp(list, "MIG-", 4) == 0) {
+        nvmlDevice_t mig;
+        size_t len = strcspn(list, ",");
+        return !mig_by_uuid_prefix(list, len, count, &mig) || set_device(out, out->count++, mig, true);
+    }
     if (!list) {
         for (; n < count && n < VGL_MAX_DEVICES; n++)
             indices[n] = (int)n;
@@ -123,12 +212,44 @@ static bool from_environment(struct vgl_visible *out)
             p = end + 1;
         }
     }
-    for (unsigned i = 0; i < n; i++) {
-        out->nvml_index[i] = (unsigned)indices[i];
-        if (vgl_real.nvmlDeviceGetHandleByIndex_v2(out->nvml_index[i], &out->handle[i]) != NVML_SUCCESS)
+    for (unsigned i = 0; i < n; i++)
+        if (!add_gpu(out, (unsigned)indices[i], &has_mig))
             return false;
+    return true;
+}
+
+/* Binds the ordinal to its UUID, which applies a limit given by UUID, in the
+ * process's region and in each it is nested in. */
+static void bind_uuid(int device, const uint8_t uuid[16])
+{
+    for (uint32_t i = 0; i < vgl_links(); i++) {
+        struct vgl_region *link = vgl_link_at(i).region;
+        if (vgl_region_bind_device(link, (uint32_t)device, uuid) == -EEXIST) {
+            static unsigned said;
+            char mine[UUID_TEXT_LEN], theirs[UUID_TEXT_LEN];
+            vgl_format_uuid(uuid, mine); /* GPU- or MIG-: the bytes tell neither */
+            vgl_format_uuid(link->devices[device].uuid, theirs);
+            vgl_log_bounded(VGL_LOG_WARN, &said, "device %d is %s here but %s to other processes of the "
+                            "container (CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ); it is counted "
+                            "as theirs", device, mine, theirs);
+        }
     }
-    out->count = n;
+}
+
+/* A MIG UUID in CUDA_VISIBLE_DEVICES names the container's one device
+ * exactly: its limit by UUID applies before CUDA is initialised, for tools
+ * that never initialise it (nvidia-smi, nvitop). */
+static bool bind_named_mig(const struct vgl_visible *visible)
+{
+    char text[NVML_DEVICE_UUID_BUFFER_SIZE];
+    uint8_t uuid[16];
+    if (visible->count != 1 || !visible->parent[0])
+        return true; /* nothing to bind */
+    if (!vgl_map_region())
+        return false; /* no region yet: the next look tries again */
+    if (vgl_real.nvmlDeviceGetUUID(visible->handle[0], text, sizeof text) == NVML_SUCCESS &&
+        vgl_parse_uuid(text, uuid) == 0)
+        bind_uuid(0, uuid);
     return true;
 }
 
@@ -148,6 +269,8 @@ bool vgl_visible_devices(struct vgl_visible *out)
             cache.devices = fresh;
             cache.known = true;
         }
+        if (cache.known && !cache.from_cuda && !cache.mig_bound)
+            cache.mig_bound = bind_named_mig(&cache.devices);
     }
     bool known = cache.known;
     if (known)
@@ -162,9 +285,19 @@ int vgl_container_device(nvmlDevice_t device)
     if (!vgl_visible_devices(&visible))
         return -1;
     for (unsigned i = 0; i < visible.count; i++)
-        if (visible.handle[i] == device)
+        if (visible.handle[i] == device || visible.parent[i] == device)
             return (int)i;
     return -1;
+}
+
+nvmlDevice_t vgl_container_handle(nvmlDevice_t device)
+{
+    struct vgl_visible visible;
+    if (device && vgl_visible_devices(&visible))
+        for (unsigned i = 0; i < visible.count; i++)
+            if (visible.parent[i] == device)
+                return visible.handle[i];
+    return device;
 }
 
 bool vgl_device_note(int device)
@@ -176,20 +309,7 @@ bool vgl_device_note(int device)
     CUuuid uuid;
     if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
         return false;
-    /* Binding the ordinal to its UUID applies a limit given by UUID, in the
-     * process's region and in each it is nested in. */
-    for (uint32_t i = 0; i < vgl_links(); i++) {
-        struct vgl_region *link = vgl_link_at(i).region;
-        if (vgl_region_bind_device(link, (uint32_t)device, (const uint8_t *)uuid.bytes) == -EEXIST) {
-            static unsigned said;
-            char mine[UUID_TEXT_LEN], theirs[UUID_TEXT_LEN];
-            vgl_format_uuid((const uint8_t *)uuid.bytes, mine);
-            vgl_format_uuid(link->devices[device].uuid, theirs);
-            vgl_log_bounded(VGL_LOG_WARN, &said, "device %d is %s here but %s to other processes of the "
-                            "container (CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ); it is counted "
-                            "as theirs", device, mine, theirs);
-        }
-    }
+    bind_uuid(device, (const uint8_t *)uuid.bytes);
     __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
     return true;
 }

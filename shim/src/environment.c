@@ -158,20 +158,22 @@ static void read_limit(struct reading *r, const struct family *f, const char *na
     }
 }
 
-/* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid>: a limit for the
- * device with that UUID, whatever CUDA in the container calls it (applied
- * when the shim learns the UUID's ordinal: shim/src/devices.c).  True when
- * `name` is such a name (read, or said as an error). */
+/* VGPULIMIT_MEMORY_GPU-<uuid>, VGPULIMIT_CORES_GPU-<uuid> (or MIG-<uuid>, a
+ * MIG device's): a limit for the device with that UUID, whatever CUDA in the
+ * container calls it (applied when the shim learns the UUID's ordinal:
+ * shim/src/devices.c).  True when `name` is such a name (read, or said as an
+ * error). */
 static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const char *name, const char *value)
 {
     const char *suffix = name + strlen(f->stem);
-    if (f->tier != OURS || strncmp(suffix, "_GPU-", 5) != 0)
+    if (f->tier != OURS || (strncmp(suffix, "_GPU-", 5) != 0 && strncmp(suffix, "_MIG-", 5) != 0))
         return false;
     out->asks = 1;
     uint8_t uuid[16];
     if (vgl_parse_uuid(suffix + 1, uuid) != 0) {
-        say(out, true, "%s: \"%s\" is not a GPU UUID; accepted: %s_GPU- and the UUID as nvidia-smi -L "
-                       "prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name, suffix + 1, f->stem);
+        say(out, true, "%s: \"%s\" is not a GPU or MIG device UUID; accepted: %s_GPU- or %s_MIG- and the "
+                       "UUID as nvidia-smi -L prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name,
+            suffix + 1, f->stem, f->stem);
         return true;
     }
     static const uint32_t FLAG[KINDS] = {[MEMORY] = VGL_UUID_MEMORY, [CORES] = VGL_UUID_CORES,
@@ -654,9 +656,10 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0 &&
                    strcmp(name, OUR_SETTER) != 0 && strncmp(name, OUR_TIMINGS, sizeof OUR_TIMINGS - 1) != 0) {
-            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>], VGPULIMIT_CORES[_<i>|_GPU-<uuid>], "
-                            "VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, VGPULIMIT_MEMORY_REQUEST[_<i>|_GPU-<uuid>], "
-                            "VGPULIMIT_MEMORY_WAIT, VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>|_MIG-<uuid>], "
+                            "VGPULIMIT_CORES[_<i>|_GPU-<uuid>|_MIG-<uuid>], VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, "
+                            "VGPULIMIT_MEMORY_REQUEST[_<i>|_GPU-<uuid>|_MIG-<uuid>], VGPULIMIT_MEMORY_WAIT, "
+                            "VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
         }
     }
     const char *portion = lookup(envp, KAI_PORTION);

@@ -322,19 +322,31 @@ void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc);
 void vgl_overhead_check(int device, uint64_t bytes);
 /* The same, now (a context was just made or undone). */
 void vgl_overhead_check_now(int device);
+/* After this process let go of memory another process shares with it (an
+ * imported handle or mapping, an opened IPC pointer): the driver may have
+ * charged that memory to this process once its exporter freed it, and now
+ * no longer does; the figure is read again at once (overhead.c). */
+void vgl_overhead_recheck_shared(void);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
  * the driver's index nvml_index[i]. */
 struct vgl_visible {
     unsigned int count;
-    nvmlDevice_t handle[VGL_MAX_DEVICES];
-    unsigned int nvml_index[VGL_MAX_DEVICES];
+    nvmlDevice_t handle[VGL_MAX_DEVICES];       /* a GPU's, or a MIG device's */
+    unsigned int nvml_index[VGL_MAX_DEVICES];   /* the GPU's; a MIG device's parent's */
+    nvmlDevice_t parent[VGL_MAX_DEVICES];       /* a MIG device's GPU; NULL for a GPU */
 };
 /* False while NVML cannot say (not initialised). */
 bool vgl_visible_devices(struct vgl_visible *out);
-/* The container's index of an NVML device, or -1: not one of its devices, or unknown. */
+/* The container's index of an NVML device, or -1: not one of its devices, or
+ * unknown.  The GPU of a container's MIG device counts as that device: tools
+ * that take nvmlDeviceGetHandleByIndex's GPU see the instance they were given. */
 int vgl_container_device(nvmlDevice_t device);
+/* The handle the driver answers for `device` in the container: the container's
+ * MIG device for its GPU (whose own memory and process queries need MIG
+ * monitoring rights a container lacks), else `device` itself. */
+nvmlDevice_t vgl_container_handle(nvmlDevice_t device);
 /* Binds CUDA device `device` to its UUID in the region (once per process):
  * for the views, and to apply a limit given for that UUID.  False: not yet
  * (no region, or CUDA cannot say). */

@@ -142,6 +142,15 @@ CUresult cuMemFree(CUdeviceptr_v1 dptr)
     return rc;
 }
 
+CUresult cuIpcCloseMemHandle(CUdeviceptr_v2 dptr)
+{
+    CUresult rc = vgl_real.cuIpcCloseMemHandle(dptr);
+    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
+        return rc;
+    vgl_overhead_recheck_shared();
+    return rc;
+}
+
 /* The capped (free, total) of the current context's device, from what the
  * driver wrote (a NULL pointer is the driver's business: we only cap what it
  * wrote).  A context exists, so its cost is the container's: counted first. */

@@ -1,5 +1,7 @@
 /* NVML's devices as a container sees them: its own only, numbered as CUDA
- * numbers them (devices.c), whether found by index, UUID or bus id.
+ * numbers them (devices.c), whether found by index, UUID or bus id.  For a
+ * container's MIG device, its GPU is found by index (as in a MIG container on
+ * a real driver) and its MIG device by UUID.
  *
  * The real library answers first, so arguments, versions and errors are the
  * driver's business; only a successful answer is rewritten.  With no
@@ -55,7 +57,7 @@ static nvmlReturn_t only_visible(nvmlReturn_t rc, const nvmlDevice_t *device)
     if (VGL_LIKELY(!vgl_config.enabled) || rc != NVML_SUCCESS || !vgl_visible_devices(&visible))
         return rc;
     for (unsigned i = 0; i < visible.count; i++)
-        if (visible.handle[i] == *device)
+        if (visible.handle[i] == *device || visible.parent[i] == *device)
             return rc;
     return NVML_ERROR_NOT_FOUND;
 }
@@ -82,10 +84,36 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
     if (VGL_LIKELY(!vgl_config.enabled) || rc != NVML_SUCCESS || !vgl_visible_devices(&visible))
         return rc;
     for (unsigned i = 0; i < visible.count; i++) {
-        if (visible.handle[i] == device) {
+        if (visible.parent[i] == device || (visible.handle[i] == device && !visible.parent[i])) {
             *index = i;
+            return rc;
+        }
+        if (visible.handle[i] == device) {
+            /* A MIG device's is among its GPU's, as nvmlDeviceGetMigDeviceHandleByIndex numbers them. */
+            *index = 0;
+            for (unsigned j = 0; j < i; j++)
+                *index += visible.parent[j] == visible.parent[i];
             return rc;
         }
     }
     return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* A container given a MIG device sees its GPU's other MIG devices as a real
+ * one does, not at all: its own are the GPU's MIG devices 0, 1, ... (nvitop
+ * 1.7 stops at the first index without one). */
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+    nvmlReturn_t rc = vgl_real.nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice);
+    struct vgl_visible visible;
+    if (VGL_LIKELY(!vgl_config.enabled) || (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_FOUND) ||
+        !vgl_visible_devices(&visible))
+        return rc;
+    unsigned int own = 0;
+    for (unsigned i = 0; i < visible.count; i++)
+        if (visible.parent[i] == device && own++ == index) {
+            *migDevice = visible.handle[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
 }

@@ -2,7 +2,13 @@
  *
  * The real library answers first, so arguments, versions and errors are the
  * driver's business; only a successful answer is rewritten.  With no
- * vgpulimit variable set, every hook is a plain call through. */
+ * vgpulimit variable set, every hook is a plain call through.
+ *
+ * The GPU of a container's MIG device answers as that device: the driver
+ * answers a MIG parent's memory only with MIG monitoring rights
+ * (NVML_ERROR_NO_PERMISSION in a container, nvidia-container-toolkit#842),
+ * so tools that take nvmlDeviceGetHandleByIndex(0) would show nothing; they
+ * show the instance, capped. */
 #include "internal.h"
 
 /* Total becomes the cap, used the container's usage (never above the cap,
@@ -21,6 +27,8 @@ static bool nvml_capped(nvmlDevice_t device, unsigned long long *total, unsigned
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
+    if (VGL_UNLIKELY(vgl_config.enabled))
+        device = vgl_container_handle(device);
     nvmlReturn_t rc = vgl_real.nvmlDeviceGetMemoryInfo(device, memory);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != NVML_SUCCESS || !memory)
         return rc;
@@ -33,6 +41,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
  * total = reserved + used + free, as in the driver's answer. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
+    if (VGL_UNLIKELY(vgl_config.enabled))
+        device = vgl_container_handle(device);
     nvmlReturn_t rc = vgl_real.nvmlDeviceGetMemoryInfo_v2(device, memory);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != NVML_SUCCESS || !memory)
         return rc;

@@ -141,11 +141,12 @@ static void fill_detail(void *infos, unsigned int i, const struct listed *p)
 
 /* The driver's list, replaced by the container's processes, with NVML's
  * size protocol: too small a *count gets NVML_ERROR_INSUFFICIENT_SIZE and
- * the count needed; none to list is success and 0. */
+ * the count needed; none to list is success and 0.  The GPU of a container's
+ * MIG device lists that device's (vgl_container_handle). */
 static nvmlReturn_t list_processes(nvmlDevice_t device, struct driver_list *list, bool with_memory,
                                    unsigned int *count, void *infos, fill_fn fill)
 {
-    nvmlReturn_t rc = fetch_all(device, list);
+    nvmlReturn_t rc = fetch_all(vgl_container_handle(device), list);
     if (rc != NVML_SUCCESS)
         return rc;
     struct listed *procs;

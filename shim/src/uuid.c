@@ -21,7 +21,7 @@ static int hex_digit(char c)
 int vgl_parse_uuid(const char *text, uint8_t out[16])
 {
     static const char FORM[] = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-    if (!text || strlen(text) != sizeof FORM - 1 || strncmp(text, "GPU-", 4) != 0)
+    if (!text || strlen(text) != sizeof FORM - 1 || (strncmp(text, "GPU-", 4) != 0 && strncmp(text, "MIG-", 4) != 0))
         return -EINVAL;
     int n = 0;
     for (size_t i = 4; i < sizeof FORM - 1; i++) {
@@ -52,4 +52,10 @@ void vgl_format_uuid(const uint8_t u[16], char out[41])
         out[i] = HEX[(u[n / 2] >> (n % 2 ? 0 : 4)) & 0xf];
         n++;
     }
+}
+
+void vgl_format_mig_uuid(const uint8_t u[16], char out[41])
+{
+    vgl_format_uuid(u, out);
+    memcpy(out, "MIG", 3);
 }

@@ -50,7 +50,7 @@ class CdiError(UsageError):
 
 def default_name(memory: str | None, cores: str | None, cores_policy: str | None = None,
                  priority: str | None = None, admit: bool = False, admit_uncapped: bool = False,
-                 node_dir: str | None = None, memory_request: str | None = None,
+                 node_dir: str | None = None, device: str | None = None, memory_request: str | None = None,
                  memory_wait: str | None = None) -> str:
     """A device name that says what it gives: "1GiB", "50pct-cores30",
     "cores30-policy-borrow-priority-low", "shim".  Every flag that changes the
@@ -58,6 +58,8 @@ def default_name(memory: str | None, cores: str | None, cores_policy: str | None
     the engine refuse it ("unresolvable CDI devices") without saying why.
     ``cores_policy`` and ``priority`` as their parsers return them."""
     parts = []
+    if device is not None:   # "MIG-7cf0ca4b": a UUID's first digits tell devices apart
+        parts.append(device[:12])
     if memory is not None:
         parts.append(memory.strip().replace("%", "pct"))
     if cores is not None:
@@ -82,12 +84,24 @@ def default_name(memory: str | None, cores: str | None, cores_policy: str | None
 def generate(name: str | None = None, memory: str | None = None, cores: str | None = None,
              node_dir: str | None = None, cores_policy: str | None = None,
              admit: bool = False, admit_uncapped: bool = False,
-             priority: str | None = None, memory_request: str | None = None,
+             priority: str | None = None, device: str | None = None, memory_request: str | None = None,
              memory_wait: str | None = None) -> dict[str, Any]:
     """The spec, as a JSON-ready dict.  Limits are checked by the one parser and
-    kept as the user wrote them, as `vgpulimit run` passes them on."""
+    kept as the user wrote them, as `vgpulimit run` passes them on.  With
+    ``device`` (a GPU's or MIG device's UUID), the limits are that device's
+    (VGPULIMIT_MEMORY_<uuid>, VGPULIMIT_CORES_<uuid>): a share of a MIG
+    instance is of the instance."""
     from vgpulimit._paths import libpath
-    from vgpulimit.limits import parse_cores, parse_cores_policy, parse_memory, parse_priority
+    from vgpulimit.limits import (
+        parse_cores,
+        parse_cores_policy,
+        parse_memory,
+        parse_priority,
+        parse_uuid,
+    )
+
+    if device is not None:
+        device = parse_uuid(device, "--device")
 
     # "none" says so: a spec whose containers run with no limit is asked for
     # by name, never the silent result of a forgotten flag.
@@ -117,7 +131,7 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         parse_wait(memory_wait, "--memory-wait")
     if name is None:
         name = default_name(memory, cores, policy_value, priority_value, admit, admit_uncapped,
-                            node_dir, memory_request, memory_wait)
+                            node_dir, device, memory_request, memory_wait)
     elif not _NAME.fullmatch(name):
         raise CdiError(f"--name: {quoted(name)} is not a CDI device name ({NAME_FORMS})")
     if memory is None and cores is None and not (memory_none and cores_none):
@@ -125,16 +139,17 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
                        "uncapped; give --memory SIZE and/or --cores PCT, or --memory none --cores none "
                        "for a device that installs the shim and leaves the limits to the container")
     env = []
+    of = "" if device is None else f"_{device}"
     if memory is not None:
-        env.append(f"VGPULIMIT_MEMORY={memory}")
+        env.append(f"VGPULIMIT_MEMORY{of}={memory}")
     if cores is not None:
-        env.append(f"VGPULIMIT_CORES={cores}")
+        env.append(f"VGPULIMIT_CORES{of}={cores}")
     if cores_policy is not None:
         env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
     if priority is not None:
         env.append(f"VGPULIMIT_PRIORITY={priority}")
     if memory_request is not None:
-        env.append(f"VGPULIMIT_MEMORY_REQUEST={memory_request}")
+        env.append(f"VGPULIMIT_MEMORY_REQUEST{of}={memory_request}")
     if memory_wait is not None:
         env.append(f"VGPULIMIT_MEMORY_WAIT={memory_wait}")
     args = hook_command(node_dir, admit, admit_uncapped)

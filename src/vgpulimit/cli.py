@@ -23,8 +23,9 @@ SIZE_FORMS = ("SIZE is bytes (1073741824); binary units Ki, Mi, Gi, Ti with or w
               "512Mi); k, m, g, t in lower case as HAMi and Docker mean them (3000m = 3000 MiB); decimal "
               "units K, M, G, T with or without B (4G = 4*10^9 bytes); a percentage of the device (50%) "
               "or a fraction of it from 0 to 1 (0.5).  PCT is a whole percentage from 1 to 100 (30 or 30%).  "
-              "A device is I, its index as CUDA numbers it in the container, or GPU-<uuid>, the whole "
-              "UUID as nvidia-smi -L prints it.")
+              "A device is I, its index as CUDA numbers it in the container, or GPU-<uuid> (MIG-<uuid> for "
+              "a MIG device), the whole UUID as nvidia-smi -L prints it; 50% and 0.5 of a MIG device are "
+              "of its instance.")
 
 
 class _Once(argparse.Action):
@@ -160,14 +161,14 @@ def _build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="run a command under GPU limits",
         description="Run CMD with the shim preloaded and the limits in a fresh region file. "
-                    "Limits not given as flags are taken from VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>] "
-                    "and VGPULIMIT_CORES[_<i>|_GPU-<uuid>] in the environment.",
+                    "Limits not given as flags are taken from VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>|_MIG-<uuid>] "
+                    "and VGPULIMIT_CORES[_<i>|_GPU-<uuid>|_MIG-<uuid>] in the environment.",
         epilog=SIZE_FORMS)
     run.add_argument("--memory", metavar="SIZE",
                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
     run.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
                      help="memory cap for device I as CUDA numbers it in the container, or for "
-                          "the device of a UUID: GPU-<uuid>=SIZE (overrides --memory; repeatable)")
+                          "the device of a UUID: GPU-<uuid>=SIZE or MIG-<uuid>=SIZE (overrides --memory; repeatable)")
     run.add_argument("--memory-units", metavar="N",
                      help="memory cap as N units of --unit, as Alibaba's gpushare counts it "
                           "(instead of --memory)")
@@ -186,7 +187,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cores", metavar="PCT",
                      help="compute share of every device, in percent: 30 or 30%%")
     run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
-                     help="compute share of device I, or GPU-<uuid>=PCT (overrides --cores; "
+                     help="compute share of device I, or GPU-<uuid>=PCT or MIG-<uuid>=PCT (overrides --cores; "
                           "repeatable)")
     run.add_argument("--cores-policy", metavar="POLICY",
                      help="hard (default: never past the share), borrow (past it while no other "
@@ -266,7 +267,7 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
     set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
                       help="memory cap for device I as CUDA numbers it in the container, or for "
-                           "the device of a UUID: GPU-<uuid>=SIZE (overrides --memory; repeatable)")
+                           "the device of a UUID: GPU-<uuid>=SIZE or MIG-<uuid>=SIZE (overrides --memory; repeatable)")
     set_.add_argument("--memory-request", metavar="SIZE",
                       help="memory guaranteed on every device, at most the cap, or 'none' (the cap)")
     set_.add_argument("--memory-request-device", metavar="I=SIZE", action="append", default=[],
@@ -277,7 +278,7 @@ def _build_parser() -> argparse.ArgumentParser:
     set_.add_argument("--cores", metavar="PCT",
                       help="compute share of every device: 30 or 30%%, or 'none'")
     set_.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
-                      help="compute share of device I, or GPU-<uuid>=PCT (overrides --cores; "
+                      help="compute share of device I, or GPU-<uuid>=PCT or MIG-<uuid>=PCT (overrides --cores; "
                            "repeatable)")
     set_.add_argument("--cores-policy", metavar="POLICY",
                       help="hard, borrow or none (every device)")
@@ -498,6 +499,9 @@ def _add_container_commands(commands) -> None:
                           help="compute share in percent: 30 or 30%%, or 'none'")
     generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
     generate.add_argument("--priority", metavar="PRIORITY", help="high, normal or low")
+    generate.add_argument("--device", metavar="UUID",
+                          help="the limits are for this device only: GPU-<uuid>, or a MIG device's "
+                               "MIG-<uuid> (50%% of which is half its instance)")
     generate.add_argument("--memory-request", metavar="SIZE",
                           help="memory guaranteed on every device, at most --memory")
     generate.add_argument("--memory-wait", metavar="DURATION",
@@ -747,7 +751,7 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     admission = _admission(args)
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
                         admission is not None, args.admit_uncapped, priority=args.priority,
-                        memory_request=args.memory_request, memory_wait=args.memory_wait)
+                        device=args.device, memory_request=args.memory_request, memory_wait=args.memory_wait)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -214,20 +214,22 @@ def parse_cores(text: str, source: str = "--cores") -> int:
 
 def parse_uuid(text: str, source: str) -> str:
     """A GPU's UUID as nvidia-smi -L prints it ("GPU-8932f937-d72c-4106-c12f-
-    20bd9faed9f6", either case), in the lower case NVML and CUDA report."""
+    20bd9faed9f6", either case), or a MIG device's ("MIG-..."), in the lower
+    case NVML and CUDA report."""
     out = ffi.new("uint8_t[16]")
     data = text.strip().encode("ascii", errors="replace")
     if b"\0" in data or lib.vgl_parse_uuid(data, out) != 0:
-        raise LimitError(source, text, "not a GPU UUID",
-                         "GPU- and 32 hex digits as nvidia-smi -L prints it: GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
-    return format_uuid(bytes(out))
+        raise LimitError(source, text, "not a GPU or MIG device UUID",
+                         "GPU- or MIG- and 32 hex digits as nvidia-smi -L prints them: "
+                         "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
+    return format_uuid(bytes(out), mig=data.startswith(b"MIG-"))
 
 
-def format_uuid(raw: bytes) -> str:
-    """16 bytes as NVML and nvidia-smi print a GPU's UUID (lower case), by the
-    core's formatter, the one the shim uses."""
+def format_uuid(raw: bytes, mig: bool = False) -> str:
+    """16 bytes as NVML and nvidia-smi print a GPU's UUID (lower case), or a
+    MIG device's, by the core's formatters, the ones the shim uses."""
     text = ffi.new("char[41]")
-    lib.vgl_format_uuid(raw, text)
+    (lib.vgl_format_mig_uuid if mig else lib.vgl_format_uuid)(raw, text)
     return ffi.string(text).decode()
 
 

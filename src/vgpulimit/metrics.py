@@ -19,7 +19,10 @@ its names and labels too (_hami_families), so that HAMi's dashboards work.
 Series about a GPU are labelled as DCGM exporter labels its own --
 ``UUID`` ("GPU-…"), ``modelName``, ``Hostname`` (the node: $NODE_NAME, else
 the host's name), and on the physical GPU series ``gpu`` (its index) -- so
-that a dashboard joins them with DCGM's without relabelling.
+that a dashboard joins them with DCGM's without relabelling.  A MIG instance
+is labelled as DCGM labels one: its GPU's UUID, index and modelName, and
+``GPU_I_ID`` (its GPU instance) and ``GPU_I_PROFILE`` ("2g.20gb"); both are ""
+elsewhere, which Prometheus reads as absent, as DCGM leaves them.
 Devices a container has not used yet are left out.  The compute utilisation
 is the share of the whole GPU that the container's kernels took since the
 previous scrape (since the server started, for the first).  Per-process
@@ -56,6 +59,8 @@ from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.identity import region_labels
 from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.metrics_server import MetricsServer
+from vgpulimit.node import Gpu
+from vgpulimit.node import uuid_key as node_uuid_key
 from vgpulimit.processes import shown
 from vgpulimit.status import Sampler
 
@@ -113,9 +118,11 @@ class RegionCollector(Collector):
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
-        # GPU UUID -> NVML's name of it (DCGM's modelName); "" where NVML could
-        # not say.  A board's name never changes: NVML is asked once per UUID.
-        self._model_names: dict[str, str] = {}
+        # A device's UUID (node.uuid_key: a region does not say GPU- or MIG-)
+        # -> its labels as DCGM gives them: UUID, modelName, GPU_I_ID,
+        # GPU_I_PROFILE; modelName "" where NVML could not say.  A board's name
+        # never changes: NVML is asked once per UUID.
+        self._device_labels: dict[str, tuple[str, str, str, str]] = {}
         self._collections = 0
 
     def collect(self) -> Iterator[Metric]:
@@ -146,7 +153,7 @@ class RegionCollector(Collector):
                 sample, gpus = node.take(self._sampler)
             else:
                 sample, gpus = self._sampler.sample(strict=False), None
-            self._learn_model_names(sample, gpus)
+            self._learn_device_labels(sample, gpus)
         pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
 
         def _who(path: str) -> list[str]:
@@ -162,7 +169,8 @@ class RegionCollector(Collector):
         for path, why in sample.errors:
             readable.add_metric([*_who(path), self._hostname], 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["region", *LABELS, "device", "UUID", "modelName", "Hostname"]
+        device_labels = ["region", *LABELS, "device", "UUID", "modelName", "Hostname", "GPU_I_ID",
+                         "GPU_I_PROFILE"]
         limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
                                   "Memory cap of the device for the container", labels=device_labels)
         used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
@@ -211,8 +219,10 @@ class RegionCollector(Collector):
             for dev in snap.devices:
                 if not dev.seen:
                     continue
-                labels = [*_who(snap.path), str(dev.index), dev.uuid or "",
-                          self._model_names.get(dev.uuid or "", ""), self._hostname]
+                uuid, model, instance, profile = self._device_labels.get(
+                    node_uuid_key(dev.uuid or ""), (dev.uuid or "", "", "", ""))
+                labels = [*_who(snap.path), str(dev.index), uuid, model, self._hostname, instance,
+                          profile]
                 if dev.cap_bytes is not None:
                     limit.add_metric(labels, dev.cap_bytes)
                 used.add_metric(labels, dev.used_bytes)
@@ -300,37 +310,39 @@ class RegionCollector(Collector):
                 host_util.add_metric(labels, g.utilization_pct)
         yield from (host_memory, host_util)
 
-    def _learn_model_names(self, sample, node) -> None:
-        """The names of the GPUs the containers have used, from the node view
-        read for this scrape (--all), else from NVML once per new UUID.  Where
-        NVML cannot be read, "" for now, and asked again at the next scrape."""
+    def _learn_device_labels(self, sample, node) -> None:
+        """The labels of the devices the containers have used, from the node
+        view read for this scrape (--all), else from NVML once per new UUID.
+        Where NVML cannot be read, modelName "" for now, and asked again at the
+        next scrape."""
         if node is not None:
-            self._model_names.update((v.gpu.uuid, v.gpu.name) for v in node.gpus)
-        new = {dev.uuid for view in sample.views for dev in view.snapshot.devices
-               if dev.seen and dev.uuid and dev.uuid not in self._model_names}
+            self._device_labels.update((node_uuid_key(v.gpu.uuid), gpu_labels(v.gpu))
+                                       for v in node.gpus)
+        new = {node_uuid_key(dev.uuid) for view in sample.views for dev in view.snapshot.devices
+               if dev.seen and dev.uuid and node_uuid_key(dev.uuid) not in self._device_labels}
         if not new or (node is not None and node.error is not None):
             return
-        names: dict[str, str] = {}
+        known: dict[str, tuple[str, str, str, str]] = {}
         if node is None:
             from vgpulimit import node as node_view
             from vgpulimit.nvml import NvmlError
 
             try:
-                names = {gpu.uuid: gpu.name for gpu in node_view.read_gpus()}
+                known = {node_uuid_key(gpu.uuid): gpu_labels(gpu) for gpu in node_view.read_gpus()}
             except NvmlError as exc:
                 self._complain(f"modelName is \"\" on the containers' series: {exc}")
                 return
         # A UUID NVML does not list (another node's GPU): "" for good.
-        self._model_names.update((uuid, names.get(uuid, "")) for uuid in new)
+        self._device_labels.update((key, known.get(key, (f"GPU-{key}", "", "", ""))) for key in new)
 
     def _physical_families(self, node, sample) -> Iterator[Metric]:
         if node.error is not None:
             self._complain(f"no physical GPU view: {node.error}")
             return
-        gpu_labels = ["UUID", "gpu", "modelName", "Hostname"]
+        names = ["UUID", "gpu", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"]
 
         def gauge(name: str, text: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, text, labels=[*gpu_labels, *extra])
+            return GaugeMetricFamily(name, text, labels=[*names, *extra])
 
         for missing in node.unavailable:
             self._complain(missing.line)
@@ -366,7 +378,8 @@ class RegionCollector(Collector):
                      "Share of the last sample period the GPU was busy, as the driver says (0-1)")
         for view in node.gpus:
             g = view.gpu
-            labels = [g.uuid, str(g.index), g.name, self._hostname]
+            uuid, model, instance, profile = gpu_labels(g)
+            labels = [uuid, str(g.index), model, self._hostname, instance, profile]
             # A figure NVML did not give is left out, never shown as 0.
             if g.total_bytes is not None:
                 total.add_metric(labels, g.total_bytes)
@@ -410,6 +423,15 @@ class RegionCollector(Collector):
         if line not in self._complained:
             self._complained.add(line)
             print(f"vgpulimit metrics: {shown(line)}", file=sys.stderr, flush=True)
+
+
+def gpu_labels(gpu: Gpu) -> tuple[str, str, str, str]:
+    """(UUID, modelName, GPU_I_ID, GPU_I_PROFILE) of a GPU or MIG instance, as
+    DCGM exporter labels them: a MIG instance by its GPU's UUID and model."""
+    if gpu.mig is None:
+        return gpu.uuid, gpu.name, "", ""
+    return (gpu.mig.parent_uuid, gpu.name.rpartition(" MIG ")[0] or gpu.name,
+            str(gpu.mig.gpu_instance), gpu.mig.profile)
 
 
 def _printable(families: Iterable[Metric]) -> Iterator[Metric]:

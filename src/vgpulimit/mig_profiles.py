@@ -1,7 +1,7 @@
 """The MIG profile tables (mig_profiles.json, installed beside this module),
 read into dataclasses.  The tables are data, with their sources, so that the
-planner here and simgpu's MIG mode (which will read the same file) cannot
-disagree; nothing in this module adds a number of its own."""
+planner here and simgpu's MIG mode (whose C table the build writes from the
+same file) cannot disagree; nothing in this module adds a number of its own."""
 
 from __future__ import annotations
 

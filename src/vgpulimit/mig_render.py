@@ -19,7 +19,7 @@ UUID = "MIG-<uuid>"
 NOTES = (("MIG-<uuid>: the instance's MIG device, known once the layout exists (nvidia-smi -L); "
           "instances of one profile on one GPU are interchangeable."),
          ("Apply the layout with nvidia-mig-parted (--format mig-parted); this command changes no MIG "
-          "setting.  Sharing one instance is not yet enforced by this release's shim."))
+          "setting.  The flags cap each request on its instance (docs/mig.md, sharing a MIG slice)."))
 
 
 def size_flag(count: int) -> str:

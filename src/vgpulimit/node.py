@@ -18,7 +18,14 @@ support leaves its figure unavailable (None, shown "n/a") and is named once
 A region is placed on a GPU by the UUID its processes recorded for a device
 and, for devices no process has used yet, by the GPUs the hook found the
 container was given (identity.py).  Reads only; a node without a driver is
-one line (``NodeView.error``), not a failure."""
+one line (``NodeView.error``), not a failure.
+
+A GPU in MIG mode is followed by its MIG instances, each a Gpu of its own
+(``mig`` says which: profile, GPU and compute instance): they hold the memory,
+the processes and the containers, and the GPU itself only its total, its
+reserve and what its instances use (the instances list its processes).  A
+region's device is placed by its UUID's 32 hex digits, which the region keeps
+without saying GPU- or MIG-."""
 
 from __future__ import annotations
 
@@ -41,8 +48,20 @@ class DriverProcess:
 
 
 @dataclass(frozen=True)
+class MigSlot:
+    """Where a MIG instance sits: its GPU and its place there."""
+
+    parent_uuid: str              # the GPU's "GPU-..."
+    index: int                    # its MIG device index on the GPU
+    profile: str                  # "2g.20gb", as nvidia-smi and DCGM's GPU_I_PROFILE name it
+    gpu_instance: int             # GPU_I_ID
+    compute_instance: int
+
+
+@dataclass(frozen=True)
 class Gpu:
-    """One physical GPU as NVML reports it; None: NVML did not say."""
+    """One physical GPU as NVML reports it, or one of its MIG instances
+    (``mig``); None: NVML did not say."""
 
     index: int
     uuid: str
@@ -56,6 +75,8 @@ class Gpu:
     minor: int | None = None      # /dev/nvidia<minor>; None: not known
     reserved_bytes: int | None = 0  # what the driver keeps for itself (NVML v2), apart from
                                   # used_bytes; None: not known apart, counted in used_bytes
+    mig_mode: bool = False        # a GPU in MIG mode: its instances follow it
+    mig: MigSlot | None = None    # a MIG instance of GPU `index`; None: a GPU
 
     @property
     def used_includes_reserved(self) -> bool:
@@ -97,9 +118,29 @@ def _processes(nvml: Nvml, handle) -> tuple[DriverProcess, ...] | None:
     return tuple(procs.values())
 
 
+def _mig_instances(nvml: Nvml, gpu: Gpu, handle) -> Iterator[Gpu]:
+    """The MIG instances of a GPU in MIG mode: its MIG devices, at the indices
+    up to the maximum that have one (NOT_FOUND holes skipped, as tools do)."""
+    for mig_index in range(nvml.query("nvmlDeviceGetMaxMigDeviceCount", handle, default=0) or 0):
+        mig = nvml.query("nvmlDeviceGetMigDeviceHandleByIndex", handle, mig_index, note=False)
+        if mig is None:
+            continue
+        name = nvml_text(nvml.query("nvmlDeviceGetName", mig, default="n/a", shown="name n/a"))
+        total, used, reserved = _memory(nvml, mig)
+        yield dataclasses.replace(
+            gpu, uuid=nvml_text(nvml.required("nvmlDeviceGetUUID", mig)), name=name,
+            total_bytes=total, used_bytes=used, reserved_bytes=reserved, utilization_pct=None,
+            processes=_processes(nvml, mig), mig_mode=False,
+            mig=MigSlot(parent_uuid=gpu.uuid, index=mig_index, profile=name.rpartition(" ")[2],
+                        gpu_instance=int(nvml.query("nvmlDeviceGetGpuInstanceId", mig, default=-1)),
+                        compute_instance=int(nvml.query("nvmlDeviceGetComputeInstanceId", mig,
+                                                        default=-1))))
+
+
 def read_node() -> tuple[tuple[Gpu, ...], tuple[Unavailable, ...]]:
-    """Every GPU of the node, and what NVML did not answer about them (each
-    function once); NvmlError when NVML cannot say which GPUs there are."""
+    """Every GPU of the node, each in MIG mode followed by its instances, and
+    what NVML did not answer about them (each function once); NvmlError when
+    NVML cannot say which GPUs there are."""
     with nvml_session() as nvml:
         gpus = []
         count = nvml.required("nvmlDeviceGetCount", function="nvmlDeviceGetCount_v2")
@@ -108,8 +149,11 @@ def read_node() -> tuple[tuple[Gpu, ...], tuple[Unavailable, ...]]:
                                    function="nvmlDeviceGetHandleByIndex_v2")
             total, used, reserved = _memory(nvml, handle)
             pci = nvml.query("nvmlDeviceGetPciInfo_v3", handle, shown="bus id n/a")
-            util = nvml.query("nvmlDeviceGetUtilizationRates", handle, shown="utilisation n/a")
-            gpus.append(Gpu(
+            mode = nvml.query("nvmlDeviceGetMigMode", handle, note=False)
+            mig_mode = mode is not None and mode[0] == 1
+            util = None if mig_mode else nvml.query("nvmlDeviceGetUtilizationRates", handle,
+                                                    shown="utilisation n/a")
+            gpu = Gpu(
                 index=index,
                 uuid=nvml_text(nvml.required("nvmlDeviceGetUUID", handle)),
                 name=nvml_text(nvml.query("nvmlDeviceGetName", handle, default="n/a",
@@ -119,9 +163,13 @@ def read_node() -> tuple[tuple[Gpu, ...], tuple[Unavailable, ...]]:
                 used_bytes=used,
                 reserved_bytes=reserved,
                 utilization_pct=None if util is None else int(util.gpu),
-                processes=_processes(nvml, handle),
+                processes=() if mig_mode else _processes(nvml, handle),
                 minor=nvml.query("nvmlDeviceGetMinorNumber", handle, note=False),
-            ))
+                mig_mode=mig_mode,
+            )
+            gpus.append(gpu)
+            if mig_mode:
+                gpus += _mig_instances(nvml, gpu, handle)
         return tuple(gpus), nvml.unavailable
 
 
@@ -277,7 +325,8 @@ def _placements(view: ContainerView, identity: Identity,
         dev = devices.get(index)
         uuid = dev.uuid if dev is not None and dev.uuid else (
             given[index] if index < len(given) else None)
-        total = (by_uuid[uuid].total_bytes or 0) if uuid in by_uuid else 0
+        gpu = by_uuid.get(uuid_key(uuid)) if uuid is not None else None
+        total = (gpu.total_bytes or 0) if gpu is not None else 0
         cap = None
         if dev is not None and dev.limit is not None:
             cap = dev.cap_bytes if dev.cap_bytes is not None else (
@@ -285,22 +334,28 @@ def _placements(view: ContainerView, identity: Identity,
         yield uuid, Tenant(view, identity, index, dev, cap, total)
 
 
+def uuid_key(uuid: str) -> str:
+    """A GPU's or MIG device's UUID without its GPU-/MIG- prefix, as a
+    region's device knows it (its 16 bytes say neither)."""
+    return uuid[4:].lower()
+
+
 def build(sample: Sample, gpus: Sequence[Gpu],
           unavailable: tuple[Unavailable, ...] = ()) -> NodeView:
-    by_uuid = {gpu.uuid: gpu for gpu in gpus}
-    on: dict[str, list[Tenant]] = {gpu.uuid: [] for gpu in gpus}
+    by_uuid = {uuid_key(gpu.uuid): gpu for gpu in gpus}
+    on: dict[str, list[Tenant]] = {uuid_key(gpu.uuid): [] for gpu in gpus}
     elsewhere = []
     inside: set[int] = set()
     for view in sample.views:
         identity = of_region(view.path)
         inside.update(pid for p in view.snapshot.processes if (pid := sample.host_pid(p)))
         for uuid, tenant in _placements(view, identity, by_uuid):
-            if uuid in on:
-                on[uuid].append(tenant)
+            if uuid is not None and uuid_key(uuid) in on:
+                on[uuid_key(uuid)].append(tenant)
             elif uuid is not None:
                 elsewhere.append((view, tenant.index))
     views = tuple(
-        GpuView(gpu, tuple(on[gpu.uuid]), None if gpu.processes is None else
+        GpuView(gpu, tuple(on[uuid_key(gpu.uuid)]), None if gpu.processes is None else
                 tuple(p for p in gpu.processes if p.pid not in inside))
         for gpu in gpus)
     return NodeView(views, None, tuple(elsewhere), unavailable)

@@ -158,7 +158,7 @@ def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, i
     table = ffi.new("struct vgl_uuid_limit[]", MAX_DEVICES)
     for entry, uuid in zip(table, uuids):
         if lib.vgl_parse_uuid(uuid.encode(), entry.uuid) != 0:
-            raise ValueError(f"{uuid!r} is not a GPU UUID")
+            raise ValueError(f"{uuid!r} is not a GPU or MIG device UUID")
         if uuid in memory:
             entry.flags |= lib.VGL_UUID_MEMORY
             if memory[uuid] is not None:

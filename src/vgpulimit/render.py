@@ -12,7 +12,7 @@ from typing import Any
 
 from vgpulimit import identity
 from vgpulimit.limits import format_bytes, format_wait
-from vgpulimit.node import DriverProcess, GpuView, NodeView, Tenant
+from vgpulimit.node import DriverProcess, Gpu, GpuView, NodeView, Tenant, uuid_key
 from vgpulimit.processes import ProcessDetails, format_age, plain, shown
 from vgpulimit.region import DeviceSnapshot, ProcessSnapshot, RegionSnapshot
 from vgpulimit.status import ContainerView, Sample, devices_of
@@ -297,10 +297,16 @@ def status_document(view: ContainerView | RegionSnapshot, sample: Sample | None 
 def status_document_all(sample: Sample, node: NodeView | None = None) -> dict[str, Any]:
     """What `status --all --json` prints: the node's GPUs, every region, the unreadable ones."""
     document: dict[str, Any] = {"version": STATUS_VERSION}
+    regions = [to_json(view, sample) for view in sample.views]
     if node is not None:
         document |= node_json(node, sample)
+        # A region keeps a device's 16 bytes, not whether it is a GPU or a MIG
+        # device: NVML's UUID of it says which.
+        named = {uuid_key(v.gpu.uuid): v.gpu.uuid for v in node.gpus}
+        for device in (d for r in regions for d in r["devices"] if d["uuid"]):
+            device["uuid"] = named.get(uuid_key(device["uuid"]), device["uuid"])
     document |= {
-        "regions": [to_json(view, sample) for view in sample.views],
+        "regions": regions,
         "errors": [{"region": path, "error": why} for path, why in sample.errors],
     }
     return _plain_strings(document)
@@ -376,6 +382,15 @@ def outside_text(gpu: GpuView) -> str:
                else "other"))
 
 
+def mig_title(gpu: Gpu) -> str:
+    """"MIG 0/1 2g.20gb (GPU instance 5, compute instance 0)": a MIG instance, as
+    nvidia-smi's MIG devices table places it."""
+    m = gpu.mig
+    assert m is not None
+    return (f"MIG {gpu.index}/{m.index} {m.profile} (GPU instance {m.gpu_instance}, "
+            f"compute instance {m.compute_instance})")
+
+
 def _share(tenant: Tenant) -> str:
     share = tenant.share_pct
     return "n/a" if share is None else f"{share:.0f}%"
@@ -399,34 +414,38 @@ def render_node_text(node: NodeView, sample: Sample, width: int = 80) -> str:
     for gpu in node.gpus:
         g = gpu.gpu
         util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
-        lines += [f"GPU {g.index}: {g.name}, bus {g.bus_id or '-'}, utilisation {util}",
-                  f"  {g.uuid}",
-                  f"  {used_text(gpu)}",
-                  f"  {reserve_text(gpu)}",
-                  f"  {outside_text(gpu)}",
-                  f"  {commit_text(gpu)}"]
+        pad = "  " * (1 + (g.mig is not None))
+        if g.mig is not None:
+            lines.append(f"  {mig_title(g)}")
+        else:
+            lines.append(f"GPU {g.index}: {g.name}, bus {g.bus_id or '-'}, utilisation {util}"
+                         + (", MIG mode" if g.mig_mode else ""))
+        lines += [f"{pad}{g.uuid}", f"{pad}{used_text(gpu)}", f"{pad}{reserve_text(gpu)}"]
+        if g.mig_mode:   # its memory is its instances', below
+            continue
+        lines += [f"{pad}{outside_text(gpu)}", f"{pad}{commit_text(gpu)}"]
         elastic = elastic_text(gpu)
         if elastic is not None:
-            lines.append(f"  {elastic}")
+            lines.append(f"{pad}{elastic}")
         if gpu.tenants and elastic is not None:
             rows = [(tail(shown(t.name), 32), str(t.index), _bytes(t.request_bytes, "none"),
                      _bytes(t.cap_bytes, "none"), format_bytes(t.used_bytes), format_bytes(t.borrowed_bytes),
                      str(t.waiting), f"{t.waited_ns / 1e9:.1f} s", str(t.wait_timeouts))
                     for t in gpu.tenants]
-            lines += ["  " + line for line in
+            lines += [pad + line for line in
                       _table(("CONTAINER", "DEV", "REQUEST", "CAP", "USED", "BORROWED", "WAITING", "WAITED",
                               "TIMEOUTS"), rows)]
         elif gpu.tenants:
             rows = [(tail(shown(t.name), 32), str(t.index), _bytes(t.cap_bytes, "none"),
                      format_bytes(t.used_bytes), _share(t), f"{t.throttled_ns / 1e9:.1f} s")
                     for t in gpu.tenants]
-            lines += ["  " + line for line in
+            lines += [pad + line for line in
                       _table(("CONTAINER", "DEV", "CAP", "USED", "SHARE", "THROTTLED"), rows)]
         if gpu.outside:
             looked = sample.details
             rows = [_outside_row(p, looked.get(p.pid)) for p in gpu.outside]
-            lines += ["  outside any cap:"]
-            lines += [_cut("  " + line, width) for line in _table(PROCESS_HEADER[1:], rows)]
+            lines += [f"{pad}outside any cap:"]
+            lines += [_cut(pad + line, width) for line in _table(PROCESS_HEADER[1:], rows)]
         lines.append("")
     lines += [u.line for u in node.unavailable]   # whole: the function's name matters
     for view, index in node.elsewhere:
@@ -466,6 +485,10 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
                             "host": None if details is None else details.to_json()})
         gpus.append({
             "index": g.index, "uuid": g.uuid, "name": g.name, "bus_id": g.bus_id,
+            "mig_mode": g.mig_mode,
+            "mig": None if g.mig is None else {
+                "parent_uuid": g.mig.parent_uuid, "index": g.mig.index, "profile": g.mig.profile,
+                "gpu_instance": g.mig.gpu_instance, "compute_instance": g.mig.compute_instance},
             "total_bytes": g.total_bytes, "used_bytes": g.used_bytes,
             "reserved_bytes": g.reserved_bytes,
             "used_includes_reserved": g.used_includes_reserved,

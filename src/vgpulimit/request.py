@@ -114,22 +114,23 @@ def _device_index(text: str, source: str) -> int:
 
 
 def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[str, str]]:
-    """``GPU-<uuid>=<value>`` flags apart from ``I=<value>`` ones: the
-    latter as they are, the former as {uuid: value text}."""
+    """``GPU-<uuid>=<value>`` (or a MIG device's ``MIG-<uuid>=<value>``) flags
+    apart from ``I=<value>`` ones: the latter as they are, the former as
+    {uuid: value text}."""
     from vgpulimit.limits import LimitError, parse_uuid
 
     by_index: list[str] = []
     by_uuid: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not key.strip().upper().startswith("GPU-"):
+        if not key.strip().upper().startswith(("GPU-", "MIG-")):
             by_index.append(item)
             continue
         try:
             uuid = parse_uuid(key, flag)
         except LimitError as exc:
-            raise UsageError(f"{flag}: {quoted(key.strip())} is not a GPU UUID (GPU- and 32 hex digits, as "
-                             "nvidia-smi -L prints it)") from exc
+            raise UsageError(f"{flag}: {quoted(key.strip())} is not a GPU or MIG device UUID (GPU- or MIG- "
+                             "and 32 hex digits, as nvidia-smi -L prints them)") from exc
         if not sep:
             raise UsageError(f"{flag}: {quoted(item)} has no '=' and a value after the UUID")
         if uuid in by_uuid:

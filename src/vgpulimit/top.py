@@ -167,6 +167,7 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
     from vgpulimit.render import (
         commit_text,
         elastic_text,
+        mig_title,
         outside_text,
         priority_text,
         reserve_text,
@@ -177,12 +178,18 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
     util = "n/a" if g.utilization_pct is None else f"{g.utilization_pct}%"
     used = "n/a" if g.used_bytes is None else format_bytes(g.used_bytes)
     total = "n/a" if g.total_bytes is None else format_bytes(g.total_bytes)
+    title = (mig_title(g) if g.mig is not None else
+             f"GPU {g.index}  {g.name}  {g.bus_id}  util {util}" + ("  MIG mode" if g.mig_mode else ""))
     lines: list[RenderableType] = [
-        Text(f"GPU {g.index}  {g.name}  {g.bus_id}  util {util}", style="bold reverse",
+        Text(title, style="bold" if g.mig is not None else "bold reverse",
              no_wrap=True, overflow="ellipsis"),
         Text(f" MEM {_text_bar(g.used_bytes or 0, g.total_bytes or 0)} {used} / {total}  "
              f"{g.uuid}", no_wrap=True, overflow="ellipsis"),
         Text(f" {reserve_text(gpu)}", no_wrap=True, overflow="ellipsis"),
+    ]
+    if g.mig_mode:   # its memory is its instances', below it
+        return lines
+    lines += [
         Text(f" {commit_text(gpu)}", style="bold red" if gpu.overcommitted else "",
              no_wrap=True, overflow="ellipsis"),
         Text(f" {outside_text(gpu)}", no_wrap=True, overflow="ellipsis"),

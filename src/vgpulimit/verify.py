@@ -341,9 +341,15 @@ def judge(report: Report, config: Configuration, origin: str | None,
                    "with --cores")
 
     cuda = facts.get("cuda")
+    on_mig = bool((facts.get("nvml") or facts.get("nvml_before") or {}).get("mig"))
     if cuda:
-        report.add("driver", "info", f"{cuda.get('name')} ({cuda.get('uuid')}), CUDA driver "
-                   f"{cuda.get('driver_version')}, {cuda.get('libcuda')}")
+        uuid = cuda.get("uuid")
+        if on_mig and uuid:
+            uuid = "MIG-" + uuid[4:]   # CUDA's 16 bytes do not say which; NVML did
+        report.add("driver", "info", f"{cuda.get('name')} ({uuid}), CUDA driver "
+                   f"{cuda.get('driver_version')}, {cuda.get('libcuda')}"
+                   + ("; a MIG instance: the limits are shares of the instance, and NVML has "
+                      "no utilisation there" if on_mig else ""))
     if written is not None and total is not None and total < written:
         report.add("device", "fail", f"device {device} has {_size(total)}, less than its cap of "
                    f"{_size(written)}: the cap cannot be given")
@@ -422,6 +428,10 @@ def _judge_nvml_processes(report: Report, facts: dict) -> None:
         report.add("nvml processes", "fail", f"nvmlDeviceGetComputeRunningProcesses_v3 does not "
                    f"list this process (pids {facts.get('pids')}) among {len(listed)}")
     util = nvml.get("utilization_pct")
+    if nvml.get("mig"):
+        report.add("nvml utilization", "info", "not supported on a MIG instance (nvml.h): the "
+                   "compute share is timed with CUDA events")
+        return
     report.add("nvml utilization", "info", f"{util}% busy when last sampled" if util is not None
                else "nvmlDeviceGetUtilizationRates gave no sample")
 

@@ -207,9 +207,16 @@ def open_nvml(uuid: str | None, index: int, library: str = "libnvidia-ml.so.1"):
     handle = ctypes.c_void_p()
     rc = (nvml.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) if uuid
           else nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)))
+    if rc != NVML_SUCCESS and uuid:   # CUDA's 16 bytes do not say GPU- or MIG-
+        rc = nvml.nvmlDeviceGetHandleByUUID(mig_uuid(uuid).encode(), ctypes.byref(handle))
     if rc != NVML_SUCCESS:
         return None, f"NVML has no handle for {uuid or f'device {index}'} ({rc})"
     return nvml, handle
+
+
+def mig_uuid(uuid: str) -> str:
+    """The MIG device's UUID of the same 16 bytes: "MIG-..." for "GPU-..."."""
+    return "MIG-" + uuid[4:]
 
 
 def nvml_facts(uuid: str | None, index: int, progress: Progress, when: str,
@@ -225,6 +232,9 @@ def nvml_facts(uuid: str | None, index: int, progress: Progress, when: str,
         facts.update({"available": False, "error": handle})
         return facts
     facts["available"] = True
+    is_mig = ctypes.c_uint(0)
+    facts["mig"] = nvml.nvmlDeviceIsMigDeviceHandle(handle, ctypes.byref(is_mig)) == NVML_SUCCESS \
+        and bool(is_mig.value)
     reach("nvmlDeviceGetMemoryInfo")
     v1 = _Memory()
     rc = nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(v1))
@@ -282,7 +292,8 @@ class Device:
         name = c.create_string_buffer(256)
         cuda.call("cuDeviceGetName", name, len(name), self.handle)
         raw = (c.c_ubyte * 16)()
-        uuid = format_uuid(bytes(raw)) if cuda.try_call("cuDeviceGetUuid", raw, self.handle) == 0 \
+        # _v2: a MIG device's own UUID (the first call gives its GPU's).
+        uuid = format_uuid(bytes(raw)) if cuda.try_call("cuDeviceGetUuid_v2", raw, self.handle) == 0 \
             else None
         total = c.c_size_t()
         cuda.call("cuDeviceTotalMem_v2", c.byref(total), self.handle)

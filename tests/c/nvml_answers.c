@@ -153,5 +153,10 @@ int main(int argc, char **argv)
     rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, nvmlUtilization_t *), "nvmlDeviceGetUtilizationRates")(dev, &u);
     printf("nvmlDeviceGetUtilizationRates %d\n", (int)rc);
     process_utilization(dev);
+
+    nvmlDevice_t mig = NULL;
+    rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, unsigned int, nvmlDevice_t *), "nvmlDeviceGetMigDeviceHandleByIndex")(
+        dev, 0, &mig);
+    printf("nvmlDeviceGetMigDeviceHandleByIndex %d\n", (int)rc);
     return 0;
 }

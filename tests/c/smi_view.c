@@ -3,10 +3,15 @@
  * persistence mode, fan, temperature, performance state, power and its
  * limit, memory (v2), utilisation, compute mode; then the compute and
  * graphics processes), each answer that is not SUCCESS shown as N/A, as
- * nvidia-smi shows it.  The table is printed in nvidia-smi's words:
+ * nvidia-smi shows it.  A GPU in MIG mode adds nvidia-smi's "MIG devices"
+ * table: each MIG device (the indices up to the maximum, skipping NOT_FOUND)
+ * with its GPU and compute instance, memory and SMs; its processes carry
+ * their instance ids.  The table is printed in nvidia-smi's words:
  *
  *   GPU 0: NAME  Bus-Id BUS  Memory-Usage USEDMiB / TOTALMiB  GPU-Util N%
- *   Process: PID  USED MiB */
+ *   MIG 0/1: GI 1 CI 0  Memory-Usage USEDMiB / TOTALMiB  SM 60
+ *   Process: PID  USED MiB
+ *   Process: PID  GI 1 CI 0  USED MiB */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +56,52 @@ static void processes(nvmlDevice_t dev, const char *name)
         infos = calloc(count, sizeof *infos);
         rc = f(dev, &count, infos);
     }
-    for (unsigned int i = 0; rc == NVML_SUCCESS && i < count; i++)
-        printf("Process: %u  %llu MiB\n", infos[i].pid, infos[i].usedGpuMemory / MiB);
+    for (unsigned int i = 0; rc == NVML_SUCCESS && i < count; i++) {
+        if (infos[i].gpuInstanceId != 0xFFFFFFFFu)
+            printf("Process: %u  GI %u CI %u  %llu MiB\n", infos[i].pid, infos[i].gpuInstanceId,
+                   infos[i].computeInstanceId, infos[i].usedGpuMemory / MiB);
+        else
+            printf("Process: %u  %llu MiB\n", infos[i].pid, infos[i].usedGpuMemory / MiB);
+    }
     free(infos);
+}
+
+/* nvidia-smi's MIG devices table, for a GPU in MIG mode. */
+static void mig_devices(nvmlDevice_t dev, unsigned int gpu)
+{
+    unsigned int current = 0, pending = 0, max = 0;
+    if (CALL(nvmlReturn_t(*)(nvmlDevice_t, unsigned int *, unsigned int *), "nvmlDeviceGetMigMode")(
+            dev, &current, &pending) != NVML_SUCCESS || current != 1)
+        return;
+    if (CALL(uint_fn, "nvmlDeviceGetMaxMigDeviceCount")(dev, &max) != NVML_SUCCESS)
+        return;
+    for (unsigned int i = 0; i < max; i++) {
+        nvmlDevice_t mig;
+        nvmlReturn_t rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, unsigned int, nvmlDevice_t *),
+                               "nvmlDeviceGetMigDeviceHandleByIndex")(dev, i, &mig);
+        if (rc == NVML_ERROR_NOT_FOUND)
+            continue;
+        if (rc != NVML_SUCCESS)
+            break;
+        unsigned int gi = 0, ci = 0;
+        printf("MIG %u/%u:", gpu, i);
+        rc = CALL(uint_fn, "nvmlDeviceGetGpuInstanceId")(mig, &gi);
+        field("GI", rc, gi, "");
+        rc = CALL(uint_fn, "nvmlDeviceGetComputeInstanceId")(mig, &ci);
+        field("CI", rc, ci, "");
+        nvmlMemory_v2_t memory = {.version = nvmlMemory_v2};
+        rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_v2_t *), "nvmlDeviceGetMemoryInfo_v2")(mig, &memory);
+        if (rc == NVML_SUCCESS)
+            printf("  Memory-Usage %lluMiB / %lluMiB", memory.used / MiB, memory.total / MiB);
+        else
+            printf("  Memory-Usage N/A");
+        nvmlDeviceAttributes_t attributes;
+        rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, nvmlDeviceAttributes_t *), "nvmlDeviceGetAttributes_v2")(
+            mig, &attributes);
+        field("SM", rc, attributes.multiprocessorCount, "");
+        printf("\n");
+        processes(mig, "nvmlDeviceGetComputeRunningProcesses_v3");
+    }
 }
 
 int main(void)
@@ -86,13 +134,18 @@ int main(void)
         nvmlReturn_t rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, nvmlPciInfo_t *), "nvmlDeviceGetPciInfo_v3")(dev, &pci);
         printf("GPU %u: %s  Bus-Id %s", i, name, rc == NVML_SUCCESS ? pci.busId : "N/A");
         unsigned int value = 0;
-        field("Persistence-M", CALL(uint_fn, "nvmlDeviceGetPersistenceMode")(dev, &value), value, "");
-        field("Fan", CALL(uint_fn, "nvmlDeviceGetFanSpeed")(dev, &value), value, "%");
+        rc = CALL(uint_fn, "nvmlDeviceGetPersistenceMode")(dev, &value);
+        field("Persistence-M", rc, value, "");
+        rc = CALL(uint_fn, "nvmlDeviceGetFanSpeed")(dev, &value);
+        field("Fan", rc, value, "%");
         rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, int, unsigned int *), "nvmlDeviceGetTemperature")(dev, 0, &value);
         field("Temp", rc, value, "C");
-        field("Perf", CALL(uint_fn, "nvmlDeviceGetPerformanceState")(dev, &value), value, "");
-        field("Pwr", CALL(uint_fn, "nvmlDeviceGetPowerUsage")(dev, &value), value / 1000, "W");
-        field("Cap", CALL(uint_fn, "nvmlDeviceGetPowerManagementLimit")(dev, &value), value / 1000, "W");
+        rc = CALL(uint_fn, "nvmlDeviceGetPerformanceState")(dev, &value);
+        field("Perf", rc, value, "");
+        rc = CALL(uint_fn, "nvmlDeviceGetPowerUsage")(dev, &value);
+        field("Pwr", rc, value / 1000, "W");
+        rc = CALL(uint_fn, "nvmlDeviceGetPowerManagementLimit")(dev, &value);
+        field("Cap", rc, value / 1000, "W");
         nvmlMemory_v2_t memory = {.version = nvmlMemory_v2};
         rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_v2_t *), "nvmlDeviceGetMemoryInfo_v2")(dev, &memory);
         if (rc == NVML_SUCCESS)
@@ -102,8 +155,10 @@ int main(void)
         nvmlUtilization_t util;
         rc = CALL(nvmlReturn_t(*)(nvmlDevice_t, nvmlUtilization_t *), "nvmlDeviceGetUtilizationRates")(dev, &util);
         field("GPU-Util", rc, util.gpu, "%");
-        field("Compute-M", CALL(uint_fn, "nvmlDeviceGetComputeMode")(dev, &value), value, "");
+        rc = CALL(uint_fn, "nvmlDeviceGetComputeMode")(dev, &value);
+        field("Compute-M", rc, value, "");
         printf("\n");
+        mig_devices(dev, i);
         processes(dev, "nvmlDeviceGetComputeRunningProcesses_v3");
         processes(dev, "nvmlDeviceGetGraphicsRunningProcesses_v3");
     }

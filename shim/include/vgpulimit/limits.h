@@ -75,12 +75,16 @@ struct vgl_uuid_limit {
     struct vgl_mem_limit request;  /* the memory request (the guarantee), at most `limit` */
 };
 /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" (the whole UUID, as nvidia-smi
- * -L and NVML print it, either case) into 16 bytes: 0, or -EINVAL. */
+ * -L and NVML print it, either case), or a MIG device's "MIG-..." of the same
+ * form, into 16 bytes: 0, or -EINVAL.  The bytes do not say which: a GPU's and
+ * a MIG device's UUIDs differ as any two do. */
 int vgl_parse_uuid(const char *text, uint8_t out[16]);
 /* The same 16 bytes as text, in lower case as NVML prints it (41 bytes with
  * the NUL).  The one formatter: the shim's device mapping, the region's
  * views (vgpulimit.limits.format_uuid) and `vgpulimit verify` use it. */
 void vgl_format_uuid(const uint8_t uuid[16], char out[41]);
+/* The same as a MIG device's UUID: "MIG-..." (what NVML answers tells which). */
+void vgl_format_mig_uuid(const uint8_t uuid[16], char out[41]);
 
 /* The cap in bytes for a device of `total_bytes` (never above it); UINT64_MAX: none. */
 uint64_t vgl_cap_bytes(const struct vgl_mem_limit *limit, uint64_t total_bytes);

@@ -49,17 +49,21 @@ def requested_gpus(config: Mapping[str, Any]) -> list[str] | None:
 
 def resolve(names: Sequence[str], gpus: Sequence) -> list:
     """The node's GPUs (node.Gpu) that ``names`` name, in the container's
-    order, each once.  HookError for a name that is no GPU of this node."""
+    order, each once: whole GPUs by index, device node or UUID, MIG instances
+    by their MIG-<uuid> (NVIDIA's device plugin, mixed strategy).  HookError
+    for a name that is no GPU of this node."""
     found: list = []
+    whole = [g for g in gpus if g.mig is None]
     for name in names:
         if name.lower() == "all":
-            matches = list(gpus)
+            matches = whole
         elif name.isascii() and name.isdigit():
-            matches = [g for g in gpus if g.index == int(name)]
+            matches = [g for g in whole if g.index == int(name)]
         elif name.startswith("minor:"):
-            matches = [g for g in gpus if g.minor is not None and str(g.minor) == name[6:]]
-        elif name.startswith("MIG-") or ":" in name:
-            raise HookError(f"GPU {name!r}: a MIG instance; --admit counts whole GPUs only")
+            matches = [g for g in whole if g.minor is not None and str(g.minor) == name[6:]]
+        elif ":" in name:
+            raise HookError(f"GPU {name!r}: a MIG instance named by GPU:GI; name it by its "
+                            "MIG-<uuid> (nvidia-smi -L)")
         else:
             matches = [g for g in gpus if g.uuid == name]
             if not matches and len(name) >= 8:   # a UUID prefix, as CUDA accepts one
