@@ -248,7 +248,7 @@ def test_the_hook_caps_and_admits_a_container_given_a_mig_device(tmp_path, runc,
         assert start("a", uuid) == {"total": 12 * GiB}
         refused = start("b", uuid)
         assert "its memory cap 12 GiB would over-commit GPU 0 (" + uuid in refused
-        assert "19.6 GiB): caps there already 12 GiB" in refused
+        assert "19.6 GiB): guarantees (requests, else caps) there already 12 GiB" in refused
         assert start("c", three_g) == {"total": 12 * GiB}
         shown = json.loads(run(vgpulimit_cmd("status", "--all", tmp_path / "node", "--json",
                                              "--interval", "0"), node).stdout)
