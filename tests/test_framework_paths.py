@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import C_DIR, TESTS, MiB, compile_c, vgpulimit_cmd
@@ -305,6 +306,29 @@ def test_a_sleeping_container_lets_another_wake(sim_env, clients, started, tmp_p
         waker.ok("wake")
         assert region_used(env, tmp_path / "a.region") + region_used(env, tmp_path / "b.region") == 160
         waker.ok("sleep")
+
+
+def test_a_wake_that_finds_the_gpu_taken_waits_with_memory_wait(sim_env, clients, started, tmp_path):
+    """vLLM's wake under `--memory-wait`: another container took the memory
+    while this one slept, so the wake's cuMemCreate waits (it does not fail)
+    and returns once the other sleeps."""
+    env = sim_env | {"SIMGPU_MEMORY": "256MiB"}
+    first = started(vgpulimit_cmd("run", "--simulate", "--memory", "200MiB", "--memory-wait", "20s", "--region",
+                                  tmp_path / "a.region", "--", clients / "share_client"), env)
+    second = started(in_container(clients, tmp_path / "b.region", "200MiB"), env)
+    first.ok("segment 160")
+    first.ok("sleep")
+    second.ok("segment 160")
+    first.proc.stdin.write("wake\n")
+    first.proc.stdin.flush()
+    waiting = lambda: status_json(env, tmp_path / "a.region")["devices"][0]["waiting"]
+    deadline = time.monotonic() + 10
+    while not waiting() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert waiting() == 1
+    second.ok("sleep")
+    assert first.proc.stdout.readline().strip() == "ok"
+    assert region_used(env, tmp_path / "a.region") == 160
 
 
 def test_host_cumem_passes_through_identically(sim_env, clients, started, tmp_path):
