@@ -135,6 +135,17 @@ void sim_mem_unmap(const struct sim_mem_entry *a)
     }
 }
 
+/* Lists a mapped allocation; one that cannot be listed is unmapped (false). */
+static bool sim_publish(const struct sim_mem_entry *a)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    bool inserted = sim_insert(a);
+    pthread_mutex_unlock(&sim_mem.mutex);
+    if (!inserted)
+        sim_mem_unmap(a);
+    return inserted;
+}
+
 void sim_mem_release_context(CUcontext ctx)
 {
     size_t kept = 0;
@@ -253,13 +264,8 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a.base = (uintptr_t)p;
-    pthread_mutex_lock(&sim_mem.mutex);
-    bool inserted = sim_insert(&a);
-    pthread_mutex_unlock(&sim_mem.mutex);
-    if (!inserted) {
-        sim_mem_unmap(&a);
+    if (!sim_publish(&a))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     *dptr = (CUdeviceptr)a.base;
     return CUDA_SUCCESS;
 }
@@ -435,13 +441,8 @@ CUresult sim_mem_ipc_open(CUcontext ctx, uint64_t id, uintptr_t *out)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a.base = (uintptr_t)p;
-    pthread_mutex_lock(&sim_mem.mutex);
-    bool inserted = sim_insert(&a);
-    pthread_mutex_unlock(&sim_mem.mutex);
-    if (!inserted) {
-        sim_mem_unmap(&a);
+    if (!sim_publish(&a))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     *out = a.base;
     return CUDA_SUCCESS;
 }

@@ -252,21 +252,34 @@ int vgl_board_join(const char *path, uint32_t priority, int32_t owner_pid, int64
     return err;
 }
 
+/* The board at `path`, locked and read into *b, and the row of the region
+ * file (`region_dev`, `region_ino`) in it, into *row: the locked descriptor,
+ * or a negative errno (nothing left open). */
+static int open_row(const char *path, uint64_t region_dev, uint64_t region_ino, struct vgl_board *b, int *row)
+{
+    int fd = open_locked(path, false);
+    if (fd < 0)
+        return fd;
+    int err = read_board(fd, b);
+    *row = err ? err : vgl_board_find(b, region_dev, region_ino, NULL);
+    if (*row < 0) {
+        close(fd);
+        return *row;
+    }
+    return fd;
+}
+
 int vgl_board_set(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t priority)
 {
     if (priority > VGL_PRIORITY_LOW || !region_ino)
         return -EINVAL;
-    int fd = open_locked(path, false);
+    struct vgl_board b;
+    int row;
+    int fd = open_row(path, region_dev, region_ino, &b, &row);
     if (fd < 0)
         return fd;
-    struct vgl_board b;
-    int err = read_board(fd, &b);
-    int row = err ? err : vgl_board_find(&b, region_dev, region_ino, NULL);
-    if (row < 0)
-        err = row;
-    if (!err && !(b.row[row].flags & VGL_ROW_PRIORITY))
-        err = -ENOENT;
-    if (!err) {
+    int err = -ENOENT;
+    if (b.row[row].flags & VGL_ROW_PRIORITY) {
         b.row[row].priority = priority;
         err = write_board(fd, &b);
     }
@@ -281,25 +294,20 @@ int vgl_board_set_memory(const char *path, uint64_t region_dev, uint64_t region_
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
         if (!plausible(&guarantee[d]) || (by_uuid && !plausible(&by_uuid[d].guarantee)))
             return -EINVAL;
-    int fd = open_locked(path, false);
+    struct vgl_board b;
+    int row;
+    int fd = open_row(path, region_dev, region_ino, &b, &row);
     if (fd < 0)
         return fd;
-    struct vgl_board b;
-    int err = read_board(fd, &b);
-    int row = err ? err : vgl_board_find(&b, region_dev, region_ino, NULL);
-    if (row < 0)
-        err = row;
-    if (!err) {
-        struct vgl_board_row *r = &b.row[row];
-        r->flags |= VGL_ROW_MEMORY;
-        r->memory_wait_ns = memory_wait_ns;
-        memcpy(r->guarantee, guarantee, sizeof r->guarantee);
-        if (by_uuid)
-            memcpy(r->guarantee_by_uuid, by_uuid, sizeof r->guarantee_by_uuid);
-        else
-            memset(r->guarantee_by_uuid, 0, sizeof r->guarantee_by_uuid);
-        err = write_board(fd, &b);
-    }
+    struct vgl_board_row *r = &b.row[row];
+    r->flags |= VGL_ROW_MEMORY;
+    r->memory_wait_ns = memory_wait_ns;
+    memcpy(r->guarantee, guarantee, sizeof r->guarantee);
+    if (by_uuid)
+        memcpy(r->guarantee_by_uuid, by_uuid, sizeof r->guarantee_by_uuid);
+    else
+        memset(r->guarantee_by_uuid, 0, sizeof r->guarantee_by_uuid);
+    int err = write_board(fd, &b);
     close(fd);
     return err;
 }
