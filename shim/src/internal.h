@@ -183,6 +183,10 @@ void *vgl_wrap_real_pointer(const char *name, void *real);
  * library is absent. */
 bool vgl_resolve_cuda(void);
 bool vgl_resolve_nvml(void);
+/* Whether NVML is loaded and initialised for the shim's own use (tried once);
+ * if not, one phrase saying why. */
+bool vgl_nvml_started(void);
+const char *vgl_nvml_not_started(void);
 
 /* allocations.c — this process's live device allocations, by kind of handle. */
 enum vgl_allocation_kind {
@@ -327,6 +331,10 @@ void vgl_overhead_check_now(int device);
  * charged that memory to this process once its exporter freed it, and now
  * no longer does; the figure is read again at once (overhead.c). */
 void vgl_overhead_recheck_shared(void);
+/* False when the driver's cost for this process on `device` cannot be read
+ * (no NVML) while a cap applies there: its allocations and contexts are then
+ * refused, never let past the cap uncounted. */
+bool vgl_overhead_countable(int device);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
