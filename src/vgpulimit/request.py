@@ -129,7 +129,7 @@ def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[s
         try:
             uuid = parse_uuid(key, flag)
         except LimitError as exc:
-            raise UsageError(f"{flag}: {quoted(key.strip())} is not a GPU or MIG device UUID (GPU- or MIG- "
+            raise UsageError(f"{flag}: {quoted(key.strip())} is {exc.reason} (GPU- or MIG- "
                              "and 32 hex digits, as nvidia-smi -L prints them)") from exc
         if not sep:
             raise UsageError(f"{flag}: {quoted(item)} has no '=' and a value after the UUID")
