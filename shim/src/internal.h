@@ -260,7 +260,8 @@ void vgl_release_unused(uint32_t device, uint64_t bytes);
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
 /* Whether this process's limits can be enforced: its configuration is
  * usable, its regions are whole, and its slot is claimed (done here if not
- * yet).  The one check before anything is counted; false: fail closed. */
+ * yet), and the limits it was given by UUID name its devices (named_devices.c).
+ * The one check before anything is counted; false: fail closed. */
 bool vgl_ready(void);
 /* Whether a region file lost pages under our mapping (region_guard.c):
  * nothing can be accounted any more.  Said once. */
@@ -361,6 +362,20 @@ nvmlDevice_t vgl_container_handle(nvmlDevice_t device);
 bool vgl_device_note(int device);
 /* The same for every device CUDA has, once it is initialised (then no more). */
 void vgl_devices_note_all(void);
+/* What NVML makes of a UUID CUDA gave (enum vgl_uuid_kind: a GPU's, a MIG
+ * device's, or unknown when NVML cannot say), its handle and, for a MIG
+ * device, its GPU's (NULL where not found); `handle`, `parent` may be NULL. */
+uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *handle, nvmlDevice_t *parent);
+/* A device's UUID as the driver names it, by its kind (GPU- when unknown). */
+void vgl_format_device_uuid(const uint8_t uuid[16], uint32_t kind, char out[41]);
+
+/* named_devices.c — limits given by UUID for devices the process does not see. */
+/* Whether the limits given by UUID leave this process capped as asked:
+ * checked once CUDA is initialised (it says then, once, what names no device
+ * the process sees); false when they must be refused: a GPU in MIG mode named
+ * instead of its MIG device, or nothing capped at all though limits were
+ * given.  True until it can be checked. */
+bool vgl_named_devices_hold(void);
 
 /* nvml_utilization_hooks.c — what the real NVML says of other tenants. */
 /* Whether a process outside the container ran kernels on container device

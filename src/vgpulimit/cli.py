@@ -557,9 +557,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.region == "":
         raise UsageError("run: --region is empty; give the path where the region file is made "
                          "(e.g. /run/vgpulimit/job.region), or leave --region out for a private one")
+    _refuse_mig_gpus(limits, args.simulate)
     options = request.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                  region_path=args.region, board_path=args.board)
     return supervisor.run(options)
+
+
+def _refuse_mig_gpus(limits, simulate: bool) -> None:
+    """A limit for a GPU in MIG mode by its own UUID is refused at start, with
+    the MIG devices to name (request.named_mig_gpu).  Where NVML cannot say,
+    the shim refuses it in the command, as it does under a bare preload."""
+    from vgpulimit import node, nvml, request
+
+    given = [*limits.memory_by_uuid, *limits.cores_by_uuid, *limits.request_by_uuid]
+    if not any(uuid[:4].upper() == "GPU-" for uuid in given):
+        return
+    if simulate:
+        nvml.use_simulated()
+    try:
+        gpus = node.read_gpus()
+    except nvml.NvmlError:
+        return
+    line = request.named_mig_gpu(limits, gpus)
+    if line:
+        raise UsageError(line)
 
 
 def _region_path(args: argparse.Namespace) -> str:
