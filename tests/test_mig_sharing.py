@@ -19,6 +19,8 @@ from helpers import one_error_line, status_json
 from test_compute_share import Container, loops, share
 from test_views import serve_and_scrape
 
+from vgpulimit.region import Region
+
 H100_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"
 TWO_G_MIB = 20090        # the H100's 2g.20gb (mig_profiles.json)
 
@@ -91,12 +93,13 @@ def test_a_mig_uuid_limit_variable_and_a_bad_one(slice_env, shim_path):
          "and 32 hex digits, as nvidia-smi -L prints them)")]
 
 
-def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices(slice_env, sim_env, shim_path):
+def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices(slice_env, sim_env, shim_path,
+                                                                                  tmp_path):
     """The GPU's UUID, the first line nvidia-smi -L prints, names no device
     CUDA shows (only its MIG devices): its cap would cap nothing, and the
-    process got all 3000 MiB it asked.  `run` refuses it at start, a bare
-    preload refuses the process's allocations, each in one line naming the
-    MIG devices to give it for."""
+    process got all 3000 MiB it asked.  `run` refuses it at start (and `set`
+    on a live region), a bare preload refuses the process's allocations, each
+    in one line naming the MIG devices to give it for."""
     env, uuid = slice_env
     gpu = view(mig_env(sim_env))["gpus"][0]
     migs = [m["uuid"] for m in gpu["mig"]]
@@ -105,6 +108,10 @@ def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices
                                             "--", *ask), env, check=False), 2)
     assert line.startswith(f"vgpulimit: error: --memory-device {gpu['uuid']}: that GPU is in MIG mode")
     assert all(m in line for m in migs)
+    Region.create(tmp_path / "region").close()
+    line = one_error_line(run(vgpulimit_cmd("set", "--region", tmp_path / "region", "--memory-device",
+                                            f"{gpu['uuid']}=1GiB"), env, check=False), 2)
+    assert line.startswith(f"vgpulimit: error: --memory-device {gpu['uuid']}: that GPU is in MIG mode")
     bare = run([*ask], env | {f"VGPULIMIT_MEMORY_{gpu['uuid']}": "1GiB", "LD_PRELOAD": str(shim_path)},
                check=False)
     assert bare.returncode != 0 and "mig_view: CUDA_ERROR_OUT_OF_MEMORY" in bare.stderr

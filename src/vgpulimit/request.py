@@ -139,19 +139,19 @@ def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[s
     return by_index, by_uuid
 
 
-def named_mig_gpu(limits: Limits, gpus: Sequence) -> str | None:
+def named_mig_gpu(given: Mapping[str, str], gpus: Sequence) -> str | None:
     """The line refusing a limit given for a GPU in MIG mode by the GPU's own
     UUID (the first line nvidia-smi -L prints for it), or None.  CUDA never
     shows such a GPU, only its MIG devices, so the limit would cap nothing;
-    the line names the MIG devices to give it for.  ``gpus``: the node's, as
+    the line names the MIG devices to give it for.  ``given``: {UUID: the
+    flag or variable that gave a limit for it}; ``gpus``: the node's, as
     node.read_gpus gives them (each MIG device after its GPU)."""
-    given = [*limits.memory_by_uuid.items(), *limits.cores_by_uuid.items(), *limits.request_by_uuid.items()]
-    for uuid, setting in given:
+    for uuid, source in given.items():
         gpu = next((g for g in gpus if g.mig is None and g.uuid.lower() == uuid.lower()), None)
         if gpu is None or not gpu.mig_mode:
             continue
         migs = [f"{g.uuid} ({g.mig.profile})" for g in gpus if g.mig is not None and g.mig.parent_uuid == gpu.uuid]
-        return (f"{setting.source}: that GPU is in MIG mode, and CUDA never shows it (only its MIG devices), "
+        return (f"{source}: that GPU is in MIG mode, and CUDA never shows it (only its MIG devices), "
                 f"so the limit would cap nothing; give it for one of its MIG devices: "
                 f"{', '.join(migs) or 'it has none now'}")
     return None
