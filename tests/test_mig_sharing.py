@@ -120,10 +120,10 @@ def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices
     assert f"{uuid} (this process's)" in said and all(m in said for m in migs)
 
 
-def test_a_limit_for_a_device_the_process_does_not_see_is_said(slice_env, sim_env):
+def test_a_limit_for_a_device_the_process_does_not_see_is_said(slice_env, sim_env, shim_path):
     """Another instance's MIG UUID: said in one line.  With nothing else capped
-    the process is refused (it got its 3000 MiB before); with a cap that does
-    apply, it runs under that one."""
+    the process is refused (it got its 3000 MiB before), under `run` as under
+    a bare preload; with a cap that does apply, it runs under that one."""
     env, uuid = slice_env
     other = next(m["uuid"] for m in view(mig_env(sim_env))["gpus"][0]["mig"] if m["uuid"] != uuid)
     warning = (f"warning: the limits given for {other} apply to no device of this process, which sees "
@@ -134,6 +134,9 @@ def test_a_limit_for_a_device_the_process_does_not_see_is_said(slice_env, sim_en
     assert warning in alone.stderr
     assert ("error: none of the limits given by UUID applies to a device of this process (it sees "
             f"{uuid}), and nothing else caps it; device memory allocations are refused") in alone.stderr
+    bare = view(env | {f"VGPULIMIT_MEMORY_{other}": "1GiB", "LD_PRELOAD": str(shim_path)}, 3000 * MiB,
+                check=False)
+    assert "mig_view: CUDA_ERROR_OUT_OF_MEMORY" in bare.stderr and warning in bare.stderr
     capped = run([*cmd, "--memory", "2GiB", "--", sys.executable, CLIENTS / "mig_view.py", GiB], env)
     assert json.loads(capped.stdout)["cuda"][0]["mem_get_info_total"] == 2 * GiB
     assert warning in capped.stderr and ": error: " not in capped.stderr
