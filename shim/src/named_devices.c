@@ -81,17 +81,19 @@ static void list_mig_devices(nvmlDevice_t gpu, const uint8_t mine[16], char *out
     }
 }
 
-/* What the entry `u` of the region's table names: a device seen (>= 0), the
- * GPU of seen MIG device -2 - i, or nothing seen (-1). */
-static int named(const struct seen *s, const struct vgl_uuid_limit *u)
+enum named { SEEN, ITS_GPU, UNSEEN };
+
+/* What the entry `u` of the region's table names: a device seen, the GPU of
+ * seen MIG device *which, or nothing seen. */
+static enum named named(const struct seen *s, const struct vgl_uuid_limit *u, unsigned *which)
 {
     for (unsigned i = 0; i < s->count; i++)
         if (memcmp(s->uuid[i], u->uuid, 16) == 0)
-            return (int)i;
-    for (unsigned i = 0; i < s->count; i++)
-        if (s->kind[i] == VGL_UUID_KIND_MIG && is_gpu(s->parent[i], u->uuid))
-            return -2 - (int)i;
-    return -1;
+            return SEEN;
+    for (*which = 0; *which < s->count; ++*which)
+        if (s->kind[*which] == VGL_UUID_KIND_MIG && is_gpu(s->parent[*which], u->uuid))
+            return ITS_GPU;
+    return UNSEEN;
 }
 
 static void seen_list(const struct seen *s, char *out, size_t len)
@@ -117,16 +119,17 @@ static int check(const struct vgl_region *region, const struct seen *s)
         if (!(u.flags & WHAT))
             continue;
         asked++;
-        int i = named(s, &u);
+        unsigned i;
+        enum named what = named(s, &u, &i);
         (u.flags & VGL_UUID_MIG ? vgl_format_mig_uuid : vgl_format_uuid)(u.uuid, given);
-        if (i >= 0) {
+        if (what == SEEN) {
             applied++;
-        } else if (i == -1) {
+        } else if (what == UNSEEN) {
             vgl_log(VGL_LOG_WARN, "the limits given for %s apply to no device of this process, which sees %s",
                     given, s->count ? seen : "none");
         } else {
             char migs[512];
-            list_mig_devices(s->parent[-2 - i], s->uuid[-2 - i], migs, sizeof migs);
+            list_mig_devices(s->parent[i], s->uuid[i], migs, sizeof migs);
             vgl_log(VGL_LOG_ERROR, "the limits given for %s would cap nothing: that GPU is in MIG mode, and "
                     "CUDA shows its MIG devices, never the GPU; give them for its MIG device instead (%s); "
                     "device memory allocations are refused", given, migs);
