@@ -236,7 +236,7 @@ static void bind_uuid(int device, const uint8_t uuid[16], uint32_t kind)
     }
 }
 
-uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *handle, nvmlDevice_t *parent)
+uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *parent)
 {
     char text[UUID_TEXT_LEN];
     nvmlDevice_t found, gpu = NULL;
@@ -253,8 +253,6 @@ uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *handle, nvmlDevi
             vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(found, &gpu) != NVML_SUCCESS)
             gpu = NULL;
     }
-    if (handle)
-        *handle = found;
     if (parent)
         *parent = gpu;
     return kind;
@@ -341,7 +339,7 @@ bool vgl_device_note(int device)
     CUuuid uuid;
     if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
         return false;
-    bind_uuid(device, (const uint8_t *)uuid.bytes, vgl_uuid_kind_of((const uint8_t *)uuid.bytes, NULL, NULL));
+    bind_uuid(device, (const uint8_t *)uuid.bytes, vgl_uuid_kind_of((const uint8_t *)uuid.bytes, NULL));
     __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
     return true;
 }

@@ -363,9 +363,9 @@ bool vgl_device_note(int device);
 /* The same for every device CUDA has, once it is initialised (then no more). */
 void vgl_devices_note_all(void);
 /* What NVML makes of a UUID CUDA gave (enum vgl_uuid_kind: a GPU's, a MIG
- * device's, or unknown when NVML cannot say), its handle and, for a MIG
- * device, its GPU's (NULL where not found); `handle`, `parent` may be NULL. */
-uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *handle, nvmlDevice_t *parent);
+ * device's, or unknown when NVML cannot say), and for a MIG device its GPU's
+ * handle into `parent` (NULL where not found; `parent` may be NULL). */
+uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *parent);
 /* A device's UUID as the driver names it, by its kind (GPU- when unknown). */
 void vgl_format_device_uuid(const uint8_t uuid[16], uint32_t kind, char out[41]);
 

@@ -46,7 +46,7 @@ static bool see(struct seen *s)
         if (vgl_real.cuDeviceGetUuid_v2(&uuid, (int)i) != CUDA_SUCCESS)
             return false;
         memcpy(s->uuid[i], uuid.bytes, 16);
-        s->kind[i] = vgl_uuid_kind_of(s->uuid[i], NULL, &s->parent[i]);
+        s->kind[i] = vgl_uuid_kind_of(s->uuid[i], &s->parent[i]);
     }
     return true;
 }
