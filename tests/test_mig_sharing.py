@@ -98,8 +98,9 @@ def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices
     """The GPU's UUID, the first line nvidia-smi -L prints, names no device
     CUDA shows (only its MIG devices): its cap would cap nothing, and the
     process got all 3000 MiB it asked.  `run` refuses it at start (and `set`
-    on a live region), a bare preload refuses the process's allocations, each
-    in one line naming the MIG devices to give it for."""
+    on a live region, and `cdi generate` where NVML says), a bare preload
+    refuses the process's allocations, each in one line naming the MIG
+    devices to give it for."""
     env, uuid = slice_env
     gpu = view(mig_env(sim_env))["gpus"][0]
     migs = [m["uuid"] for m in gpu["mig"]]
@@ -112,6 +113,9 @@ def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices
     line = one_error_line(run(vgpulimit_cmd("set", "--region", tmp_path / "region", "--memory-device",
                                             f"{gpu['uuid']}=1GiB"), env, check=False), 2)
     assert line.startswith(f"vgpulimit: error: --memory-device {gpu['uuid']}: that GPU is in MIG mode")
+    line = one_error_line(run(vgpulimit_cmd("cdi", "generate", "--device", gpu["uuid"], "--memory", "1GiB"), env,
+                              check=False), 2)
+    assert line.startswith(f"vgpulimit: error: --device {gpu['uuid']}: that GPU is in MIG mode")
     bare = run([*ask], env | {f"VGPULIMIT_MEMORY_{gpu['uuid']}": "1GiB", "LD_PRELOAD": str(shim_path)},
                check=False)
     assert bare.returncode != 0 and "mig_view: CUDA_ERROR_OUT_OF_MEMORY" in bare.stderr

@@ -777,6 +777,8 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
                         admission is not None, args.admit_uncapped, priority=args.priority,
                         device=args.device, memory_request=args.memory_request, memory_wait=args.memory_wait)
+    if args.device is not None:
+        _refuse_mig_gpus({args.device.strip(): f"--device {args.device.strip()}"}, False)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)
