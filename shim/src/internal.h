@@ -183,6 +183,10 @@ void *vgl_wrap_real_pointer(const char *name, void *real);
  * library is absent. */
 bool vgl_resolve_cuda(void);
 bool vgl_resolve_nvml(void);
+/* Whether NVML is loaded and initialised for the shim's own use (tried once);
+ * if not, one phrase saying why. */
+bool vgl_nvml_started(void);
+const char *vgl_nvml_not_started(void);
 
 /* allocations.c — this process's live device allocations, by kind of handle. */
 enum vgl_allocation_kind {
@@ -256,7 +260,8 @@ void vgl_release_unused(uint32_t device, uint64_t bytes);
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
 /* Whether this process's limits can be enforced: its configuration is
  * usable, its regions are whole, and its slot is claimed (done here if not
- * yet).  The one check before anything is counted; false: fail closed. */
+ * yet), and the limits it was given by UUID name its devices (named_devices.c).
+ * The one check before anything is counted; false: fail closed. */
 bool vgl_ready(void);
 /* Whether a region file lost pages under our mapping (region_guard.c):
  * nothing can be accounted any more.  Said once. */
@@ -327,6 +332,10 @@ void vgl_overhead_check_now(int device);
  * charged that memory to this process once its exporter freed it, and now
  * no longer does; the figure is read again at once (overhead.c). */
 void vgl_overhead_recheck_shared(void);
+/* False when the driver's cost for this process on `device` cannot be read
+ * (no NVML) while a cap applies there: its allocations and contexts are then
+ * refused, never let past the cap uncounted. */
+bool vgl_overhead_countable(int device);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
@@ -353,6 +362,20 @@ nvmlDevice_t vgl_container_handle(nvmlDevice_t device);
 bool vgl_device_note(int device);
 /* The same for every device CUDA has, once it is initialised (then no more). */
 void vgl_devices_note_all(void);
+/* What NVML makes of a UUID CUDA gave (enum vgl_uuid_kind: a GPU's, a MIG
+ * device's, or unknown when NVML cannot say), and for a MIG device its GPU's
+ * handle into `parent` (NULL where not found; `parent` may be NULL). */
+uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *parent);
+/* A device's UUID as the driver names it, by its kind (GPU- when unknown). */
+void vgl_format_device_uuid(const uint8_t uuid[16], uint32_t kind, char out[41]);
+
+/* named_devices.c — limits given by UUID for devices the process does not see. */
+/* Whether the limits given by UUID leave this process capped as asked:
+ * checked once CUDA is initialised (it says then, once, what names no device
+ * the process sees); false when they must be refused: a GPU in MIG mode named
+ * instead of its MIG device, or nothing capped at all though limits were
+ * given.  True until it can be checked. */
+bool vgl_named_devices_hold(void);
 
 /* nvml_utilization_hooks.c — what the real NVML says of other tenants. */
 /* Whether a process outside the container ran kernels on container device

@@ -132,13 +132,14 @@ static bool plausible(const struct vgl_region *region)
         if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
             dev->limit.ppm > 1000000 || dev->cores_pct > 100 || dev->cores_policy > VGL_CORES_NONE ||
             dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES ||
-            !plausible_limit(&dev->request) || dev->waiting > VGL_MAX_SLOTS * 64)
+            !plausible_limit(&dev->request) || dev->waiting > VGL_MAX_SLOTS * 64 ||
+            dev->uuid_kind > VGL_UUID_KIND_MIG)
             return false;
     }
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
         const struct vgl_uuid_limit *u = &region->by_uuid[d];
         if ((u->limit.bytes && u->limit.ppm) || u->limit.bytes > INT64_MAX || u->limit.ppm > 1000000 ||
-            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST) ||
+            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST | VGL_UUID_MIG) ||
             !plausible_limit(&u->request))
             return false;
     }
@@ -427,6 +428,7 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
             __atomic_store_n(&dev->cores_pct, cores_pct[i], __ATOMIC_RELAXED);
             /* The next process binds the devices again, limits by UUID included. */
             memset(dev->uuid, 0, sizeof dev->uuid);
+            dev->uuid_kind = VGL_UUID_KIND_UNKNOWN;
         }
         __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     }

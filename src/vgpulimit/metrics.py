@@ -118,7 +118,7 @@ class RegionCollector(Collector):
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
-        # A device's UUID (node.uuid_key: a region does not say GPU- or MIG-)
+        # A device's UUID (node.uuid_key: a region says GPU- or MIG- only where NVML could)
         # -> its labels as DCGM gives them: UUID, modelName, GPU_I_ID,
         # GPU_I_PROFILE; modelName "" where NVML could not say.  A board's name
         # never changes: NVML is asked once per UUID.

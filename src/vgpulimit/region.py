@@ -64,7 +64,7 @@ class DeviceSnapshot:
     throttled_ns: int = 0       # time the container's launches waited for compute budget
     busy_ns: int = 0            # GPU time its kernels took; its growth over wall time is the share
     cores_policy: str = "hard"  # hard, borrow or none (limits.CORES_POLICIES)
-    uuid: str | None = None     # "GPU-…" as CUDA reports it; None until a process has seen it
+    uuid: str | None = None     # "GPU-…" or "MIG-…" as NVML names it; None until a process has seen it
     yielded_ns: int = 0         # time its launches held back for containers of a higher priority
     # Elastic memory (docs/memory.md):
     request: MemoryLimit | None = None   # the guarantee as given; None: the cap
@@ -158,7 +158,7 @@ def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, i
     table = ffi.new("struct vgl_uuid_limit[]", MAX_DEVICES)
     for entry, uuid in zip(table, uuids):
         if lib.vgl_parse_uuid(uuid.encode(), entry.uuid) != 0:
-            raise ValueError(f"{uuid!r} is not a GPU or MIG device UUID")
+            raise ValueError(f"{uuid!r} is not a GPU or MIG device UUID (or is all zeros)")
         if uuid in memory:
             entry.flags |= lib.VGL_UUID_MEMORY
             if memory[uuid] is not None:
@@ -172,6 +172,8 @@ def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, i
             if request[uuid] is not None:
                 entry.request.bytes = request[uuid].bytes
                 entry.request.ppm = request[uuid].ppm
+        if entry.flags and uuid[:4].upper() == "MIG-":
+            entry.flags |= lib.VGL_UUID_MIG   # the kind, as it was given: the 16 bytes do not say
     return table
 
 
@@ -529,7 +531,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 oom_refusals=int(dev.oom_refusals),
                 throttled_ns=int(dev.throttled_ns),
                 busy_ns=int(dev.busy_ns),
-                uuid=_uuid_text(bytes(dev.uuid)),
+                uuid=_uuid_text(bytes(dev.uuid), int(dev.uuid_kind)),
                 yielded_ns=int(region.yielded_ns[index]),
                 request=MemoryLimit._from_cdata(dev.request),
                 waiting=int(dev.waiting),
@@ -650,9 +652,11 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
-def _uuid_text(raw: bytes) -> str | None:
-    """16 bytes as NVML prints a GPU's UUID; None when all zero (not seen yet)."""
-    return format_uuid(raw) if any(raw) else None
+def _uuid_text(raw: bytes, kind: int) -> str | None:
+    """A device's 16 bytes as NVML prints its UUID, GPU- or MIG- as the region
+    says (GPU- where no process could ask NVML); None when all zero (not seen
+    yet)."""
+    return format_uuid(raw, mig=kind == lib.VGL_UUID_KIND_MIG) if any(raw) else None
 
 
 def _cap_bytes(limit: MemoryLimit | None, total_bytes: int) -> int | None:

@@ -21,7 +21,7 @@
 int main(void)
 {
     int failed = 0;
-    PIN(VGL_REGION_VERSION, 8);
+    PIN(VGL_REGION_VERSION, 9);
     PIN(sizeof(struct vgl_mem_limit), 16);
     PIN(sizeof(struct vgl_lock), 64);
     PIN(sizeof(struct vgl_device_state), 160);
@@ -36,6 +36,7 @@ int main(void)
     PIN(offsetof(struct vgl_device_state, budget_ns), 64);
     PIN(offsetof(struct vgl_device_state, budget_at_ns), 72);
     PIN(offsetof(struct vgl_device_state, cores_policy), 80);
+    PIN(offsetof(struct vgl_device_state, uuid_kind), 84);
     PIN(offsetof(struct vgl_device_state, lend_until_ns), 88);
     PIN(offsetof(struct vgl_device_state, uuid), 96);
     PIN(offsetof(struct vgl_device_state, request), 112);
