@@ -435,10 +435,11 @@ def test_a_waiter_killed_while_it_waits_holds_no_one_back(sim_env, client, shim_
         seen_waiting(sim_env, 1, region)
         second.proc.kill()
         assert second.proc.wait(timeout=30) == -9
-        borrower = containers("--memory", "8GiB", "--memory-request", "512MiB", "--memory-wait", "30s")
+        borrower = containers("--memory", "8GiB", "--memory-request", "512MiB", "--memory-wait", "30s",
+                              region=node_dir(sim_env) / "b.region")
         assert borrower.alloc(256 * 1024 * 1024)[1] == 0
         borrower.send(f"alloc {2 * GiB}")
-        seen_waiting(sim_env, 1)
+        seen_waiting(sim_env, 1, node_dir(sim_env) / "b.region")
         holder.ask("free 0")
         holder.ask("free 1")
         assert borrower.read()[2] == "0"   # served, not refused at its deadline
