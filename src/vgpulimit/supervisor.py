@@ -153,22 +153,31 @@ def _reclaim(region: Region, beacon: str | None = None) -> None:
 
 
 def _supervise(child: int, region: Region, beacon: str | None) -> int:
-    """Waits for the child, forwarding signals; returns its wait status."""
-    while True:
-        info = signal.sigtimedwait(WAITED_SIGNALS, RECLAIM_INTERVAL_S)
-        if info is None:
-            _reclaim(region, beacon)
-            continue
-        if info.si_signo == signal.SIGCHLD:
-            status = _reap(child)
-            if status is not None:
-                return status
-            _reclaim(region, beacon)
-        elif _should_forward(info, child):
-            try:
-                os.kill(child, info.si_signo)
-            except ProcessLookupError:
-                pass
+    """Waits for the child, forwarding signals; returns its wait status.
+
+    It reclaims every RECLAIM_INTERVAL_S, at a timer's SIGALRM, waited for
+    with the others: not at a timeout of sigtimedwait, which CPython (3.11)
+    answers with a siginfo it never filled in when the wait was interrupted
+    past its deadline -- the supervisor stopped and continued (Ctrl-Z, `fg`)
+    -- and the supervisor would act on a signal no one sent."""
+    signal.setitimer(signal.ITIMER_REAL, RECLAIM_INTERVAL_S, RECLAIM_INTERVAL_S)
+    try:
+        while True:
+            info = signal.sigwaitinfo(WAITED_SIGNALS)
+            if info.si_signo == signal.SIGALRM:
+                _reclaim(region, beacon)
+            elif info.si_signo == signal.SIGCHLD:
+                status = _reap(child)
+                if status is not None:
+                    return status
+                _reclaim(region, beacon)
+            elif _should_forward(info, child):
+                try:
+                    os.kill(child, info.si_signo)
+                except ProcessLookupError:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _take_pending() -> list[int]:
