@@ -421,18 +421,24 @@ def no_one_waits(sim_env, *regions: Path) -> None:
 def test_a_waiter_killed_while_it_waits_holds_no_one_back(sim_env, client, shim_path, tmp_path, containers):
     """Issue 39: a process in no container holds 15 of 16 GiB.  A second
     process of container W waits for 3 GiB and is killed with SIGKILL while
-    W's first process lives on.  A borrowing waiter of another container is
-    served when the 15 GiB are freed, as if the killed one had never waited,
-    and no count anywhere says anyone waits."""
+    W's first process lives on, and W's supervisor is stopped (SIGSTOP), so
+    that nobody writes W's beacon again, as in a container of the hook.  A
+    borrowing waiter of another container is served when the 15 GiB are
+    freed, as if the killed one had never waited, though W's beacon still
+    says one waits: a claim no live waiter holds is passed over.  Once W's
+    supervisor runs again, no count anywhere says anyone waits."""
+    import signal
+
     holder = Container(sim_env, client, bare=True)
     region = node_dir(sim_env) / "w.region"
     try:
         assert [holder.alloc(n * GiB)[1] for n in (8, 7)] == [0, 0]
-        containers("--memory", "4GiB", "--memory-request", "512MiB", "--memory-wait", "60s", region=region)
+        w = containers("--memory", "4GiB", "--memory-request", "512MiB", "--memory-wait", "60s", region=region)
         second = Container(dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region)), client,
                            bare=True)
         second.send(f"alloc {3 * GiB}")
         seen_waiting(sim_env, 1, region)
+        w.proc.send_signal(signal.SIGSTOP)
         second.proc.kill()
         assert second.proc.wait(timeout=30) == -9
         borrower = containers("--memory", "8GiB", "--memory-request", "512MiB", "--memory-wait", "30s",
@@ -443,6 +449,8 @@ def test_a_waiter_killed_while_it_waits_holds_no_one_back(sim_env, client, shim_
         holder.ask("free 0")
         holder.ask("free 1")
         assert borrower.read()[2] == "0"   # served, not refused at its deadline
+        assert beacon_waits(region)[0][0] == 1   # the killed one's claim, never repaired meanwhile
+        w.proc.send_signal(signal.SIGCONT)
         no_one_waits(sim_env, region)
     finally:
         holder.close()
@@ -454,21 +462,27 @@ def test_waiters_killed_at_any_moment_of_their_waits_and_wakes_leave_nothing(sim
     processes of two containers wait to borrow 1 GiB each, one is killed
     (SIGKILL) a random moment into its wait, 2 GiB are freed, one more is
     killed a random moment into its wake, and the third is served as if the
-    two had never waited.  At the end no count anywhere says anyone waits.
-    VGPULIMIT_TEST_ROUNDS sets how many rounds (the seed is in the failure)."""
+    two had never waited.  The containers' supervisors are stopped
+    meanwhile (nobody repairs a beacon but the waiters themselves, as in a
+    container of the hook); once they run again, no count anywhere says
+    anyone waits.  VGPULIMIT_TEST_ROUNDS sets how many rounds (the seed is
+    in the failure)."""
     import os
     import random
     import selectors
+    import signal
 
     rounds = int(os.environ.get("VGPULIMIT_TEST_ROUNDS", "25"))
     seed = int(os.environ.get("VGPULIMIT_TEST_SEED", str(time.time_ns())))
     rng = random.Random(seed)
     regions = [node_dir(sim_env) / "w.region", node_dir(sim_env) / "x.region"]
-    for r in regions:
-        containers("--memory", "4GiB", "--memory-request", "512MiB", "--memory-wait", "60s", region=r)
+    supervisors = [containers("--memory", "4GiB", "--memory-request", "512MiB", "--memory-wait", "60s",
+                              region=r).proc for r in regions]
     holder = Container(sim_env, client, bare=True)
     try:
         assert [holder.alloc(GiB)[1] for _ in range(15)] == [0] * 15
+        for p in supervisors:
+            p.send_signal(signal.SIGSTOP)
         for n in range(rounds):
             waiters = [Container(dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(rng.choice(regions))),
                                  client, bare=True) for _ in range(3)]
@@ -479,7 +493,8 @@ def test_waiters_killed_at_any_moment_of_their_waits_and_wakes_leave_nothing(sim
             waiters[0].proc.kill()          # waiting, or starting to
             holder.ask("free 0")
             holder.ask("free 1")
-            time.sleep(rng.uniform(0, 0.003))
+            # The holder is in no row: waiters find its free at their next look (every 50 ms).
+            time.sleep(rng.choice([0, rng.uniform(0, 0.003), rng.uniform(0, 0.06)]))
             waiters[1].proc.kill()          # waking, or served
             sel = selectors.DefaultSelector()
             sel.register(waiters[2].proc.stdout, selectors.EVENT_READ)
@@ -493,6 +508,8 @@ def test_waiters_killed_at_any_moment_of_their_waits_and_wakes_leave_nothing(sim
             for block in (0, 1):
                 while holder.alloc(GiB) != (block, 0):
                     time.sleep(0.01)
+        for p in supervisors:
+            p.send_signal(signal.SIGCONT)
         no_one_waits(sim_env, *regions)
     finally:
         holder.close()
