@@ -65,8 +65,11 @@ void vgl_proc_comm_self(char comm[16]);
  * lock on one byte of a shared file (`fd` opened by itself, not inherited) for
  * as long as it lives; the kernel drops it when the process dies, whatever
  * namespace the one asking is in.  vgl_hold_byte: 0 or -errno;
- * vgl_byte_held: 1 held, 0 free, -errno unknown. */
+ * vgl_byte_held: 1 held, 0 free, -errno unknown.  vgl_share_byte: the same
+ * held by several processes at once (a read lock: `fd` open for reading),
+ * held while one of them lives. */
 int vgl_hold_byte(int fd, off_t at);
+int vgl_share_byte(int fd, off_t at);
 int vgl_release_byte(int fd, off_t at);
 int vgl_byte_held(int fd, off_t at);
 

@@ -266,6 +266,27 @@ def test_a_job_killed_by_scancel_leaves_no_region(node):
     assert status_all(node)["regions"] == []
 
 
+_NO_BOARD = """
+import json, os
+from vgpulimit.region import read_snapshot
+region = os.environ["VGPULIMIT_REGION"]
+snap = read_snapshot(region)
+node = os.path.dirname(os.path.dirname(region))
+shared = [name for _, _, names in os.walk(node) for name in names
+          if name.endswith(".board") or name.startswith("beacon-")]
+print(json.dumps({"board": snap.board, "priority": snap.priority, "shared": shared}))
+"""
+
+
+def test_a_job_has_no_guarantee_or_priority_that_another_job_could_write(node):
+    """Issue 39: a memory guarantee or a priority lives on a node's board,
+    beside beacons.  A job takes part in neither: its region names no board,
+    and its node directory holds no board and no beacon, so there is no row
+    of a job for another to write, nor one of another's for it."""
+    probe = node.command("srun", "--gres=shard:2", sys.executable, "-c", _NO_BOARD)
+    assert json.loads(probe.stdout.splitlines()[-1]) == {"board": None, "priority": None, "shared": []}
+
+
 def test_the_job_log_is_found_in_scontrol_show_job():
     shown = ("JobId=7 JobName=wrap\n   UserId=alice(1000) GroupId=users(100) MCS_label=N/A\n"
              "   StdErr=/home/alice/slurm-7.err\n   StdIn=/dev/null\n   StdOut=/home/alice/slurm-7.out\n")

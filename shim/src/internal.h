@@ -56,11 +56,35 @@ void vgl_owner_release(const struct vgl_region *region, struct vgl_slot *slot);
 bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_time);
 /* Whether the slot's process still runs; true when that cannot be told. */
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
+/* A descriptor of `fd`'s file with an open file description of its own
+ * (`flags`: O_RDONLY or O_RDWR), so that a lock on it is this process's
+ * alone: for a forked child, async-signal-safe.  -1: none (no /proc). */
+int vgl_reopen(int fd, int flags);
+
+/* waits.c (also board.h) — who waits for memory.  Each process says so in its
+ * own slot; what a container's beacon says is derived from its live slots. */
+/* The container's waits on `device` (count and oldest start, 0: none), from
+ * the live slots of `region` but `except`; *dead: a slot of a process that
+ * is gone said it waits (left out; a reclaim frees it). */
+uint64_t vgl_waits_oldest(const struct vgl_region *region, uint32_t device, const struct vgl_slot *except,
+                          uint32_t *count, bool *dead);
+/* Writes the waits of the region's live slots on `device` into the beacon
+ * (reclaiming the dead first if one is seen).  Any process of the container
+ * may do it at once: each writes what it read and reads again until both
+ * agree, so the last to write leaves what the slots say. */
+void vgl_waits_publish(struct vgl_beacon *beacon, struct vgl_region *region, uint32_t device);
+/* The byte of a beacon that a process with an allocation waiting on `device`
+ * holds a shared lock on (vgl_share_byte), and whether one holds it now
+ * (`fd`: the beacon, open for reading): 1, 0, or -errno (cannot be asked). */
+off_t vgl_waits_byte(uint32_t device);
+int vgl_waits_held(int fd, uint32_t device);
 
 /* region_guard.c (also region.h) — a mapping of a file that a tenant may
  * truncate under it: a lost page becomes a private page of zeros instead of
  * a fatal SIGBUS.  0, or -EMFILE: too many guarded. */
 int vgl_guard_mapping(void *start, uint64_t size);
+/* Before the mapping at `start` is unmapped. */
+void vgl_unguard_mapping(void *start);
 
 /* region.c (also region.h) */
 /* vgl_region_reserve without counting a refusal (the tries of a wait). */
@@ -521,6 +545,7 @@ struct vgl_memory_wait {
     uint32_t words;
     uint32_t seen[VGL_BOARD_ROWS];  /* each row's wake word, the container's own included */
     const uint32_t *word[VGL_BOARD_ROWS];
+    struct vgl_memory_wait *next;   /* the process's next wait (elastic.c) */
 };
 /* An allocation of `bytes` on `device` was refused: true to try it again
  * (memory may be there now), false when no wait is set or the wait is over

@@ -320,6 +320,13 @@ class Region:
             raise self._error(count, "cannot reclaim in")
         return int(count)
 
+    def repair_beacon(self, beacon: str) -> bool:
+        """Writes into the container's beacon at ``beacon`` (the file beside
+        the board its setter made) what its live slots say of waits for
+        memory: a waiter killed as it waited is said no longer.  False when
+        the beacon cannot be written (gone, or not a beacon)."""
+        return self._outcome(lib.vgl_beacon_repair(os.fsencode(beacon), self._mapped)) == 0
+
     def set_limits(self, device: int, limit: MemoryLimit | None, cores_pct: int = 0) -> None:
         err = self._outcome(lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit),
                                                       cores_pct))
@@ -506,6 +513,9 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
             and (running is None or not slot.start_time
                  or (int(slot.pid), int(slot.start_time)) in running)]
     gone = [0] * MAX_DEVICES
+    # What waits is what the live slots say: a process killed as it waited
+    # waits no longer, before anyone reclaims its slot.
+    waiting = [sum(int(slot.waiting[d]) for slot in live) for d in range(MAX_DEVICES)]
     if running is not None:
         for slot in claimed:
             if slot.state == lib.VGL_SLOT_LIVE and slot.start_time and \
@@ -534,7 +544,7 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 uuid=_uuid_text(bytes(dev.uuid), int(dev.uuid_kind)),
                 yielded_ns=int(region.yielded_ns[index]),
                 request=MemoryLimit._from_cdata(dev.request),
-                waiting=int(dev.waiting),
+                waiting=waiting[index],
                 waited_ns=int(dev.waited_ns),
                 wait_timeouts=int(dev.wait_timeouts),
                 borrow_refusals=int(dev.borrow_refusals),

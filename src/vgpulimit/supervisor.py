@@ -125,8 +125,10 @@ def _reap(child: int) -> int | None:
 _said_held: list[bool] = []   # the region lock was said to be held past its bound
 
 
-def _reclaim(region: Region) -> None:
-    """Frees the slots of dead processes.  The supervisor must keep
+def _reclaim(region: Region, beacon: str | None = None) -> None:
+    """Frees the slots of dead processes, and says in the container's
+    ``beacon`` (None: it has none) that those that waited for memory wait
+    no longer.  The supervisor must keep
     supervising: a failed reclaim is retried next time, except in a region
     that a process of the container truncated.  The C side's guard keeps that
     from killing us (SIGBUS), even when it happens within a reclaim; the
@@ -136,6 +138,8 @@ def _reclaim(region: Region) -> None:
         return
     try:
         region.reclaim()
+        if beacon is not None:
+            region.repair_beacon(beacon)
     except RegionError as exc:
         if region.intact:
             if exc.errno == errno.ETIMEDOUT and not _said_held:
@@ -148,23 +152,32 @@ def _reclaim(region: Region) -> None:
               file=sys.stderr, flush=True)
 
 
-def _supervise(child: int, region: Region) -> int:
-    """Waits for the child, forwarding signals; returns its wait status."""
-    while True:
-        info = signal.sigtimedwait(WAITED_SIGNALS, RECLAIM_INTERVAL_S)
-        if info is None:
-            _reclaim(region)
-            continue
-        if info.si_signo == signal.SIGCHLD:
-            status = _reap(child)
-            if status is not None:
-                return status
-            _reclaim(region)
-        elif _should_forward(info, child):
-            try:
-                os.kill(child, info.si_signo)
-            except ProcessLookupError:
-                pass
+def _supervise(child: int, region: Region, beacon: str | None) -> int:
+    """Waits for the child, forwarding signals; returns its wait status.
+
+    It reclaims every RECLAIM_INTERVAL_S, at a timer's SIGALRM, waited for
+    with the others: not at a timeout of sigtimedwait, which CPython (3.11)
+    answers with a siginfo it never filled in when the wait was interrupted
+    past its deadline -- the supervisor stopped and continued (Ctrl-Z, `fg`)
+    -- and the supervisor would act on a signal no one sent."""
+    signal.setitimer(signal.ITIMER_REAL, RECLAIM_INTERVAL_S, RECLAIM_INTERVAL_S)
+    try:
+        while True:
+            info = signal.sigwaitinfo(WAITED_SIGNALS)
+            if info.si_signo == signal.SIGALRM:
+                _reclaim(region, beacon)
+            elif info.si_signo == signal.SIGCHLD:
+                status = _reap(child)
+                if status is not None:
+                    return status
+                _reclaim(region, beacon)
+            elif _should_forward(info, child):
+                try:
+                    os.kill(child, info.si_signo)
+                except ProcessLookupError:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _take_pending() -> list[int]:
@@ -182,8 +195,10 @@ def _exit_code(wait_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, started: str = "") -> int:
-    """``started``: a line said once the command runs (not when it cannot start)."""
+def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, started: str = "",
+               beacon: str | None = None) -> int:
+    """``started``: a line said once the command runs (not when it cannot start);
+    ``beacon``: the container's, which the supervisor repairs as it reclaims."""
     # `vgpulimit run` holds them from its start (cli.main); a caller that did
     # not, holds them before the child exists: a SIGCHLD from a child that
     # exits at once stays pending until we wait for it.
@@ -194,8 +209,8 @@ def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, star
             os.kill(child, sig)
         if started:
             print(started, file=sys.stderr)
-        status = _supervise(child, region)
-        _reclaim(region)
+        status = _supervise(child, region, beacon)
+        _reclaim(region, beacon)
         return _exit_code(status)
 
 
@@ -295,7 +310,9 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
             try:
                 env = child_environment(environ, region_path, options.simulate)
                 nothing = outer is None and limits.limits_nothing() and limits.priority is None
-                return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "")
+                beacon = None if row is None else os.path.join(os.path.dirname(row.board), row.beacon)
+                return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "",
+                                  beacon=beacon)
             finally:
                 if row is not None:
                     board.leave(row)

@@ -36,6 +36,8 @@ from vgpulimit.placement import CONTAINER_REGION, enclosing_region, runtime_base
 from vgpulimit.region import RegionError, read_snapshot
 from vgpulimit.verify_probe import SHIM_NAME, SPIN_MS
 
+MISSING = "NVML has no "   # how the probe says that the library lacks a function (verify_probe.unanswered)
+
 SCHEMA_VERSION = 1
 PROBE_TIMEOUT_S = 600
 # How far the achieved share may exceed the share before the check fails:
@@ -396,8 +398,10 @@ def _judge_views(report: Report, cuda: dict, nvml: dict, cap: int) -> None:
                 continue
             if isinstance(value, dict):
                 shown.append((name, value["total"], value["free"]))
+            elif value.startswith(MISSING):   # not supported here, as nvidia-ml-py reads it
+                report.add(name, "skip", value)
             else:
-                report.add(name, "fail", f"{name} {value}")
+                report.add(name, "fail", value)
     else:
         report.add("nvml", "skip", nvml.get("error", "NVML not reached"))
     for name, total, free in shown:
@@ -418,7 +422,7 @@ def _judge_nvml_processes(report: Report, facts: dict) -> None:
     if listed is None:   # the probe stopped before it asked
         return
     if isinstance(listed, str):
-        report.add("nvml processes", "fail", listed)
+        report.add("nvml processes", "skip" if listed.startswith(MISSING) else "fail", listed)
         return
     mine = [p for p in listed if p["pid"] in facts.get("pids", [])]
     if mine:

@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 9,
+    VGL_REGION_VERSION = 10,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -93,8 +93,6 @@ struct vgl_device_state {
      * row in the node's board (board.h); these are its setter's values, for
      * the container's own processes without a row, and for the views. */
     struct vgl_mem_limit request; /* the guarantee, at most the limit; both fields 0: the limit */
-    uint32_t waiting;            /* allocations waiting for memory now */
-    uint32_t pad3;
     uint64_t waited_ns;          /* time allocations spent waiting for memory, in all */
     uint64_t wait_timeouts;      /* waits that ended in a refusal */
     uint64_t borrow_refusals;    /* allocations past the request refused for others' guarantees */
@@ -114,10 +112,12 @@ struct vgl_slot {
     uint32_t reserved;           /* 0 */
     uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
     char comm[16];
-    uint64_t wait_since_ns;      /* when an allocation of the process began to wait for memory
+    /* Waiting for memory (elastic.c), per device.  Kept in the process's own
+     * slot, never in a count shared with others, so that the dead hold no
+     * wait: what waits in a container is the sum over its live slots. */
+    uint64_t wait_since_ns[16];  /* when the process's oldest waiting allocation began to wait
                                     (the node's CLOCK_MONOTONIC); 0: none waits */
-    uint32_t wait_device;        /* on which device */
-    uint32_t pad;
+    uint32_t waiting[16];        /* the process's allocations waiting for memory now */
 };
 
 struct vgl_region {
