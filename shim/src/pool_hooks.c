@@ -16,6 +16,10 @@
  * grow pools in 2 MiB pages. */
 #define POOL_CHUNK (2ULL << 20)
 
+/* The link of an imported pool's record once the pool is destroyed while
+ * pointers imported into it live on: nothing may be asked of it. */
+#define POOL_DESTROYED 1
+
 /* Settling reads the charge and then writes it: one thread at a time. */
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -180,10 +184,112 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemPoolDestroy(pool);
     struct vgl_uncharge u;
+    int32_t device;
+    uint64_t charged;
     pthread_mutex_lock(&pools_lock);
+    if (vgl_allocations_hold(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, 0, &device, &charged) > 1) {
+        /* Pointers imported into it live on: so does its charge (vgl_pool_import_freed). */
+        CUresult rc = vgl_real.cuMemPoolDestroy(pool);
+        if (rc == CUDA_SUCCESS) {
+            vgl_allocations_hold(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, -1, &device, &charged);
+            vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, charged, POOL_DESTROYED);
+        }
+        pthread_mutex_unlock(&pools_lock);
+        return rc;
+    }
     vgl_uncharge_begin(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &u);
     CUresult rc = vgl_real.cuMemPoolDestroy(pool);
     vgl_uncharge_end(&u, rc);
     pthread_mutex_unlock(&pools_lock);
     return rc;
+}
+
+/* A pointer imported from another process's pool maps that pool's memory,
+ * which the driver keeps for the importer once the exporter lets go of it.
+ * So the imported pool is charged as a pool of ours is, by its reserve (the
+ * memory its imports map), at the import, which is refused if that does not
+ * fit the cap.  Where the driver does not say an imported pool's reserve,
+ * the pointer's own size is charged instead. */
+static CUresult import_pointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *data,
+                               int device)
+{
+    settle(pool, device);
+    uint64_t charged = pool_charge(pool), reserved;
+    CUresult rc = vgl_real.cuMemPoolImportPointer(ptr_out, pool, data);
+    int32_t known_device;
+    uint64_t known_bytes;
+    if (rc != CUDA_SUCCESS || vgl_allocations_get(VGL_ALLOC_IMPORTED, *ptr_out, &known_device, &known_bytes))
+        return rc; /* failed, or the same allocation imported again: the same pointer */
+    bool told = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    CUdeviceptr_v2 base;
+    size_t size = 0;
+    if (!told && vgl_real.cuMemGetAddressRange_v2(&base, &size, *ptr_out) != CUDA_SUCCESS)
+        size = 0;
+    uint64_t growth = told ? (reserved > charged ? reserved - charged : 0) : size;
+    struct vgl_charge c;
+    if (!told && !size) {
+        static unsigned said;
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "cuMemPoolImportPointer refused: the driver says neither the "
+                        "pool's reserve nor the size of the memory imported, so it cannot be counted");
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        rc = vgl_charge_begin("cuMemPoolImportPointer", device, growth, &c);
+    }
+    if (rc != CUDA_SUCCESS) {
+        vgl_real.cuMemFree_v2(*ptr_out);
+        return rc;
+    }
+    uint64_t key = (uint64_t)(uintptr_t)pool;
+    vgl_allocations_put(VGL_ALLOC_POOL, key, device, charged + growth, 0);
+    if (vgl_allocations_put(VGL_ALLOC_IMPORTED, *ptr_out, device, told ? 0 : growth, key))
+        vgl_allocations_hold(VGL_ALLOC_POOL, key, +1, &known_device, &known_bytes);
+    vgl_charge_keep(&c);
+    return rc;
+}
+
+CUresult cuMemPoolImportPointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !ptr_out)
+        return vgl_real.cuMemPoolImportPointer(ptr_out, pool, shareData);
+    struct vgl_charge refused;
+    if (!vgl_ready())
+        return vgl_charge_begin("cuMemPoolImportPointer", -1, 0, &refused); /* refuses, and says why */
+    int device = pool_device(pool);
+    if (device < 0)
+        return vgl_real.cuMemPoolImportPointer(ptr_out, pool, shareData); /* the driver will say what is wrong */
+    if (device >= VGL_MAX_DEVICES)
+        return vgl_charge_begin("cuMemPoolImportPointer", device, 0, &refused); /* refuses, and says why */
+    pthread_mutex_lock(&pools_lock);
+    CUresult rc = import_pointer(ptr_out, pool, shareData, device);
+    pthread_mutex_unlock(&pools_lock);
+    return rc;
+}
+
+/* The pool's charge stays while a pointer imported into it lives, even past
+ * the pool's destruction (cuda.h, cuMemPoolDestroy: its resources go once no
+ * allocation is outstanding); the last such free after it returns the rest. */
+void vgl_pool_import_freed(const struct vgl_allocation *imported, CUresult rc)
+{
+    if (rc != CUDA_SUCCESS) {
+        vgl_allocations_restore(VGL_ALLOC_IMPORTED, imported);
+        return;
+    }
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)imported->link;
+    struct vgl_allocation record;
+    pthread_mutex_lock(&pools_lock);
+    bool known = vgl_allocations_find(VGL_ALLOC_POOL, imported->link, &record);
+    int left = known ? vgl_allocations_hold(VGL_ALLOC_POOL, imported->link, -1, &record.device, &record.bytes) : -1;
+    uint32_t device = (uint32_t)record.device;
+    if (left == 0 && vgl_self.slot) {
+        vgl_release(device, record.bytes);
+    } else if (left > 0) {
+        uint64_t back = imported->bytes < record.bytes ? imported->bytes : record.bytes;
+        if (back && vgl_self.slot) {
+            vgl_follow_reserve(device, record.bytes, record.bytes - back);
+            vgl_allocations_put(VGL_ALLOC_POOL, imported->link, record.device, record.bytes - back, record.link);
+        }
+        if (record.link != POOL_DESTROYED)
+            settle(pool, record.device);
+    }
+    pthread_mutex_unlock(&pools_lock);
 }
