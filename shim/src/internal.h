@@ -192,9 +192,8 @@ enum vgl_allocation_kind {
     VGL_ALLOC_ARRAY,   /* CUarray and CUmipmappedArray */
     VGL_ALLOC_POOL,    /* memory pools: what their reserve was charged */
     VGL_ALLOC_OPENED,  /* cuIpcOpenMemHandle pointers (refs: their opens) */
-    VGL_ALLOC_IMPORTED, /* cuMemPoolImportPointer pointers, linked to their pool, whose
-                           record holds their charge (bytes: what the pointer added
-                           where the driver does not say the pool's reserve) */
+    VGL_ALLOC_IMPORTED, /* cuMemPoolImportPointer pointers: their size, linked to their pool */
+    VGL_ALLOC_POOL_IMPORTS, /* per pool: what its live imported pointers add up to (refs: how many) */
     VGL_ALLOC_KINDS
 };
 /* What one handle was charged. */
@@ -203,8 +202,7 @@ struct vgl_allocation {
     uint64_t bytes;
     uint64_t link; /* a key of another kind this one refers to (a mapping's handle) */
     int32_t device;
-    int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it;
-                      an imported pool's own, and each pointer imported into it */
+    int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it */
 };
 /* Records what `key` was charged, with one holder, or replaces what a
  * record of it says, keeping its holders; `link`: a key of another kind it

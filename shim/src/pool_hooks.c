@@ -7,7 +7,9 @@
  * reserve a chunk-rounded headroom, then settle the charge to the growth the
  * driver reports.  A pool also shrinks where we do not see it (at
  * synchronisation, down to its release threshold): its charge catches up the
- * next time we look at it, so between the two we over-count, never under. */
+ * next time we look at it, so between the two we over-count, never under.
+ * A pool imported from another process is charged the same way, from the
+ * first pointer imported into it (cuMemPoolImportPointer, below). */
 #include <pthread.h>
 
 #include "internal.h"
@@ -55,14 +57,30 @@ static uint64_t pool_charge(CUmemoryPool pool)
     return charged;
 }
 
-/* Brings a pool's charge to its reserve.  Under pools_lock. */
+/* What the pointers imported into `pool` that are alive add up to. */
+static uint64_t imports_of(CUmemoryPool pool)
+{
+    int32_t device;
+    uint64_t bytes = 0;
+    vgl_allocations_get(VGL_ALLOC_POOL_IMPORTS, (uint64_t)(uintptr_t)pool, &device, &bytes);
+    return bytes;
+}
+
+/* Brings a pool's charge to its reserve, and never below what the pointers
+ * imported into it hold (all of it, for a pool destroyed since, which may no
+ * longer be asked).  Under pools_lock. */
 static void settle(CUmemoryPool pool, int device)
 {
-    uint64_t reserved, charged = pool_charge(pool);
-    if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved == charged)
+    struct vgl_allocation record = {0};
+    vgl_allocations_find(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &record);
+    uint64_t reserved = 0, floor = imports_of(pool);
+    bool told = record.link != POOL_DESTROYED &&
+                pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    uint64_t target = reserved > floor ? reserved : floor;
+    if ((!told && !floor && record.link != POOL_DESTROYED) || target == record.bytes)
         return;
-    vgl_follow_reserve((uint32_t)device, charged, reserved);
-    vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, reserved, 0);
+    vgl_follow_reserve((uint32_t)device, record.bytes, target);
+    vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, target, record.link);
 }
 
 enum variant { ASYNC, ASYNC_PTSZ, FROM_POOL, FROM_POOL_PTSZ };
@@ -187,13 +205,11 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     int32_t device;
     uint64_t charged;
     pthread_mutex_lock(&pools_lock);
-    if (vgl_allocations_hold(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, 0, &device, &charged) > 1) {
+    if (imports_of(pool) && vgl_allocations_get(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &device, &charged)) {
         /* Pointers imported into it live on: so does its charge (vgl_pool_import_freed). */
         CUresult rc = vgl_real.cuMemPoolDestroy(pool);
-        if (rc == CUDA_SUCCESS) {
-            vgl_allocations_hold(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, -1, &device, &charged);
+        if (rc == CUDA_SUCCESS)
             vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, charged, POOL_DESTROYED);
-        }
         pthread_mutex_unlock(&pools_lock);
         return rc;
     }
@@ -207,42 +223,44 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 /* A pointer imported from another process's pool maps that pool's memory,
  * which the driver keeps for the importer once the exporter lets go of it.
  * So the imported pool is charged as a pool of ours is, by its reserve (the
- * memory its imports map), at the import, which is refused if that does not
- * fit the cap.  Where the driver does not say an imported pool's reserve,
- * the pointer's own size is charged instead. */
+ * memory its imports map), and never less than the imported allocations
+ * themselves (cuMemGetAddressRange's sizes: a driver may not count the
+ * exporter's memory in an importer's reserve), at the import, which is
+ * refused if that does not fit the cap. */
 static CUresult import_pointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *data,
                                int device)
 {
     settle(pool, device);
-    uint64_t charged = pool_charge(pool), reserved;
+    uint64_t key = (uint64_t)(uintptr_t)pool, charged = pool_charge(pool), reserved = 0;
     CUresult rc = vgl_real.cuMemPoolImportPointer(ptr_out, pool, data);
-    int32_t known_device;
-    uint64_t known_bytes;
-    if (rc != CUDA_SUCCESS || vgl_allocations_get(VGL_ALLOC_IMPORTED, *ptr_out, &known_device, &known_bytes))
+    struct vgl_allocation known;
+    if (rc != CUDA_SUCCESS || vgl_allocations_find(VGL_ALLOC_IMPORTED, *ptr_out, &known))
         return rc; /* failed, or the same allocation imported again: the same pointer */
-    bool told = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
     CUdeviceptr_v2 base;
     size_t size = 0;
-    if (!told && vgl_real.cuMemGetAddressRange_v2(&base, &size, *ptr_out) != CUDA_SUCCESS)
-        size = 0;
-    uint64_t growth = told ? (reserved > charged ? reserved - charged : 0) : size;
-    struct vgl_charge c;
-    if (!told && !size) {
+    if (vgl_real.cuMemGetAddressRange_v2(&base, &size, *ptr_out) != CUDA_SUCCESS || !size) {
         static unsigned said;
-        vgl_log_bounded(VGL_LOG_ERROR, &said, "cuMemPoolImportPointer refused: the driver says neither the "
-                        "pool's reserve nor the size of the memory imported, so it cannot be counted");
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
-        rc = vgl_charge_begin("cuMemPoolImportPointer", device, growth, &c);
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "cuMemPoolImportPointer refused: the driver does not say the "
+                        "size of the memory imported, so it cannot be counted against the cap");
+        vgl_real.cuMemFree_v2(*ptr_out);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    uint64_t floor = imports_of(pool) + size;
+    if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved < floor)
+        reserved = floor;
+    struct vgl_charge c;
+    rc = vgl_charge_begin("cuMemPoolImportPointer", device, reserved > charged ? reserved - charged : 0, &c);
     if (rc != CUDA_SUCCESS) {
         vgl_real.cuMemFree_v2(*ptr_out);
         return rc;
     }
-    uint64_t key = (uint64_t)(uintptr_t)pool;
-    vgl_allocations_put(VGL_ALLOC_POOL, key, device, charged + growth, 0);
-    if (vgl_allocations_put(VGL_ALLOC_IMPORTED, *ptr_out, device, told ? 0 : growth, key))
-        vgl_allocations_hold(VGL_ALLOC_POOL, key, +1, &known_device, &known_bytes);
+    vgl_allocations_put(VGL_ALLOC_POOL, key, device, reserved > charged ? reserved : charged, 0);
+    if (vgl_allocations_put(VGL_ALLOC_IMPORTED, *ptr_out, device, size, key)) {
+        int32_t d;
+        uint64_t sum;
+        vgl_allocations_hold(VGL_ALLOC_POOL_IMPORTS, key, +1, &d, &sum); /* one more, if any was there */
+        vgl_allocations_put(VGL_ALLOC_POOL_IMPORTS, key, device, floor, 0);
+    }
     vgl_charge_keep(&c);
     return rc;
 }
@@ -275,21 +293,17 @@ void vgl_pool_import_freed(const struct vgl_allocation *imported, CUresult rc)
         return;
     }
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)imported->link;
-    struct vgl_allocation record;
+    int32_t device;
+    uint64_t sum;
     pthread_mutex_lock(&pools_lock);
-    bool known = vgl_allocations_find(VGL_ALLOC_POOL, imported->link, &record);
-    int left = known ? vgl_allocations_hold(VGL_ALLOC_POOL, imported->link, -1, &record.device, &record.bytes) : -1;
-    uint32_t device = (uint32_t)record.device;
-    if (left == 0 && vgl_self.slot) {
-        vgl_release(device, record.bytes);
-    } else if (left > 0) {
-        uint64_t back = imported->bytes < record.bytes ? imported->bytes : record.bytes;
-        if (back && vgl_self.slot) {
-            vgl_follow_reserve(device, record.bytes, record.bytes - back);
-            vgl_allocations_put(VGL_ALLOC_POOL, imported->link, record.device, record.bytes - back, record.link);
-        }
-        if (record.link != POOL_DESTROYED)
-            settle(pool, record.device);
+    if (vgl_allocations_hold(VGL_ALLOC_POOL_IMPORTS, imported->link, -1, &device, &sum) > 0)
+        vgl_allocations_put(VGL_ALLOC_POOL_IMPORTS, imported->link, device,
+                            sum > imported->bytes ? sum - imported->bytes : 0, 0);
+    struct vgl_allocation record;
+    if (vgl_allocations_find(VGL_ALLOC_POOL, imported->link, &record) && vgl_self.slot) {
+        settle(pool, record.device);
+        if (record.link == POOL_DESTROYED && !imports_of(pool))
+            vgl_allocations_take(VGL_ALLOC_POOL, imported->link, &record);
     }
     pthread_mutex_unlock(&pools_lock);
 }
