@@ -179,7 +179,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr_v2 dptr, CUstream hStream)
  * paid for at every instant, not from their next call (docs/memory.md,
  * "Framework paths").  A second open of the same memory in the process
  * gives the same pointer and is counted once. */
-static CUresult open_ipc(CUdeviceptr_v2 *pdptr, CUipcMemHandle handle, unsigned int flags, bool v2)
+static CUresult open_ipc(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int flags, bool v2)
 {
     CUresult rc;
     struct vgl_charge c;
@@ -210,14 +210,14 @@ static CUresult open_ipc(CUdeviceptr_v2 *pdptr, CUipcMemHandle handle, unsigned 
     return rc;
 }
 
-CUresult cuIpcOpenMemHandle(CUdeviceptr_v2 *pdptr, CUipcMemHandle handle, unsigned int Flags)
+CUresult cuIpcOpenMemHandle(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags)
 {
     if (VGL_LIKELY(!vgl_config.enabled) || !pdptr)
         return vgl_real.cuIpcOpenMemHandle(pdptr, handle, Flags);
     return open_ipc(pdptr, handle, Flags, false);
 }
 
-CUresult cuIpcOpenMemHandle_v2(CUdeviceptr_v2 *pdptr, CUipcMemHandle handle, unsigned int Flags)
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags)
 {
     if (VGL_LIKELY(!vgl_config.enabled) || !pdptr)
         return vgl_real.cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
