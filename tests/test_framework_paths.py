@@ -356,6 +356,25 @@ def test_an_idle_importer_holds_no_more_than_its_cap_however_often_it_imports(
     assert driver_mib(sim_env, importers) <= region_used(sim_env, importer_region)
 
 
+@pytest.mark.parametrize("path", ["ipc", "vmm", "pool"])
+def test_a_killed_importer_holds_nothing(sim_env, clients, started, shim_path, tmp_path, path):
+    """An importer killed with what it imported: the driver lets go of its
+    hold, and its container's next allocation has the whole cap again, as
+    for any dead process's memory."""
+    exporter = started(in_container(clients, tmp_path / "exporter.region", "1GiB"), sim_env)
+    importer_region = tmp_path / "importer.region"
+    keeper = started(in_container(clients, importer_region, "100MiB"), sim_env)
+    importer = started([clients / "share_client"], joined(sim_env, importer_region, shim_path))
+    assert share_once(path, exporter, importer, tmp_path, 0) == "ok"
+    assert region_used(sim_env, importer_region) == 40
+    assert keeper("alloc 80") == OUT_OF_MEMORY
+    importer.proc.kill()
+    importer.proc.wait(timeout=30)
+    assert driver_view(sim_env)[0].get(importer.pid, 0) == 0
+    keeper.ok("alloc 80")
+    assert region_used(sim_env, importer_region) == 80
+
+
 def test_sleep_and_wake_give_the_cap_back_and_take_it_again(sim_env, clients, started, tmp_path):
     """vLLM's sleep mode: unmap + release give the memory back at once; create
     + map at the same addresses take it again; a double release is the
