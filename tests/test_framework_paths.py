@@ -253,9 +253,21 @@ def test_a_pool_import_is_charged_to_the_importer(sim_env, clients, started, tmp
     exporter.ok("trim")
     assert driver_view(sim_env)[0][importer.pid] == 40
     assert region_used(sim_env, importer_region) == 40
-    importer.ok("free_opened")
+    importer.ok("free_async opened")  # cudaFreeAsync: given back once its stream has reached it
     assert driver_view(sim_env)[0][importer.pid] == 10
     assert region_used(sim_env, importer_region) == 10
+
+
+def test_a_stream_ordered_free_gives_a_pointers_charge_back(sim_env, clients, started, tmp_path):
+    """cudaFreeAsync of a cudaMalloc block: its charge comes back once the
+    stream has reached the free, and the cap holds another."""
+    region = tmp_path / "region"
+    client = started(in_container(clients, region, "60MiB"), sim_env)
+    client.ok("alloc 50")
+    assert client("alloc 50") == OUT_OF_MEMORY
+    client.ok("free_async block")
+    assert region_used(sim_env, region) == 0
+    client.ok("alloc 50")
 
 
 @pytest.mark.parametrize("containers", [1, 2])

@@ -118,25 +118,6 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     return rc;
 }
 
-/* Every free by address.  The charge stays until the driver has the memory
- * back: a free it refuses leaves the memory held, and counted.  A pointer we
- * never charged is simply passed on; one imported into a pool gives its
- * pool's charge back as far as the pool shrank. */
-static CUresult free_address(uint64_t dptr, CUstream stream, CUresult (*driver_free)(uint64_t, CUstream))
-{
-    if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
-        return driver_free(dptr, stream);
-    struct vgl_uncharge u;
-    struct vgl_allocation imported;
-    vgl_uncharge_begin(VGL_ALLOC_POINTER, dptr, &u);
-    bool was_imported = !u.held && vgl_allocations_take(VGL_ALLOC_IMPORTED, dptr, &imported);
-    CUresult rc = driver_free(dptr, stream);
-    vgl_uncharge_end(&u, rc);
-    if (was_imported)
-        vgl_pool_import_freed(&imported, rc);
-    return rc;
-}
-
 static CUresult driver_free_v2(uint64_t dptr, CUstream stream)
 {
     (void)stream;
@@ -156,12 +137,51 @@ static CUresult driver_free_async_ptsz(uint64_t dptr, CUstream stream)
     return vgl_real.cuMemFreeAsync_ptsz(dptr, stream);
 }
 
+/* Whether the stream has reached a free just queued on it (CUDA_SUCCESS):
+ * the driver gives the memory back only then, which a tenant may put off for
+ * ever (a stream held by a kernel that never ends), so the charge waits for
+ * it.  In a stream being captured the free is a node of a graph, run who
+ * knows when: the charge stays (over-counted, never under). */
+static CUresult stream_reached(CUstream stream, bool ptsz)
+{
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult rc = ptsz ? vgl_real.cuStreamIsCapturing_ptsz(stream, &capture)
+                       : vgl_real.cuStreamIsCapturing(stream, &capture);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        return CUDA_ERROR_NOT_READY;
+    return ptsz ? vgl_real.cuStreamSynchronize_ptsz(stream) : vgl_real.cuStreamSynchronize(stream);
+}
+
+/* Every free by address.  The charge stays until the driver has the memory
+ * back: a free it refuses leaves the memory held, and counted; a
+ * stream-ordered one of memory charged by pointer waits for its stream
+ * (stream_reached).  A pointer we never charged (a pool's own allocation,
+ * charged by the pool's reserve) is simply passed on; one imported into a
+ * pool gives its pool's charge back as far as the pool shrank. */
+static CUresult free_address(uint64_t dptr, CUstream stream, CUresult (*driver_free)(uint64_t, CUstream))
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
+        return driver_free(dptr, stream);
+    struct vgl_uncharge u;
+    struct vgl_allocation imported;
+    vgl_uncharge_begin(VGL_ALLOC_POINTER, dptr, &u);
+    bool was_imported = !u.held && vgl_allocations_take(VGL_ALLOC_IMPORTED, dptr, &imported);
+    CUresult rc = driver_free(dptr, stream), done = rc;
+    bool async = driver_free == driver_free_async || driver_free == driver_free_async_ptsz;
+    if (rc == CUDA_SUCCESS && async && (u.held || was_imported))
+        done = stream_reached(stream, driver_free == driver_free_async_ptsz);
+    vgl_uncharge_end(&u, done);
+    if (was_imported)
+        vgl_pool_import_freed(&imported, done);
+    return rc;
+}
+
 CUresult cuMemFree_v2(CUdeviceptr_v2 dptr) { return free_address(dptr, NULL, driver_free_v2); }
 
 CUresult cuMemFree(CUdeviceptr_v1 dptr) { return free_address(dptr, NULL, driver_free_v1); }
 
-/* A stream-ordered free is given back when it is asked for: the stream's
- * work before it is the process's own, and so is the memory until then. */
 CUresult cuMemFreeAsync(CUdeviceptr_v2 dptr, CUstream hStream)
 {
     return free_address(dptr, hStream, driver_free_async);

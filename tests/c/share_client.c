@@ -48,6 +48,8 @@
  *   pool_import        cuMemPoolImportFromShareableHandle of the received fd
  *   pool_open HEX      cuMemPoolImportPointer
  *   free_opened        cuMemFree of what pool_open gave (the importer frees first)
+ *   free_async WHAT    cuMemFreeAsync on the default stream of the block, or of what
+ *                      pool_open gave (WHAT: block or opened), as cudaFreeAsync does
  *   trim               cuMemPoolTrimTo(pool, 0)
  *   pool_destroy       cuMemPoolDestroy(pool)
  *   event              PyTorch's CUDA tensor sharing sends its event too: cuEventCreate
@@ -102,6 +104,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream);
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
 CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
                                           unsigned long long flags);
@@ -388,6 +391,11 @@ static void command(char *line)
         CUresult rc = cuMemFree_v2(opened);
         opened = 0;
         answer(rc);
+    } else if (!strcmp(verb, "free_async")) {
+        bool opened_one = arg && !strcmp(arg, "opened");
+        answer(cuMemFreeAsync(opened_one ? opened : block, NULL));
+        if (opened_one)
+            opened = 0;
     } else if (!strcmp(verb, "trim")) {
         answer(cuMemPoolTrimTo(pool, 0));
     } else if (!strcmp(verb, "pool_destroy")) {
