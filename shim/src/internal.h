@@ -219,6 +219,9 @@ enum vgl_allocation_kind {
     VGL_ALLOC_MAPPING, /* cuMemMap address ranges: bytes mapped, linked to their handle */
     VGL_ALLOC_ARRAY,   /* CUarray and CUmipmappedArray */
     VGL_ALLOC_POOL,    /* memory pools: what their reserve was charged */
+    VGL_ALLOC_OPENED,  /* cuIpcOpenMemHandle pointers (refs: their opens) */
+    VGL_ALLOC_IMPORTED, /* cuMemPoolImportPointer pointers: their size, linked to their pool */
+    VGL_ALLOC_POOL_IMPORTS, /* per pool: what its live imported pointers add up to (refs: how many) */
     VGL_ALLOC_KINDS
 };
 /* What one handle was charged. */
@@ -229,11 +232,14 @@ struct vgl_allocation {
     int32_t device;
     int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it */
 };
-/* Records (or replaces) what `key` was charged, with one holder; `link`: a
- * key of another kind it refers to, or 0. */
+/* Records what `key` was charged, with one holder, or replaces what a
+ * record of it says, keeping its holders; `link`: a key of another kind it
+ * refers to, or 0. */
 bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
                          uint64_t link);
 bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
+/* What the record of `key` says; false when there is none. */
+bool vgl_allocations_find(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out);
 /* Removes `key` and says what it was charged; false when it is not ours. */
 bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out);
 /* Puts back what vgl_allocations_take removed, as it was. */
@@ -351,11 +357,6 @@ void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc);
 void vgl_overhead_check(int device, uint64_t bytes);
 /* The same, now (a context was just made or undone). */
 void vgl_overhead_check_now(int device);
-/* After this process let go of memory another process shares with it (an
- * imported handle or mapping, an opened IPC pointer): the driver may have
- * charged that memory to this process once its exporter freed it, and now
- * no longer does; the figure is read again at once (overhead.c). */
-void vgl_overhead_recheck_shared(void);
 /* False when the driver's cost for this process on `device` cannot be read
  * (no NVML) while a cap applies there: its allocations and contexts are then
  * refused, never let past the cap uncounted. */
@@ -421,6 +422,12 @@ int64_t vgl_throttle_owed(struct vgl_device_state *dev, uint64_t now_ns);
 void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns);
 /* A borrowing container runs a launch of `cost_ns` past its share: its debt is forgiven. */
 void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns);
+
+/* pool_hooks.c */
+/* After a free of a pointer imported into a pool (its VGL_ALLOC_IMPORTED
+ * record, taken out before the driver was asked): the pool's charge follows
+ * what the free left it, or the record is put back if the driver refused. */
+void vgl_pool_import_freed(const struct vgl_allocation *imported, CUresult rc);
 
 /* graph_memory_hooks.c */
 /* Launches `exec` with `launch` (cuGraphLaunch or its _ptsz variant): when its

@@ -9,18 +9,15 @@
  * time (a module loaded lazily at a kernel's first launch, local memory for
  * a kernel that needs more), so we look when a context is made, and then on
  * allocations: at most every 200 ms while far from the cap, at every one
- * near it, and again before refusing one, and when the process lets go of
- * memory another process shares with it.
+ * near it, and again before refusing one.
  *
- * That difference is also how memory shared between processes is counted.
- * The driver charges a shared allocation to one process at a time: the one
- * that made it, and once that one has freed its own handle while another
- * still holds the memory, the other (docs/memory.md, "Framework paths").
- * The shim never charges an import or an IPC open; a process the driver
- * starts to charge for memory it imported sees its figure rise by it, and
- * pays for it here until the driver frees it.  The difference is already held by
- * the driver: it is charged even past the cap (the allocations after it are
- * refused).
+ * Memory shared between processes is charged to each holder's container by
+ * the hooks: the exporter's at its allocation, each importer's at its import
+ * (docs/memory.md, "Framework paths").  The driver lists it for one holder
+ * at a time, which is charged for it already, so it adds nothing here.  A holder the
+ * driver does not list is charged more than the driver shows for it, which
+ * may hide its context's cost under that charge: never less than the
+ * driver's figure.
  *
  * The driver names processes by their pid in the host's pid namespace.  A
  * process in a container with a /proc of its own cannot know that pid
@@ -237,13 +234,6 @@ void vgl_overhead_check_now(int device)
         charged[device] = overhead;
     }
     pthread_mutex_unlock(&lock);
-}
-
-void vgl_overhead_recheck_shared(void)
-{
-    int device = vgl_current_device();
-    if (device >= 0 && device < VGL_MAX_DEVICES && vgl_ready())
-        vgl_overhead_check_now(device);
 }
 
 /* The parent's overhead is not the child's, nor its pid. */
