@@ -20,8 +20,10 @@ from helpers import one_error_line, vgpulimit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vgpulimit import mig_plan, mig_profiles, mig_render
-from vgpulimit.mig_plan import Request
+from vgpulimit.mig import plan as mig_plan
+from vgpulimit.mig import profiles as mig_profiles
+from vgpulimit.mig import render as mig_render
+from vgpulimit.mig.plan import Request
 
 GiB = 1 << 30
 MiB = 1 << 20
