@@ -459,9 +459,6 @@ const char *sim_state_path(void);
 void sim_state_shared_drop(struct sim_file *f, struct sim_file_shared *s, int entry);
 void sim_state_shared_file(uint64_t id, char *out, size_t size);
 
-/* For timeline.c: the mapped file, for what may be read without the mutex
- * (atomics); NULL when it is not open. */
-struct sim_file *sim_state_file(void);
 /* For timeline.c: the mapped file with its mutex held (a dead holder's leftovers
  * repaired), or NULL when it is not open or the mutex is unusable. */
 struct sim_file *sim_state_lock_file(void);
