@@ -2,7 +2,7 @@
 walking the MIG devices as nvitop and HAMi do, cuda-bindings enumerating
 what CUDA_VISIBLE_DEVICES gives, `nvitop -1`, `gpustat --json` and the
 suite's nvidia-smi client.  The profile tables are mig/profiles.json's, the
-one copy the planner reads too (MIG.md 1.2-1.5 for the behaviour)."""
+one copy the planner reads too (docs/mig-facts.md §1.2-1.5 for the behaviour)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ vgpulimit.mig.render writes the plan.  It never changes MIG.
 
 The rules a plan keeps (``check`` tests them):
 - each GPU's instances are at legal placements of their profiles (memory
-  slices, MIG.md §1.2), none overlapping, each profile at most its
+  slices, docs/mig-facts.md §1.2), none overlapping, each profile at most its
   ``max_count`` times; +me profiles are not planned (no request asks for the
   media engines);
 - an ``isolated`` request has an instance to itself;

@@ -19,7 +19,7 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Profile:
-    """One GPU-instance profile of one GPU model (a row of MIG.md §1.2)."""
+    """One GPU-instance profile of one GPU model (a row of docs/mig-facts.md §1.2)."""
 
     name: str                  # "3g.40gb", as nvidia-smi and mig-parted name it
     id: int                    # the driver's profile id (nvidia-smi mig -lgip, column ID)
