@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -155,65 +156,33 @@ class RegionCollector(Collector):
                 sample, gpus = self._sampler.sample(strict=False), None
             self._learn_device_labels(sample, gpus)
         pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
+        build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
+                                  labels=["version"])
+        build.add_metric([__version__], 1)
+        yield build
+        yield self._readable(sample, pods)
+        yield from self._container_families(sample, pods)
+        if gpus is not None:
+            yield from self._physical_families(gpus, sample)
+        if self._hami_names:
+            yield from self._hami_families(sample, gpus, pods)
 
-        def _who(path: str) -> list[str]:
-            return [path, *region_labels(path, pods).values()]
-
+    def _readable(self, sample, pods) -> Metric:
         # Hostname here too: a dashboard counts the unreadable regions by node.
         readable = GaugeMetricFamily("vgpulimit_region_readable",
                                      "Whether the container's region file could be read at this "
                                      "scrape (0: truncated, garbled or unreadable; no other series)",
                                      labels=["region", *LABELS, "Hostname"])
         for view in sample.views:
-            readable.add_metric([*_who(view.path), self._hostname], 1)
+            readable.add_metric([*_who(view.path, pods), self._hostname], 1)
         for path, why in sample.errors:
-            readable.add_metric([*_who(path), self._hostname], 0)
+            readable.add_metric([*_who(path, pods), self._hostname], 0)
             self._complain(f"region {path}: {why}")
-        device_labels = ["region", *LABELS, "device", "UUID", "modelName", "Hostname", "GPU_I_ID",
-                         "GPU_I_PROFILE"]
-        limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
-                                  "Memory cap of the device for the container", labels=device_labels)
-        used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
-                                 "Device memory the container holds", labels=device_labels)
-        process_used = GaugeMetricFamily(
-            "vgpulimit_process_memory_used_bytes",
-            f"Device memory one process of the container holds (the largest "
-            f"{self._max_processes}; command {OTHERS!r}: the rest, summed)",
-            labels=[*device_labels, "pid", "host_pid", "command"])
-        refusals = CounterMetricFamily("vgpulimit_oom_refusals_total",
-                                       "Allocations refused at the memory cap", labels=device_labels)
-        cores = GaugeMetricFamily("vgpulimit_compute_limit_ratio",
-                                  "Compute share the container is capped at (0.3: 30 %)",
-                                  labels=device_labels)
-        policy = GaugeMetricFamily("vgpulimit_compute_policy",
-                                   "1 for the container's compute policy: hard (never past the "
-                                   "share), borrow (past it while no other tenant uses the device) "
-                                   "or none", labels=[*device_labels, "policy"])
-        # A counter, for rate(): a utilisation "since the previous scrape"
-        # would be wrong for every scraper but one.
-        busy = CounterMetricFamily("vgpulimit_compute_busy_seconds_total",
-                                   "GPU time the container's kernels took (its rate is the share "
-                                   "of the GPU they took)", labels=device_labels)
-        throttled = CounterMetricFamily("vgpulimit_throttled_seconds_total",
-                                        "Time the container's launches waited for compute budget",
-                                        labels=device_labels)
-        yielded = CounterMetricFamily("vgpulimit_yielded_seconds_total",
-                                      "Time the container's launches held back for containers of a "
-                                      "higher priority", labels=device_labels)
-        request = GaugeMetricFamily("vgpulimit_memory_request_bytes",
-                                    "Memory guaranteed to the container on the device (its request, "
-                                    "else its cap)", labels=device_labels)
-        borrowed = GaugeMetricFamily("vgpulimit_memory_borrowed_bytes",
-                                     "Device memory the container holds past its request", labels=device_labels)
-        waiting = GaugeMetricFamily("vgpulimit_memory_waiting_allocations",
-                                    "Allocations of the container waiting for memory now", labels=device_labels)
-        waited = CounterMetricFamily("vgpulimit_memory_waited_seconds_total",
-                                     "Time the container's allocations waited for memory", labels=device_labels)
-        timeouts = CounterMetricFamily("vgpulimit_memory_wait_timeouts_total",
-                                       "Waits for memory that ended in a refusal", labels=device_labels)
-        borrow_refusals = CounterMetricFamily("vgpulimit_memory_borrow_refusals_total",
-                                              "Allocations past the request refused for memory other "
-                                              "containers use or are guaranteed", labels=device_labels)
+        return readable
+
+    def _container_families(self, sample, pods) -> list[Metric]:
+        """The series of each device a container has used, and of its processes there."""
+        families = _DeviceFamilies.make(self._max_processes)
         for view in sample.views:
             snap = view.snapshot
             for dev in snap.devices:
@@ -221,26 +190,9 @@ class RegionCollector(Collector):
                     continue
                 uuid, model, instance, profile = self._device_labels.get(
                     node_uuid_key(dev.uuid or ""), (dev.uuid or "", "", "", ""))
-                labels = [*_who(snap.path), str(dev.index), uuid, model, self._hostname, instance,
+                labels = [*_who(snap.path, pods), str(dev.index), uuid, model, self._hostname, instance,
                           profile]
-                if dev.cap_bytes is not None:
-                    limit.add_metric(labels, dev.cap_bytes)
-                used.add_metric(labels, dev.used_bytes)
-                refusals.add_metric(labels, dev.oom_refusals)
-                if dev.cores_pct:
-                    cores.add_metric(labels, dev.cores_pct / 100)
-                    policy.add_metric([*labels, dev.cores_policy], 1)
-                busy.add_metric(labels, dev.busy_ns / 1e9)
-                throttled.add_metric(labels, dev.throttled_ns / 1e9)
-                if snap.priority is not None:
-                    yielded.add_metric(labels, dev.yielded_ns / 1e9)
-                if dev.request_bytes is not None:
-                    request.add_metric(labels, dev.request_bytes)
-                borrowed.add_metric(labels, dev.borrowed_bytes)
-                waiting.add_metric(labels, dev.waiting)
-                waited.add_metric(labels, dev.waited_ns / 1e9)
-                timeouts.add_metric(labels, dev.wait_timeouts)
-                borrow_refusals.add_metric(labels, dev.borrow_refusals)
+                families.add(labels, dev, snap)
                 rows = []
                 for proc in snap.processes:
                     host = sample.host_pid(proc)
@@ -250,16 +202,8 @@ class RegionCollector(Collector):
                     if dev.index in proc.used_bytes:
                         rows.append(([str(proc.pid), str(host or ""), proc.comm],
                                      proc.used_bytes[dev.index]))
-                self._add_bounded(process_used, labels, rows)
-        build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
-                                  labels=["version"])
-        build.add_metric([__version__], 1)
-        yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled,
-                    yielded, request, borrowed, waiting, waited, timeouts, borrow_refusals)
-        if gpus is not None:
-            yield from self._physical_families(gpus, sample)
-        if self._hami_names:
-            yield from self._hami_families(sample, gpus, pods)
+                self._add_bounded(families.process_used, labels, rows)
+        return families.in_order()
 
     def _hami_families(self, sample, node, pods) -> Iterator[Metric]:
         """The same figures under the names and labels of HAMi's vGPU monitor
@@ -423,6 +367,104 @@ class RegionCollector(Collector):
         if line not in self._complained:
             self._complained.add(line)
             print(f"vgpulimit metrics: {shown(line)}", file=sys.stderr, flush=True)
+
+
+def _who(path: str, pods: dict[str, tuple[str, str]]) -> list[str]:
+    """A region's labels: its path, then who it is (identity.py, layouts.py)."""
+    return [path, *region_labels(path, pods).values()]
+
+
+_DEVICE_LABELS = ["region", *LABELS, "device", "UUID", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"]
+
+
+@dataclass
+class _DeviceFamilies:
+    """The series about a device a container has used, one family each, in
+    the order they are served."""
+
+    limit: GaugeMetricFamily
+    used: GaugeMetricFamily
+    process_used: GaugeMetricFamily
+    refusals: CounterMetricFamily
+    cores: GaugeMetricFamily
+    policy: GaugeMetricFamily
+    busy: CounterMetricFamily
+    throttled: CounterMetricFamily
+    yielded: CounterMetricFamily
+    request: GaugeMetricFamily
+    borrowed: GaugeMetricFamily
+    waiting: GaugeMetricFamily
+    waited: CounterMetricFamily
+    timeouts: CounterMetricFamily
+    borrow_refusals: CounterMetricFamily
+
+    @classmethod
+    def make(cls, max_processes: int) -> _DeviceFamilies:
+        labels = _DEVICE_LABELS
+
+        def gauge(name: str, text: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=labels)
+
+        def counter(name: str, text: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, text, labels=labels)
+
+        return cls(
+            limit=gauge("vgpulimit_memory_limit_bytes", "Memory cap of the device for the container"),
+            used=gauge("vgpulimit_memory_used_bytes", "Device memory the container holds"),
+            process_used=GaugeMetricFamily(
+                "vgpulimit_process_memory_used_bytes",
+                f"Device memory one process of the container holds (the largest "
+                f"{max_processes}; command {OTHERS!r}: the rest, summed)",
+                labels=[*labels, "pid", "host_pid", "command"]),
+            refusals=counter("vgpulimit_oom_refusals_total", "Allocations refused at the memory cap"),
+            cores=gauge("vgpulimit_compute_limit_ratio", "Compute share the container is capped at (0.3: 30 %)"),
+            policy=GaugeMetricFamily("vgpulimit_compute_policy",
+                                     "1 for the container's compute policy: hard (never past the "
+                                     "share), borrow (past it while no other tenant uses the device) "
+                                     "or none", labels=[*labels, "policy"]),
+            # A counter, for rate(): a utilisation "since the previous scrape"
+            # would be wrong for every scraper but one.
+            busy=counter("vgpulimit_compute_busy_seconds_total",
+                         "GPU time the container's kernels took (its rate is the share of the GPU they took)"),
+            throttled=counter("vgpulimit_throttled_seconds_total",
+                              "Time the container's launches waited for compute budget"),
+            yielded=counter("vgpulimit_yielded_seconds_total",
+                            "Time the container's launches held back for containers of a higher priority"),
+            request=gauge("vgpulimit_memory_request_bytes",
+                          "Memory guaranteed to the container on the device (its request, else its cap)"),
+            borrowed=gauge("vgpulimit_memory_borrowed_bytes", "Device memory the container holds past its request"),
+            waiting=gauge("vgpulimit_memory_waiting_allocations",
+                          "Allocations of the container waiting for memory now"),
+            waited=counter("vgpulimit_memory_waited_seconds_total",
+                           "Time the container's allocations waited for memory"),
+            timeouts=counter("vgpulimit_memory_wait_timeouts_total", "Waits for memory that ended in a refusal"),
+            borrow_refusals=counter("vgpulimit_memory_borrow_refusals_total",
+                                    "Allocations past the request refused for memory other containers use or "
+                                    "are guaranteed"))
+
+    def add(self, labels: list[str], dev, snap) -> None:
+        """One device's figures; its processes' are added apart (bounded)."""
+        if dev.cap_bytes is not None:
+            self.limit.add_metric(labels, dev.cap_bytes)
+        self.used.add_metric(labels, dev.used_bytes)
+        self.refusals.add_metric(labels, dev.oom_refusals)
+        if dev.cores_pct:
+            self.cores.add_metric(labels, dev.cores_pct / 100)
+            self.policy.add_metric([*labels, dev.cores_policy], 1)
+        self.busy.add_metric(labels, dev.busy_ns / 1e9)
+        self.throttled.add_metric(labels, dev.throttled_ns / 1e9)
+        if snap.priority is not None:
+            self.yielded.add_metric(labels, dev.yielded_ns / 1e9)
+        if dev.request_bytes is not None:
+            self.request.add_metric(labels, dev.request_bytes)
+        self.borrowed.add_metric(labels, dev.borrowed_bytes)
+        self.waiting.add_metric(labels, dev.waiting)
+        self.waited.add_metric(labels, dev.waited_ns / 1e9)
+        self.timeouts.add_metric(labels, dev.wait_timeouts)
+        self.borrow_refusals.add_metric(labels, dev.borrow_refusals)
+
+    def in_order(self) -> list[Metric]:
+        return [getattr(self, f.name) for f in fields(self)]
 
 
 def gpu_labels(gpu: Gpu) -> tuple[str, str, str, str]:
