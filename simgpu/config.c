@@ -1,5 +1,5 @@
-/* The simulated machine as the environment describes it, and the fixed identity
- * of its devices.
+/* The simulated machine as the environment describes it (the devices' fixed
+ * identity, which follows from it, is units.c's).
  *
  *   SIMGPU_PROFILE         what each device is: h100-80gb, h200-141gb, a100-40gb,
  *                          a100-80gb or l4 (default h200-141gb; profiles.c).  It
@@ -186,140 +186,6 @@ static bool sim_parse_sms(const char *text, struct sim_config *c)
     return n == 1 || n == c->device_count;
 }
 
-/* SIMGPU_NVML_ANSWER's vocabulary: nvml.h's return codes without NVML_ERROR_. */
-static const struct {
-    const char *name;
-    int32_t code;
-} sim_nvml_returns[] = {
-    {"SUCCESS", 0}, {"UNINITIALIZED", 1}, {"INVALID_ARGUMENT", 2}, {"NOT_SUPPORTED", 3},
-    {"NO_PERMISSION", 4}, {"ALREADY_INITIALIZED", 5}, {"NOT_FOUND", 6}, {"INSUFFICIENT_SIZE", 7},
-    {"INSUFFICIENT_POWER", 8}, {"DRIVER_NOT_LOADED", 9}, {"TIMEOUT", 10}, {"IRQ_ISSUE", 11},
-    {"LIBRARY_NOT_FOUND", 12}, {"FUNCTION_NOT_FOUND", 13}, {"CORRUPTED_INFOROM", 14}, {"GPU_IS_LOST", 15},
-    {"RESET_REQUIRED", 16}, {"OPERATING_SYSTEM", 17}, {"LIB_RM_VERSION_MISMATCH", 18}, {"IN_USE", 19},
-    {"MEMORY", 20}, {"NO_DATA", 21}, {"VGPU_ECC_NOT_SUPPORTED", 22}, {"INSUFFICIENT_RESOURCES", 23},
-    {"FREQ_NOT_SUPPORTED", 24}, {"ARGUMENT_VERSION_MISMATCH", 25}, {"DEPRECATED", 26}, {"NOT_READY", 27},
-    {"GPU_NOT_FOUND", 28}, {"INVALID_STATE", 29}, {"RESET_TYPE_NOT_SUPPORTED", 30}, {"UNKNOWN", 999},
-};
-
-/* nvml_api.def's names, and whether each has a count out-argument (its count
- * column is not NULL). */
-static const char *const sim_nvml_names[SIM_NVML_FNS] = {
-#define SIM_NVML(name, params, args, count) #name,
-#include "nvml_api.def"
-#undef SIM_NVML
-};
-static const char *const sim_nvml_count_args[SIM_NVML_FNS] = {
-#define SIM_NVML(name, params, args, count) #count,
-#include "nvml_api.def"
-#undef SIM_NVML
-};
-
-/* The code an answer's name or number gives; SIM_NVML_REAL for "real"; false: neither. */
-static bool sim_nvml_code(const char *text, int32_t *code)
-{
-    long v;
-    if (strcmp(text, "real") == 0) {
-        *code = SIM_NVML_REAL;
-        return true;
-    }
-    if (sim_parse_int(text, 0, INT32_MAX, &v)) {
-        *code = (int32_t)v;
-        return true;
-    }
-    for (size_t i = 0; i < sizeof sim_nvml_returns / sizeof *sim_nvml_returns; i++) {
-        if (strcmp(sim_nvml_returns[i].name, text) == 0) {
-            *code = sim_nvml_returns[i].code;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* One answer, "NOT_FOUND", "6", "real" or "INSUFFICIENT_SIZE=N"; false with *why. */
-static bool sim_parse_nvml_answer(char *text, bool has_count, struct sim_nvml_answer *out, const char **why)
-{
-    char *equals = strchr(text, '=');
-    if (equals)
-        *equals = '\0';
-    *out = (struct sim_nvml_answer){0};
-    if (!sim_nvml_code(text, &out->code)) {
-        *why = "not an answer";
-        return false;
-    }
-    if (!equals)
-        return true;
-    long v;
-    if (strcmp(text, "INSUFFICIENT_SIZE") != 0)
-        *why = "only INSUFFICIENT_SIZE takes =N";
-    else if (!has_count)
-        *why = "INSUFFICIENT_SIZE=N for a function with no count out-argument";
-    else if (!sim_parse_int(equals + 1, 0, UINT32_MAX, &v))
-        *why = "N is not a count";
-    else {
-        out->set_count = true;
-        out->count = (uint32_t)v;
-        return true;
-    }
-    return false;
-}
-
-/* SIMGPU_NVML_ANSWER into c->nvml_scripts; false after one line saying what is wrong. */
-static bool sim_parse_nvml_scripts(const char *value, struct sim_config *c)
-{
-    char *copy = strdup(value);
-    if (!copy) {
-        sim_log("SIMGPU_NVML_ANSWER: out of memory");
-        return false;
-    }
-    const char *why = NULL;
-    char *item = copy, *next;
-    for (; item; item = next) {
-        if ((next = strchr(item, ',')))
-            *next++ = '\0';
-        char *colon = strchr(item, ':');
-        if (!colon) {
-            why = "no ':' after the function";
-            break;
-        }
-        *colon = '\0';
-        uint32_t fn = 0;
-        while (fn < SIM_NVML_FNS && strcmp(sim_nvml_names[fn], item) != 0)
-            fn++;
-        if (fn == SIM_NVML_FNS) {
-            why = "not an NVML function simgpu answers";
-            break;
-        }
-        struct sim_nvml_script *script = &c->nvml_scripts[fn];
-        if (script->n) {
-            why = "the function is named twice";
-            break;
-        }
-        bool has_count = strcmp(sim_nvml_count_args[fn], "NULL") != 0;
-        char *answer = colon + 1, *more;
-        for (; answer && !why; answer = more) {
-            if ((more = strchr(answer, ';')))
-                *more++ = '\0';
-            if (script->n == SIM_NVML_SCRIPT_MAX)
-                why = "more than 16 answers";
-            else if (sim_parse_nvml_answer(answer, has_count, &script->answers[script->n], &why))
-                script->n++;
-        }
-        if (why)
-            break;
-    }
-    if (why) {
-        /* Only the faulty item, as given: a whole script may be long. */
-        const char *given = value + (item - copy);
-        int len = (int)strcspn(given, ",");
-        sim_log("SIMGPU_NVML_ANSWER: %s in \"%.*s\"; expected FUNCTION:ANSWER[;ANSWER...][,FUNCTION:...], "
-                "an answer being an NVML return name without NVML_ERROR_ (NOT_FOUND, NOT_SUPPORTED, ...), "
-                "a decimal code, INSUFFICIENT_SIZE=N (which also sets the count) or real",
-                why, len < 200 ? len : 200, given);
-    }
-    free(copy);
-    return !why;
-}
-
 /* The units (mig.c): a GPU without MIG, or each of its MIG instances. */
 static bool sim_mig_units(struct sim_config *cfg, char *message, size_t size)
 {
@@ -359,21 +225,6 @@ static bool sim_mig_units(struct sim_config *cfg, char *message, size_t size)
     cfg->unit_count = n;
     cfg->mig_layout = any ? hash : 0;
     return true;
-}
-
-const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit)
-{
-    const struct sim_unit *u = &cfg->units[unit];
-    return u->instance == SIM_WHOLE_GPU ? NULL : &cfg->mig[u->gpu].instances[u->instance];
-}
-
-void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size)
-{
-    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
-    if (in)
-        snprintf(out, size, "%s MIG %s", cfg->profile->name, in->profile->name);
-    else
-        snprintf(out, size, "%s", cfg->profile->name);
 }
 
 /* ---- the settings: one row each ---------------------------------------------
@@ -537,7 +388,12 @@ static bool sim_read_switch(const struct sim_setting *s, const char *text, struc
 static bool sim_read_nvml_answers(const struct sim_setting *s, const char *text, struct sim_config *c)
 {
     (void)s;
-    return sim_parse_nvml_scripts(text, c);
+    char message[1024];
+    if (!sim_nvml_scripts_parse(text, c->nvml_scripts, message, sizeof message)) {
+        sim_log("%s", message);
+        return false;
+    }
+    return true;
 }
 
 static const struct sim_setting sim_settings[] = {
@@ -637,68 +493,4 @@ const struct sim_config *sim_config(void)
 {
     pthread_once(&sim_config_once, sim_config_load);
     return sim_config_ok ? &sim_config_value : NULL;
-}
-
-/* splitmix64's finaliser: a fixed, well-spread function of the index. */
-static uint64_t sim_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* A UUID from a key: a GPU's index, or (for MIG) one above every index. */
-static void sim_uuid_of(uint64_t key, uint8_t out[SIM_UUID_LEN])
-{
-    const uint64_t seed = 0x73696d677075ULL; /* "simgpu" */
-    uint64_t hi = sim_mix(seed + 2 * key);
-    uint64_t lo = sim_mix(seed + 2 * key + 1);
-    for (int i = 0; i < 8; i++) {
-        out[i] = (uint8_t)(hi >> (56 - 8 * i));
-        out[8 + i] = (uint8_t)(lo >> (56 - 8 * i));
-    }
-}
-
-static void sim_uuid_text(const char *prefix, const uint8_t u[SIM_UUID_LEN], char out[41])
-{
-    snprintf(out, 41, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-}
-
-void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN])
-{
-    sim_uuid_of(index, out);
-}
-
-void sim_device_uuid_string(uint32_t index, char out[41])
-{
-    uint8_t u[SIM_UUID_LEN];
-    sim_device_uuid(index, u);
-    sim_uuid_text("GPU", u, out);
-}
-
-void sim_unit_uuid(const struct sim_config *cfg, uint32_t unit, uint8_t out[SIM_UUID_LEN])
-{
-    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
-    if (!in) {
-        sim_device_uuid(cfg->units[unit].gpu, out);
-        return;
-    }
-    sim_uuid_of(1ULL << 40 | (uint64_t)cfg->units[unit].gpu << 16 | in->profile->id << 8 | in->start, out);
-}
-
-void sim_unit_uuid_string(const struct sim_config *cfg, uint32_t unit, char out[41])
-{
-    uint8_t u[SIM_UUID_LEN];
-    sim_unit_uuid(cfg, unit, u);
-    sim_uuid_text(sim_unit_instance(cfg, unit) ? "MIG" : "GPU", u, out);
-}
-
-struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index)
-{
-    const struct sim_profile *p = cfg->profile;
-    uint32_t n = sizeof p->slots / sizeof *p->slots;
-    return (struct sim_pci_address){.domain = index / n, .bus = p->slots[index % n].bus,
-                                    .device = p->slots[index % n].device};
 }

@@ -335,6 +335,11 @@ struct sim_nvml_script {
     struct sim_nvml_answer answers[SIM_NVML_SCRIPT_MAX]; /* the last repeats */
 };
 
+/* nvml_script.c: SIMGPU_NVML_ANSWER's text into one script per function of
+ * nvml_api.def; false with one line in `message` saying what is wrong. */
+bool sim_nvml_scripts_parse(const char *value, struct sim_nvml_script scripts[SIM_NVML_FNS], char *message,
+                            size_t size);
+
 struct sim_config {
     const struct sim_profile *profile; /* SIMGPU_PROFILE: what the devices are */
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-SIM_MAX_DEVICES */
