@@ -373,6 +373,11 @@ struct sim_config {
  * holds a bad value; the reason has then been written to stderr, once. */
 const struct sim_config *sim_config(void);
 
+/* One line on stderr, prefixed "simgpu: ". */
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- units.c: the devices' fixed identity ----------------------------------- */
+
 /* The fixed identity of device `index`: the same in every process and in both
  * libraries, so cuDeviceGetUuid and nvmlDeviceGetUUID agree. */
 void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN]);
@@ -393,9 +398,6 @@ struct sim_pci_address {
     uint32_t domain, bus, device;
 };
 struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index);
-
-/* One line on stderr, prefixed "simgpu: ". */
-void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- pids.c: processes named as the driver names them ---------------------- */
 
