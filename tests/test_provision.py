@@ -179,6 +179,23 @@ def test_a_guarantee_that_cannot_be_written_gives_the_row_back(tmp_path, monkeyp
     _nothing_left(tenant)
 
 
+def test_a_cap_alone_whose_guarantee_cannot_be_written_starts_without_its_row(tmp_path, monkeypatch):
+    """`run`'s cap alone: the row is made, its guarantee cannot be written;
+    the row goes back, the tenant starts with its cap, and says so."""
+    tenant = _tenant(tmp_path, _limits(memory="4GiB"), cap_alone=True)
+
+    def refuse(path, region, limits):
+        raise board.BoardError(errno.EIO, "cannot write the memory guarantee: Input/output error")
+
+    monkeypatch.setattr(board, "set_memory", refuse)
+    made = provision.provision(tenant)
+    made.close()
+    assert made.row is None
+    assert made.notes == (f"cannot write the memory guarantee: Input/output error; {provision.CAP_UNKNOWN}",)
+    assert _rows(tenant.row.board) == [] and _beacons(tenant.row.board) == []
+    assert sorted(os.listdir(tenant.region.parent)) == ["identity.json", "region"]
+
+
 def test_a_region_that_cannot_name_its_board_gives_the_row_back(tmp_path):
     """The row and its beacon are made, then the region cannot record where
     the tenant sees the board (a path past the region's field)."""

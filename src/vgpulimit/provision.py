@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from vgpulimit import board, identity
 from vgpulimit.errors import VgpulimitError
-from vgpulimit.region import Region, RegionError
+from vgpulimit.region import Region
 
 if TYPE_CHECKING:
     from vgpulimit.request import Limits
@@ -198,21 +198,17 @@ def _join(tenant: Tenant, region: Region, notes: list[str]) -> board.Row | None:
                          owner_pid=where.holder_pid, beacon_uid=where.beacon_uid)
         if limits.takes_memory_row():
             board.set_memory(where.board, region.path, limits)
-    except board.BoardError as exc:
-        if row is not None:
-            board.leave(row)
-        if tenant.needs_row():
-            raise
-        notes.append(f"{exc.strerror}; {CAP_UNKNOWN}")
-        return None
-    try:
         seen_as = where.seen_as or where.board
         if priority is not None:
             region.set_priority(priority.value, seen_as, row.row, row.key)
         if limits.takes_memory_row():
             region.set_board_row(seen_as, row.row, row.key)
-    except (VgpulimitError, OSError):
-        board.leave(row)
+    except BaseException as exc:
+        if row is not None:
+            board.leave(row)
+        if isinstance(exc, board.BoardError) and not tenant.needs_row():
+            notes.append(f"{exc.strerror}; {CAP_UNKNOWN}")
+            return None
         raise
     return row
 
@@ -224,6 +220,6 @@ def _line(exc: Exception, tenant: Tenant) -> str:
         given = limits.priority or limits.memory_wait or next(iter([*limits.request.values(),
                                                                     *limits.request_by_uuid.values()]), None)
         return f"{exc.strerror}" if given is None else f"{given.source} {given.text}: {exc.strerror}"
-    if isinstance(exc, (RegionError, VgpulimitError)):
+    if isinstance(exc, VgpulimitError):
         return str(exc)
     return f"cannot set up the region in {tenant.region.parent}: {exc.strerror}"
