@@ -1,6 +1,6 @@
 """`vgpulimit run`: the container entrypoint.
 
-Creates a fresh region with the limits (where: placement.py), starts the
+Sets up a tenant with the limits (provision.py; where: placement.py), starts the
 command with the shim preloaded and the region's path in its environment
 (child_env.py: the region carries the limits, one carrier), forwards signals
 to it, reaps every child (it may be PID 1), reclaims the slots of dead
@@ -16,8 +16,9 @@ import signal
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from vgpulimit import board
+from vgpulimit import board, provision
 from vgpulimit._paths import libpath, simgpu_dir
 from vgpulimit.child_env import child_environment
 from vgpulimit.errors import UsageError, VgpulimitError
@@ -227,37 +228,6 @@ def _looser(path: str, options: RunOptions) -> None:
         _warn(line)
 
 
-def _join_board(options: RunOptions, region: Region) -> board.Row | None:
-    """The container's row in the node's board, held by this supervisor (a
-    row whose supervisor is gone is free again): for its priority, and for
-    its memory guarantee (its request, else its cap), so that containers
-    that borrow leave it alone (docs/memory.md).  A container with a cap
-    alone that gets no row runs as without elastic memory, said."""
-    limits = options.limits
-    path = options.board_path or str(runtime_base() / board.BOARD_NAME)
-    priority = limits.priority
-    try:
-        row = board.join(path, None if priority is None else priority.value, region.path, owner_pid=os.getpid())
-        if limits.takes_memory_row():
-            board.set_memory(path, region.path, limits)
-    except board.BoardError as exc:
-        if priority is not None or limits.elastic():
-            given = priority or limits.memory_wait or next(iter([*limits.request.values(),
-                                                                 *limits.request_by_uuid.values()]), None)
-            raise SupervisorError(f"run: {given.source} {given.text}: {exc.strerror}") from None
-        _warn(f"{exc.strerror}; the container's cap is not known to containers that borrow memory (docs/memory.md)")
-        return None
-    try:
-        if priority is not None:
-            region.set_priority(priority.value, path, row.row, row.key)
-        if limits.takes_memory_row():
-            region.set_board_row(path, row.row, row.key)
-    except RegionError:
-        board.leave(row)
-        raise
-    return row
-
-
 def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     """Runs the command under the limits; returns the exit code for it
     (its status, or 128+N when a signal N killed it).
@@ -300,22 +270,29 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         region_path = os.path.join(workdir, "region")
     try:
         limits = options.limits
-        with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(), parent=outer,
-                           request=limits.request_per_device(), memory_wait_ns=limits.memory_wait_ns(),
-                           **limits.by_uuid()) as region:
-            if options.limits.cores_policy is not None:
-                region.set_cores_policy(options.limits.cores_policy.value)
-            joins = limits.priority is not None or limits.takes_memory_row()
-            row = _join_board(options, region) if joins and outer is None else None
+        row = None
+        if (limits.priority is not None or limits.takes_memory_row()) and outer is None:
+            # Held by this supervisor: a row whose supervisor is gone is free again.
+            row = provision.Row(options.board_path or str(runtime_base() / board.BOARD_NAME),
+                                holder_pid=os.getpid(), cap_alone=True)
+        tenant = provision.Tenant(Path(region_path), limits, parent=outer, row=row)
+        try:
+            made = provision.provision(tenant)
+        except provision.ProvisionError as exc:
+            if exc.board:
+                raise SupervisorError(f"run: {exc}") from None
+            raise
+        with made.region as region:
+            for line in made.notes:
+                _warn(line)
             try:
                 env = child_environment(environ, region_path, options.simulate)
                 nothing = outer is None and limits.limits_nothing() and limits.priority is None
-                beacon = None if row is None else os.path.join(os.path.dirname(row.board), row.beacon)
                 return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "",
-                                  beacon=beacon)
+                                  beacon=made.beacon)
             finally:
-                if row is not None:
-                    board.leave(row)
+                # The region goes with its private directory, or stays where --region put it.
+                provision.deprovision(tenant, keep_region=True, row=made.row)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

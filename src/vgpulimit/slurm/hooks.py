@@ -113,23 +113,27 @@ def prolog(env: Mapping[str, str], node_dir: Path, mapping_text: tuple[str, str]
 
 def _make_region(entry: Path, job: Job, shards: int, per_gpu: int, memory: MemoryLimit,
                  cores: int) -> None:
-    from vgpulimit.region import MAX_DEVICES, Region
+    from vgpulimit import provision
 
     entry.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     entry.mkdir(mode=0o755)   # root's: the job may use its region, never swap it
-    fd = os.open(entry, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        # Before the region: a view that finds the region finds whose it is.
-        identity.write(fd, identity.Identity(container_id=f"slurm-{job.job_id}", hpc_job=job.job_id,
-                                             user=job.user, shards=f"{shards}/{per_gpu}"))
-    finally:
-        os.close(fd)
-    # Every device alike: the job sees the GPU its shards are on.
-    temp = entry / f"{REGION_NAME}.tmp"
-    with Region.create(temp, [memory] * MAX_DEVICES, [cores] * MAX_DEVICES, group_shared=True):
-        pass
-    os.chown(temp, job.uid, job.gid)
-    os.rename(temp, entry / REGION_NAME)
+    who = identity.Identity(container_id=f"slurm-{job.job_id}", hpc_job=job.job_id, user=job.user,
+                            shards=f"{shards}/{per_gpu}")
+    provision.provision(_tenant(entry, memory, cores, who, (job.uid, job.gid))).close()
+
+
+def _tenant(entry: Path, memory: MemoryLimit | None = None, cores: int = 0, who=None, owner=None):
+    """The job as a tenant: every device alike (the job sees the GPU its
+    shards are on), its region given to the job's user."""
+    from vgpulimit import provision
+    from vgpulimit.environment import Setting
+    from vgpulimit.region import MAX_DEVICES
+    from vgpulimit.request import Limits
+
+    limits = Limits(memory={i: Setting("shards", "Slurm", memory) for i in range(MAX_DEVICES)} if memory else {},
+                    cores={i: Setting("shards", "Slurm", cores) for i in range(MAX_DEVICES)})
+    return provision.Tenant(entry / REGION_NAME, limits, who=who or identity.Identity(), owner=owner,
+                            group_shared=True)
 
 
 def _refuse(entry: Path, line: str) -> None:
@@ -165,6 +169,10 @@ def epilog(env: Mapping[str, str], node_dir: Path) -> str:
         pass
     if not entry.exists():
         said = f"job {job_id}: no region here"
+    elif not entry.is_symlink():
+        from vgpulimit import provision
+
+        provision.deprovision(_tenant(entry))
     _remove_entry(entry)
     return said
 
