@@ -78,12 +78,11 @@ int vgl_byte_held(int fd, off_t at);
 
 int vgl_robust_init(pthread_mutex_t *mutex);
 /* 0: locked; 1: locked, and the last holder died holding it (repair what it
- * guards, then pthread_mutex_consistent); -errno: not locked. */
-int vgl_robust_lock(pthread_mutex_t *mutex);
-/* The same, waiting at most `wait_ns`: -ETIMEDOUT when a live holder keeps
- * it that long (stopped, or a lock word written by other code to name a live
- * thread).  A word that names no possible thread is taken as a dead owner's
- * (1), and `*repaired` (when not NULL) says so. */
+ * guards, then pthread_mutex_consistent); -errno: not locked.  It waits at
+ * most `wait_ns`: -ETIMEDOUT when a live holder keeps it that long (stopped,
+ * or a lock word written by other code to name a live thread).  A word that
+ * names no possible thread is taken as a dead owner's (1), and `*repaired`
+ * (when not NULL) says so. */
 int vgl_robust_lock_within(pthread_mutex_t *mutex, uint64_t wait_ns, bool *repaired);
 /* The thread id the lock word names as its holder (in the holder's pid
  * namespace); 0: none. */

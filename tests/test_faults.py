@@ -678,7 +678,7 @@ print(json.dumps({"used": pynvml.nvmlDeviceGetMemoryInfo(handle).used,
 
 
 def test_simgpu_frees_what_an_image_held_when_it_execs(sim_env, tmp_path):
-    """FACTS.md, measured on an H200: a process holding a context and 1 GiB
+    """docs/facts.md §1, measured on an H200: a process holding a context and 1 GiB
     that execs is listed with nothing right after (same pid)."""
     pytest.importorskip("pynvml")
     program = tmp_path / "exec_then_list.py"

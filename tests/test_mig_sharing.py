@@ -22,7 +22,7 @@ from test_views import serve_and_scrape
 from vgpulimit.region import Region
 
 H100_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"
-TWO_G_MIB = 20090        # the H100's 2g.20gb (mig_profiles.json)
+TWO_G_MIB = 20090        # the H100's 2g.20gb (mig/profiles.json)
 
 
 def mig_env(sim_env, **more) -> dict[str, str]:

@@ -15,7 +15,7 @@
  *     device.
  * A GPU in MIG mode is no CUDA device: CUDA shows one of its MIG devices (its
  * first), and a process one MIG device at most; a list of MIG UUIDs ("MIG-…",
- * a unique prefix is enough) gives the first that names one (MIG.md 1.3,
+ * a unique prefix is enough) gives the first that names one (docs/mig-facts.md §1.3,
  * simgpu/devices.c).  A MIG device's NVML index is its parent's, the GPU
  * nvmlDeviceGetHandleByIndex gives in such a container.
  * The shim never calls cuInit for this: a process that initialises CUDA

@@ -5,7 +5,7 @@
  * must say so (docs/mig.md):
  *   - a GPU in MIG mode, named by its own UUID (the line nvidia-smi -L prints
  *     first), while the process sees one of its MIG devices: CUDA never shows
- *     such a GPU, only its MIG devices (MIG.md 1.3), so the limit cannot be
+ *     such a GPU, only its MIG devices (docs/mig-facts.md §1.3), so the limit cannot be
  *     meant for anything else here.  Refused, naming the MIG devices to use:
  *     a cap spread over instances of other sizes would mean another thing on
  *     each;

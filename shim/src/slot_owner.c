@@ -175,7 +175,7 @@ bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_tim
 /* The lock says more than the pid, wherever it can be asked: it goes with
  * the process image that took it.  The region's descriptor is O_CLOEXEC, as
  * the driver's device files are, so an exec drops the lock just as it drops
- * the device memory of the image before (FACTS.md): the pid runs on, with
+ * the device memory of the image before (docs/facts.md §1): the pid runs on, with
  * the same start time, but what the slot counted is gone.  A slot whose lock
  * cannot be asked about is judged by its pid where that means something. */
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot)

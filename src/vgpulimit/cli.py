@@ -331,7 +331,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 # --- mig plan (begin) ---------------------------------------------------------
 def _add_mig_command(commands) -> None:
-    from vgpulimit import mig_plan, mig_render
+    from vgpulimit.mig import plan as mig_plan
+    from vgpulimit.mig import render as mig_render
 
     parser = commands.add_parser(
         "mig", help="MIG: plan a layout and each request's limits (mig plan)",
@@ -365,7 +366,10 @@ def _add_mig_command(commands) -> None:
 
 
 def _cmd_mig(args: argparse.Namespace) -> int:
-    from vgpulimit import limits, mig_plan, mig_profiles, mig_render
+    from vgpulimit import limits
+    from vgpulimit.mig import plan as mig_plan
+    from vgpulimit.mig import profiles as mig_profiles
+    from vgpulimit.mig import render as mig_render
 
     requests = []
     for i, text in enumerate(args.request):
@@ -388,7 +392,8 @@ def _cmd_mig(args: argparse.Namespace) -> int:
     if args.model is not None:
         model = mig_profiles.find(args.model)
     else:
-        from vgpulimit import mig_node, nvml
+        from vgpulimit import nvml
+        from vgpulimit.mig import node as mig_node
 
         if args.simulate:
             nvml.use_simulated()

@@ -30,7 +30,6 @@ from pathlib import Path
 from vgpulimit import environment, request
 from vgpulimit._paths import simgpu_dir
 from vgpulimit.child_env import prepend_path
-from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import MemoryLimit, format_bytes, parse_cores, parse_memory
 from vgpulimit.placement import CONTAINER_REGION, enclosing_region, runtime_base
 from vgpulimit.region import RegionError, read_snapshot
@@ -49,10 +48,6 @@ SHARE_SLACK_FRACTION = 0.15
 # code: the supervisor's run, handed in by the CLI, so that verify, which judges,
 # never imports what spawns and reaps (tests/test_layers.py).
 Runner = Callable[[request.RunOptions, Mapping[str, str]], int]
-
-
-class VerifyError(VgpulimitError, RuntimeError):
-    """verify cannot run at all (not a failed check)."""
 
 
 @dataclass(frozen=True)
