@@ -15,6 +15,7 @@ import time
 import pytest
 from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
 from cri import ALLOWLIST, PLAIN, Containerd, why_no_containerd
+from test_producers import node_metrics, series_of
 
 from vgpulimit.cdi import KIND
 
@@ -98,6 +99,18 @@ def release(containerd, container: str) -> None:
     raise AssertionError("the container did not exit once released")
 
 
+def test_the_runtime_is_containerd_1_7_or_later_with_nri_on(containerd):
+    """What the rest holds for: containerd >= 1.7 (1.6 has no CDI), its CRI
+    answering, and NRI on (its socket served), as on current nodes."""
+    import stat
+
+    version = containerd.version
+    assert version.runtime_name == "containerd"
+    major, minor = (int(p) for p in version.runtime_version.split(".")[:2])
+    assert (major, minor) >= (1, 7), version.runtime_version
+    assert stat.S_ISSOCK(os.stat(containerd.base / "nri.sock").st_mode)
+
+
 # How kubelet hands a container a CDI device: a device plugin's CDI annotation
 # lands in the container's CRI config (older kubelets), its CDI device names
 # in the CDI_devices field (DevicePluginCDIDevices, Kubernetes >= 1.28).
@@ -115,6 +128,10 @@ def test_the_cdi_device_caps_the_container_and_the_node_names_the_pod(containerd
     assert region["identity"]["namespace"] == "team-a"
     assert region["identity"]["container"] == "main"
     assert region["devices"][0]["used_bytes"] == GiB
+    uid = pod.config.metadata.uid
+    [(key, used)] = series_of(node_metrics(node), "vgpulimit_memory_used_bytes", pod_uid=uid).items()
+    assert used == GiB
+    assert {("pod", pod.config.metadata.name), ("namespace", "team-a"), ("container", "main")} <= set(key[1])
     release(containerd, container)
     containerd.remove_pod(pod.id)
     assert os.listdir(node) == []
