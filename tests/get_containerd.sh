@@ -44,6 +44,7 @@ apt_private() {
 }
 apt_private update >&2
 (cd "$work/deb" && apt_private download containerd/trixie >&2)
+rm -rf "$dest.partial"
 mkdir -p "$dest.partial"
 dpkg -x "$work"/deb/containerd_*.deb "$dest.partial"
 rm -rf "$dest"
