@@ -33,7 +33,9 @@ from conftest import CC, TESTS
 from runc_bundle import container_env, host_dirs, make_rootfs
 
 GET_CONTAINERD = TESTS / "get_containerd.sh"
-CACHE = Path("/var/cache/vgpulimit-tests/containerd-trixie")
+CACHE = Path("/var/cache/vgpulimit-tests")
+# Debian's suites and the containerd each has: trixie 1.7, sid (unstable) 2.x.
+SUITES = ("trixie", "sid")
 IMAGE = "vgpulimit.test/node:1"
 # Two runtime handlers of one containerd: "runc" forwards no pod or container
 # annotation of the user's to the OCI config (containerd's default), and
@@ -42,20 +44,24 @@ PLAIN, ALLOWLIST = "runc", "allowlist"
 ALLOWED = ["vgpulimit.io/*", "cdi.k8s.io/*"]
 
 
-def why_no_containerd() -> str | None:
-    """Why these tests cannot have containerd here, or None."""
+def bindir(suite: str) -> Path:
+    return CACHE / f"containerd-{suite}" / "usr" / "bin"
+
+
+def why_no_containerd(suite: str) -> str | None:
+    """Why these tests cannot have the containerd of Debian's ``suite`` here, or None."""
     if os.geteuid() != 0:
         return "containerd's CRI with runc without a user namespace needs root"
     if shutil.which("runc") is None:
         return "runc is not installed (.ci/run installs it with apt-get when run as root)"
-    if not (CACHE / "usr" / "bin" / "containerd").exists():
+    if not (bindir(suite) / "containerd").exists():
         if shutil.which("apt-get") is None:
-            return f"no containerd in {CACHE} and no apt-get to fetch it (tests/get_containerd.sh)"
-        fetched = subprocess.run([str(GET_CONTAINERD), str(CACHE)], capture_output=True, text=True,
+            return f"no containerd of Debian {suite} and no apt-get to fetch it (tests/get_containerd.sh)"
+        fetched = subprocess.run([str(GET_CONTAINERD), suite], capture_output=True, text=True,
                                  timeout=600, check=False)
         if fetched.returncode != 0:
             lines = fetched.stderr.strip().splitlines() or ["no message"]
-            return f"tests/get_containerd.sh could not fetch containerd: {lines[-1]}"
+            return f"tests/get_containerd.sh {suite} could not fetch containerd: {lines[-1]}"
     try:
         import cri_api.v1.api_pb2  # noqa: F401
         import grpc  # noqa: F401
@@ -64,40 +70,53 @@ def why_no_containerd() -> str | None:
     return None
 
 
-def _config(base: Path) -> str:
-    """containerd 1.7's configuration (version 2)."""
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
+def _config(base: Path, major: int) -> str:
+    """containerd's configuration: version 2 for containerd 1.7, version 3 for
+    2.x, whose CRI settings moved to the io.containerd.cri.v1.* plugins."""
     runc = shutil.which("runc")
+    if major < 2:
+        version, runtime = 2, 'plugins."io.containerd.grpc.v1.cri"'
+        images = ""
+        sandbox = f'  sandbox_image = "{IMAGE}"'
+        snapshotter = f'[{runtime}.containerd]\n  snapshotter = "overlayfs"'
+        cni = '  bin_dir = "/usr/lib/cni"'
+    else:
+        version, runtime = 3, "plugins.'io.containerd.cri.v1.runtime'"
+        images = (f"[plugins.'io.containerd.cri.v1.images']\n  snapshotter = \"overlayfs\"\n"
+                  f"[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = \"{IMAGE}\"")
+        snapshotter = f"[{runtime}.containerd]"
+        sandbox = ""
+        cni = '  bin_dirs = ["/usr/lib/cni"]'
 
     def handler(name: str, allowed: list[str]) -> str:
-        lines = [f"[{cri}.containerd.runtimes.{name}]",
-                 '  runtime_type = "io.containerd.runc.v2"',
-                 f"  pod_annotations = {json.dumps(allowed)}",
-                  f"  container_annotations = {json.dumps(allowed)}",
-                  f"[{cri}.containerd.runtimes.{name}.options]",
-                  f'  BinaryName = "{runc}"',
-                  f'  Root = "{base}/runc"',
-                  "  SystemdCgroup = false"]
-        return "\n".join(lines)
+        return "\n".join([
+            f"[{runtime}.containerd.runtimes.{name}]",
+            '  runtime_type = "io.containerd.runc.v2"',
+            f"  pod_annotations = {json.dumps(allowed)}",
+            f"  container_annotations = {json.dumps(allowed)}",
+            f"[{runtime}.containerd.runtimes.{name}.options]",
+            f'  BinaryName = "{runc}"',
+            f'  Root = "{base}/runc"',
+            "  SystemdCgroup = false"])
 
-    return f"""version = 2
+    return f"""version = {version}
 root = "{base}/root"
 state = "{base}/state"
 [grpc]
   address = "{base}/containerd.sock"
 [ttrpc]
   address = "{base}/containerd.sock.ttrpc"
-[{cri}]
+{images}
+[{runtime}]
   enable_cdi = true
   cdi_spec_dirs = ["{base}/cdi"]
   restrict_oom_score_adj = true
-  sandbox_image = "{IMAGE}"
   netns_mounts_under_state_dir = true
-[{cri}.cni]
-  bin_dir = "/usr/lib/cni"
+{sandbox}
+[{runtime}.cni]
+{cni}
   conf_dir = "{base}/cni"
-[{cri}.containerd]
-  snapshotter = "overlayfs"
+{snapshotter}
   default_runtime_name = "{PLAIN}"
 {handler(PLAIN, [])}
 {handler(ALLOWLIST, ALLOWED)}
@@ -168,7 +187,7 @@ class Containerd:
     """containerd with everything of its own under ``base`` (short: sockets)."""
 
     base: Path
-    bindir: Path = CACHE / "usr" / "bin"
+    suite: str = "trixie"
     proc: subprocess.Popen | None = None
     pods: list[str] = field(default_factory=list)
 
@@ -183,7 +202,11 @@ class Containerd:
 
         for name in ("cdi", "cni", "node", "logs", "nri/plugins", "nri/conf"):
             (self.base / name).mkdir(parents=True, exist_ok=True)
-        (self.base / "config.toml").write_text(_config(self.base))
+        self.bindir = bindir(self.suite)
+        said = subprocess.run([str(self.bindir / "containerd"), "--version"], capture_output=True,
+                              text=True, check=False).stdout
+        major = int(said.split()[2].split(".")[0]) if len(said.split()) > 2 else 1
+        (self.base / "config.toml").write_text(_config(self.base, major))
         env = dict(os.environ, PATH=f"{self.bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
         self.log = (self.base / "containerd.log").open("w")
         self.proc = subprocess.Popen([str(self.bindir / "containerd"), "--config",

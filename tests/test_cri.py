@@ -14,7 +14,7 @@ import time
 
 import pytest
 from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
-from cri import ALLOWLIST, PLAIN, Containerd, why_no_containerd
+from cri import ALLOWLIST, PLAIN, SUITES, Containerd, _config, why_no_containerd
 from test_producers import node_metrics, series_of
 
 from vgpulimit.cdi import KIND
@@ -26,18 +26,18 @@ EXITED = 2   # cri_api.v1.api_pb2.CONTAINER_EXITED
 DEVICES = {"1gib": ["--memory", "1GiB"], "shim": ["--memory", "none", "--cores", "none"]}
 
 
-@pytest.fixture(scope="session")
-def containerd(tmp_path_factory):
-    """One containerd for the session, with vgpulimit's CDI devices in its spec
-    directory: "1gib" (a cap) and "shim" (the shim and the hook, limits left
-    to the container, e.g. to its pod's annotations)."""
-    reason = why_no_containerd()
+@pytest.fixture(scope="session", params=SUITES)
+def containerd(request, tmp_path_factory):
+    """One containerd of each Debian suite (trixie's 1.7, sid's 2.x) for the
+    session, with vgpulimit's CDI devices in its spec directory: "1gib" (a cap)
+    and "shim" (the shim and the hook, limits left to the container, e.g. to
+    its pod's annotations)."""
+    reason = why_no_containerd(request.param)
     if reason:
         pytest.skip(reason)
     pytest.importorskip("cuda.bindings")
-    # Unix socket paths are short: a directory of its own under /tmp.
-    base = tmp_path_factory.mktemp("cri")
-    engine = Containerd(base)
+    base = tmp_path_factory.mktemp(f"cri-{request.param}")
+    engine = Containerd(base, request.param)
     try:
         reason = engine.start()
         if reason:
@@ -99,6 +99,26 @@ def release(containerd, container: str) -> None:
     raise AssertionError("the container did not exit once released")
 
 
+@pytest.mark.parametrize("major, cri", [
+    (1, ("plugins", "io.containerd.grpc.v1.cri")),
+    (2, ("plugins", "io.containerd.cri.v1.runtime")),
+])
+def test_the_configuration_of_each_version_says_cdi_and_the_allow_list(tmp_path, major, cri):
+    """Checked where no containerd runs too: a configuration containerd cannot
+    read would only skip the tests below ("containerd did not start")."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11's TOML reader")
+    config = tomllib.loads(_config(tmp_path, major))
+    section = config
+    for key in cri:
+        section = section[key]
+    assert section["enable_cdi"] is True
+    assert section["cdi_spec_dirs"] == [str(tmp_path / "cdi")]
+    runtimes = section["containerd"]["runtimes"]
+    assert runtimes[ALLOWLIST]["pod_annotations"] == ["vgpulimit.io/*", "cdi.k8s.io/*"]
+    assert runtimes[PLAIN]["pod_annotations"] == []
+    assert config["plugins"]["io.containerd.nri.v1.nri"]["disable"] is False
+
+
 def test_the_runtime_is_containerd_1_7_or_later_with_nri_on(containerd):
     """What the rest holds for: containerd >= 1.7 (1.6 has no CDI), its CRI
     answering, and NRI on (its socket served), as on current nodes."""
@@ -139,8 +159,8 @@ def test_the_cdi_device_caps_the_container_and_the_node_names_the_pod(containerd
 
 @pytest.mark.parametrize("handler", [ALLOWLIST, PLAIN])
 def test_a_cdi_annotation_on_the_pod_gives_no_device(containerd, node, handler):
-    """containerd 1.7 reads CDI annotations from the container's CRI config
-    only: the same annotation on the pod (all a pod's author can write) gives
+    """containerd (1.7 and 2.1) reads CDI annotations from the container's CRI
+    config only: the same annotation on the pod (all a pod's author can write) gives
     the container nothing, allow-listed or not, and it runs uncapped.  So
     docs/kubernetes.md and deploy/ do not offer it as a way to ask."""
     pod = containerd.run_pod(f"pod-cdi-{handler}", handler=handler,
