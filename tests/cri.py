@@ -1,10 +1,10 @@
 """A real containerd for the tests, driven through its CRI as kubelet drives it
 (docs/kubernetes.md says what was measured and why each setting is here).
 
-containerd is Debian 13's 1.7 (tests/get_containerd.sh fetches and unpacks it,
-cached between runs); it runs on a root, state, sockets, CDI spec directory,
-runc root and CNI configuration directory of its own, so nothing of the
-machine's podman/runc set-up changes.  Pods share the host's network (such a
+containerd is Debian 13's 1.7 or unstable's 2.x (tests/get_containerd.sh
+fetches and unpacks it, cached between runs); it runs on a root, state,
+sockets, CDI spec directory, runc root and CNI configuration directory of its
+own, so nothing of the machine's podman/runc set-up changes.  Pods share the host's network (such a
 pod needs no CNI), as kubelet's hostNetwork pods do.
 
 One image, built here and imported with `ctr images import` (no registry): the
@@ -249,9 +249,8 @@ class Containerd:
         return None
 
     def stop(self) -> None:
-        for pod in self.pods:
+        for pod in list(self.pods):
             self.remove_pod(pod)
-        self.pods.clear()
         if self.proc is not None:
             self.channel.close()
             self.proc.terminate()
