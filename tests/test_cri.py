@@ -196,14 +196,27 @@ def test_pod_annotations_reach_the_hook_only_through_the_allow_list(containerd, 
     release(containerd, container)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known gap (issue 41): an annotation beats the variables of "
-                   "its kind, a CDI device's too, so through the allow-list a pod's author lifts "
-                   "the cap the device was handed out with (docs/kubernetes.md)")
 def test_a_pod_annotation_cannot_loosen_the_cap_of_its_device(containerd, node):
+    """Through the allow-list the pod's author writes its annotations; the
+    device's cap is the setter's.  An annotation asking for more fails the
+    start with one line, and nothing runs uncapped."""
+    import grpc
+
     pod = containerd.run_pod("loosen", handler=ALLOWLIST, annotations={"vgpulimit.io/memory": "100GiB"})
+    container = pod.create("main", HOLD, cdi_devices=[device("1gib")])
+    with pytest.raises(grpc.RpcError):
+        pod.start(container)
+    status = containerd.status(container)
+    assert status.state == EXITED and status.reason == "StartError"
+    assert status.message.count("annotation vgpulimit.io/memory 100GiB would loosen VGPULIMIT_MEMORY=1GiB") == 1
+    assert os.listdir(node) == []
+
+
+def test_a_pod_annotation_may_tighten_the_cap_of_its_device(containerd, node):
+    pod = containerd.run_pod("tighten", handler=ALLOWLIST, annotations={"vgpulimit.io/memory": "512MiB"})
     container, report = run_held(containerd, pod, "main", cdi_devices=[device("1gib")])
     release(containerd, container)
-    assert report["before"]["total"] == GiB
+    assert report["before"]["total"] == 512 * MiB
 
 
 def test_a_bad_annotation_fails_the_start_with_its_one_line(containerd, node):

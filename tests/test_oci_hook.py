@@ -115,6 +115,12 @@ def test_poststop_of_a_container_it_did_not_touch(tmp_path):
     ("bad cores", "annotation vgpulimit.io/cores: '150' is out of range"),
     ("bad cores policy", "annotation vgpulimit.io/cores-policy: 'lend' is not a valid value; accepted forms"),
     ("bad policy variable", "process.env GPU_CORE_UTILIZATION_POLICY: 'SOMETIMES' is not a valid value"),
+    # The variables may be the setter's (a CDI device's, a device plugin's), the
+    # annotations the pod author's: they tighten, never loosen.
+    ("looser annotation", ("annotation vgpulimit.io/memory 2GiB would loosen VGPULIMIT_MEMORY=1GiB, which the "
+                           "container's device or environment sets: an annotation may only tighten it")),
+    ("unlike annotation", "annotation vgpulimit.io/memory 50% cannot be weighed against VGPULIMIT_MEMORY=1GiB"),
+    ("looser priority", "annotation vgpulimit.io/priority high would loosen CUDA_TASK_PRIORITY=1"),
     ("no pid", "the container state has no pid"),
 ])
 def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
@@ -134,6 +140,13 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
         annotations = {"vgpulimit.io/cores": "30", "vgpulimit.io/cores-policy": "lend"}
     elif case == "bad policy variable":
         env = {"CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "SOMETIMES"}
+    elif case == "looser annotation":
+        annotations = {"vgpulimit.io/memory": "2GiB"}
+    elif case == "unlike annotation":
+        annotations = {"vgpulimit.io/memory": "50%"}
+    elif case == "looser priority":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "CUDA_TASK_PRIORITY": "1"}
+        annotations = {"vgpulimit.io/priority": "high"}
     bundle = plain_bundle(tmp_path, env, annotations)
     state: str | dict = state_of(bundle, pid=None if case == "no pid" else os.getpid())
     if case == "not json":

@@ -22,9 +22,11 @@ from vgpulimit.oci.state import environment as config_environment
 def requested(config: Mapping[str, Any]):
     """The limits the container asks for (a request.Limits), or None when
     it asks for none.  Its variables are read by the shim's own reader, in
-    the shim's precedence; an annotation beats every variable of its kind
-    (the variables may come with the image, the annotation from whoever runs
-    it)."""
+    the shim's precedence.  An annotation may tighten what a variable of its
+    kind sets, never loosen it: through containerd's allow-list annotations
+    are the pod author's to write, while a variable may be the setter's (a CDI
+    device's, a device plugin's), so an annotation that would loosen one fails
+    the start with one line."""
     from vgpulimit import environment
     from vgpulimit.limits import (
         LimitError,
@@ -63,11 +65,14 @@ def requested(config: Mapping[str, Any]):
             raise HookError(str(exc)) from None
 
     warnings = list(found.warnings)
-    memory = layer(found.memory, annotation(MEMORY_ANNOTATION, parse_memory), {}, warnings)
-    cores = layer(found.cores, annotation(CORES_ANNOTATION, parse_cores), {}, warnings)
+    memory = layer(found.memory, tightening(found.memory, annotation(MEMORY_ANNOTATION, parse_memory)),
+                   {}, warnings)
+    cores = layer(found.cores, tightening(found.cores, annotation(CORES_ANNOTATION, parse_cores)), {}, warnings)
     policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
-    priority = annotation(PRIORITY_ANNOTATION, parse_priority) or found.priority
-    request = layer(found.request, annotation(MEMORY_REQUEST_ANNOTATION, parse_memory), {}, warnings)
+    priority = tightening({0: found.priority} if found.priority else {},
+                          annotation(PRIORITY_ANNOTATION, parse_priority)) or found.priority
+    request = layer(found.request, tightening(found.request, annotation(MEMORY_REQUEST_ANNOTATION, parse_memory)),
+                    {}, warnings)
     wait = annotation(MEMORY_WAIT_ANNOTATION, parse_wait) or found.memory_wait
     try:
         check_requests(request, memory)
@@ -76,3 +81,38 @@ def requested(config: Mapping[str, Any]):
     return Limits(memory=memory, cores=cores, cores_policy=policy, priority=priority, warnings=tuple(warnings),
                   memory_by_uuid=found.memory_by_uuid, cores_by_uuid=found.cores_by_uuid,
                   request=request, request_by_uuid=found.request_by_uuid, memory_wait=wait)
+
+
+# Lower is tighter: a priority's rank, as the board orders them.
+_PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
+
+
+def tightening(below, upper):
+    """``upper`` (an annotation's Setting, or None) where it tightens every
+    variable's Setting in ``below`` (by device index); HookError naming both
+    where it would loosen one, or where the two cannot be compared (a size
+    against a fraction of the device)."""
+    if upper is None:
+        return None
+    for lower in below.values():
+        looser = _looser(upper.value, lower.value)
+        if looser is None:
+            raise HookError(f"{upper.source} {upper.text} cannot be weighed against {lower.source}={lower.text}, "
+                            "which the container's device or environment sets: give the annotation in the "
+                            "same form (a size, or a share of the device), no looser")
+        if looser:
+            raise HookError(f"{upper.source} {upper.text} would loosen {lower.source}={lower.text}, which "
+                            "the container's device or environment sets: an annotation may only tighten it")
+    return upper
+
+
+def _looser(upper, lower) -> bool | None:
+    if isinstance(upper, str):
+        return _PRIORITY_RANK[upper] < _PRIORITY_RANK[lower]
+    if isinstance(upper, int):
+        return upper > lower
+    if upper.bytes and lower.bytes:
+        return upper.bytes > lower.bytes
+    if upper.ppm and lower.ppm:
+        return upper.ppm > lower.ppm
+    return None
