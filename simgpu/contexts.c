@@ -145,8 +145,11 @@ static CUcontext sim_ctx_new(uint32_t device, bool primary, unsigned int flags)
  * sim_context_retire undo it. */
 static CUresult sim_ctx_activate(CUcontext ctx)
 {
-    if (sim_drv.live_contexts[ctx->device] == 0 && sim_state_set_context(ctx->device, true) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (sim_drv.live_contexts[ctx->device] == 0) {
+        if (sim_state_set_context(ctx->device, true) != 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        sim_checkpoint_thread_start();
+    }
     sim_drv.live_contexts[ctx->device]++;
     ctx->activation++;
     __atomic_store_n(&ctx->alive, true, __ATOMIC_RELEASE);
@@ -162,6 +165,20 @@ void sim_context_retire(CUcontext ctx)
 {
     if (--sim_drv.live_contexts[ctx->device] == 0)
         sim_state_set_context(ctx->device, false);
+}
+
+size_t sim_contexts_work(struct sim_ctx_work *out, size_t max)
+{
+    pthread_mutex_lock(&sim_drv.mutex);
+    size_t n = 0;
+    for (size_t i = 0; i < sim_drv.n_contexts && n < max; i++) {
+        CUcontext c = sim_drv.contexts[i];
+        uint64_t last = __atomic_load_n(&c->last_work, __ATOMIC_ACQUIRE);
+        if (sim_ctx_alive(c) && c->generation == sim_drv.generation && last)
+            out[n++] = (struct sim_ctx_work){.device = c->device, .ticket = last, .ctx = c};
+    }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return n;
 }
 
 CUresult sim_primary_release(CUdevice dev, bool all, CUcontext *ended)
