@@ -4,8 +4,9 @@
  * As in the driver, the work is done inside the target, by a thread of its own
  * (cuCheckpointProcessGetRestoreThreadId): the caller posts a request in the
  * target's entry of the state file and waits (state.c); the thread carries it
- * out.  The thread starts with the process's first context, so a process
- * without one has nobody to answer: CUDA_ERROR_NOT_INITIALIZED, the driver's
+ * out.  The thread starts at cuInit and waits on the process's entry, which
+ * its first context makes, so a process without one has nobody to answer:
+ * CUDA_ERROR_NOT_INITIALIZED, the driver's
  * code 3, which the runtime names cudaErrorInitializationError (what llm-d's
  * agent reports for a process without a context).
  *
@@ -274,7 +275,7 @@ void sim_checkpoint_thread_start(void)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (sim_ck.tid)
-        sim_state_ckpt_attach(sim_ck.tid);
+        sim_state_ckpt_register(sim_ck.tid);
 }
 
 /* ---- The entry points: the caller's side ----------------------------------- */

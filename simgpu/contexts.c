@@ -145,11 +145,8 @@ static CUcontext sim_ctx_new(uint32_t device, bool primary, unsigned int flags)
  * sim_context_retire undo it. */
 static CUresult sim_ctx_activate(CUcontext ctx)
 {
-    if (sim_drv.live_contexts[ctx->device] == 0) {
-        if (sim_state_set_context(ctx->device, true) != 0)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        sim_checkpoint_thread_start();
-    }
+    if (sim_drv.live_contexts[ctx->device] == 0 && sim_state_set_context(ctx->device, true) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     sim_drv.live_contexts[ctx->device]++;
     ctx->activation++;
     __atomic_store_n(&ctx->alive, true, __ATOMIC_RELEASE);

@@ -411,8 +411,8 @@ void sim_count_call(const char *name, const void *return_address);
  * that a lock waits for the calls in progress. */
 int sim_call_enter(void);
 void sim_call_leave(int *entered);
-/* Starts this process's checkpoint thread (once per process generation), as
- * its first context comes; under contexts.c's mutex. */
+/* Starts this process's checkpoint thread (once per process generation):
+ * cuInit's. */
 void sim_checkpoint_thread_start(void);
 
 /* The first statement of every entry point of driver_api.def. */

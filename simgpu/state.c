@@ -574,6 +574,27 @@ void sim_state_uncharge(uint32_t device, uint64_t bytes)
     sim_unlock(f);
 }
 
+/* This process's checkpoint thread (checkpoint.c), which a new entry names,
+ * and the word it waits on while the process has no entry. */
+static struct {
+    int32_t tid;
+    pid_t pid;                      /* the process generation it runs in */
+} sim_ckpt_thread;
+static uint32_t sim_ckpt_idle;
+
+static long sim_futex(uint32_t *word, int op, uint32_t value, uint32_t wait_ms);
+
+/* A process's first context names its checkpoint thread in its entry, and
+ * wakes the thread to wait there.  Under the mutex. */
+static void sim_ckpt_name_thread(struct sim_file_proc *p)
+{
+    if (__atomic_load_n(&sim_ckpt_thread.pid, __ATOMIC_ACQUIRE) != getpid())
+        return;
+    p->ckpt_tid = __atomic_load_n(&sim_ckpt_thread.tid, __ATOMIC_ACQUIRE);
+    __atomic_add_fetch(&sim_ckpt_idle, 1, __ATOMIC_RELEASE);
+    sim_futex(&sim_ckpt_idle, FUTEX_WAKE, INT32_MAX, 0);
+}
+
 static int set_context_bit(struct sim_file *f, uint32_t device, bool active)
 {
     int rc = sim_lock(f);
@@ -583,8 +604,10 @@ static int set_context_bit(struct sim_file *f, uint32_t device, bool active)
         int i = sim_claim_self(f);
         if (i < 0)
             rc = i;
-        else
+        else {
             f->procs[i].context_mask |= 1u << device;
+            sim_ckpt_name_thread(&f->procs[i]);
+        }
     } else {
         struct sim_file_proc *p = sim_self_entry(f);
         if (p) {
@@ -825,20 +848,10 @@ int sim_state_ckpt_get(int32_t pid, uint32_t *state, int32_t *tid)
     return rc;
 }
 
-/* Wakes the checkpoint thread while it has no entry to wait on. */
-static uint32_t sim_ckpt_idle;
-
-void sim_state_ckpt_attach(int32_t tid)
+void sim_state_ckpt_register(int32_t tid)
 {
-    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
-    if (!f || sim_lock(f) != 0)
-        return;
-    struct sim_file_proc *p = sim_self_entry(f);
-    if (p)
-        p->ckpt_tid = tid;
-    sim_unlock(f);
-    __atomic_add_fetch(&sim_ckpt_idle, 1, __ATOMIC_RELEASE);
-    sim_futex(&sim_ckpt_idle, FUTEX_WAKE, INT32_MAX, 0);
+    __atomic_store_n(&sim_ckpt_thread.tid, tid, __ATOMIC_RELEASE);
+    __atomic_store_n(&sim_ckpt_thread.pid, getpid(), __ATOMIC_RELEASE);
 }
 
 int sim_state_ckpt_next(int32_t tid, uint32_t wait_ms, struct sim_ckpt_request *r)

@@ -577,9 +577,9 @@ struct sim_ckpt_request {
 int sim_state_ckpt_next(int32_t tid, uint32_t wait_ms, struct sim_ckpt_request *r);
 /* The request `seq` is carried out: the process is now in `state`. */
 void sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result);
-/* Records the checkpoint thread `tid` in this process's entry (one that a new
- * context has just made) and wakes the thread to wait on it. */
-void sim_state_ckpt_attach(int32_t tid);
+/* Names `tid` as this process's checkpoint thread: the entry its first
+ * context makes says so, and others may then post requests to it. */
+void sim_state_ckpt_register(int32_t tid);
 /* Takes every byte the process holds off the devices (its entry then shows
  * none): into `out` per device.  -EOPNOTSUPP when it holds memory shared
  * with other processes. */
