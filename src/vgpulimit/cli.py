@@ -288,6 +288,22 @@ def _build_parser() -> argparse.ArgumentParser:
     set_.add_argument("--region", metavar="PATH",
                       help="the region file (default: $VGPULIMIT_REGION)")
 
+    for name, what in (("suspend", "move a container's GPU memory to host memory and free the GPU"),
+                       ("resume", "bring a suspended container's GPU memory back and let it run on")):
+        sub = commands.add_parser(
+            name, help=what,
+            description=(f"{what[0].upper()}{what[1:]}, through the driver's checkpoint API (driver "
+                         "570 or later): every process of the container, all or nothing.  A setter's "
+                         "act, from outside the container (docs/suspend.md)."))
+        sub.add_argument("--region", metavar="PATH",
+                         help="the container's region file (default: $VGPULIMIT_REGION)")
+        sub.add_argument("--simulate", action="store_true",
+                         help="the container runs on the simulated GPU that ships with vgpulimit")
+        if name == "suspend":
+            sub.add_argument("--timeout", metavar="DURATION", default="10s",
+                             help="how long each process may take to finish its submitted GPU work "
+                                  "before the suspend is given up: 500ms, 2s, ... (default 10s)")
+
     verify = commands.add_parser(
         "verify", help="check, on this GPU, that the limits hold",
         description="Start a CUDA process and check what it sees against the limits: the shim "
@@ -664,6 +680,29 @@ def _cmd_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_suspend(args: argparse.Namespace) -> int:
+    from vgpulimit import suspend
+    from vgpulimit.limits import format_bytes, parse_wait
+
+    region = _region_path(args)
+    timeout_ms = 0
+    if args.action == "suspend":
+        timeout_ns = parse_wait(args.timeout, "--timeout")
+        if timeout_ns == 0:
+            raise UsageError("--timeout 0: expected a duration (500ms, 2s, ...): a suspend that waits forever "
+                             "for a process's GPU work is not offered")
+        timeout_ms = max(1, timeout_ns // 1_000_000)
+    driver = suspend.Driver(args.simulate)
+    if args.action == "suspend":
+        record = suspend.suspend(region, driver, timeout_ms)
+        print(f"suspended: {format_bytes(record.out_total_bytes)} off the GPU in "
+              f"{record.last_suspend_ns / 1e9:.3f} s")
+    else:
+        record = suspend.resume(region, driver)
+        print(f"resumed in {record.last_resume_ns / 1e9:.3f} s")
+    return 0
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from vgpulimit import supervisor, verify
 
@@ -833,6 +872,8 @@ _COMMANDS = {
     "top": _cmd_top,
     "metrics": _cmd_metrics,
     "set": _cmd_set,
+    "suspend": _cmd_suspend,
+    "resume": _cmd_suspend,
     "verify": _cmd_verify,
     "completion": _cmd_completion,
     "libpath": _cmd_libpath,
