@@ -196,3 +196,26 @@ def test_a_tenant_killed_at_a_random_moment_leaves_figures_exact(sim_env, contai
     assert status_json(sim_env, a1.region, "--interval", "0")["devices"][0]["used_bytes"] == 4 * GiB
     assert survivor.ask(f"alloc {6 * GiB}")["result"] == OK
     assert survivor.ask("info") == {"free": 0, "total": 10 * GiB}
+
+
+def test_a_suspended_containers_guarantee_and_memory_are_free_for_others(sim_env, containers):
+    """16 GiB: a container guaranteed 8 GiB uses 2; a borrower (request
+    2 GiB, cap 16 GiB) gets only the 8 GiB no one is owed.  Suspended, the
+    first holds nothing and is owed nothing: the borrower gets all 16.  It
+    comes back only once its memory fits again."""
+    owner = containers.start("owner", "--memory", "8GiB")
+    owner.ask(f"alloc {2 * GiB}")
+    borrower = containers.start("borrower", "--memory", "16GiB", "--memory-request", "2GiB")
+    results = [borrower.ask(f"alloc {GiB}")["result"] for _ in range(9)]
+    assert results == [OK] * 8 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+
+    assert setter(sim_env, "suspend", owner.region).returncode == 0
+    assert [borrower.ask(f"alloc {GiB}")["result"] for _ in range(9)] == [OK] * 8 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+    assert nvml_memory(sim_env)["used"] == 16 * GiB
+
+    assert "no room" in one_error_line(setter(sim_env, "resume", owner.region))
+    borrower.ask("free")
+    assert setter(sim_env, "resume", owner.region).returncode == 0
+    assert owner.ask("check")["intact"]
+    # Owed its guarantee again: the borrower is back to what no one is owed.
+    assert [borrower.ask(f"alloc {GiB}")["result"] for _ in range(9)] == [OK] * 8 + ["CUDA_ERROR_OUT_OF_MEMORY"]

@@ -59,7 +59,7 @@ def main():
                 held.append((int(ptr), size))
                 for at, n in ends(int(ptr), size):
                     check(cu.cuMemcpyHtoD(at, pattern(int(ptr), at - int(ptr))[:n], n))
-            say({"result": cu.cuGetErrorName(err)[1].decode(), "ptr": int(ptr)})
+            say({"result": cu.cuGetErrorName(err)[1].decode(), "ptr": int(ptr) if ptr else None})
         elif word == "ipc":
             err, _ = cu.cuIpcGetMemHandle(held[0][0])
             say({"result": cu.cuGetErrorName(err)[1].decode()})
