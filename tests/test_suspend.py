@@ -6,6 +6,7 @@ tenants killed at any moment; and what a tenant cannot do (docs/suspend.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -219,3 +220,45 @@ def test_a_suspended_containers_guarantee_and_memory_are_free_for_others(sim_env
     assert owner.ask("check")["intact"]
     # Owed its guarantee again: the borrower is back to what no one is owed.
     assert [borrower.ask(f"alloc {GiB}")["result"] for _ in range(9)] == [OK] * 8 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+def test_status_top_metrics_and_the_node_view_show_it_exactly(sim_env, containers, tmp_path):
+    from test_node_view import gpu_series, serve_metrics
+
+    a1 = containers.start("a", "--memory", "8GiB")
+    a2 = containers.start("a")
+    b = containers.start("b", "--memory", "8GiB")
+    a1.ask(f"alloc {3 * GiB}")
+    a2.ask(f"alloc {GiB}")
+    b.ask(f"alloc {2 * GiB}")
+    assert setter(sim_env, "suspend", a1.region).returncode == 0
+
+    own = status_json(sim_env, a1.region, "--interval", "0")
+    assert own["suspend"]["state"] == "suspended"
+    assert (own["suspend"]["out_bytes"], own["suspend"]["suspends"], own["suspend"]["resumes"]) == (4 * GiB, 1, 0)
+    assert own["suspend"]["last_suspend_ns"] > 0
+    assert (own["devices"][0]["used_bytes"], own["devices"][0]["out_bytes"]) == (4 * GiB, 4 * GiB)
+    text = vgpulimit("status", "--region", a1.region, "--interval", "0", env=sim_env).stdout
+    assert "4 GiB off the GPU (suspended 1 time(s), resumed 0;" in text
+
+    node = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0", env=sim_env).stdout)
+    [gpu] = node["gpus"]
+    # NVML's figure and the containers' agree to the byte: nothing outside.
+    assert (gpu["used_bytes"], gpu["regions_used_bytes"], gpu["outside_bytes"]) == (2 * GiB, 2 * GiB, 0)
+    rows = {Path(c["region"]).name: c for c in gpu["containers"]}
+    assert (rows["a.region"]["suspend_state"], rows["a.region"]["used_bytes"], rows["a.region"]["out_bytes"]) == \
+           ("suspended", 0, 4 * GiB)
+    assert (rows["b.region"]["suspend_state"], rows["b.region"]["used_bytes"]) == ("running", 2 * GiB)
+    top = vgpulimit("top", "-1", "--all", tmp_path, env=dict(sim_env, COLUMNS="160")).stdout
+    assert "a.region [suspended]" in top and "4 GiB off the GPU" in top
+    [samples], _ = serve_metrics(sim_env, tmp_path)
+    assert [labels for (n, labels), v in samples.items() if n == "vgpulimit_suspend_state" and v == 1] != []
+    assert gpu_series(samples, "vgpulimit_memory_out_bytes") == [4 * GiB]
+    assert gpu_series(samples, "vgpulimit_suspends_total") == [1]
+
+    assert setter(sim_env, "resume", a1.region).returncode == 0
+    own = status_json(sim_env, a1.region, "--interval", "0")["suspend"]
+    assert (own["state"], own["out_bytes"], own["resumes"]) == ("running", 0, 1)
+    assert own["suspended_ns"] > 0
+    node = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0", env=sim_env).stdout)
+    assert (node["gpus"][0]["used_bytes"], node["gpus"][0]["outside_bytes"]) == (6 * GiB, 0)

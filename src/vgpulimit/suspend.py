@@ -82,6 +82,31 @@ class Record:
     def out_total_bytes(self) -> int:
         return sum(self.out_bytes.values())
 
+    def out_on(self, device: int) -> int:
+        """What is off the GPU of the container's ``device`` now: its memory
+        while suspended (while suspending or resuming it is on its way)."""
+        return self.out_bytes.get(device, 0) if self.state == "suspended" else 0
+
+    def view_json(self, now_ns: int) -> dict:
+        """What `status --json` shows of it."""
+        return {"state": self.state, "out_bytes": self.out_total_bytes if self.state == "suspended" else 0,
+                "suspended_ns": self.suspended_total_ns(now_ns), "suspends": self.suspends,
+                "resumes": self.resumes, "last_suspend_ns": self.last_suspend_ns,
+                "last_resume_ns": self.last_resume_ns}
+
+    def view_text(self, now_ns: int) -> str | None:
+        """The line `status` shows of it; None for a container never suspended."""
+        if self.state == "running" and not self.suspends:
+            return None
+        from vgpulimit.limits import format_bytes
+
+        counts = (f"suspended {self.suspends} time(s), resumed {self.resumes}; "
+                  f"{self.suspended_total_ns(now_ns) / 1e9:.1f} s suspended in all")
+        if self.state == "suspended":
+            return (f"suspended for {(now_ns - self.since_ns) / 1e9:.1f} s: "
+                    f"{format_bytes(self.out_total_bytes)} off the GPU ({counts})")
+        return f"{self.state} ({counts})"
+
     def to_json(self) -> dict:
         document = asdict(self)
         document["out_bytes"] = {str(d): n for d, n in self.out_bytes.items()}
