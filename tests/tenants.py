@@ -1,4 +1,4 @@
-"""Tenants for the checkpoint tests: cuda-bindings processes driven one command
+"""Tenants for the checkpoint tests: ctypes processes driven one command
 at a time (clients/checkpoint_tenant.py), and the driver's checkpoint API called
 on them from another process (clients/checkpoint_ctl.py), as a setter calls it."""
 

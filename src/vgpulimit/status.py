@@ -33,7 +33,7 @@ from vgpulimit.region import (
     read_snapshot,
     running_processes,
 )
-from vgpulimit.suspend import Record, read_record
+from vgpulimit.suspend_record import Record, read_record
 
 # -- reading regions -------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from vgpulimit.oci.request import requested
 from vgpulimit.oci.rootfs import Rootfs, split_path
 from vgpulimit.oci.state import State, rootfs_of
 from vgpulimit.oci.state import annotations as config_annotations
+from vgpulimit.suspend_record import RECORD_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def _remove_entry(node_fd: int, name: str) -> None:
         # mount namespace, the node's paths name nothing.
         with contextlib.suppress(OSError):
             _leave_board(Path(f"/proc/self/fd/{node_fd}"), Path(f"/proc/self/fd/{entry_fd}") / REGION_NAME)
-        for file in (REGION_NAME, MANIFEST, f".{MANIFEST}.tmp", identity.IDENTITY_NAME,
+        for file in (REGION_NAME, REGION_NAME + RECORD_SUFFIX, MANIFEST, f".{MANIFEST}.tmp", identity.IDENTITY_NAME,
                      f".{identity.IDENTITY_NAME}.tmp"):
             try:
                 os.unlink(file, dir_fd=entry_fd)
