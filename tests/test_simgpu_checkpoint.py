@@ -71,6 +71,16 @@ def test_a_locked_process_s_calls_wait_until_the_unlock(sim_env, tenants):
     assert t.answer() == {"free": 15 * GiB, "total": 16 * GiB}
 
 
+def test_a_lock_waits_for_submitted_work_within_its_timeout(sim_env, tenants):
+    t = tenants(sim_env)
+    assert t.ask("launch 3000000")["result"] == OK   # 3 s of work in flight
+    assert ctl(sim_env, "lock", t.pid, 200)["result"] == "CUDA_ERROR_NOT_READY"
+    assert state(sim_env, t.pid) == "CU_PROCESS_STATE_RUNNING"
+    assert t.ask("info")["total"] == 16 * GiB   # its calls were never held
+    assert ctl(sim_env, "lock", t.pid)["result"] == OK   # no timeout: once the kernel is done
+    assert ctl(sim_env, "unlock", t.pid)["result"] == OK
+
+
 def test_each_call_wants_its_state(sim_env, tenants):
     t = tenants(sim_env)
     t.ask(f"alloc {MiB}")

@@ -122,6 +122,19 @@ def test_a_process_with_managed_or_ipc_memory_refuses_the_whole_container(sim_en
     assert "not suspended" in one_error_line(setter(sim_env, "resume", a1.region))
 
 
+def test_a_process_whose_work_does_not_drain_in_time_refuses_the_suspend(sim_env, containers):
+    a1 = containers.start("a", "--memory", "8GiB")
+    a2 = containers.start("a")
+    a1.ask(f"alloc {GiB}")
+    assert a2.ask("launch 5000000")["result"] == OK   # 5 s of work in flight
+    before = nvml_memory(sim_env)
+    line = one_error_line(setter(sim_env, "suspend", a1.region, "--timeout", "300ms"))
+    assert f"process {a2.pid} " in line and "within 300 ms" in line
+    assert states(sim_env, a1, a2) == ["CU_PROCESS_STATE_RUNNING"] * 2
+    assert a1.ask("check")["intact"]
+    assert nvml_memory(sim_env) == before
+
+
 def test_a_resume_without_room_leaves_the_container_suspended(sim_env, containers):
     a1 = containers.start("a", "--memory", "8GiB")
     a2 = containers.start("a")

@@ -6,6 +6,8 @@ wherever a driver is, cuda-bindings or not (benchmarks/real_gpu_rows/suspend.py)
     alloc BYTES     cuMemAlloc, then writes a pattern at both ends (1 MiB each)
     managed BYTES   cuMemAllocManaged
     ipc             cuIpcGetMemHandle of its first allocation
+    launch US       launches a kernel of US microseconds and returns (simgpu: a kernel's
+                    name says its length), its work in flight
     check           reads every pattern back: {"intact": bool, "ptrs": [...]}
     info            cuMemGetInfo: {"free": ..., "total": ...}
     free            frees everything it allocated
@@ -69,6 +71,12 @@ def main():
                 for at, n in ends(ptr.value, size):
                     check(cuda.cuMemcpyHtoD_v2(u64(at), pattern(ptr.value, at - ptr.value)[:n], ctypes.c_size_t(n)))
             say({"result": name(code), "ptr": ptr.value if code == 0 else None})
+        elif word == "launch":
+            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            check(cuda.cuModuleLoadData(ctypes.byref(module), b"// simgpu runs no code\n"))
+            check(cuda.cuModuleGetFunction(ctypes.byref(function), module, b"spin_us%d" % int(args[0])))
+            code = cuda.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+            say({"result": name(code)})
         elif word == "ipc":
             handle = ctypes.create_string_buffer(64)
             say({"result": name(cuda.cuIpcGetMemHandle(handle, u64(held[0][0])))})
