@@ -31,7 +31,7 @@ class Containers:
         self.tenants: list[Tenant] = []
 
     def start(self, name: str, *flags: str) -> Tenant:
-        region = self.tmp / f"{name}.region"
+        region = self.tmp / name if "/" in name else self.tmp / f"{name}.region"
         if region.exists():
             env = dict(self.env, LD_PRELOAD=str(self.shim), VGPULIMIT_REGION=str(region))
             tenant = Tenant(env)
@@ -275,3 +275,29 @@ def test_status_top_metrics_and_the_node_view_show_it_exactly(sim_env, container
     assert own["suspended_ns"] > 0
     node = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0", env=sim_env).stdout)
     assert (node["gpus"][0]["used_bytes"], node["gpus"][0]["outside_bytes"]) == (6 * GiB, 0)
+
+
+def test_a_container_named_by_its_id_among_the_node_s_regions(sim_env, containers, tmp_path):
+    """As the OCI hook keeps them: <node dir>/<container id>/region, who it is beside it."""
+    from vgpulimit import identity
+
+    node = tmp_path / "node"
+    for cid in ("4f1d2a9c0b7e", "4f9e8d7c6b5a"):
+        (node / cid).mkdir(parents=True)
+        fd = os.open(node / cid, os.O_DIRECTORY)
+        identity.write(fd, identity.Identity(container_id=cid))
+        os.close(fd)
+    a = containers.start("node/4f1d2a9c0b7e/region", "--memory", "4GiB")
+    b = containers.start("node/4f9e8d7c6b5a/region", "--memory", "4GiB")
+    a.ask(f"alloc {GiB}")
+    b.ask(f"alloc {GiB}")
+    assert "2 containers" in one_error_line(vgpulimit("suspend", "--simulate", "--container", "4f", "--all", node,
+                                                      env=sim_env))
+    assert "no container" in one_error_line(vgpulimit("suspend", "--simulate", "--container", "77", "--all", node,
+                                                      env=sim_env))
+    done = vgpulimit("suspend", "--simulate", "--container", "4f1d", "--all", node, env=sim_env)
+    assert done.returncode == 0, done.stderr
+    assert states(sim_env, a, b) == ["CU_PROCESS_STATE_CHECKPOINTED", "CU_PROCESS_STATE_RUNNING"]
+    assert vgpulimit("resume", "--simulate", "--container", "4f1d2a9c0b7e", "--all", node,
+                     env=sim_env).returncode == 0
+    assert a.ask("check")["intact"]
