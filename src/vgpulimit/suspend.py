@@ -284,7 +284,10 @@ def suspend(region: str, driver: Driver, timeout_ms: int = DEFAULT_LOCK_TIMEOUT_
                 undo[step](t.pid)
             container.set_state("running", since_ns=0, out_bytes={})
             raise failed.error from None
-        out = {d.index: d.used_bytes for d in snapshot.devices if d.used_bytes}
+        from vgpulimit.region import read_snapshot
+
+        # Read again: its processes are locked now, so what they hold is still.
+        out = {d.index: d.used_bytes for d in read_snapshot(region).devices if d.used_bytes}
         container.mark_board(True)
         done = clock()
         container.set_state("suspended", since_ns=done, out_bytes=out, suspends=container.record.suspends + 1,
