@@ -23,7 +23,8 @@
  * the same addresses, or answers CUDA_ERROR_OUT_OF_MEMORY and leaves the
  * process CHECKPOINTED.  Refused as the driver refuses (NVIDIA's
  * cuda-checkpoint: "does not support UVM or IPC memory"): managed memory and
- * memory shared with other processes, CUDA_ERROR_NOT_SUPPORTED. */
+ * memory shared with other processes, CUDA_ERROR_NOT_SUPPORTED.  The facts
+ * and their sources: docs/facts.md §4. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
