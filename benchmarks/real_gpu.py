@@ -47,6 +47,10 @@ run -- without vgpulimit, then under it:
   the capped container.  Only where a GPU is in MIG mode with instances
   already (the run never changes MIG); skipped with the reason elsewhere.  On
   the simulated GPU, on a simulated H100 in MIG mode of their own.
+- suspend: a container holding 1, 4 and 16 GiB (--quick: 1) suspended and
+  resumed through the driver's checkpoint API (driver 570 or later), timed,
+  its bytes checked after, NVML showing none of its memory while it is out;
+  skipped with the reason where the driver lacks the calls.
 
 Each row runs under a time budget; a row that fails, crashes or runs out of
 time is a row of the table (FAIL / ERROR), never the end of the run.  On the
@@ -83,19 +87,20 @@ from real_gpu_rows.programs import compile_spec, launch_spec, matmul_spec
 from real_gpu_rows.rows import Row, Skip, Spec
 from real_gpu_rows.share import pair_spec, share_plan, share_spec
 from real_gpu_rows.sharing import SHARING_WAYS, sharing_spec
+from real_gpu_rows.suspend import suspend_specs
 from real_gpu_rows.tools import tool_commands, tool_spec, verify_spec
 
 from vgpulimit import __version__
 
 RUN_BUDGET_S = 480.0                   # the whole run on a GPU: 8 minutes
 
-GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "sharing", "mig")
+GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "sharing", "mig", "suspend")
 GROUP_TITLES = {"memory": "memory cap (4 GiB)", "tools": "tools inside the cap", "share": "compute share",
                 "priority": "priority between tenants", "programs": "real programs", "costs": "costs from C",
                 "node": "node view", "sharing": "memory shared between processes, sleep and wake (4 GiB)",
-                "mig": "on one MIG instance"}
+                "mig": "on one MIG instance", "suspend": "suspend and resume (driver >= 570)"}
 # Cheap and decisive first; torch.compile's cold compile last.
-RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "sharing", "mig", "programs")
+RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "sharing", "mig", "suspend", "programs")
 
 NEEDS_RUNTIME = ("needs the real CUDA runtime ({what}), which stops on the simulated driver "
                  "(libcudart asks the driver for NVIDIA's private export tables)")
@@ -131,6 +136,7 @@ def plan(quick: bool) -> list[Spec]:
     specs += [costs_spec(), node_spec()]
     specs += [sharing_spec(*way) for way in SHARING_WAYS]
     specs += mig_specs()
+    specs += suspend_specs(quick)
     return specs
 
 

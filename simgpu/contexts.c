@@ -164,6 +164,20 @@ void sim_context_retire(CUcontext ctx)
         sim_state_set_context(ctx->device, false);
 }
 
+size_t sim_contexts_work(struct sim_ctx_work *out, size_t max)
+{
+    pthread_mutex_lock(&sim_drv.mutex);
+    size_t n = 0;
+    for (size_t i = 0; i < sim_drv.n_contexts && n < max; i++) {
+        CUcontext c = sim_drv.contexts[i];
+        uint64_t last = __atomic_load_n(&c->last_work, __ATOMIC_ACQUIRE);
+        if (sim_ctx_alive(c) && c->generation == sim_drv.generation && last)
+            out[n++] = (struct sim_ctx_work){.device = c->device, .ticket = last, .ctx = c};
+    }
+    pthread_mutex_unlock(&sim_drv.mutex);
+    return n;
+}
+
 CUresult sim_primary_release(CUdevice dev, bool all, CUcontext *ended)
 {
     struct sim_primary *p = &sim_drv.primary[dev];

@@ -365,6 +365,15 @@ SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedAr
 SIM_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
                                                           CUmipmappedArray mipmap, CUdevice device);
 
+/* ---- checkpoint.c: the checkpoint API ------------------------------------------------ */
+
+SIM_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid);
+SIM_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state);
+SIM_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
+SIM_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args);
+SIM_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args);
+SIM_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args);
+
 /* ---- procaddr.c: entry points by name -------------------------------------------- */
 
 SIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
@@ -398,8 +407,18 @@ struct CUctx_st {
 extern bool sim_counting;
 /* Counts a call of the entry point `name` (its __func__) made from `return_address`. */
 void sim_count_call(const char *name, const void *return_address);
+/* checkpoint.c: while a checkpoint holds the process LOCKED, its calls wait.
+ * The outermost entry point of a thread counts itself in while it runs, so
+ * that a lock waits for the calls in progress. */
+int sim_call_enter(void);
+void sim_call_leave(int *entered);
+/* Starts this process's checkpoint thread (once per process generation):
+ * cuInit's. */
+void sim_checkpoint_thread_start(void);
+
 /* The first statement of every entry point of driver_api.def. */
 #define SIM_CALLED()                                                                 \
+    __attribute__((cleanup(sim_call_leave))) int sim_called_ = sim_call_enter();     \
     do {                                                                             \
         if (__atomic_load_n(&sim_counting, __ATOMIC_RELAXED))                        \
             sim_count_call(__func__, __builtin_return_address(0));                  \
@@ -433,6 +452,14 @@ CUresult sim_device_index(CUdevice dev, uint32_t *index);
 CUdevice sim_device_ordinal(uint32_t index);
 
 /* contexts.c */
+/* The last work of each live context of this process (those that have
+ * submitted any): up to `max` into `out`, and how many. */
+struct sim_ctx_work {
+    uint32_t device;
+    uint64_t ticket;
+    CUcontext ctx;
+};
+size_t sim_contexts_work(struct sim_ctx_work *out, size_t max);
 /* The current context for a call that needs one: CUDA_SUCCESS, or
  * NOT_INITIALIZED / INVALID_CONTEXT / CONTEXT_IS_DESTROYED. */
 CUresult sim_current_context(CUcontext *out);
@@ -530,7 +557,11 @@ struct sim_mem_entry {
     void *owner;                    /* a SIM_MEM_POOL entry's pool chunk, a SIM_MEM_GRAPH one's allocation */
     struct sim_shared_ref *shared;  /* SIM_MEM_LINEAR once exported by cuIpcGetMemHandle, and SIM_MEM_IPC */
     unsigned int opens;             /* SIM_MEM_IPC: cuIpcOpenMemHandle's count */
+    bool managed;                   /* cuMemAllocManaged's */
 };
+/* Whether a checkpoint may take this process's memory: 0; -EFAULT with
+ * managed memory, -EXDEV with memory shared with other processes (IPC). */
+int sim_mem_checkpointable(void);
 /* CUDA_SUCCESS once cuInit has succeeded, else CUDA_ERROR_NOT_INITIALIZED: for
  * the calls that need no current context. */
 CUresult sim_mem_initialized(void);

@@ -72,6 +72,8 @@ CUresult cuInit(unsigned int Flags)
         }
         sim_drv.init_done = true;
         sim_set_initialized(sim_drv.init_result == CUDA_SUCCESS);
+        if (sim_drv.init_result == CUDA_SUCCESS)
+            sim_checkpoint_thread_start();
     }
     CUresult res = sim_drv.init_result;
     pthread_mutex_unlock(&sim_drv.mutex);

@@ -159,6 +159,21 @@ void sim_mem_release_context(CUcontext ctx)
     sim_mem.n = kept;
 }
 
+int sim_mem_checkpointable(void)
+{
+    pthread_mutex_lock(&sim_mem.mutex);
+    int rc = 0;
+    for (size_t i = 0; i < sim_mem.n && rc == 0; i++) {
+        const struct sim_mem_entry *a = &sim_mem.v[i];
+        if (a->managed)
+            rc = -EFAULT;
+        else if (a->kind == SIM_MEM_IPC || a->shared)
+            rc = -EXDEV;
+    }
+    pthread_mutex_unlock(&sim_mem.mutex);
+    return rc;
+}
+
 void sim_mem_lock(void)
 {
     pthread_mutex_lock(&sim_mem.mutex);
@@ -243,7 +258,7 @@ static void *sim_map(size_t map_size, bool low)
     return p;
 }
 
-static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
+static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low, bool managed)
 {
     CUcontext ctx;
     CUresult res = sim_current_context(&ctx);
@@ -254,7 +269,7 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (bytes > SIZE_MAX - page)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct sim_mem_entry a = {.size = bytes, .map_size = (bytes + page - 1) / page * page, .ctx = ctx};
+    struct sim_mem_entry a = {.size = bytes, .map_size = (bytes + page - 1) / page * page, .ctx = ctx, .managed = managed};
 
     if (sim_state_charge(ctx->device, bytes) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -273,7 +288,7 @@ static CUresult sim_alloc(CUdeviceptr *dptr, size_t bytes, bool low)
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     SIM_CALLED();
-    return sim_alloc(dptr, bytesize, false);
+    return sim_alloc(dptr, bytesize, false, false);
 }
 
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
@@ -282,7 +297,7 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
     CUdeviceptr p;
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult res = sim_alloc(&p, bytesize, true);
+    CUresult res = sim_alloc(&p, bytesize, true, false);
     if (res == CUDA_SUCCESS)
         *dptr = (CUdeviceptr_v1)p;
     return res;
@@ -303,7 +318,7 @@ static CUresult sim_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, 
     size_t p = (width + SIM_PITCH_ALIGN - 1) / SIM_PITCH_ALIGN * SIM_PITCH_ALIGN;
     if (height > SIZE_MAX / p)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    res = sim_alloc(dptr, p * height, low);
+    res = sim_alloc(dptr, p * height, low, false);
     if (res == CUDA_SUCCESS)
         *pitch = p;
     return res;
@@ -344,7 +359,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
         CUresult res = sim_current_context(&ctx);
         return res == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : res;
     }
-    return sim_alloc(dptr, bytesize, false);
+    return sim_alloc(dptr, bytesize, false, true);
 }
 
 bool sim_mem_entry_at(uintptr_t base, struct sim_mem_entry *out)

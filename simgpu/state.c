@@ -18,11 +18,14 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <linux/futex.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "state.h"
 #include "base.h"
+#include "vgpulimit/cuda_abi.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "the file reserves 64 bytes for its mutex");
 _Static_assert(sizeof(struct sim_file_device) == 256, "device layout moved");
@@ -566,6 +569,27 @@ void sim_state_uncharge(uint32_t device, uint64_t bytes)
     sim_unlock(f);
 }
 
+/* This process's checkpoint thread (checkpoint.c), which a new entry names,
+ * and the word it waits on while the process has no entry. */
+static struct {
+    int32_t tid;
+    pid_t pid;                      /* the process generation it runs in */
+} sim_ckpt_thread;
+static uint32_t sim_ckpt_idle;
+
+static long sim_futex(uint32_t *word, int op, uint32_t value, uint32_t wait_ms);
+
+/* A process's first context names its checkpoint thread in its entry, and
+ * wakes the thread to wait there.  Under the mutex. */
+static void sim_ckpt_name_thread(struct sim_file_proc *p)
+{
+    if (__atomic_load_n(&sim_ckpt_thread.pid, __ATOMIC_ACQUIRE) != getpid())
+        return;
+    p->ckpt_tid = __atomic_load_n(&sim_ckpt_thread.tid, __ATOMIC_ACQUIRE);
+    __atomic_add_fetch(&sim_ckpt_idle, 1, __ATOMIC_RELEASE);
+    sim_futex(&sim_ckpt_idle, FUTEX_WAKE, INT32_MAX, 0);
+}
+
 static int set_context_bit(struct sim_file *f, uint32_t device, bool active)
 {
     int rc = sim_lock(f);
@@ -575,8 +599,10 @@ static int set_context_bit(struct sim_file *f, uint32_t device, bool active)
         int i = sim_claim_self(f);
         if (i < 0)
             rc = i;
-        else
+        else {
             f->procs[i].context_mask |= 1u << device;
+            sim_ckpt_name_thread(&f->procs[i]);
+        }
     } else {
         struct sim_file_proc *p = sim_self_entry(f);
         if (p) {
@@ -692,4 +718,234 @@ __attribute__((destructor)) static void sim_state_at_exit(void)
         sim_st.self = -1;
     }
     sim_unlock(f);
+}
+
+/* ---- Checkpoint requests between processes --------------------------------
+ *
+ * The driver carries out a checkpoint request inside the process it names (its
+ * "restore thread", cuCheckpointProcessGetRestoreThreadId): a caller posts the
+ * request in the process's entry and waits; the process's checkpoint thread
+ * (checkpoint.c) waits on the entry, carries it out and says so.  The waits are
+ * futexes on the shared mapping, bounded so that a death on either side is
+ * seen: a dead target's entry is reaped, a dead caller leaves a request that
+ * is carried out all the same. */
+
+static long sim_futex(uint32_t *word, int op, uint32_t value, uint32_t wait_ms)
+{
+    struct timespec ts = {.tv_sec = wait_ms / 1000, .tv_nsec = (long)(wait_ms % 1000) * 1000000L};
+    return syscall(SYS_futex, word, op, value, op == FUTEX_WAIT ? &ts : NULL, NULL, 0);
+}
+
+/* The live entry of the process `pid` names as this process sees it: the
+ * same pid namespace, or the host's seen from the host's.  Under the mutex. */
+static int sim_find_pid(struct sim_file *f, int32_t pid)
+{
+    struct sim_pid me = sim_state_self();
+    bool host_view = me.host_pid == me.pid;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        const struct sim_file_proc *p = &f->procs[i];
+        if (p->state != SIM_PROC_LIVE)
+            continue;
+        if ((p->who.ns == me.ns && p->who.pid == pid) || (host_view && p->who.host_pid == pid))
+            return i;
+    }
+    return -ESRCH;
+}
+
+/* The state a request needs its target in. */
+static bool sim_ckpt_allowed(uint32_t op, uint32_t state)
+{
+    switch (op) {
+    case SIM_CKPT_LOCK:
+        return state == CU_PROCESS_STATE_RUNNING;
+    case SIM_CKPT_CHECKPOINT:
+    case SIM_CKPT_UNLOCK:
+        return state == CU_PROCESS_STATE_LOCKED;
+    case SIM_CKPT_RESTORE:
+        return state == CU_PROCESS_STATE_CHECKPOINTED;
+    default:
+        return false;
+    }
+}
+
+int sim_state_ckpt_post(int32_t pid, uint32_t op, uint32_t timeout_ms, struct sim_ckpt_ticket *t)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f)
+        return -ESRCH;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    sim_reap(f);
+    int i = sim_find_pid(f, pid);
+    struct sim_file_proc *p = i >= 0 ? &f->procs[i] : NULL;
+    if (!p || !p->ckpt_tid || !p->context_mask)
+        rc = -ESRCH;
+    else if (p->ckpt_request != p->ckpt_done)
+        rc = -EBUSY;
+    else if (!sim_ckpt_allowed(op, p->ckpt_state))
+        rc = -EPERM;
+    if (rc == 0) {
+        p->ckpt_op = op;
+        p->ckpt_timeout_ms = timeout_ms;
+        __atomic_store_n(&p->ckpt_request, p->ckpt_request + 1, __ATOMIC_RELEASE);
+        *t = (struct sim_ckpt_ticket){.entry = i, .who = p->who, .start_time = p->start_time,
+                                      .seq = p->ckpt_request};
+    }
+    sim_unlock(f);
+    if (rc == 0)
+        sim_futex(&p->ckpt_request, FUTEX_WAKE, INT32_MAX, 0);
+    return rc;
+}
+
+int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, int32_t *result)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    struct sim_file_proc *p = &f->procs[t->entry];
+    for (;;) {
+        uint32_t done = __atomic_load_n(&p->ckpt_done, __ATOMIC_ACQUIRE);
+        if (done != t->seq)
+            sim_futex(&p->ckpt_done, FUTEX_WAIT, done, 100);
+        int rc = sim_lock(f);
+        if (rc)
+            return rc;
+        sim_reap(f);
+        bool same = p->state == SIM_PROC_LIVE && p->who.pid == t->who.pid && p->who.ns == t->who.ns &&
+                    p->start_time == t->start_time;
+        bool finished = same && p->ckpt_done == t->seq;
+        if (finished)
+            *result = p->ckpt_result;
+        sim_unlock(f);
+        if (!same)
+            return -ESRCH;
+        if (finished)
+            return 0;
+    }
+}
+
+int sim_state_ckpt_get(int32_t pid, uint32_t *state, int32_t *tid)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f)
+        return -ESRCH;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    sim_reap(f);
+    int i = sim_find_pid(f, pid);
+    if (i < 0 || !f->procs[i].ckpt_tid || !f->procs[i].context_mask) {
+        rc = -ESRCH;
+    } else {
+        *state = f->procs[i].ckpt_state;
+        *tid = f->procs[i].ckpt_tid;
+    }
+    sim_unlock(f);
+    return rc;
+}
+
+void sim_state_ckpt_register(int32_t tid)
+{
+    __atomic_store_n(&sim_ckpt_thread.tid, tid, __ATOMIC_RELEASE);
+    __atomic_store_n(&sim_ckpt_thread.pid, getpid(), __ATOMIC_RELEASE);
+}
+
+int sim_state_ckpt_next(int32_t tid, uint32_t wait_ms, struct sim_ckpt_request *r)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f || sim_lock(f) != 0) {
+        struct timespec ts = {.tv_sec = wait_ms / 1000, .tv_nsec = (long)(wait_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    struct sim_file_proc *p = sim_self_entry(f);
+    uint32_t request = __atomic_load_n(&sim_ckpt_idle, __ATOMIC_ACQUIRE);
+    bool pending = false;
+    if (p) {
+        p->ckpt_tid = tid;
+        request = p->ckpt_request;
+        pending = request != p->ckpt_done;
+        *r = (struct sim_ckpt_request){.seq = request, .op = p->ckpt_op, .timeout_ms = p->ckpt_timeout_ms,
+                                       .state = p->ckpt_state};
+    }
+    sim_unlock(f);
+    if (pending)
+        return 1;
+    /* Without an entry, a context's coming wakes us (sim_state_ckpt_attach). */
+    sim_futex(p ? &p->ckpt_request : &sim_ckpt_idle, FUTEX_WAIT, request, wait_ms);
+    return 0;
+}
+
+void sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result)
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f || sim_lock(f) != 0)
+        return;
+    struct sim_file_proc *p = sim_self_entry(f);
+    if (p && p->ckpt_request == seq) {
+        p->ckpt_state = state;
+        p->ckpt_result = result;
+        __atomic_store_n(&p->ckpt_done, seq, __ATOMIC_RELEASE);
+    }
+    sim_unlock(f);
+    if (p)
+        sim_futex(&p->ckpt_done, FUTEX_WAKE, INT32_MAX, 0);
+}
+
+int sim_state_ckpt_release(uint64_t out[SIM_MAX_DEVICES])
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f)
+        return -ESRCH;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    struct sim_file_proc *p = sim_self_entry(f);
+    if (!p) {
+        rc = -ESRCH;
+    } else if (p->shared_held) {
+        rc = -EOPNOTSUPP;
+    } else {
+        for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++) {
+            uint64_t b = p->used_bytes[d];
+            out[d] = b;
+            p->used_bytes[d] = 0;
+            f->devices[d].used_bytes -= b < f->devices[d].used_bytes ? b : f->devices[d].used_bytes;
+        }
+    }
+    sim_unlock(f);
+    return rc;
+}
+
+int sim_state_ckpt_recharge(const uint64_t bytes[SIM_MAX_DEVICES])
+{
+    struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
+    if (!f)
+        return -ESRCH;
+    int rc = sim_lock(f);
+    if (rc)
+        return rc;
+    struct sim_file_proc *p = sim_self_entry(f);
+    if (!p)
+        rc = -ESRCH;
+    for (int pass = 0; rc == 0 && pass < 2; pass++) {
+        bool room = true;
+        for (uint32_t d = 0; d < f->device_count; d++) {
+            const struct sim_file_device *dv = &f->devices[d];
+            uint64_t taken = dv->used_bytes + dv->driver_bytes;
+            uint64_t free_bytes = taken < dv->total_bytes ? dv->total_bytes - taken : 0;
+            room = room && bytes[d] <= free_bytes;
+        }
+        if (room)
+            break;
+        if (pass == 1)
+            rc = -ENOMEM;
+        else
+            sim_reap(f); /* memory is short: return what dead processes held first */
+    }
+    for (uint32_t d = 0; rc == 0 && d < f->device_count; d++) {
+        p->used_bytes[d] += bytes[d];
+        f->devices[d].used_bytes += bytes[d];
+    }
+    sim_unlock(f);
+    return rc;
 }

@@ -40,8 +40,8 @@ enum {
  * table. */
 
 enum {
-    SIM_STATE_VERSION = 9,          /* 8: memory shared between processes (shared); 9: MIG instances
-                                       are devices of their own (mig_layout) */
+    SIM_STATE_VERSION = 10,         /* 8: memory shared between processes (shared); 9: MIG instances
+                                       are devices of their own (mig_layout); 10: checkpoints (ckpt_*) */
     SIM_MAX_PROCS = 1024,
     SIM_COMM_LEN = 16,
     SIM_TIMELINE_SLOTS = 4096,      /* work items (kernels, markers) of one device not yet done, and
@@ -105,7 +105,17 @@ struct sim_file_proc {
     uint64_t used_bytes[SIM_MAX_DEVICES];
     char comm[SIM_COMM_LEN];        /* /proc/<pid>/comm, NUL-terminated */
     uint64_t shared_held;           /* shared allocations it holds (shared.c): it stays listed while > 0 */
-    uint64_t reserved[6];           /* zero: the process's kernel time goes here */
+    /* The checkpoint API (checkpoint.c): another process posts a request, the
+     * process's own checkpoint thread carries it out.  Both seqs are futex words. */
+    uint32_t ckpt_state;            /* CUprocessState */
+    uint32_t ckpt_request;          /* bumped by the caller that posts a request */
+    uint32_t ckpt_done;             /* = ckpt_request once the request is carried out */
+    uint32_t ckpt_op;               /* enum sim_ckpt_op */
+    uint32_t ckpt_timeout_ms;       /* a lock's */
+    int32_t ckpt_result;            /* CUresult of the last request */
+    int32_t ckpt_tid;               /* the checkpoint thread; 0: none (no context yet) */
+    uint32_t pad2;
+    uint64_t reserved[2];           /* zero: the process's kernel time goes here */
 };
 
 /* The engines of a device that run work: the SMs run kernels, and each copy
@@ -537,5 +547,48 @@ void sim_ipc_event_free(uint64_t id);
 /* Its last record, written by whichever process records it; -ENOENT: gone. */
 int sim_ipc_event_set(uint64_t id, uint32_t state, uint32_t device, uint64_t ticket);
 int sim_ipc_event_get(uint64_t id, uint32_t *state, uint32_t *device, uint64_t *ticket);
+
+/* ---- state.c: checkpoint requests between processes (checkpoint.c) ---------- */
+
+enum sim_ckpt_op {
+    SIM_CKPT_LOCK = 1,
+    SIM_CKPT_CHECKPOINT,
+    SIM_CKPT_RESTORE,
+    SIM_CKPT_UNLOCK,
+};
+/* A request posted to the process that `pid` names (as the caller sees it).
+ * 0 and the ticket to wait on; -ESRCH: no process with a checkpoint thread
+ * (no CUDA context); -EBUSY: another request to it is in progress; -EPERM:
+ * it is not in the state `op` needs. */
+struct sim_ckpt_ticket {
+    int entry;
+    struct sim_pid who;
+    uint64_t start_time;
+    uint32_t seq;
+};
+int sim_state_ckpt_post(int32_t pid, uint32_t op, uint32_t timeout_ms, struct sim_ckpt_ticket *t);
+/* Waits until the request is carried out: 0 and its CUresult; -ESRCH when
+ * the process is gone. */
+int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, int32_t *result);
+/* The state and checkpoint thread of the process `pid` names; -ESRCH. */
+int sim_state_ckpt_get(int32_t pid, uint32_t *state, int32_t *tid);
+/* For the process's own checkpoint thread: waits (at most `wait_ms`) for a
+ * request to this process: 1 with it and the state it finds the process in,
+ * 0 with none; it also records `tid` in the entry. */
+struct sim_ckpt_request {
+    uint32_t seq, op, timeout_ms, state;
+};
+int sim_state_ckpt_next(int32_t tid, uint32_t wait_ms, struct sim_ckpt_request *r);
+/* The request `seq` is carried out: the process is now in `state`. */
+void sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result);
+/* Names `tid` as this process's checkpoint thread: the entry its first
+ * context makes says so, and others may then post requests to it. */
+void sim_state_ckpt_register(int32_t tid);
+/* Takes every byte the process holds off the devices (its entry then shows
+ * none): into `out` per device.  -EOPNOTSUPP when it holds memory shared
+ * with other processes. */
+int sim_state_ckpt_release(uint64_t out[SIM_MAX_DEVICES]);
+/* Charges `bytes` back, all or nothing: -ENOMEM when a device has no room. */
+int sim_state_ckpt_recharge(const uint64_t bytes[SIM_MAX_DEVICES]);
 
 #endif

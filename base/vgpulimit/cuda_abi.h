@@ -348,6 +348,36 @@ typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
     unsigned int reserved[4];
 } CUDA_ARRAY_MEMORY_REQUIREMENTS_v1;
 typedef CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 CUDA_ARRAY_MEMORY_REQUIREMENTS;
+
+/* The checkpoint API (cuda.h, "CUDA Checkpointing", CUDA 12.8): the *Args
+ * structs are mostly reserved fields that must be zero. */
+typedef enum CUprocessState_enum {
+    CU_PROCESS_STATE_RUNNING = 0,
+    CU_PROCESS_STATE_LOCKED,
+    CU_PROCESS_STATE_CHECKPOINTED,
+    CU_PROCESS_STATE_FAILED,
+} CUprocessState;
+typedef struct CUcheckpointLockArgs_st {
+    unsigned int timeoutMs;         /* 0: no timeout */
+    unsigned int reserved0;
+    cuuint64_t reserved1[7];
+} CUcheckpointLockArgs;
+typedef struct CUcheckpointCheckpointArgs_st {
+    cuuint64_t reserved[8];
+} CUcheckpointCheckpointArgs;
+typedef struct CUcheckpointGpuPair_st {
+    CUuuid oldUuid;
+    CUuuid newUuid;
+} CUcheckpointGpuPair;
+typedef struct CUcheckpointRestoreArgs_st {
+    CUcheckpointGpuPair *gpuPairs;
+    unsigned int gpuPairsCount;
+    char reserved[52 - sizeof(CUcheckpointGpuPair *)];
+    cuuint64_t reserved1;
+} CUcheckpointRestoreArgs;
+typedef struct CUcheckpointUnlockArgs_st {
+    cuuint64_t reserved[8];
+} CUcheckpointUnlockArgs;
 #endif
 
 #endif

@@ -59,7 +59,7 @@ int vgl_board_check(const void *image, uint64_t size)
         /* A beacon's name is a plain file name: never a path out of the board's directory. */
         if (r->priority > VGL_PRIORITY_LOW || !memchr(r->beacon, '\0', sizeof r->beacon) || !r->beacon[0] ||
             strchr(r->beacon, '/') || r->beacon[0] == '.' || !r->region_ino ||
-            (r->flags & ~(uint32_t)(VGL_ROW_PRIORITY | VGL_ROW_MEMORY)))
+            (r->flags & ~(uint32_t)(VGL_ROW_PRIORITY | VGL_ROW_MEMORY | VGL_ROW_SUSPENDED)))
             return -EBADMSG;
         for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
             if (!plausible(&r->guarantee[d]) || !plausible(&r->guarantee_by_uuid[d].guarantee))
@@ -307,6 +307,22 @@ int vgl_board_set_memory(const char *path, uint64_t region_dev, uint64_t region_
         memcpy(r->guarantee_by_uuid, by_uuid, sizeof r->guarantee_by_uuid);
     else
         memset(r->guarantee_by_uuid, 0, sizeof r->guarantee_by_uuid);
+    int err = write_board(fd, &b);
+    close(fd);
+    return err;
+}
+
+int vgl_board_set_suspended(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t suspended)
+{
+    struct vgl_board b;
+    int row;
+    int fd = open_row(path, region_dev, region_ino, &b, &row);
+    if (fd < 0)
+        return fd;
+    if (suspended)
+        b.row[row].flags |= VGL_ROW_SUSPENDED;
+    else
+        b.row[row].flags &= ~(uint32_t)VGL_ROW_SUSPENDED;
     int err = write_board(fd, &b);
     close(fd);
     return err;

@@ -280,8 +280,9 @@ static uint64_t look_at_others(const uint8_t uuid[16], uint64_t total, const str
         bool readable = read_beacon(i, key, &b);
         int d = readable ? entry_index(&b, uuid) : -1;
         /* Silent (no beacon, or no word of this device): its guarantee by
-         * UUID is held for it whole; one by index names no device yet. */
-        held[n].guarantee_bytes = guarantee_of(r, d, uuid, total);
+         * UUID is held for it whole; one by index names no device yet.
+         * Suspended: its memory is off the GPU, and nothing is held for it. */
+        held[n].guarantee_bytes = flags & VGL_ROW_SUSPENDED ? 0 : guarantee_of(r, d, uuid, total);
         held[n].used_bytes = d >= 0 ? b.device[d].used_bytes : 0;
         n++;
         if (d < 0)

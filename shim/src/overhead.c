@@ -226,6 +226,12 @@ void vgl_overhead_check_now(int device)
             uint64_t least = reported > bound ? reported - bound : 0;
             overhead = least > charged[device] ? least : charged[device];
         }
+        /* A suspend under way: the driver shows the memory out, not gone.
+         * (A call of ours that asked the driver before the lock landed gets
+         * here while the process is checkpointed; later ones wait in it.) */
+        if (overhead < charged[device] &&
+            __atomic_load_n(&vgl_self.region->suspend_state, __ATOMIC_RELAXED) != VGL_SUSPEND_RUNNING)
+            overhead = charged[device];
         uint32_t dev = (uint32_t)device;
         if (overhead > charged[device])
             vgl_reserve(dev, overhead - charged[device], true, true, NULL);

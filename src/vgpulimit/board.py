@@ -131,6 +131,15 @@ def set_memory(board: str, region: str, limits) -> None:
         raise _fail(board, err, "cannot write the memory guarantee in")
 
 
+def set_suspended(board: str, region: str, suspended: bool) -> None:
+    """Marks the row of the container of ``region`` suspended, or not
+    (nothing if it has no row: it takes no part in elastic memory)."""
+    st = os.stat(region)
+    err = lib.vgl_board_set_suspended(os.fsencode(board), st.st_dev, st.st_ino, int(suspended))
+    if err < 0 and err not in (-errno.ESRCH, -errno.ENOENT):
+        raise _fail(board, err, "cannot mark the suspend in")
+
+
 def reachable(board: str, region: str) -> str:
     """The board a region names, as this process reaches it.  A region of the
     OCI hook names the board as its container sees it; seen from the node,

@@ -217,10 +217,39 @@ def _families(r: _Reading, complain: Callable[[str], None], hami_names: bool) ->
     yield build
     yield _readable(r, complain)
     yield from _container_families(r)
+    yield from _suspend_families(r)
     if r.gpus is not None:
         yield from _physical_families(r, complain)
     if hami_names:
         yield from _hami_families(r)
+
+
+def _suspend_families(r: _Reading) -> Iterator[Metric]:
+    """Each container's suspends and resumes (suspend.py), of those ever suspended."""
+    labels = ["region", *LABELS, "Hostname"]
+    state = GaugeMetricFamily("vgpulimit_suspend_state", "1 for where the container is: running, "
+                              "suspending, suspended or resuming", labels=[*labels, "state"])
+    out = GaugeMetricFamily("vgpulimit_memory_out_bytes", "The container's device memory off the GPU "
+                            "while it is suspended", labels=labels)
+    suspends = CounterMetricFamily("vgpulimit_suspends_total", "Suspends of the container", labels=labels)
+    resumes = CounterMetricFamily("vgpulimit_resumes_total", "Resumes of the container", labels=labels)
+    suspended = CounterMetricFamily("vgpulimit_suspended_seconds_total", "Time the container was "
+                                    "suspended", labels=labels)
+    took = GaugeMetricFamily("vgpulimit_suspend_last_seconds", "How long the container's last suspend "
+                             "(or resume) took", labels=[*labels, "action"])
+    for view in r.sample.views:
+        record = view.suspend
+        if record.state == "running" and not record.suspends:
+            continue
+        named = [*_who(view.path, r.pods), r.hostname]
+        state.add_metric([*named, record.state], 1)
+        out.add_metric(named, record.out_total_bytes if record.state == "suspended" else 0)
+        suspends.add_metric(named, record.suspends)
+        resumes.add_metric(named, record.resumes)
+        suspended.add_metric(named, record.suspended_total_ns(view.snapshot.taken_ns) / 1e9)
+        took.add_metric([*named, "suspend"], record.last_suspend_ns / 1e9)
+        took.add_metric([*named, "resume"], record.last_resume_ns / 1e9)
+    yield from (state, out, suspends, resumes, suspended, took)
 
 
 def _readable(r: _Reading, complain: Callable[[str], None]) -> Metric:

@@ -193,8 +193,15 @@ class Tenant:
     view_total: int = 0           # the GPU's memory as NVML says it (0: not known)
 
     @property
+    def out_bytes(self) -> int:
+        """Its memory off the GPU while it is suspended (suspend.py)."""
+        return self.view.suspend.out_on(self.index)
+
+    @property
     def used_bytes(self) -> int:
-        return self.device.used_bytes if self.device is not None else 0
+        """What it holds on the GPU: its memory, less what is out."""
+        held = self.device.used_bytes if self.device is not None else 0
+        return max(held - self.out_bytes, 0)
 
     @property
     def share_pct(self) -> float | None:
@@ -235,7 +242,8 @@ class Tenant:
 
     @property
     def name(self) -> str:
-        return self.identity.name or self.view.path
+        name = self.identity.name or self.view.path
+        return name if self.view.suspend.state == "running" else f"{name} [{self.view.suspend.state}]"
 
 
 @dataclass(frozen=True)

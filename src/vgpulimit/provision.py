@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from vgpulimit import board, identity
 from vgpulimit.errors import VgpulimitError
 from vgpulimit.region import Region
+from vgpulimit.suspend_record import RECORD_SUFFIX
 
 if TYPE_CHECKING:
     from vgpulimit.request import Limits
@@ -150,7 +151,7 @@ def deprovision(tenant: Tenant, keep_region: bool = False, row: board.Row | None
     found = row or row_of(tenant)
     if found is not None:
         board.leave(found)
-    names = [] if keep_region else [tenant.region.name, tenant.staged.name]
+    names = [] if keep_region else [tenant.region.name, tenant.staged.name, tenant.region.name + RECORD_SUFFIX]
     if tenant.who is not None:
         names += [identity.IDENTITY_NAME, f".{identity.IDENTITY_NAME}.tmp"]
     for name in names:

@@ -344,6 +344,12 @@ class Region:
         if err < 0:
             raise self._error(err, "cannot set the memory wait in")
 
+    def set_suspend_state(self, state: int) -> None:
+        """The setter's word of a suspend (suspend.py): enum vgl_suspend_state."""
+        if not lib.VGL_SUSPEND_RUNNING <= state <= lib.VGL_SUSPEND_RESUMING:
+            raise ValueError(f"suspend state {state}")
+        self._mapped.suspend_state = state
+
     def set_uuid_limits(self, uuid: str, limit: MemoryLimit | None = None, cores_pct: int | None = None,
                         memory_given: bool = False) -> None:
         """Sets the limits of the device with ``uuid`` ("GPU-…"), bound to an

@@ -171,6 +171,9 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     said = priority_text(snap)
     if said is not None:
         lines[-1:-1] = [said]
+    suspended = view.suspend.view_text(snap.taken_ns)
+    if suspended is not None:
+        lines[-1:-1] = [suspended]
     if snap.memory_wait_ns:
         wait = format_wait(snap.memory_wait_ns)
         lines[-1:-1] = [f"memory wait {wait}: an allocation that would be refused waits that long for memory"]
@@ -250,6 +253,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
         "priority": snap.priority,
         "priority_board": snap.board,
         "memory_wait_ns": snap.memory_wait_ns,
+        "suspend": view.suspend.view_json(snap.taken_ns),
         "devices": [
             {
                 "index": dev.index,
@@ -281,6 +285,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
                 "waited_ns": dev.waited_ns,
                 "wait_timeouts": dev.wait_timeouts,
                 "borrow_refusals": dev.borrow_refusals,
+                "out_bytes": view.suspend.out_on(dev.index),
             }
             for dev in devices_of(view, sample)
         ],
@@ -507,6 +512,7 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
             "containers": [{"region": t.view.path, "device": t.index,
                             "identity": identity_json(t.identity),
                             "cap_bytes": t.cap_bytes, "used_bytes": t.used_bytes,
+                            "suspend_state": t.view.suspend.state, "out_bytes": t.out_bytes,
                             "request_bytes": t.request_bytes, "borrowed_bytes": t.borrowed_bytes,
                             "waiting": t.waiting, "waited_ns": t.waited_ns, "wait_timeouts": t.wait_timeouts,
                             "compute_share_pct": t.share_pct, "throttled_ns": t.throttled_ns}

@@ -33,6 +33,7 @@ from vgpulimit.region import (
     read_snapshot,
     running_processes,
 )
+from vgpulimit.suspend_record import Record, read_record
 
 # -- reading regions -------------------------------------------------------------------------------
 
@@ -45,6 +46,7 @@ class ContainerView:
     snapshot: RegionSnapshot
     share_pct: Mapping[int, float] = field(default_factory=dict)  # device -> % of the whole GPU;
                                                                    # absent: not measured (n/a)
+    suspend: Record = field(default_factory=Record)               # its suspends and resumes
 
     @property
     def path(self) -> str:
@@ -177,7 +179,7 @@ class Sampler:
                 share = measured_share(earlier.get(dev.index), dev, snap.taken_ns - before.taken_ns)
                 if share is not None:
                     shares[dev.index] = share
-        return ContainerView(snap, shares)
+        return ContainerView(snap, shares, read_record(path))
 
 
 def devices_of(view: ContainerView, sample: Sample | None = None) -> tuple[DeviceSnapshot, ...]:

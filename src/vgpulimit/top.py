@@ -212,6 +212,9 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
         said = priority_text(t.view.snapshot, t.device.yielded_ns if t.device is not None else 0)
         if said is not None:
             lines.append(Text(f"   {said}", no_wrap=True, overflow="ellipsis"))
+        said = t.view.suspend.view_text(t.view.snapshot.taken_ns)
+        if said is not None:
+            lines.append(Text(f"   {said}", no_wrap=True, overflow="ellipsis"))
         if elastic is not None:
             request = "none" if t.request_bytes is None else format_bytes(t.request_bytes)
             lines.append(Text(f"   request {request}, borrowed {format_bytes(t.borrowed_bytes)}, "
@@ -255,9 +258,9 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
         if view.path in placed:
             continue
         parts += [Text(""), Text(f"region {shown(view.path)}", overflow="fold")]
-        said = _priority(view)
-        if said is not None:
-            parts.append(Text(said, no_wrap=True, overflow="ellipsis"))
+        for said in (_priority(view), view.suspend.view_text(view.snapshot.taken_ns)):
+            if said is not None:
+                parts.append(Text(said, no_wrap=True, overflow="ellipsis"))
         parts += [_devices(view), _processes(view, sample, choice.sort)]
     for path, why in sample.errors:
         parts.append(Text(f"region {shown(path)}: {shown(why)}", overflow="fold"))

@@ -24,11 +24,17 @@ VGL_CU_CONSTANTS(SAME_VALUE)
 #include "hooks.def"
 
 _Static_assert(sizeof(CUuuid) == 16, "CUuuid");
+_Static_assert(CU_PROCESS_STATE_RUNNING == 0 && CU_PROCESS_STATE_LOCKED == 1 && CU_PROCESS_STATE_CHECKPOINTED == 2 &&
+               CU_PROCESS_STATE_FAILED == 3, "CUprocessState");
 
 /* The structs cuda_abi.h declares, field by field: a toolkit-free build lays
  * them out the same way (the expected numbers are those of the x86-64/arm64 ABI). */
 #define AT(type, field, offset) _Static_assert(offsetof(type, field) == (offset), #type "." #field);
 AT(CUmemAllocationProp, location, 8)
+AT(CUcheckpointRestoreArgs, gpuPairsCount, 8)
+AT(CUcheckpointRestoreArgs, reserved1, 56)
+_Static_assert(sizeof(CUcheckpointRestoreArgs) == 64, "CUcheckpointRestoreArgs");
+_Static_assert(sizeof(CUcheckpointLockArgs) == 64 && sizeof(CUcheckpointUnlockArgs) == 64, "CUcheckpoint*Args");
 AT(CUmemAllocationProp, win32HandleMetaData, 16)
 AT(CUmemAllocationProp, allocFlags, 24)
 _Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp");

@@ -38,6 +38,8 @@ enum {
 enum vgl_board_row_flags {
     VGL_ROW_PRIORITY = 1,        /* priorities: `priority` applies */
     VGL_ROW_MEMORY = 2,          /* elastic memory: `guarantee` and `guarantee_by_uuid` apply */
+    VGL_ROW_SUSPENDED = 4,       /* suspended (docs/suspend.md): its memory is off the GPU, and
+                                    nothing is held for its guarantee until it is resumed */
 };
 
 /* A guarantee given for a device by its UUID, whatever the container numbers it. */
@@ -122,6 +124,8 @@ int vgl_board_set_memory(const char *path, uint64_t region_dev, uint64_t region_
 /* The row of the region file in a board (a validated one, or one mapped
  * that setters may be writing), and its key: the row, or -ESRCH. */
 int vgl_board_find(const struct vgl_board *board, uint64_t region_dev, uint64_t region_ino, uint64_t *key);
+/* Marks the row of the region file suspended, or not: -ESRCH if it has none. */
+int vgl_board_set_suspended(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t suspended);
 /* Frees the row and removes its beacon (nothing if the row has another key). */
 int vgl_board_leave(const char *path, uint32_t row, uint64_t key);
 /* The name of the beacon of the row of `key`.  Setters rewrite the board

@@ -51,6 +51,16 @@ enum vgl_slot_flags {
     VGL_SLOT_LOCKED = 1,
 };
 
+/* Where the container is in a suspend or a resume (docs/suspend.md): its
+ * setter's word.  Not RUNNING, the shim never lowers what it charges for the
+ * driver's overhead: the driver shows the process's memory out while it is. */
+enum vgl_suspend_state {
+    VGL_SUSPEND_RUNNING = 0,
+    VGL_SUSPEND_SUSPENDING = 1,
+    VGL_SUSPEND_SUSPENDED = 2,
+    VGL_SUSPEND_RESUMING = 3,
+};
+
 /* What a device's UUID is (vgl_device_state.uuid_kind): its 16 bytes do not
  * say, and a view must print the UUID the driver gives the device. */
 enum vgl_uuid_kind {
@@ -155,7 +165,8 @@ struct vgl_region {
                                     memory; 0: it is refused at once */
     uint32_t board_flags;        /* what the container's row takes part in (enum
                                     vgl_board_row_flags), for the views */
-    uint32_t pad4;
+    uint32_t suspend_state;      /* enum vgl_suspend_state, written by the setter that suspends
+                                    or resumes the container (docs/suspend.md) */
 };
 
 /* region.c — every function returns 0 or a negative errno unless it says otherwise. */

@@ -1,0 +1,323 @@
+"""Suspend and resume a container through the driver's checkpoint API
+(cuda.h, "CUDA Checkpointing", driver 570 and later; docs/suspend.md).
+
+A setter's act: the caller is outside the container and names it by its region
+file; the container's processes are the region's live slots.  A suspend locks
+them all first (their CUDA calls wait, their submitted work drains), then
+checkpoints them all (their device memory goes to host memory, the GPU's is
+free); a resume restores them all, then unlocks them all.  All or nothing: a
+step that fails undoes the steps done before it, so a container is never left
+half suspended by a refusal.  A setter killed half way leaves the driver's
+states to say where each process is; ``resume`` reads them and finishes.
+
+What the suspend changes beside the driver, for the container's shim and the
+views: the region's ``suspend_state`` word (the shim never lowers its charge
+for the driver's overhead while it is not RUNNING), the container's row in the
+node's board (nothing held for its guarantee while it is suspended: others may
+borrow what it left), and its record, a file beside the region with the state,
+the bytes out and the counts and times the views show.
+
+The model (``plan_suspend``, ``plan_resume``: what to do with each process,
+given the states the driver reports) is apart from the mechanism (``Driver``
+and ``suspend``/``resume``)."""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from vgpulimit.errors import VgpulimitError
+from vgpulimit.suspend_record import STATES, Record, read_record, record_path, write_record
+
+DEFAULT_LOCK_TIMEOUT_MS = 10_000
+
+# CUprocessState (cuda.h)
+RUNNING, LOCKED, CHECKPOINTED, FAILED = range(4)
+PROCESS_STATES = ("RUNNING", "LOCKED", "CHECKPOINTED", "FAILED")
+# CUresult values the steps tell apart (cuda.h)
+CUDA_SUCCESS = 0
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_INITIALIZED = 3   # the process has no CUDA context (or is gone)
+CUDA_ERROR_NOT_READY = 600       # a lock's timeout passed
+CUDA_ERROR_NOT_SUPPORTED = 801   # managed (UVM) or IPC memory
+
+_CALLS = ("cuCheckpointProcessGetState", "cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
+          "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock")
+
+
+class SuspendError(VgpulimitError, RuntimeError):
+    """The container cannot be suspended or resumed; nothing was left half done."""
+
+
+# ---- The model: what to do with each process ----------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A process of the container, as the driver names it."""
+
+    pid: int                  # in the setter's pid namespace: what the driver is given
+    container_pid: int        # as the container sees it
+    comm: str
+
+    @property
+    def shown(self) -> str:
+        return f"process {self.container_pid} ({self.comm})" if self.comm else f"process {self.container_pid}"
+
+
+def plan_suspend(states: Mapping[Target, int | None]) -> list[Target]:
+    """The processes a suspend locks and checkpoints, in order: those with a
+    context (state not None), every one RUNNING.  SuspendError otherwise."""
+    live = [t for t, s in states.items() if s is not None]
+    if not live:
+        raise SuspendError("no process of the container holds a CUDA context: nothing to suspend")
+    if all(states[t] == CHECKPOINTED for t in live):
+        raise SuspendError("the container is suspended already")
+    for t in live:
+        if states[t] == FAILED:
+            raise SuspendError(f"{t.shown} is FAILED in the driver (an uncorrectable checkpoint error)")
+        if states[t] != RUNNING:
+            raise SuspendError(f"{t.shown} is {PROCESS_STATES[states[t]]}: a suspend or resume was "
+                               "interrupted, or another setter holds it; 'vgpulimit resume' brings it back")
+    return live
+
+
+def plan_resume(states: Mapping[Target, int | None]) -> tuple[list[Target], list[Target]]:
+    """The processes a resume restores (CHECKPOINTED), then unlocks (those
+    and the LOCKED); SuspendError when there is nothing to resume or a
+    process cannot be."""
+    for t, s in states.items():
+        if s == FAILED:
+            raise SuspendError(f"{t.shown} is FAILED in the driver (an uncorrectable checkpoint error): "
+                               "it cannot be resumed")
+    restore = [t for t, s in states.items() if s == CHECKPOINTED]
+    unlock = [t for t, s in states.items() if s in (LOCKED, CHECKPOINTED)]
+    if not unlock:
+        raise SuspendError("the container is not suspended")
+    return restore, unlock
+
+
+# ---- The mechanism: the driver -----------------------------------------------
+
+
+class Driver:
+    """libcuda.so.1's checkpoint calls, through ctypes; ``simulate``: the
+    simulated GPU's driver that ships with vgpulimit."""
+
+    def __init__(self, simulate: bool = False) -> None:
+        if simulate:
+            from vgpulimit._paths import simgpu_dir
+
+            path = str(simgpu_dir() / "libcuda.so.1")
+        else:
+            path = "libcuda.so.1"
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise SuspendError(f"cannot load the CUDA driver ({path}): {exc}") from None
+        missing = [name for name in _CALLS if not hasattr(self.lib, name)]
+        if missing:
+            raise SuspendError(f"the CUDA driver has no checkpoint API ({missing[0]}): suspending needs "
+                               "NVIDIA driver 570 or later")
+        code = self.lib.cuInit(0)
+        if code != CUDA_SUCCESS:
+            raise SuspendError(f"the CUDA driver does not start (cuInit: {self.name(code)})")
+
+    def name(self, code: int) -> str:
+        text = ctypes.c_char_p()
+        if self.lib.cuGetErrorName(code, ctypes.byref(text)) == CUDA_SUCCESS and text.value:
+            return text.value.decode()
+        return f"CUresult {code}"
+
+    def state(self, pid: int) -> int | None:
+        """The process's CUprocessState; None when it has no CUDA context (or is gone)."""
+        state = ctypes.c_int()
+        code = self.lib.cuCheckpointProcessGetState(pid, ctypes.byref(state))
+        if code == CUDA_ERROR_NOT_INITIALIZED:
+            return None
+        if code != CUDA_SUCCESS:
+            raise SuspendError(f"cannot ask the driver about process {pid}: {self.name(code)}")
+        return state.value
+
+    def lock(self, pid: int, timeout_ms: int) -> int:
+        args = (ctypes.c_uint32 * 16)()   # CUcheckpointLockArgs: timeoutMs, then reserved zeros
+        args[0] = timeout_ms
+        return self.lib.cuCheckpointProcessLock(pid, args)
+
+    def checkpoint(self, pid: int) -> int:
+        return self.lib.cuCheckpointProcessCheckpoint(pid, None)
+
+    def restore(self, pid: int) -> int:
+        return self.lib.cuCheckpointProcessRestore(pid, None)
+
+    def unlock(self, pid: int) -> int:
+        return self.lib.cuCheckpointProcessUnlock(pid, None)
+
+
+# ---- The mechanism: a container ------------------------------------------------
+
+
+def _targets(region: str) -> tuple[list[Target], object]:
+    """The container's live processes, by the pid the driver knows them by,
+    and the region's snapshot."""
+    from vgpulimit.processes import host_pids
+    from vgpulimit.region import read_snapshot
+
+    snapshot = read_snapshot(region)
+    host = host_pids() if any(p.host_pid is None for p in snapshot.processes) else {}
+    targets = []
+    for p in snapshot.processes:
+        pid = p.host_pid or host.get((p.pid, p.start_ticks))
+        if pid is None:
+            raise SuspendError(f"cannot tell which process of this machine the container's process {p.pid} "
+                               "is: run vgpulimit suspend on the node, in its pid namespace")
+        targets.append(Target(pid=pid, container_pid=p.pid, comm=p.comm))
+    return targets, snapshot
+
+
+@contextmanager
+def _exclusive(region: str) -> Iterator[int]:
+    """The container's record, open and locked: one setter at a time
+    suspends or resumes a container.  The record is the lock, not the region
+    file, which the container's processes may open and lock too: a tenant
+    must not be able to keep itself from being suspended."""
+    try:
+        st = os.stat(region)
+        fd = os.open(record_path(region), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     st.st_mode & 0o666)
+    except OSError as exc:
+        raise SuspendError(f"region {region}: {exc.strerror}") from None
+    try:
+        if os.geteuid() == 0:
+            os.fchown(fd, st.st_uid, st.st_gid)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SuspendError(f"region {region}: another suspend or resume of the container is under "
+                               "way") from None
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class _Container:
+    """The words beside the driver that a suspend changes: the region's, the
+    board row's and the record."""
+
+    def __init__(self, region: str, snapshot, fd: int) -> None:
+        self.region = region
+        self.fd = fd
+        self.board = snapshot.board
+        self.record = read_record(region)
+
+    def set_state(self, state: str, **changes) -> None:
+        from vgpulimit.region import Region
+
+        self.record = replace(self.record, state=state, **changes)
+        write_record(self.fd, self.record)
+        with Region.open(self.region) as mapped:
+            mapped.set_suspend_state(STATES.index(state))
+
+    def mark_board(self, suspended: bool) -> None:
+        if self.board:
+            from vgpulimit import board
+
+            board.set_suspended(board.reachable(self.board, self.region), self.region, suspended)
+
+
+def _failure(driver: Driver, target: Target, step: str, code: int, timeout_ms: int) -> SuspendError:
+    if code == CUDA_ERROR_NOT_SUPPORTED and step == "checkpoint":
+        why = "holds managed (UVM) or IPC memory, which the driver's checkpoint refuses"
+    elif code == CUDA_ERROR_NOT_READY and step == "lock":
+        why = f"did not finish its submitted GPU work within {timeout_ms} ms (--timeout)"
+    elif code == CUDA_ERROR_OUT_OF_MEMORY and step == "restore":
+        why = "cannot have its memory back: the GPU has no room for it now (it stays suspended)"
+    else:
+        why = f"{step} failed: {driver.name(code)}"
+    return SuspendError(f"{target.shown} {why}")
+
+
+def _run_steps(driver: Driver, steps: Sequence[tuple[str, Callable[[int], int], list[Target]]],
+               timeout_ms: int) -> list[tuple[str, Target]]:
+    """Each step on each of its targets, in order; the (step, target) pairs
+    done.  _StepFailed when one fails (a process gone meanwhile is skipped:
+    it holds nothing)."""
+    done: list[tuple[str, Target]] = []
+    for step, call, targets in steps:
+        for t in targets:
+            code = call(t.pid)
+            if code == CUDA_ERROR_NOT_INITIALIZED:
+                continue
+            if code != CUDA_SUCCESS:
+                raise _StepFailed(done, _failure(driver, t, step, code, timeout_ms))
+            done.append((step, t))
+    return done
+
+
+class _StepFailed(Exception):
+    def __init__(self, done: list[tuple[str, Target]], error: SuspendError) -> None:
+        super().__init__(str(error))
+        self.done = done
+        self.error = error
+
+
+def suspend(region: str, driver: Driver, timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+            clock: Callable[[], int] = time.monotonic_ns) -> Record:
+    """Suspends the container of ``region``: its record after."""
+    with _exclusive(region) as fd:
+        targets, snapshot = _targets(region)
+        live = plan_suspend({t: driver.state(t.pid) for t in targets})
+        container = _Container(region, snapshot, fd)
+        started = clock()
+        container.set_state("suspending", since_ns=started)
+        steps = [("lock", lambda pid: driver.lock(pid, timeout_ms), live), ("checkpoint", driver.checkpoint, live)]
+        try:
+            _run_steps(driver, steps, timeout_ms)
+        except _StepFailed as failed:
+            undo = {"checkpoint": driver.restore, "lock": driver.unlock}
+            for step, t in reversed(failed.done):
+                undo[step](t.pid)
+            container.set_state("running", since_ns=0, out_bytes={})
+            raise failed.error from None
+        from vgpulimit.region import read_snapshot
+
+        # Read again: its processes are locked now, so what they hold is still.
+        out = {d.index: d.used_bytes for d in read_snapshot(region).devices if d.used_bytes}
+        container.mark_board(True)
+        done = clock()
+        container.set_state("suspended", since_ns=done, out_bytes=out, suspends=container.record.suspends + 1,
+                            last_suspend_ns=done - started)
+        return container.record
+
+
+def resume(region: str, driver: Driver, clock: Callable[[], int] = time.monotonic_ns) -> Record:
+    """Resumes the container of ``region`` (or finishes a suspend or resume
+    that was interrupted): its record after."""
+    with _exclusive(region) as fd:
+        targets, snapshot = _targets(region)
+        restore, unlock = plan_resume({t: driver.state(t.pid) for t in targets})
+        container = _Container(region, snapshot, fd)
+        suspended_since = container.record.since_ns if container.record.state == "suspended" else 0
+        started = clock()
+        container.set_state("resuming", since_ns=container.record.since_ns or started)
+        container.mark_board(False)   # its guarantee is held again before its memory comes back
+        try:
+            _run_steps(driver, [("restore", driver.restore, restore)], 0)
+        except _StepFailed as failed:
+            for _, t in reversed(failed.done):
+                driver.checkpoint(t.pid)
+            container.mark_board(True)
+            container.set_state("suspended")
+            raise failed.error from None
+        for t in unlock:
+            driver.unlock(t.pid)
+        done = clock()
+        period = done - suspended_since if suspended_since else 0
+        container.set_state("running", since_ns=0, out_bytes={}, resumes=container.record.resumes + 1,
+                            suspended_ns=container.record.suspended_ns + period, last_resume_ns=done - started)
+        return container.record
