@@ -254,6 +254,10 @@ int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta,
 int vgl_current_device(void);
 /* The device's memory as the driver reports it (asked once); 0: unknown. */
 uint64_t vgl_device_total(int device);
+/* The process uses `device` (makes a context or allocates there): the region
+ * records the device's size, which the views take for "used", and binds it
+ * to its UUID (once per process). */
+void vgl_device_used(int device);
 /* The cap of a device of `total` bytes, read live from the region and those
  * it is nested in (the tightest); UINT64_MAX: none; 0 while the
  * configuration or a region is broken. */
