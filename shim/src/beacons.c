@@ -46,6 +46,8 @@ static struct {
     const struct vgl_board *board;
     uint64_t region_dev, region_ino;
     uint32_t row;                  /* where the container's row was last seen (atomic) */
+    uint64_t key;                  /* the row's when found: its beacon's name */
+    bool own_looked;               /* `own` is known */
     struct vgl_beacon *own;
     int own_fd;                    /* the same, open for reading; -1: none */
     const char *own_why;           /* why `own` is NULL */
@@ -132,7 +134,7 @@ static bool locate(char board[VGL_PARENT_LEN], struct stat *region, uint32_t *li
 }
 
 /* The container's own beacon, mapped for writing and guarded; else NULL and
- * why in node.own_why. */
+ * why in node.own_why.  Under node.lock. */
 static void map_own_beacon(uint64_t key)
 {
     beacon_path(key, node.own_path, sizeof node.own_path);
@@ -177,7 +179,7 @@ static enum vgl_board_place look(void)
     node.row = (uint32_t)row;
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++)
         node.others[i].fd = -1;
-    map_own_beacon(__atomic_load_n(&board->row[row].key, __ATOMIC_ACQUIRE));
+    node.key = __atomic_load_n(&board->row[row].key, __ATOMIC_ACQUIRE);
     node.board = board;
     return VGL_PLACE_ROW;
 }
@@ -220,6 +222,13 @@ const struct vgl_board_row *vgl_board_own_row(uint32_t *index)
 
 struct vgl_beacon *vgl_beacon_own(const char **path, const char **why)
 {
+    /* Mapped when first asked for: a row that neither feature takes part in costs no mapping. */
+    pthread_mutex_lock(&node.lock);
+    if (!node.own_looked) {
+        map_own_beacon(node.key);
+        node.own_looked = true;
+    }
+    pthread_mutex_unlock(&node.lock);
     *path = node.own_path;
     *why = node.own_why;
     return node.own;

@@ -479,10 +479,11 @@ const struct vgl_board *vgl_board_mapped(void);
 /* The container's row now (a setter may have moved it); NULL: gone.  Its
  * index, or the last one seen when gone, into *index (may be NULL). */
 const struct vgl_board_row *vgl_board_own_row(uint32_t *index);
-/* The container's beacon, mapped for writing and guarded; NULL when it
- * cannot be, and why into *why.  Its path into *path. */
+/* The container's beacon, mapped for writing and guarded (when first asked
+ * for); NULL when it cannot be, and why into *why.  Its path into *path. */
 struct vgl_beacon *vgl_beacon_own(const char **path, const char **why);
-/* The same, open for reading (its waits' bytes are locked through it); -1: none. */
+/* The same, open for reading (its waits' bytes are locked through it), once
+ * vgl_beacon_own has answered; -1: none. */
 int vgl_beacon_own_fd(void);
 /* The beacon of row `row`, keyed `key`, as it is now, into *out: false if it
  * cannot be read (gone, not a regular file of a beacon's size, not a beacon). */
