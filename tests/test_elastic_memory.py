@@ -7,6 +7,7 @@ line by line (tests/c/elastic_client.c)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -266,6 +267,86 @@ def test_a_tenants_lies_cost_its_own_guarantee_never_anothers(sim_env, container
         f.write((10 * GiB).to_bytes(8, sys.byteorder))
     assert borrower.alloc(2 * GiB)[1] == 0
     assert holder.alloc(10 * GiB)[1] == OOM   # its own lie: 8 GiB free on the GPU
+
+
+# -- the board and the beacons, as a process sees them ------------------------------------------
+
+
+def client_pid(container: Container) -> int:
+    """The pid of the elastic_client under a container's `vgpulimit run`."""
+    for _ in range(200):
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                comm = stat.read_text().split("(", 1)[1].rsplit(")", 1)[0]
+            except OSError:
+                continue
+            if int(fields[1]) == container.proc.pid and comm == "elastic_client":
+                return int(stat.parent.name)
+        time.sleep(0.05)
+    raise AssertionError("no elastic_client under the container's supervisor")
+
+
+def beacon_of(region: Path) -> tuple[Path, Path]:
+    """The node's board, and the beacon of the container of ``region``."""
+    from vgpulimit.region import Region
+
+    with Region.open(region) as r:
+        board = Path(r.snapshot().board)
+        return board, board.parent / f"beacon-{r.board_key:016x}"
+
+
+def test_a_process_maps_the_board_and_its_beacon_once_and_only_reads_anothers(sim_env, containers, tmp_path):
+    """Issue 40: priorities and elastic memory see the node's board and the
+    beacons through one module.  A process that takes part in both (it
+    launched, and allocated past its request, beside a container of a lower
+    priority that holds memory) maps the board once and its own beacon once,
+    and holds the other container's beacon open once, for reading, never
+    mapped: a tenant that truncates its beacon crashes no reader
+    (docs/threat-model.md)."""
+    low = containers("--priority", "low", "--memory", "4GiB", "--memory-request", "1GiB",
+                     region=tmp_path / "low.region")
+    assert low.alloc(GiB)[1] == 0
+    me = containers("--priority", "high", "--memory", "4GiB", "--memory-request", "1GiB",
+                    region=tmp_path / "high.region")
+    assert me.ask("launch 100") == ["launch", "0"]
+    assert me.alloc(2 * GiB)[1] == 0   # past its request: the others' beacons were read
+    board, own = beacon_of(tmp_path / "high.region")
+    _, other = beacon_of(tmp_path / "low.region")
+    pid = client_pid(me)
+    maps = [line.split(maxsplit=5) for line in Path(f"/proc/{pid}/maps").read_text().splitlines()]
+    mapped = [Path(fields[5]) for fields in maps if len(fields) == 6]
+    held = [Path(os.readlink(fd)) for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.name.isdigit()
+            and os.readlink(fd).startswith("/")]
+    assert (mapped.count(board), mapped.count(own), mapped.count(other)) == (1, 1, 0), maps
+    assert held.count(other) == 1, held
+
+
+@pytest.mark.parametrize("beacon, yields", [("as written", True), ("one byte longer", False)])
+def test_a_beacon_of_the_wrong_size_is_read_by_no_one(sim_env, containers, tmp_path, beacon, yields):
+    """Priorities and elastic memory take another container's beacon only if
+    it is a file of a beacon's size, checked before it is read.  A high
+    container that claims work far ahead holds a low one's launch back (the
+    low one yields); the same claim in a beacon its tenant made one byte
+    longer is no beacon, and a higher container's silence only takes its
+    priority away from itself."""
+    from vgpulimit._paths import core
+
+    ffi, _ = core()
+    high = containers("--priority", "high", "--memory", "4GiB", region=tmp_path / "high.region")
+    low = containers("--priority", "low", "--memory", "4GiB", region=tmp_path / "low.region")
+    assert high.ask("launch 100") == ["launch", "0"]
+    _, path = beacon_of(tmp_path / "high.region")
+    until_at = ffi.offsetof("struct vgl_beacon", "device") + ffi.offsetof("struct vgl_beacon_device",
+                                                                          "busy_until_ns")
+    with open(path, "r+b") as f:
+        f.seek(until_at)
+        f.write((time.monotonic_ns() + 10 * 10**9).to_bytes(8, sys.byteorder))
+        if beacon == "one byte longer":
+            f.seek(0, os.SEEK_END)
+            f.write(b"\0")
+    assert low.ask("launch 100") == ["launch", "0"]
+    assert (device0(sim_env, tmp_path / "low.region")["yielded_ns"] > 0) == yields
 
 
 # -- getting a guarantee back, and waiting -----------------------------------------------------

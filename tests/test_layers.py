@@ -2,7 +2,8 @@
 above it, the core (what the Python binding links too) nothing of the preload
 library, no two files of the shim call each other, round a circle of any
 length, nor two files of the simulated GPU, and the simulated driver includes
-nothing of the shim.  The Python package's: no two modules import each other round a
+nothing of the shim; priorities and elastic memory see the node's board and
+the beacons through one file.  The Python package's: no two modules import each other round a
 circle, no module but the CLI imports a renderer, and verify does not import
 the supervisor.  docs/architecture.md draws them."""
 
@@ -109,6 +110,20 @@ def test_the_measurement_calls_neither_the_driver_nor_the_share():
     calls = _calls()
     assert "shim/src/busy_time.c" in calls["shim/src/launch_hooks.c"]
     assert calls["shim/src/busy_time.c"] <= {"shim/src/cost_model.c", "shim/src/log.c"}
+
+
+def test_priorities_and_elastic_memory_see_the_board_through_one_file():
+    """beacons.c maps the node's board and the container's beacon, once per
+    process, and reads the other containers' beacons; priority.c and
+    elastic.c use it, neither calls the other, and neither opens, maps or
+    reads a file itself."""
+    calls = _calls()
+    priority, elastic = "shim/src/priority.c", "shim/src/elastic.c"
+    assert "shim/src/beacons.c" in calls[priority] and "shim/src/beacons.c" in calls[elastic]
+    assert priority not in calls[elastic] and elastic not in calls[priority]
+    sources = _sources([ROOT / priority, ROOT / elastic])
+    for path, text in sources.items():
+        assert re.findall(r"\b(open|mmap|pread|fstat|stat)\s*\(", text) == [], path
 
 
 # -- the simulated GPU --------------------------------------------------------------------

@@ -2,14 +2,15 @@
 among its rules, the wall that keeps the terminal UI (rich, vgpulimit.top) out
 of the library modules.  And it stands alone: no source, test or page cites a
 document outside it (the facts they rely on are in docs/facts.md and
-docs/mig-facts.md, the schemas in tests/data/schemas)."""
+docs/mig-facts.md, the schemas in tests/data/schemas).  No function of the
+C (the shim, its base, the simulated GPU) is longer than 120 lines."""
 
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import BASE, ROOT, SHIM_SRC
 
 
 def test_ruff_finds_nothing():
@@ -39,3 +40,31 @@ def test_nothing_cites_a_document_outside_the_repository():
     assert cited == {}
     # The reader finds a citation where there is one (this file's own are such).
     assert _OUTSIDE.search("as measured (../shared/FACTS.md)") and _OUTSIDE.search("(MIG.md 1.3)")
+
+
+def _function_lengths(text: str) -> dict[str, int]:
+    """Each function's length in lines, from the `{` that starts its body at
+    the line's start to the `}` that ends it there (the project's layout;
+    a table's `= {` ends its first line, so tables are not counted)."""
+    lines = text.splitlines()
+    lengths, start = {}, None
+    for i, line in enumerate(lines):
+        if line.startswith("{"):
+            start = i
+        elif line.startswith("}") and start is not None:
+            head = start - 1
+            while head > 0 and lines[head][:1].isspace():
+                head -= 1   # a signature continued over several lines
+            name = re.findall(r"(\w+)\s*\(", lines[head]) if head >= 0 else []
+            lengths[name[0] if name else f"line {start + 1}"] = i - start + 1
+            start = None
+    return lengths
+
+
+def test_no_c_function_is_longer_than_120_lines():
+    files = [*BASE.glob("*.c"), *SHIM_SRC.glob("*.c"), *(ROOT / "simgpu").glob("*.c")]
+    long = {f"{path.relative_to(ROOT)}: {name}": n for path in files
+            for name, n in _function_lengths(path.read_text()).items() if n > 120}
+    assert long == {}
+    # The reader sees functions, and a long one.
+    assert _function_lengths("int f(void)\n{\n" + "    x();\n" * 130 + "}\n") == {"f": 132}

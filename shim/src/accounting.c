@@ -7,6 +7,7 @@
 #include "internal.h"
 
 static uint64_t device_total[VGL_MAX_DEVICES]; /* as the driver reports it; 0: not asked yet */
+static bool device_used[VGL_MAX_DEVICES];      /* the region has been told (vgl_device_used) */
 
 int vgl_current_device(void)
 {
@@ -25,13 +26,28 @@ uint64_t vgl_device_total(int device)
             return 0;
         total = bytes;
         __atomic_store_n(&device_total[device], total, __ATOMIC_RELAXED);
-        if (vgl_self.region) {
-            __atomic_store_n(&vgl_self.region->devices[device].total_bytes, total, __ATOMIC_RELAXED);
-            vgl_device_note(device);
-        }
     }
     return total;
 }
+
+static void tell_region(int device)
+{
+    uint64_t total = vgl_device_total(device);
+    if (!total || !vgl_self.region)
+        return; /* told at the next use */
+    __atomic_store_n(&vgl_self.region->devices[device].total_bytes, total, __ATOMIC_RELAXED);
+    vgl_device_note(device);
+    __atomic_store_n(&device_used[device], true, __ATOMIC_RELAXED);
+}
+
+/* Inline on the hot path: a load once the region has been told. */
+static inline void used(int device)
+{
+    if (VGL_UNLIKELY(!__atomic_load_n(&device_used[device], __ATOMIC_RELAXED)))
+        tell_region(device);
+}
+
+void vgl_device_used(int device) { used(device); }
 
 /* Whether a region file lost pages under our mapping (region_guard.c): what
  * we read and write there is no longer shared with the container, so nothing
@@ -115,7 +131,11 @@ int vgl_reserve(uint32_t device, uint64_t bytes, bool forced, bool count, uint32
     /* Before the ledger is: never behind what it says. */
     if (device < VGL_MAX_DEVICES)
         __atomic_add_fetch(&reserved_ever[device], bytes, __ATOMIC_SEQ_CST);
-    uint64_t total = forced ? 0 : vgl_device_total((int)device);
+    uint64_t total = 0;
+    if (!forced) {
+        used((int)device);
+        total = vgl_device_total((int)device);
+    }
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_link link = vgl_link_at(i);
         uint64_t cap = forced ? UINT64_MAX : vgl_region_cap(link.region, (int)device, total);

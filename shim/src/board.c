@@ -1,6 +1,6 @@
 /* The node's priority board (vgpulimit/board.h), the setters' side: rows are
  * taken, changed and freed under an flock of the board file, which only
- * setters can open for writing; containers map it read-only (priority.c).
+ * setters can open for writing; containers map it read-only (beacons.c).
  * A setter killed while it holds the flock loses it with its descriptor, so
  * nothing here can block the next one. */
 #include <errno.h>

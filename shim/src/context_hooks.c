@@ -13,6 +13,7 @@ static bool fits(CUdevice_v1 device, CUcontext ctx)
 {
     if (device < 0 || device >= VGL_MAX_DEVICES || !vgl_ready())
         return true; /* nothing to count it against: allocations say no if need be */
+    vgl_device_used(device);
     /* A process that must find itself in the driver's list does so with a
      * probe allocated in the context (overhead.c): a retained primary
      * context is not current yet. */

@@ -4,24 +4,22 @@
  * memory.  What to decide is elastic_model.c's; this file reads what it
  * decides on and acts.
  *
- * Node-wide facts come from the node's board (vgpulimit/board.h), mapped
- * read-only: each container's guarantee (its request, else its cap) as its
- * setter wrote it, found by the region file, never by what a tenant can
- * write.  Use and waiting come from the beacons, each written by its own
- * container: claims, believed only as far as a lie costs the liar.  A
+ * Node-wide facts come from the node's board (vgpulimit/board.h): each
+ * container's guarantee (its request, else its cap) as its setter wrote it.
+ * Use and waiting come from the beacons, each written by its own container:
+ * claims, believed only as far as a lie costs the liar.  The board, the
+ * container's row and the beacons are beacons.c's, shared with priorities.  A
  * container that says it uses more than it does leaves less of its own
  * guarantee held for it; one that says it uses less holds more, which only
  * others' borrowing pays.  Physical use is the driver's (cuMemGetInfo).
  *
  * Waiting sleeps on futexes: each container bumps the word `frees` in its
  * beacon's entry for a device when its memory there is freed, and wakes its
- * sleepers; a waiter reads every container's word (pread, as priority.c
- * reads beacons), tries its allocation again, and sleeps on all the words at
- * once (futex_waitv) only if they are still what it read: a free between the
- * read and the sleep is never missed.  Others' beacons are mapped read-only
- * for the futex addresses alone and never read through the mapping, so a
- * tenant that truncates its own beacon costs a reader a failed futex call,
- * not its life.  Frees by processes outside any row (another user's, a
+ * sleepers; a waiter reads every container's word, tries its allocation
+ * again, and sleeps on all the words at once (futex_waitv) only if they are
+ * still what it read: a free between the read and the sleep is never missed.
+ * A tenant that truncates its own beacon costs a sleeper a failed futex call
+ * (beacons.c maps others' beacons for the kernel's futex alone).  Frees by processes outside any row (another user's, a
  * plain-capped container of the OCI hook without a row) are seen at the next
  * recheck, every vgl_timings.memory_recheck_ns.
  *
@@ -30,15 +28,10 @@
  * holds their byte locked (waits.c): a waiter killed as it waits holds no
  * one back. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <stddef.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,42 +53,24 @@ struct waitv {
     uint32_t reserved;
 };
 
-struct other {
-    uint64_t key;                  /* the row's, when `fd` was opened */
-    int fd;                        /* its beacon, read-only; -1: none */
-    const struct vgl_beacon *map;  /* the same, mapped for futex addresses only; NULL: none */
-};
-
 static struct {
     pthread_mutex_t lock;
     int state;                     /* 0: not looked at; 1: takes part; -1: does not */
     const struct vgl_board *board;
-    struct vgl_beacon *own;
-    int own_fd;                    /* the same, open for reading: its waits' bytes are locked
-                                      through it (waits.c); -1: none */
+    struct vgl_beacon *own;        /* the container's beacon; NULL: it cannot be written */
     uint32_t held[VGL_MAX_DEVICES]; /* this process's allocations waiting on each device: the
                                        device's byte is locked while one is */
     struct vgl_memory_wait *waits; /* this process's waits, a list through `next` */
-    uint64_t region_dev, region_ino;
-    uint32_t row;
     uint32_t link;                 /* the process's link whose region the row is for */
-    char dir[VGL_PARENT_LEN];
-    struct other others[VGL_BOARD_ROWS];
     uint32_t named[VGL_MAX_DEVICES]; /* the beacon's entry of the device has its UUID (atomic) */
     uint64_t waits_seen;           /* the board's generation when last read, and (bit 0) whether
                                       some row on it has a memory wait; one word, so never torn */
-} el = {.lock = PTHREAD_MUTEX_INITIALIZER, .own_fd = -1};
+} el = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* The child waits for nothing; its own descriptor of the beacon holds none
- * of the parent's locks, which die with the parent. */
+/* The child waits for nothing (its descriptor of the beacon is beacons.c's to renew). */
 static void forget_in_child(void)
 {
     pthread_mutex_init(&el.lock, NULL);
-    if (el.own_fd >= 0) {
-        int fresh = vgl_reopen(el.own_fd, O_RDONLY);
-        close(el.own_fd);
-        el.own_fd = fresh;
-    }
     memset(el.held, 0, sizeof el.held);
     el.waits = NULL;
 }
@@ -103,60 +78,22 @@ VGL_AFTER_FORK(forget_in_child)
 
 static struct vgl_region *own_region(void) { return vgl_link_at(el.link).region; }
 
-static void beacon_path(const char *name, char *out, size_t len)
-{
-    snprintf(out, len, "%s/%.*s", el.dir, VGL_BEACON_NAME_LEN - 1, name);
-}
-
-/* The container's beacon, mapped for writing and guarded; NULL (said) if it cannot be. */
-static struct vgl_beacon *map_own_beacon(const char *name)
-{
-    char path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
-    beacon_path(name, path, sizeof path);
-    struct vgl_beacon *map = vgl_map_file(path, sizeof *map, true);
-    if (map && vgl_beacon_check(map, sizeof *map) == 0 && vgl_guard_mapping(map, sizeof *map) == 0) {
-        el.own_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-        return map;
-    }
-    if (map)
-        munmap(map, sizeof *map);
-    vgl_log(VGL_LOG_WARN, "the container's beacon %s cannot be written: its use is not known to other "
-            "containers (which then hold all of its guarantee for it) and its frees wake no waiter", path);
-    return NULL;
-}
-
 static int set_up(void)
 {
-    char path[VGL_PARENT_LEN];
-    struct stat region;
-    if (!vgl_board_locate(path, &region, &el.link))
-        return -1;
-    char *slash = strrchr(path, '/');
-    if (path[0] != '/' || !slash)
-        return -1;
-    snprintf(el.dir, sizeof el.dir, "%.*s", (int)(slash - path), path);
-    const struct vgl_board *board = vgl_map_file(path, sizeof *board, false);
-    if (!board || vgl_board_check(board, sizeof *board) != 0) {
+    enum vgl_board_place place = vgl_board_place();
+    if (place == VGL_PLACE_UNREADABLE)
         vgl_log(VGL_LOG_WARN, "%s is not a board this process can read; elastic memory (requests, waits) "
-                "is off: allocations are held to the cap alone", path);
-        if (board)
-            munmap((void *)board, sizeof *board);
+                "is off: allocations are held to the cap alone", vgl_board_path());
+    const struct vgl_board_row *row = place == VGL_PLACE_ROW ? vgl_board_own_row(NULL) : NULL;
+    if (!row || !(__atomic_load_n(&row->flags, __ATOMIC_RELAXED) & VGL_ROW_MEMORY))
         return -1;
-    }
-    int row = vgl_board_find(board, (uint64_t)region.st_dev, (uint64_t)region.st_ino, NULL);
-    if (row < 0 || !(__atomic_load_n(&board->row[row].flags, __ATOMIC_RELAXED) & VGL_ROW_MEMORY)) {
-        munmap((void *)board, sizeof *board);
-        return -1;
-    }
-    el.region_dev = (uint64_t)region.st_dev;
-    el.region_ino = (uint64_t)region.st_ino;
-    el.row = (uint32_t)row;
-    for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++)
-        el.others[i].fd = -1;
-    char name[VGL_BEACON_NAME_LEN];
-    vgl_beacon_name(__atomic_load_n(&board->row[row].key, __ATOMIC_ACQUIRE), name);
-    el.own = map_own_beacon(name);
-    el.board = board;
+    el.link = vgl_board_link();
+    const char *path, *why;
+    el.own = vgl_beacon_own(&path, &why);
+    if (!el.own)
+        vgl_log(VGL_LOG_WARN, "the container's beacon %s cannot be written (%s): its use is not known to other "
+                "containers (which then hold all of its guarantee for it) and its frees wake no waiter", path, why);
+    el.board = vgl_board_mapped();
     return 1;
 }
 
@@ -173,28 +110,12 @@ bool vgl_elastic_takes_part(void)
     return state > 0;
 }
 
-/* The container's row now: a setter may have moved it.  NULL: gone. */
-static const struct vgl_board_row *own_row(void)
-{
-    const struct vgl_board_row *r = &el.board->row[__atomic_load_n(&el.row, __ATOMIC_RELAXED)];
-    if (__atomic_load_n(&r->region_ino, __ATOMIC_RELAXED) == el.region_ino &&
-        __atomic_load_n(&r->region_dev, __ATOMIC_RELAXED) == el.region_dev)
-        return r;
-    int row = vgl_board_find(el.board, el.region_dev, el.region_ino, NULL);
-    if (row < 0)
-        return NULL;
-    __atomic_store_n(&el.row, (uint32_t)row, __ATOMIC_RELAXED); /* read without the lock by vgl_elastic_admit */
-    return &el.board->row[row];
-}
-
-static const uint8_t NO_UUID[16];
-
 /* What `r` guarantees the device of `uuid`, numbered `index` in its
  * container (-1: unknown there), on a device of `total` bytes. */
 static uint64_t guarantee_of(const struct vgl_board_row *r, int index, const uint8_t uuid[16], uint64_t total)
 {
     struct vgl_mem_limit g = {0};
-    bool known = memcmp(uuid, NO_UUID, 16) != 0;
+    bool known = !vgl_uuid_none(uuid);
     for (int d = 0; d < VGL_MAX_DEVICES && known; d++)
         if (memcmp(r->guarantee_by_uuid[d].uuid, uuid, 16) == 0) {
             g.bytes = __atomic_load_n(&r->guarantee_by_uuid[d].guarantee.bytes, __ATOMIC_RELAXED);
@@ -214,43 +135,11 @@ static uint64_t guarantee_of(const struct vgl_board_row *r, int index, const uin
  * what its row guarantees, at most its `cap`. */
 static uint64_t own_request(int device, uint64_t total, uint64_t cap)
 {
-    const struct vgl_board_row *r = own_row();
+    const struct vgl_board_row *r = vgl_board_own_row(NULL);
     if (!r)
         return cap; /* its row was freed (its setter is gone): held to its cap alone */
     uint64_t g = guarantee_of(r, device, vgl_self.region->devices[device].uuid, total);
     return g < cap ? g : cap;
-}
-
-/* Row i's beacon as it is now, into *out (false: unreadable), opened and
- * mapped anew when the row changed hands.  Under el.lock. */
-static bool read_beacon(uint32_t i, uint64_t key, struct vgl_beacon *out)
-{
-    struct other *o = &el.others[i];
-    if (o->key != key) {
-        if (o->fd >= 0)
-            close(o->fd);
-        if (o->map)
-            munmap((void *)o->map, sizeof *o->map);
-        o->map = NULL;
-        char name[VGL_BEACON_NAME_LEN], path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
-        vgl_beacon_name(key, name);
-        beacon_path(name, path, sizeof path);
-        /* O_NONBLOCK: a FIFO a tenant put in its beacon's place blocks no one. */
-        o->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-        struct stat st;
-        if (o->fd >= 0 && (fstat(o->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-                           (uint64_t)st.st_size != sizeof(struct vgl_beacon))) {
-            close(o->fd);
-            o->fd = -1;
-        }
-        if (o->fd >= 0) {
-            void *map = mmap(NULL, sizeof *o->map, PROT_READ, MAP_SHARED, o->fd, 0);
-            o->map = map == MAP_FAILED ? NULL : map;
-        }
-        o->key = key;
-    }
-    return o->fd >= 0 && pread(o->fd, out, sizeof *out, 0) == (ssize_t)sizeof *out &&
-           vgl_beacon_check(out, sizeof *out) == 0;
 }
 
 static int entry_index(const struct vgl_beacon *b, const uint8_t uuid[16])
@@ -269,15 +158,16 @@ static uint64_t look_at_others(const uint8_t uuid[16], uint64_t total, const str
 {
     struct vgl_elastic_other held[VGL_BOARD_ROWS];
     struct vgl_waiter ahead[VGL_BOARD_ROWS];
-    uint32_t n = 0, waiting = 0;
+    uint32_t n = 0, waiting = 0, own;
+    vgl_board_own_row(&own);
     for (uint32_t i = 0; i < VGL_BOARD_ROWS; i++) {
         const struct vgl_board_row *r = &el.board->row[i];
         uint64_t key = __atomic_load_n(&r->key, __ATOMIC_ACQUIRE);
         uint32_t flags = __atomic_load_n(&r->flags, __ATOMIC_RELAXED);
-        if (!key || i == el.row || !(flags & VGL_ROW_MEMORY))
+        if (!key || i == own || !(flags & VGL_ROW_MEMORY))
             continue;
         struct vgl_beacon b;
-        bool readable = read_beacon(i, key, &b);
+        bool readable = vgl_beacon_read(i, key, &b);
         int d = readable ? entry_index(&b, uuid) : -1;
         /* Silent (no beacon, or no word of this device): its guarantee by
          * UUID is held for it whole; one by index names no device yet.
@@ -287,13 +177,14 @@ static uint64_t look_at_others(const uint8_t uuid[16], uint64_t total, const str
         n++;
         if (d < 0)
             continue;
-        if (w && el.others[i].map && w->words < VGL_BOARD_ROWS) {
-            w->word[w->words] = &el.others[i].map->device[d].frees;
+        const uint32_t *word = w && w->words < VGL_BOARD_ROWS ? vgl_beacon_frees_word(i, key, (uint32_t)d) : NULL;
+        if (word) {
+            w->word[w->words] = word;
             w->seen[w->words++] = b.device[d].frees;
         }
         /* A waiter that died holds its byte no longer (-errno: cannot be asked, believed). */
         if (me && b.device[d].waiters && b.device[d].oldest_wait_ns &&
-            vgl_waits_held(el.others[i].fd, (uint32_t)d)) {
+            vgl_beacon_waits_held(i, key, (uint32_t)d)) {
             uint32_t priority = __atomic_load_n(&r->priority, __ATOMIC_RELAXED);
             ahead[waiting].rank = flags & VGL_ROW_PRIORITY ? vgl_priority_rank(priority)
                                                            : vgl_priority_rank(VGL_PRIORITY_NORMAL);
@@ -324,10 +215,8 @@ int vgl_elastic_admit(int device, uint64_t bytes, uint64_t total, uint64_t cap, 
     struct vgl_region *region = own_region();
     uint64_t used = __atomic_load_n(&region->devices[device].used_bytes, __ATOMIC_RELAXED);
     /* Within its request, as a plain cap always is: no lock, and no one else looked at. */
-    const struct vgl_board_row *r = &el.board->row[__atomic_load_n(&el.row, __ATOMIC_RELAXED)];
-    if (__atomic_load_n(&r->region_ino, __ATOMIC_RELAXED) == el.region_ino &&
-        __atomic_load_n(&r->region_dev, __ATOMIC_RELAXED) == el.region_dev &&
-        used <= guarantee_of(r, device, vgl_self.region->devices[device].uuid, total))
+    const struct vgl_board_row *r = vgl_board_own_row(NULL);
+    if (r && used <= guarantee_of(r, device, vgl_self.region->devices[device].uuid, total))
         return 0;
     pthread_mutex_lock(&el.lock);
     uint64_t request = own_request(device, total, cap);
@@ -380,7 +269,7 @@ void vgl_elastic_changed(int device, uint64_t freeing, bool released)
     if (VGL_UNLIKELY(!__atomic_load_n(&el.named[device], __ATOMIC_ACQUIRE))) {
         /* Once, by one thread, when the device's UUID is known (the first attach binds it). */
         pthread_mutex_lock(&el.lock);
-        if (!el.named[device] && memcmp(vgl_self.region->devices[device].uuid, NO_UUID, sizeof NO_UUID) != 0) {
+        if (!el.named[device] && !vgl_uuid_none(vgl_self.region->devices[device].uuid)) {
             memcpy(entry->uuid, vgl_self.region->devices[device].uuid, sizeof entry->uuid);
             __atomic_store_n(&el.named[device], 1, __ATOMIC_RELEASE);
         }
@@ -398,7 +287,7 @@ void vgl_elastic_attached(void)
         return;
     /* Others hold its guarantee on a device from when its beacon names the device. */
     for (int d = 0; d < VGL_MAX_DEVICES; d++)
-        if (memcmp(vgl_self.region->devices[d].uuid, NO_UUID, sizeof NO_UUID) != 0)
+        if (!vgl_uuid_none(vgl_self.region->devices[d].uuid))
             vgl_elastic_changed(d, 0, false);
 }
 
@@ -454,8 +343,9 @@ static void start(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_
     el.waits = w;
     mark_slots(device);
     /* Locked before the beacon says it waits: a reader believes no claim without it. */
-    if (el.own && el.own_fd >= 0 && el.held[device]++ == 0)
-        vgl_share_byte(el.own_fd, vgl_waits_byte((uint32_t)device));
+    int fd = vgl_beacon_own_fd();
+    if (el.own && fd >= 0 && el.held[device]++ == 0)
+        vgl_share_byte(fd, vgl_waits_byte((uint32_t)device));
     pthread_mutex_unlock(&el.lock);
     publish(device);
 }
@@ -473,8 +363,9 @@ void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out)
             break;
         }
     mark_slots(device);
-    if (el.own && el.own_fd >= 0 && --el.held[device] == 0)
-        vgl_release_byte(el.own_fd, vgl_waits_byte((uint32_t)device));
+    int fd = vgl_beacon_own_fd();
+    if (el.own && fd >= 0 && --el.held[device] == 0)
+        vgl_release_byte(fd, vgl_waits_byte((uint32_t)device));
     pthread_mutex_unlock(&el.lock);
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_device_state *dev = &vgl_link_at(i).region->devices[device];
@@ -504,7 +395,7 @@ static bool arm(struct vgl_memory_wait *w)
     bool first = true;
     if (vgl_elastic_takes_part()) {
         pthread_mutex_lock(&el.lock);
-        const struct vgl_board_row *r = own_row();
+        const struct vgl_board_row *r = vgl_board_own_row(NULL);
         uint32_t priority = r ? __atomic_load_n(&r->priority, __ATOMIC_RELAXED) : VGL_PRIORITY_NORMAL;
         bool ranked = r && (__atomic_load_n(&r->flags, __ATOMIC_RELAXED) & VGL_ROW_PRIORITY);
         struct vgl_waiter me = {vgl_priority_rank(ranked ? priority : VGL_PRIORITY_NORMAL), w->since_ns};

@@ -1,6 +1,7 @@
 /* Elastic memory's decisions (docs/memory.md), apart from the board, the
- * beacons and the driver that elastic.c reads them from: who may use memory
- * past its request, what a view calls free, and which waiter goes first. */
+ * beacons and the driver that elastic.c reads them from (the first two
+ * through beacons.c): who may use memory past its request, what a view
+ * calls free, and which waiter goes first. */
 #include "internal.h"
 
 uint64_t vgl_elastic_held_for_others(const struct vgl_elastic_other *others, uint32_t n)

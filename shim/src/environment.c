@@ -566,14 +566,10 @@ static const char *lookup(char **envp, const char *name)
     return NULL;
 }
 
-void vgl_env_read(char **envp, struct vgl_env *out)
+/* The shim's log level: ours, else HAMi-core's. */
+static void read_log(char **envp, struct vgl_env *out)
 {
-    static struct reading zero;
-    struct reading r = zero;
-    memset(out, 0, sizeof *out);
-    r.out = out;
     out->log_level = -1;
-
     const char *log = lookup(envp, "VGPULIMIT_LOG");
     const char *hami_log = lookup(envp, "LIBCUDA_LOG_LEVEL");
     if (log) {
@@ -585,8 +581,12 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         /* HAMi-core: 0 errors only, 1 warnings, 2 info, 3 and up debug. */
         out->log_level = hami_log[0] - '0' < 3 ? hami_log[0] - '0' : 3;
     }
-    /* The compute policy: ours beats HAMi-core's (FORCE hard, DEFAULT
-     * borrow, DISABLE none; its DISABLE also drops its own share). */
+}
+
+/* The compute policy: ours beats HAMi-core's (FORCE hard, DEFAULT borrow,
+ * DISABLE none; its DISABLE also drops its own share). */
+static void read_policy(char **envp, struct vgl_env *out)
+{
     out->cores_policy = -1;
     const char *policy = lookup(envp, OUR_POLICY);
     const char *policy_name = OUR_POLICY;
@@ -606,7 +606,11 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", policy_name, policy,
             vgl_cores_policy_forms());
     }
-    /* The priority: ours (high, normal, low) beats HAMi-core's (0 high, 1 low). */
+}
+
+/* The priority: ours (high, normal, low) beats HAMi-core's (0 high, 1 low). */
+static void read_priority(char **envp, struct vgl_env *out)
+{
     out->priority = -1;
     const char *priority = lookup(envp, OUR_PRIORITY);
     const char *priority_name = priority ? OUR_PRIORITY : HAMI_PRIORITY;
@@ -626,6 +630,17 @@ void vgl_env_read(char **envp, struct vgl_env *out)
                 ours_given ? vgl_priority_forms() : vgl_hami_priority_forms());
         }
     }
+}
+
+void vgl_env_read(char **envp, struct vgl_env *out)
+{
+    static struct reading zero;
+    struct reading r = zero;
+    memset(out, 0, sizeof *out);
+    r.out = out;
+    read_log(envp, out);
+    read_policy(envp, out);
+    read_priority(envp, out);
     read_wait(envp, out);
     const char *ours = NULL; /* a VGPULIMIT_ variable that sets something up */
     const char *hami_policy = lookup(envp, HAMI_POLICY);

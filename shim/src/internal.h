@@ -254,6 +254,10 @@ int vgl_allocations_hold(enum vgl_allocation_kind kind, uint64_t key, int delta,
 int vgl_current_device(void);
 /* The device's memory as the driver reports it (asked once); 0: unknown. */
 uint64_t vgl_device_total(int device);
+/* The process uses `device` (makes a context or allocates there): the region
+ * records the device's size, which the views take for "used", and binds it
+ * to its UUID (once per process). */
+void vgl_device_used(int device);
 /* The cap of a device of `total` bytes, read live from the region and those
  * it is nested in (the tightest); UINT64_MAX: none; 0 while the
  * configuration or a region is broken. */
@@ -452,6 +456,45 @@ void vgl_share_used(int device, int64_t charged_ns, int64_t used_ns);
 /* A launch waited `ns` for budget. */
 void vgl_share_waited(int device, uint64_t ns);
 
+/* beacons.c — the node's board and the containers' beacons, as a container's
+ * processes see them: for priorities and elastic memory. */
+/* `path` mapped, if it is a regular file of `size` bytes; NULL and errno if not. */
+void *vgl_map_file(const char *path, size_t size, bool writable);
+/* What the process found of the container's place on the node's board. */
+enum vgl_board_place {
+    VGL_PLACE_NONE,        /* no board is named (or the region file cannot be looked at) */
+    VGL_PLACE_BAD_PATH,    /* the board named is no absolute path */
+    VGL_PLACE_UNREADABLE,  /* the file named is no board this process can read */
+    VGL_PLACE_NO_ROW,      /* the board has no row for the container's region file */
+    VGL_PLACE_ROW,         /* it has: the functions below may be called */
+};
+/* Looked at once, the first time it is asked with a region mapped (else NONE, and asked again). */
+enum vgl_board_place vgl_board_place(void);
+/* The board's path, for what is said of it. */
+const char *vgl_board_path(void);
+/* Which of the process's links the container's row is for. */
+uint32_t vgl_board_link(void);
+/* The board, mapped read-only. */
+const struct vgl_board *vgl_board_mapped(void);
+/* The container's row now (a setter may have moved it); NULL: gone.  Its
+ * index, or the last one seen when gone, into *index (may be NULL). */
+const struct vgl_board_row *vgl_board_own_row(uint32_t *index);
+/* The container's beacon, mapped for writing and guarded (when first asked
+ * for); NULL when it cannot be, and why into *why.  Its path into *path. */
+struct vgl_beacon *vgl_beacon_own(const char **path, const char **why);
+/* The same, open for reading (its waits' bytes are locked through it), once
+ * vgl_beacon_own has answered; -1: none. */
+int vgl_beacon_own_fd(void);
+/* The beacon of row `row`, keyed `key`, as it is now, into *out: false if it
+ * cannot be read (gone, not a regular file of a beacon's size, not a beacon). */
+bool vgl_beacon_read(uint32_t row, uint64_t key, struct vgl_beacon *out);
+/* The address of its wake word for `device`, for the kernel's futex alone
+ * (never read through it); NULL: none. */
+const uint32_t *vgl_beacon_frees_word(uint32_t row, uint64_t key, uint32_t device);
+/* Whether a waiter of its holds the byte of its waits on `device` (waits.c):
+ * 1 yes, 0 no, -errno: cannot be asked. */
+int vgl_beacon_waits_held(uint32_t row, uint64_t key, uint32_t device);
+
 /* priority_model.c — what a launch does about priorities, from what the
  * other containers' beacons say.  No clock, no files: testable alone. */
 /* What the other containers on a device have launched there (the node's clock, vgl_node_clock_ns). */
@@ -484,15 +527,6 @@ bool vgl_priority_takes_part(void);
 int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns);
 /* A launch on `device` waited `ns` for higher priorities. */
 void vgl_priority_yielded(int device, uint64_t ns);
-/* `path` mapped, if it is a regular file of `size` bytes; NULL and errno if not. */
-void *vgl_map_file(const char *path, size_t size, bool writable);
-/* Where the container's board is, and the region file its row names, into
- * `board` and *region, and which of the process's links that region is
- * (*link): in a container of the hook, where the hook mounted them, which no
- * tenant can change; elsewhere the outermost region that names a board (a
- * nested run's own region names none).  False: none. */
-struct stat;
-bool vgl_board_locate(char board[VGL_PARENT_LEN], struct stat *region, uint32_t *link);
 
 /* elastic_model.c — elastic memory's decisions (docs/memory.md), with no
  * files, clocks or driver: testable alone (tests/c/elastic_model_test.c). */

@@ -1,5 +1,5 @@
 /* What a launch does about priorities, from what the other containers'
- * beacons say (priority.c reads them): wait for higher containers' work,
+ * beacons say (beacons.c reads them): wait for higher containers' work,
  * go as the floor, keep little in flight beside them, or go; and until when
  * the container's work then lasts.  No clock, no files, no atomics: the
  * caller passes the time, and holds its own lock around `hold`.  Tested

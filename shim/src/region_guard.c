@@ -21,7 +21,7 @@
  *
  * A container's beacon (board.h) is mapped read-write by its processes for
  * the same reason, and guarded the same way: a page of it lost takes only
- * the container's own claims with it (priority.c).
+ * the container's own claims with it (beacons.c maps it).
  *
  * The handler is installed once per process, the first time a mapping is
  * guarded; a SIGBUS that is not about a guarded page goes to the handler

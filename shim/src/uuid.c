@@ -38,8 +38,13 @@ int vgl_parse_uuid(const char *text, uint8_t out[16])
     }
     /* NVML never gives a device the zero UUID, and the region reads it as an
      * unused entry: a limit for it would cap nothing. */
-    static const uint8_t zero[16];
-    return memcmp(out, zero, sizeof zero) == 0 ? -ERANGE : 0;
+    return vgl_uuid_none(out) ? -ERANGE : 0;
+}
+
+bool vgl_uuid_none(const uint8_t uuid[16])
+{
+    static const uint8_t none[16];
+    return memcmp(uuid, none, sizeof none) == 0;
 }
 
 void vgl_format_uuid(const uint8_t u[16], char out[41])

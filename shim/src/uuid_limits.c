@@ -7,12 +7,6 @@
 
 #include "internal.h"
 
-static bool no_uuid(const uint8_t uuid[16])
-{
-    static const uint8_t zero[16];
-    return memcmp(uuid, zero, sizeof zero) == 0;
-}
-
 /* Under the lock: device `d` takes what is given for its UUID. */
 static void apply_uuid_limit(struct vgl_region *region, uint32_t d, const struct vgl_uuid_limit *u)
 {
@@ -32,7 +26,7 @@ static void apply_uuid_limit(struct vgl_region *region, uint32_t d, const struct
 
 int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16], uint32_t kind)
 {
-    if (device >= VGL_MAX_DEVICES || no_uuid(uuid) || kind > VGL_UUID_KIND_MIG)
+    if (device >= VGL_MAX_DEVICES || vgl_uuid_none(uuid) || kind > VGL_UUID_KIND_MIG)
         return -EINVAL;
     struct vgl_device_state *dev = &region->devices[device];
     if (memcmp(dev->uuid, uuid, sizeof dev->uuid) == 0) {
@@ -46,7 +40,7 @@ int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uin
     int rc = vgl_ledger_lock(region);
     if (rc)
         return rc;
-    if (no_uuid(dev->uuid)) {
+    if (vgl_uuid_none(dev->uuid)) {
         memcpy(dev->uuid, uuid, sizeof dev->uuid);
         __atomic_store_n(&dev->uuid_kind, kind, __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++)
@@ -62,7 +56,7 @@ int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uin
 
 int vgl_region_set_uuid_limit(struct vgl_region *region, const struct vgl_uuid_limit *limit)
 {
-    if (no_uuid(limit->uuid) || limit->cores_pct > 100 || limit->flags == VGL_UUID_MIG ||
+    if (vgl_uuid_none(limit->uuid) || limit->cores_pct > 100 || limit->flags == VGL_UUID_MIG ||
         limit->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST | VGL_UUID_MIG))
         return -EINVAL;
     int rc = vgl_ledger_lock(region);

@@ -16,6 +16,7 @@
  *   meminfo         cuMemGetInfo_v2                -> "meminfo FREE TOTAL RC"
  *   total           cuDeviceTotalMem_v2            -> "total BYTES"
  *   now             -> "now NS"
+ *   launch US       one kernel of US microseconds (simgpu's spin_usUS), waited for -> "launch RC"
  *   exit            frees nothing (the process's memory goes with it) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
+CUresult cuCtxSynchronize(void);
 
 enum { MAX_BLOCKS = 4096 };
 
@@ -135,6 +141,19 @@ int main(void)
             size_t total = 0;
             cuDeviceTotalMem_v2(&total, dev);
             printf("total %zu\n", total);
+        } else if (strcmp(cmd, "launch") == 0) {
+            char name[64];
+            snprintf(name, sizeof name, "spin_us%lld", arg);
+            CUmodule module;
+            CUfunction kernel;
+            CUresult rc = cuModuleLoadData(&module, "elastic_client");
+            if (rc == CUDA_SUCCESS)
+                rc = cuModuleGetFunction(&kernel, module, name);
+            if (rc == CUDA_SUCCESS)
+                rc = cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+            if (rc == CUDA_SUCCESS)
+                rc = cuCtxSynchronize();
+            printf("launch %d\n", (int)rc);
         } else if (strcmp(cmd, "now") == 0) {
             printf("now %llu\n", now_ns());
         } else if (strcmp(cmd, "exit") == 0) {

@@ -4,6 +4,7 @@
 #ifndef VGPULIMIT_LIMITS_H
 #define VGPULIMIT_LIMITS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* A memory limit as the user gave it: absolute, or a share of the device. */
@@ -85,6 +86,9 @@ struct vgl_uuid_limit {
  * bytes do not say which kind: a GPU's and a MIG device's UUIDs differ as any
  * two do (the flag VGL_UUID_MIG, and vgl_device_state.uuid_kind, say it). */
 int vgl_parse_uuid(const char *text, uint8_t out[16]);
+/* Whether `uuid` is all zeros: no device's (NVML gives none that UUID), the
+ * region's and the beacons' unused entry. */
+bool vgl_uuid_none(const uint8_t uuid[16]);
 /* The same 16 bytes as text, in lower case as NVML prints it (41 bytes with
  * the NUL).  The one formatter: the shim's device mapping, the region's
  * views (vgpulimit.limits.format_uuid) and `vgpulimit verify` use it. */
