@@ -335,24 +335,17 @@ def test_a_launch_bound_program_is_not_charged_the_idle_gaps_nor_throttled(tmp_p
     assert device["throttled_ns"] == 0, device
 
 
-# A known defect, not a flake of the test: on a 2-core machine such a program
-# is charged 0.72-0.75 of its kernels' time on one stream and 0.3-0.47 on two
-# in some runs (about half, on two), with 05fbc13's shim as with today's
-# (bisected); some of its 2 us kernels are counted short.  Run, so that a fix
-# shows as XPASS.
-UNDER_CHARGED = pytest.mark.xfail(
-    reason="a launch-bound program is under-charged in some runs (one stream 0.72-0.75, two streams "
-           "0.3-0.47 of its kernels' time); known, not yet fixed", strict=False)
-
-
 @pytest.mark.slow
-@UNDER_CHARGED
-@pytest.mark.parametrize("path, least", [("kernel", 0.75), ("streams2", 0.5)])
-def test_a_launch_bound_program_is_charged_most_of_its_kernels(tmp_path, sim_env, launch_client, path, least):
-    """At least three quarters of its kernels' time on one stream, half on two
-    (0.78-0.95 in most runs here)."""
+@pytest.mark.parametrize("path", ["kernel", "streams2"])
+def test_a_launch_bound_program_is_charged_most_of_its_kernels(tmp_path, sim_env, launch_client, path):
+    """At least nine tenths of its kernels' time, on one stream and on two,
+    on a busy machine too.  A thread descheduled in a launch, after the
+    driver queued the kernel, made the kernel look short from the launch's
+    return: such a program was charged 0.72-0.75 of its kernels' time on one
+    stream and 0.3-0.47 on two in some runs on a busy 2-core machine (a group
+    of one launch timed alone taught its cost past the median of three)."""
     device, kernels_ns = launch_bound(tmp_path, sim_env, launch_client, path)
-    assert least * kernels_ns <= device["busy_ns"], (device, kernels_ns)
+    assert 0.9 * kernels_ns <= device["busy_ns"], (device, kernels_ns)
 
 
 def test_the_cost_model_alone_under_sanitizers(tmp_path):
