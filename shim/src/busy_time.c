@@ -537,8 +537,10 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet, struct vg
             s->current.idle_at_ns = when;
     }
     l->measured = s->stream == l->stream && s->open;
+    /* The first launch of a run is the one a measurement from its return times. */
+    bool first = l->measured && !s->current.launches;
     pthread_mutex_unlock(&measure.lock);
-    if (l->measured)
+    if (first)
         l->called_ns = t->ev->now_ns();
 }
 

@@ -681,7 +681,7 @@ struct vgl_launch {
     bool known;                     /* that is a measured cost */
     bool measured;                  /* it joins a run of its stream */
     bool timed;                     /* ... on several streams, one that times it alone */
-    uint64_t called_ns;             /* measured: the clock just before the driver's call */
+    uint64_t called_ns;             /* measured, first in its run: the clock just before the driver's call */
     struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
     int index;                      /* its stream's in the tracker; -1: none */
 };
