@@ -413,11 +413,17 @@ def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_o
 @pytest.mark.slow
 @pytest.mark.parametrize("variable, value", [("VGPULIMIT_CORES_POLICY", "none"),
                                              ("GPU_CORE_UTILIZATION_POLICY", "DISABLE")])
-def test_policy_none_lifts_the_share(sim_env, launch_client, variable, value):
-    container = Container(dict(sim_env, **{variable: value}), 20, loops(launch_client, 1, seconds=2.5))
+def test_policy_none_lifts_the_share(tmp_path, sim_env, launch_client, variable, value):
+    """No launch waits for budget, and the loop runs well past its 20 %
+    (about 95 % here; less where a busy CPU starves the loop)."""
+    region = tmp_path / "region"
+    container = Container(dict(sim_env, **{variable: value}), 20, loops(launch_client, 1, seconds=2.5),
+                          region=region)
     output = container.finish()
     start = min(t for points in progress(output).values() for t, _ in points)
-    assert share(output, start + 0.5, start + 2.4) >= 80
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
+    assert device["throttled_ns"] == 0, device
+    assert share(output, start + 0.5, start + 2.4) >= 40
 
 
 def test_a_bad_cores_policy_names_itself_and_the_accepted_forms(sim_env):
