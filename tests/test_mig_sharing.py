@@ -364,4 +364,4 @@ def test_a_high_container_goes_first_on_its_own_instance_only(tmp_path, sim_env,
     else:
         # Its pace beside the high one on the other instance, against its own alone before.
         alone, beside = alone_then(low_out, (span(low_out)[0] + 0.3, first), (first + 0.3, last))
-        assert beside >= 0.85 * alone, (alone, beside)
+        assert beside >= 0.7 * alone, (alone, beside)
