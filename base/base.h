@@ -65,8 +65,11 @@ void vgl_proc_comm_self(char comm[16]);
  * lock on one byte of a shared file (`fd` opened by itself, not inherited) for
  * as long as it lives; the kernel drops it when the process dies, whatever
  * namespace the one asking is in.  vgl_hold_byte: 0 or -errno;
- * vgl_byte_held: 1 held, 0 free, -errno unknown. */
+ * vgl_byte_held: 1 held, 0 free, -errno unknown.  vgl_share_byte: the same
+ * held by several processes at once (a read lock: `fd` open for reading),
+ * held while one of them lives. */
 int vgl_hold_byte(int fd, off_t at);
+int vgl_share_byte(int fd, off_t at);
 int vgl_release_byte(int fd, off_t at);
 int vgl_byte_held(int fd, off_t at);
 
@@ -75,12 +78,11 @@ int vgl_byte_held(int fd, off_t at);
 
 int vgl_robust_init(pthread_mutex_t *mutex);
 /* 0: locked; 1: locked, and the last holder died holding it (repair what it
- * guards, then pthread_mutex_consistent); -errno: not locked. */
-int vgl_robust_lock(pthread_mutex_t *mutex);
-/* The same, waiting at most `wait_ns`: -ETIMEDOUT when a live holder keeps
- * it that long (stopped, or a lock word written by other code to name a live
- * thread).  A word that names no possible thread is taken as a dead owner's
- * (1), and `*repaired` (when not NULL) says so. */
+ * guards, then pthread_mutex_consistent); -errno: not locked.  It waits at
+ * most `wait_ns`: -ETIMEDOUT when a live holder keeps it that long (stopped,
+ * or a lock word written by other code to name a live thread).  A word that
+ * names no possible thread is taken as a dead owner's (1), and `*repaired`
+ * (when not NULL) says so. */
 int vgl_robust_lock_within(pthread_mutex_t *mutex, uint64_t wait_ns, bool *repaired);
 /* The thread id the lock word names as its holder (in the holder's pid
  * namespace); 0: none. */

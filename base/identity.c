@@ -152,6 +152,12 @@ int vgl_hold_byte(int fd, off_t at)
     return byte_lock(fd, at, F_OFD_SETLK, F_WRLCK, &fl);
 }
 
+int vgl_share_byte(int fd, off_t at)
+{
+    struct flock fl;
+    return byte_lock(fd, at, F_OFD_SETLK, F_RDLCK, &fl);
+}
+
 int vgl_release_byte(int fd, off_t at)
 {
     struct flock fl;

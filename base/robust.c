@@ -30,14 +30,6 @@ int vgl_robust_init(pthread_mutex_t *mutex)
     return -err;
 }
 
-int vgl_robust_lock(pthread_mutex_t *mutex)
-{
-    int err = pthread_mutex_lock(mutex);
-    if (err == EOWNERDEAD)
-        return 1;
-    return -err;
-}
-
 /* The kernel's bits in a robust lock word (linux/futex.h); the rest is the
  * owner's thread id, which no thread has above PID_MAX_LIMIT (2^22). */
 #define WORD_WAITERS 0x80000000u

@@ -23,8 +23,9 @@ import random
 import sys
 import time
 
-from vgpulimit import mig_plan, mig_profiles
-from vgpulimit.mig_plan import Request
+from vgpulimit.mig import plan as mig_plan
+from vgpulimit.mig import profiles as mig_profiles
+from vgpulimit.mig.plan import Request
 
 GiB = 1 << 30
 

@@ -77,14 +77,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from real_gpu_rows.bench import ROOT, Bench
+from real_gpu_rows.bench import ROOT, Bench, OutOfTime
 from real_gpu_rows.costs import costs_spec
 from real_gpu_rows.memory import MEMORY_CLIENTS, memory_spec
 from real_gpu_rows.mig import mig_specs
 from real_gpu_rows.node import node_spec
 from real_gpu_rows.priority import priority_spec
 from real_gpu_rows.programs import compile_spec, launch_spec, matmul_spec
-from real_gpu_rows.rows import OutOfTime, Row, Skip, Spec
+from real_gpu_rows.rows import Row, Skip, Spec
 from real_gpu_rows.share import (
     granularity_plan,
     granularity_spec,

@@ -1,5 +1,5 @@
-/* The simulated machine as the environment describes it, and the fixed identity
- * of its devices.
+/* The simulated machine as the environment describes it (the devices' fixed
+ * identity, which follows from it, is units.c's).
  *
  *   SIMGPU_PROFILE         what each device is: h100-80gb, h200-141gb, a100-40gb,
  *                          a100-80gb or l4 (default h200-141gb; profiles.c).  It
@@ -67,12 +67,15 @@
  *                          nvmlDeviceGetProcessUtilization:INSUFFICIENT_SIZE=100;NOT_FOUND
  *
  * An empty variable counts as unset.  A bad value is reported once, naming the
- * variable and the accepted forms, and makes cuInit / nvmlInit fail. */
+ * variable and the accepted forms, and makes cuInit / nvmlInit fail.  Each
+ * variable but SIMGPU_PROFILE is one row of sim_settings below: its name, its
+ * reader and the field it fills. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,159 +186,6 @@ static bool sim_parse_sms(const char *text, struct sim_config *c)
     return n == 1 || n == c->device_count;
 }
 
-/* An optional size variable: absolute ("500MiB", "80G", bytes) or 0; *out
- * unchanged when unset.  False after logging a bad value. */
-static bool sim_parse_bytes(const char *name, const char *example, uint64_t *out)
-{
-    const char *text = sim_env(name);
-    if (!text)
-        return true;
-    uint64_t bytes;
-    if (strcmp(text, "0") == 0) {
-        *out = 0;
-    } else if (vgl_parse_size(text, &bytes) == 0) {
-        *out = bytes;
-    } else {
-        sim_log("%s=%s: expected an absolute size, such as %s, or 0", name, text, example);
-        return false;
-    }
-    return true;
-}
-
-/* SIMGPU_NVML_ANSWER's vocabulary: nvml.h's return codes without NVML_ERROR_. */
-static const struct {
-    const char *name;
-    int32_t code;
-} sim_nvml_returns[] = {
-    {"SUCCESS", 0}, {"UNINITIALIZED", 1}, {"INVALID_ARGUMENT", 2}, {"NOT_SUPPORTED", 3},
-    {"NO_PERMISSION", 4}, {"ALREADY_INITIALIZED", 5}, {"NOT_FOUND", 6}, {"INSUFFICIENT_SIZE", 7},
-    {"INSUFFICIENT_POWER", 8}, {"DRIVER_NOT_LOADED", 9}, {"TIMEOUT", 10}, {"IRQ_ISSUE", 11},
-    {"LIBRARY_NOT_FOUND", 12}, {"FUNCTION_NOT_FOUND", 13}, {"CORRUPTED_INFOROM", 14}, {"GPU_IS_LOST", 15},
-    {"RESET_REQUIRED", 16}, {"OPERATING_SYSTEM", 17}, {"LIB_RM_VERSION_MISMATCH", 18}, {"IN_USE", 19},
-    {"MEMORY", 20}, {"NO_DATA", 21}, {"VGPU_ECC_NOT_SUPPORTED", 22}, {"INSUFFICIENT_RESOURCES", 23},
-    {"FREQ_NOT_SUPPORTED", 24}, {"ARGUMENT_VERSION_MISMATCH", 25}, {"DEPRECATED", 26}, {"NOT_READY", 27},
-    {"GPU_NOT_FOUND", 28}, {"INVALID_STATE", 29}, {"RESET_TYPE_NOT_SUPPORTED", 30}, {"UNKNOWN", 999},
-};
-
-/* nvml_api.def's names, and whether each has a count out-argument (its count
- * column is not NULL). */
-static const char *const sim_nvml_names[SIM_NVML_FNS] = {
-#define SIM_NVML(name, params, args, count) #name,
-#include "nvml_api.def"
-#undef SIM_NVML
-};
-static const char *const sim_nvml_count_args[SIM_NVML_FNS] = {
-#define SIM_NVML(name, params, args, count) #count,
-#include "nvml_api.def"
-#undef SIM_NVML
-};
-
-/* The code an answer's name or number gives; SIM_NVML_REAL for "real"; false: neither. */
-static bool sim_nvml_code(const char *text, int32_t *code)
-{
-    long v;
-    if (strcmp(text, "real") == 0) {
-        *code = SIM_NVML_REAL;
-        return true;
-    }
-    if (sim_parse_int(text, 0, INT32_MAX, &v)) {
-        *code = (int32_t)v;
-        return true;
-    }
-    for (size_t i = 0; i < sizeof sim_nvml_returns / sizeof *sim_nvml_returns; i++) {
-        if (strcmp(sim_nvml_returns[i].name, text) == 0) {
-            *code = sim_nvml_returns[i].code;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* One answer, "NOT_FOUND", "6", "real" or "INSUFFICIENT_SIZE=N"; false with *why. */
-static bool sim_parse_nvml_answer(char *text, bool has_count, struct sim_nvml_answer *out, const char **why)
-{
-    char *equals = strchr(text, '=');
-    if (equals)
-        *equals = '\0';
-    *out = (struct sim_nvml_answer){0};
-    if (!sim_nvml_code(text, &out->code)) {
-        *why = "not an answer";
-        return false;
-    }
-    if (!equals)
-        return true;
-    long v;
-    if (strcmp(text, "INSUFFICIENT_SIZE") != 0)
-        *why = "only INSUFFICIENT_SIZE takes =N";
-    else if (!has_count)
-        *why = "INSUFFICIENT_SIZE=N for a function with no count out-argument";
-    else if (!sim_parse_int(equals + 1, 0, UINT32_MAX, &v))
-        *why = "N is not a count";
-    else {
-        out->set_count = true;
-        out->count = (uint32_t)v;
-        return true;
-    }
-    return false;
-}
-
-/* SIMGPU_NVML_ANSWER into c->nvml_scripts; false after one line saying what is wrong. */
-static bool sim_parse_nvml_scripts(const char *value, struct sim_config *c)
-{
-    char *copy = strdup(value);
-    if (!copy) {
-        sim_log("SIMGPU_NVML_ANSWER: out of memory");
-        return false;
-    }
-    const char *why = NULL;
-    char *item = copy, *next;
-    for (; item; item = next) {
-        if ((next = strchr(item, ',')))
-            *next++ = '\0';
-        char *colon = strchr(item, ':');
-        if (!colon) {
-            why = "no ':' after the function";
-            break;
-        }
-        *colon = '\0';
-        uint32_t fn = 0;
-        while (fn < SIM_NVML_FNS && strcmp(sim_nvml_names[fn], item) != 0)
-            fn++;
-        if (fn == SIM_NVML_FNS) {
-            why = "not an NVML function simgpu answers";
-            break;
-        }
-        struct sim_nvml_script *script = &c->nvml_scripts[fn];
-        if (script->n) {
-            why = "the function is named twice";
-            break;
-        }
-        bool has_count = strcmp(sim_nvml_count_args[fn], "NULL") != 0;
-        char *answer = colon + 1, *more;
-        for (; answer && !why; answer = more) {
-            if ((more = strchr(answer, ';')))
-                *more++ = '\0';
-            if (script->n == SIM_NVML_SCRIPT_MAX)
-                why = "more than 16 answers";
-            else if (sim_parse_nvml_answer(answer, has_count, &script->answers[script->n], &why))
-                script->n++;
-        }
-        if (why)
-            break;
-    }
-    if (why) {
-        /* Only the faulty item, as given: a whole script may be long. */
-        const char *given = value + (item - copy);
-        int len = (int)strcspn(given, ",");
-        sim_log("SIMGPU_NVML_ANSWER: %s in \"%.*s\"; expected FUNCTION:ANSWER[;ANSWER...][,FUNCTION:...], "
-                "an answer being an NVML return name without NVML_ERROR_ (NOT_FOUND, NOT_SUPPORTED, ...), "
-                "a decimal code, INSUFFICIENT_SIZE=N (which also sets the count) or real",
-                why, len < 200 ? len : 200, given);
-    }
-    free(copy);
-    return !why;
-}
-
 /* The units (mig.c): a GPU without MIG, or each of its MIG instances. */
 static bool sim_mig_units(struct sim_config *cfg, char *message, size_t size)
 {
@@ -377,27 +227,234 @@ static bool sim_mig_units(struct sim_config *cfg, char *message, size_t size)
     return true;
 }
 
-const struct sim_mig_instance *sim_unit_instance(const struct sim_config *cfg, uint32_t unit)
+/* ---- the settings: one row each ---------------------------------------------
+ *
+ * A row names its variable, how its text is read, and the field it fills.  The
+ * rows are read in order, after the defaults (which SIMGPU_PROFILE gives):
+ * SIMGPU_SMS is counted against SIMGPU_DEVICES, SIMGPU_RESERVED held to
+ * SIMGPU_MEMORY, and SIMGPU_MIG made of the devices before it. */
+struct sim_setting {
+    const char *name;
+    /* Reads `text` into c (NULL: unset, for a SIM_UNSET_TOO row); false after
+     * one line naming the variable and what it takes. */
+    bool (*read)(const struct sim_setting *s, const char *text, struct sim_config *c);
+    size_t offset, size;      /* the field of struct sim_config it fills */
+    long lo, hi;              /* a number's range */
+    uint64_t scale;           /* a number's unit in its field: 1000 for _US into _ns */
+    const char *expected;     /* what the line says is expected */
+    const char *example;      /* what follows the range: ", such as ..." */
+    unsigned flags;
+};
+enum {
+    SIM_UNSET_TOO = 1,   /* read when unset too: it checks or builds on rows above */
+    SIM_AFTER_GOOD = 2,  /* read only when every row above was good */
+};
+
+#define SIM_FIELD(f) offsetof(struct sim_config, f), sizeof(((struct sim_config *)0)->f)
+
+static void sim_store(struct sim_config *c, const struct sim_setting *s, uint64_t value)
 {
-    const struct sim_unit *u = &cfg->units[unit];
-    return u->instance == SIM_WHOLE_GPU ? NULL : &cfg->mig[u->gpu].instances[u->instance];
+    char *field = (char *)c + s->offset;
+    if (s->size == sizeof(uint32_t)) {
+        uint32_t narrow = (uint32_t)value;
+        memcpy(field, &narrow, sizeof narrow);
+    } else {
+        memcpy(field, &value, sizeof value);
+    }
 }
 
-void sim_unit_name(const struct sim_config *cfg, uint32_t unit, char *out, size_t size)
+/* A whole number in [lo, hi], stored times `scale` (a uint32_t, int or uint64_t field). */
+static bool sim_read_number(const struct sim_setting *s, const char *text, struct sim_config *c)
 {
-    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
-    if (in)
-        snprintf(out, size, "%s MIG %s", cfg->profile->name, in->profile->name);
+    long v;
+    if (!sim_parse_int(text, s->lo, s->hi, &v)) {
+        sim_log("%s=%s: expected %s from %ld to %ld%s", s->name, text, s->expected, s->lo, s->hi, s->example);
+        return false;
+    }
+    sim_store(c, s, (uint64_t)v * s->scale);
+    return true;
+}
+
+/* An absolute size: a share of the device means nothing for the device itself. */
+static bool sim_read_size(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    uint64_t bytes;
+    if (vgl_parse_size(text, &bytes) != 0) {
+        sim_log("%s=%s: expected %s", s->name, text, s->expected);
+        return false;
+    }
+    sim_store(c, s, bytes);
+    return true;
+}
+
+/* An absolute size or 0. */
+static bool sim_read_size_or_zero(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    uint64_t bytes;
+    if (strcmp(text, "0") == 0) {
+        bytes = 0;
+    } else if (vgl_parse_size(text, &bytes) != 0) {
+        sim_log("%s=%s: expected an absolute size, such as %s, or 0", s->name, text, s->example);
+        return false;
+    }
+    sim_store(c, s, bytes);
+    return true;
+}
+
+/* SIMGPU_RESERVED, then the reserve held below the memory, set or not: a
+ * smaller SIMGPU_MEMORY keeps the profile's reserve unless told otherwise. */
+static bool sim_read_reserve(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    if (text && !sim_read_size_or_zero(s, text, c))
+        return false;
+    if (c->reserved_bytes < c->memory_bytes)
+        return true;
+    if (text)
+        sim_log("%s=%s: the driver would keep all of a device of %" PRIu64 " bytes; expected less, "
+                "or 0 for none", s->name, text, c->memory_bytes);
     else
-        snprintf(out, size, "%s", cfg->profile->name);
+        sim_log("SIMGPU_MEMORY=%s: no more than the %s profile's reserve of %" PRIu64 " bytes; set "
+                "%s too (0 for none)", sim_env("SIMGPU_MEMORY"), c->profile->key, c->reserved_bytes, s->name);
+    return false;
+}
+
+/* A string that fits its field. */
+static bool sim_read_text(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    if (strlen(text) >= s->size) {
+        sim_log("%s: expected %s shorter than %zu bytes", s->name, s->expected, s->size);
+        return false;
+    }
+    memcpy((char *)c + s->offset, text, strlen(text) + 1);
+    return true;
+}
+
+static bool sim_read_sms(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    if (sim_parse_sms(text, c))
+        return true;
+    sim_log("%s=%s: expected streaming multiprocessors per device, from 1 to %d: one number "
+            "for every device, or one per device (%u), comma-separated, such as 132,114",
+            s->name, text, SIM_MAX_SMS, c->device_count);
+    return false;
+}
+
+/* SIMGPU_MIG's instances, then the units they and the other devices make. */
+static bool sim_read_mig(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    (void)s;
+    char message[1024];
+    if ((text && !sim_mig_parse(text, c->profile, c->device_count, c->mig, message, sizeof message)) ||
+        !sim_mig_units(c, message, sizeof message)) {
+        sim_log("%s", message);
+        return false;
+    }
+    return true;
+}
+
+static void sim_store_bool(struct sim_config *c, const struct sim_setting *s, bool value)
+{
+    memcpy((char *)c + s->offset, &value, sizeof value);
+}
+
+/* all or none. */
+static bool sim_read_mig_monitor(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    if (strcmp(text, "none") != 0 && strcmp(text, "all") != 0) {
+        sim_log("%s=%s: expected all (MIG-wide NVML queries allowed) or none (they answer "
+                "NVML_ERROR_NO_PERMISSION)", s->name, text);
+        return false;
+    }
+    sim_store_bool(c, s, strcmp(text, "all") == 0);
+    return true;
+}
+
+/* True for one word (`expected`), false for any other: as the driver reads
+ * CUDA_MODULE_LOADING, LAZY (the default since CUDA 12.2) or EAGER, taking any
+ * other value as the default. */
+static bool sim_read_word(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    sim_store_bool(c, s, strcmp(text, s->expected) == 0);
+    return true;
+}
+
+/* True for any value but 0. */
+static bool sim_read_switch(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    sim_store_bool(c, s, strcmp(text, "0") != 0);
+    return true;
+}
+
+static bool sim_read_nvml_answers(const struct sim_setting *s, const char *text, struct sim_config *c)
+{
+    (void)s;
+    char message[1024];
+    if (!sim_nvml_scripts_parse(text, c->nvml_scripts, message, sizeof message)) {
+        sim_log("%s", message);
+        return false;
+    }
+    return true;
+}
+
+static const struct sim_setting sim_settings[] = {
+    {"SIMGPU_DEVICES", sim_read_number, SIM_FIELD(device_count), 1, SIM_MAX_DEVICES, 1,
+     "a number of devices", "", 0},
+    {"SIMGPU_SMS", sim_read_sms, SIM_FIELD(sms), 0, 0, 0, NULL, NULL, 0},
+    {"SIMGPU_MEMORY", sim_read_size, SIM_FIELD(memory_bytes), 0, 0, 0,
+     "an absolute size per device, such as 16GiB, 80G, 24000MiB or a number of bytes", NULL, 0},
+    {"SIMGPU_CONTEXT_OVERHEAD", sim_read_size_or_zero, SIM_FIELD(context_overhead_bytes), 0, 0, 0,
+     NULL, "500MiB", 0},
+    {"SIMGPU_RESERVED", sim_read_reserve, SIM_FIELD(reserved_bytes), 0, 0, 0, NULL, "615MiB", SIM_UNSET_TOO},
+    {"SIMGPU_MIG", sim_read_mig, SIM_FIELD(mig), 0, 0, 0, NULL, NULL, SIM_UNSET_TOO | SIM_AFTER_GOOD},
+    {"SIMGPU_MIG_MONITOR", sim_read_mig_monitor, SIM_FIELD(mig_monitor), 0, 0, 0, NULL, NULL, 0},
+    {"SIMGPU_DRIVER_VERSION", sim_read_number, SIM_FIELD(driver_version), 2000, 99999, 1,
+     "a CUDA version as an integer", ", such as 13000 (13.0) or 12080 (12.8)", 0},
+    {"SIMGPU_KERNEL_US", sim_read_number, SIM_FIELD(kernel_ns), 0, SIM_MAX_KERNEL_US, 1000,
+     "a kernel's duration in microseconds, a whole number", ", such as 10 or 2000", 0},
+    {"SIMGPU_LAUNCH_US", sim_read_number, SIM_FIELD(launch_ns), 0, 1000, 1000,
+     "the CPU time of a launch in microseconds, a whole number", ", such as 4", 0},
+    {"SIMGPU_CONCURRENT_KERNELS", sim_read_number, SIM_FIELD(concurrent_kernels), 1, SIM_MAX_CONCURRENT, 1,
+     "how many kernels of one context run at once, a whole number", "", 0},
+    {"SIMGPU_TIMESLICE_US", sim_read_number, SIM_FIELD(timeslice_ns), 100, 1000000, 1000,
+     "a time slice in microseconds, a whole number", ", such as 2000", 0},
+    {"SIMGPU_COPY_GBPS", sim_read_number, SIM_FIELD(link_bytes_per_s), 1, 10000, 1000000000,
+     "the bandwidth of a copy between host and device in GB/s, a whole number", ", such as 50", 0},
+    {"SIMGPU_DEVICE_COPY_GBPS", sim_read_number, SIM_FIELD(device_bytes_per_s), 1, 100000, 1000000000,
+     "the bandwidth of a copy within the device in GB/s, a whole number", ", such as 1500", 0},
+    {"CUDA_MODULE_LOADING", sim_read_word, SIM_FIELD(eager_modules), 0, 0, 0, "EAGER", NULL, 0},
+    {"SIMGPU_TRACE", sim_read_switch, SIM_FIELD(trace), 0, 0, 0, NULL, NULL, 0},
+    {"SIMGPU_FAIL", sim_read_text, SIM_FIELD(fail), 0, 0, 0, "a list of entry points", NULL, 0},
+    {"SIMGPU_NVML_ANSWER", sim_read_nvml_answers, SIM_FIELD(nvml_scripts), 0, 0, 0, NULL, NULL, 0},
+    {"SIMGPU_CALLS", sim_read_text, SIM_FIELD(calls_path), 0, 0, 0, "a path", NULL, 0},
+    {"SIMGPU_STATE", sim_read_text, SIM_FIELD(state_path), 0, 0, 0, "a path", NULL, 0},
+};
+
+/* What each setting is when unset: the profile's figures, else simgpu's own. */
+static void sim_config_defaults(struct sim_config *c)
+{
+    const struct sim_profile *profile = c->profile;
+    c->device_count = SIM_DEFAULT_DEVICES;
+    for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
+        c->sms[d] = profile->sms;
+    c->memory_bytes = profile->memory_bytes;
+    c->context_overhead_bytes = profile->context_bytes;
+    c->reserved_bytes = profile->reserved_bytes;
+    c->mig_monitor = true;
+    c->driver_version = SIM_DEFAULT_DRIVER_VERSION;
+    c->kernel_ns = SIM_DEFAULT_KERNEL_US * 1000ULL;
+    c->launch_ns = SIM_DEFAULT_LAUNCH_US * 1000ULL;
+    c->concurrent_kernels = SIM_DEFAULT_CONCURRENT;
+    c->timeslice_ns = SIM_DEFAULT_TIMESLICE_US * 1000ULL;
+    c->link_bytes_per_s = profile->link_gbps * 1000000000ULL;
+    c->device_bytes_per_s = profile->device_copy_gbps * 1000000000ULL;
 }
 
 static void sim_config_load(void)
 {
     struct sim_config *c = &sim_config_value;
     bool ok = true;
-    long v;
 
+    /* What the devices are comes first: it gives the defaults. */
     c->profile = sim_profile_default();
     const char *text = sim_env("SIMGPU_PROFILE");
     if (text) {
@@ -411,207 +468,17 @@ static void sim_config_load(void)
             ok = false;
         }
     }
-    const struct sim_profile *profile = c->profile;
+    sim_config_defaults(c);
 
-    c->device_count = SIM_DEFAULT_DEVICES;
-    text = sim_env("SIMGPU_DEVICES");
-    if (text) {
-        if (sim_parse_int(text, 1, SIM_MAX_DEVICES, &v)) {
-            c->device_count = (uint32_t)v;
-        } else {
-            sim_log("SIMGPU_DEVICES=%s: expected a number of devices from 1 to %d", text, SIM_MAX_DEVICES);
+    for (size_t i = 0; i < sizeof sim_settings / sizeof *sim_settings; i++) {
+        const struct sim_setting *s = &sim_settings[i];
+        text = sim_env(s->name);
+        if ((text || (s->flags & SIM_UNSET_TOO)) && (ok || !(s->flags & SIM_AFTER_GOOD)) && !s->read(s, text, c))
             ok = false;
-        }
     }
 
-    for (uint32_t d = 0; d < SIM_MAX_DEVICES; d++)
-        c->sms[d] = profile->sms;
-    text = sim_env("SIMGPU_SMS");
-    if (text && !sim_parse_sms(text, c)) {
-        sim_log("SIMGPU_SMS=%s: expected streaming multiprocessors per device, from 1 to %d: one number "
-                "for every device, or one per device (%u), comma-separated, such as 132,114",
-                text, SIM_MAX_SMS, c->device_count);
-        ok = false;
-    }
-
-    c->memory_bytes = profile->memory_bytes;
-    text = sim_env("SIMGPU_MEMORY");
-    if (text) {
-        /* Only absolute sizes: a share of the device means nothing for the device itself. */
-        uint64_t bytes;
-        if (vgl_parse_size(text, &bytes) == 0) {
-            c->memory_bytes = bytes;
-        } else {
-            sim_log("SIMGPU_MEMORY=%s: expected an absolute size per device, such as 16GiB, 80G, "
-                    "24000MiB or a number of bytes",
-                    text);
-            ok = false;
-        }
-    }
-
-    c->context_overhead_bytes = profile->context_bytes;
-    if (!sim_parse_bytes("SIMGPU_CONTEXT_OVERHEAD", "500MiB", &c->context_overhead_bytes))
-        ok = false;
-
-    c->reserved_bytes = profile->reserved_bytes;
-    if (!sim_parse_bytes("SIMGPU_RESERVED", "615MiB", &c->reserved_bytes)) {
-        ok = false;
-    } else if (c->reserved_bytes >= c->memory_bytes && sim_env("SIMGPU_RESERVED")) {
-        sim_log("SIMGPU_RESERVED=%s: the driver would keep all of a device of %" PRIu64 " bytes; expected less, "
-                "or 0 for none", sim_env("SIMGPU_RESERVED"), c->memory_bytes);
-        ok = false;
-    } else if (c->reserved_bytes >= c->memory_bytes) {
-        /* A smaller SIMGPU_MEMORY keeps the profile's reserve unless told otherwise. */
-        sim_log("SIMGPU_MEMORY=%s: no more than the %s profile's reserve of %" PRIu64 " bytes; set "
-                "SIMGPU_RESERVED too (0 for none)", sim_env("SIMGPU_MEMORY"), profile->key, c->reserved_bytes);
-        ok = false;
-    }
-
-    char mig_message[1024];
-    text = sim_env("SIMGPU_MIG");
-    if (ok && ((text && !sim_mig_parse(text, c->profile, c->device_count, c->mig, mig_message,
-                                       sizeof mig_message)) ||
-               !sim_mig_units(c, mig_message, sizeof mig_message))) {
-        sim_log("%s", mig_message);
-        ok = false;
-    }
-
-    c->mig_monitor = true;
-    text = sim_env("SIMGPU_MIG_MONITOR");
-    if (text && strcmp(text, "none") == 0) {
-        c->mig_monitor = false;
-    } else if (text && strcmp(text, "all") != 0) {
-        sim_log("SIMGPU_MIG_MONITOR=%s: expected all (MIG-wide NVML queries allowed) or none (they answer "
-                "NVML_ERROR_NO_PERMISSION)", text);
-        ok = false;
-    }
-
-    c->driver_version = SIM_DEFAULT_DRIVER_VERSION;
-    text = sim_env("SIMGPU_DRIVER_VERSION");
-    if (text) {
-        if (sim_parse_int(text, 2000, 99999, &v)) {
-            c->driver_version = (int)v;
-        } else {
-            sim_log("SIMGPU_DRIVER_VERSION=%s: expected a CUDA version as an integer from 2000 to 99999, "
-                    "such as 13000 (13.0) or 12080 (12.8)",
-                    text);
-            ok = false;
-        }
-    }
-
-    c->kernel_ns = SIM_DEFAULT_KERNEL_US * 1000ULL;
-    text = sim_env("SIMGPU_KERNEL_US");
-    if (text) {
-        if (sim_parse_int(text, 0, SIM_MAX_KERNEL_US, &v)) {
-            c->kernel_ns = (uint64_t)v * 1000;
-        } else {
-            sim_log("SIMGPU_KERNEL_US=%s: expected a kernel's duration in microseconds, a whole number "
-                    "from 0 to %d, such as 10 or 2000", text, SIM_MAX_KERNEL_US);
-            ok = false;
-        }
-    }
-
-    c->launch_ns = SIM_DEFAULT_LAUNCH_US * 1000ULL;
-    text = sim_env("SIMGPU_LAUNCH_US");
-    if (text) {
-        if (sim_parse_int(text, 0, 1000, &v)) {
-            c->launch_ns = (uint64_t)v * 1000;
-        } else {
-            sim_log("SIMGPU_LAUNCH_US=%s: expected the CPU time of a launch in microseconds, a whole number "
-                    "from 0 to 1000, such as 4", text);
-            ok = false;
-        }
-    }
-
-    c->concurrent_kernels = SIM_DEFAULT_CONCURRENT;
-    text = sim_env("SIMGPU_CONCURRENT_KERNELS");
-    if (text) {
-        if (sim_parse_int(text, 1, SIM_MAX_CONCURRENT, &v)) {
-            c->concurrent_kernels = (uint32_t)v;
-        } else {
-            sim_log("SIMGPU_CONCURRENT_KERNELS=%s: expected how many kernels of one context run at once, "
-                    "a whole number from 1 to %d", text, SIM_MAX_CONCURRENT);
-            ok = false;
-        }
-    }
-
-    c->timeslice_ns = SIM_DEFAULT_TIMESLICE_US * 1000ULL;
-    text = sim_env("SIMGPU_TIMESLICE_US");
-    if (text) {
-        if (sim_parse_int(text, 100, 1000000, &v)) {
-            c->timeslice_ns = (uint64_t)v * 1000;
-        } else {
-            sim_log("SIMGPU_TIMESLICE_US=%s: expected a time slice in microseconds, a whole number "
-                    "from 100 to 1000000, such as 2000", text);
-            ok = false;
-        }
-    }
-
-    c->link_bytes_per_s = profile->link_gbps * 1000000000ULL;
-    text = sim_env("SIMGPU_COPY_GBPS");
-    if (text) {
-        if (sim_parse_int(text, 1, 10000, &v)) {
-            c->link_bytes_per_s = (uint64_t)v * 1000000000ULL;
-        } else {
-            sim_log("SIMGPU_COPY_GBPS=%s: expected the bandwidth of a copy between host and device in GB/s, "
-                    "a whole number from 1 to 10000, such as 50", text);
-            ok = false;
-        }
-    }
-
-    c->device_bytes_per_s = profile->device_copy_gbps * 1000000000ULL;
-    text = sim_env("SIMGPU_DEVICE_COPY_GBPS");
-    if (text) {
-        if (sim_parse_int(text, 1, 100000, &v)) {
-            c->device_bytes_per_s = (uint64_t)v * 1000000000ULL;
-        } else {
-            sim_log("SIMGPU_DEVICE_COPY_GBPS=%s: expected the bandwidth of a copy within the device in GB/s, "
-                    "a whole number from 1 to 100000, such as 1500", text);
-            ok = false;
-        }
-    }
-
-    /* The driver's own variable: LAZY (the default since CUDA 12.2) or EAGER;
-     * the driver takes any other value as the default. */
-    text = sim_env("CUDA_MODULE_LOADING");
-    c->eager_modules = text && strcmp(text, "EAGER") == 0;
-
-    text = sim_env("SIMGPU_TRACE");
-    c->trace = text && strcmp(text, "0") != 0;
-
-    text = sim_env("SIMGPU_FAIL");
-    if (text) {
-        if (strlen(text) < sizeof c->fail) {
-            strcpy(c->fail, text);
-        } else {
-            sim_log("SIMGPU_FAIL: expected a list of entry points shorter than %zu bytes", sizeof c->fail);
-            ok = false;
-        }
-    }
-
-    text = sim_env("SIMGPU_NVML_ANSWER");
-    if (text && !sim_parse_nvml_scripts(text, c))
-        ok = false;
-
-    text = sim_env("SIMGPU_CALLS");
-    if (text) {
-        if (strlen(text) < sizeof c->calls_path) {
-            strcpy(c->calls_path, text);
-        } else {
-            sim_log("SIMGPU_CALLS: expected a path shorter than %zu bytes", sizeof c->calls_path);
-            ok = false;
-        }
-    }
-
-    text = sim_env("SIMGPU_STATE");
-    if (text) {
-        if (strlen(text) < sizeof c->state_path) {
-            strcpy(c->state_path, text);
-        } else {
-            sim_log("SIMGPU_STATE: expected a path shorter than %zu bytes", sizeof c->state_path);
-            ok = false;
-        }
-    } else if (ok) {
+    /* Named after the whole configuration, so it comes last. */
+    if (ok && !sim_env("SIMGPU_STATE")) {
         c->state_path_default = true;
         if (!sim_default_state_path(c)) {
             sim_log("XDG_RUNTIME_DIR: too long for the default state path; set SIMGPU_STATE");
@@ -626,68 +493,4 @@ const struct sim_config *sim_config(void)
 {
     pthread_once(&sim_config_once, sim_config_load);
     return sim_config_ok ? &sim_config_value : NULL;
-}
-
-/* splitmix64's finaliser: a fixed, well-spread function of the index. */
-static uint64_t sim_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* A UUID from a key: a GPU's index, or (for MIG) one above every index. */
-static void sim_uuid_of(uint64_t key, uint8_t out[SIM_UUID_LEN])
-{
-    const uint64_t seed = 0x73696d677075ULL; /* "simgpu" */
-    uint64_t hi = sim_mix(seed + 2 * key);
-    uint64_t lo = sim_mix(seed + 2 * key + 1);
-    for (int i = 0; i < 8; i++) {
-        out[i] = (uint8_t)(hi >> (56 - 8 * i));
-        out[8 + i] = (uint8_t)(lo >> (56 - 8 * i));
-    }
-}
-
-static void sim_uuid_text(const char *prefix, const uint8_t u[SIM_UUID_LEN], char out[41])
-{
-    snprintf(out, 41, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, u[0],
-             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-}
-
-void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN])
-{
-    sim_uuid_of(index, out);
-}
-
-void sim_device_uuid_string(uint32_t index, char out[41])
-{
-    uint8_t u[SIM_UUID_LEN];
-    sim_device_uuid(index, u);
-    sim_uuid_text("GPU", u, out);
-}
-
-void sim_unit_uuid(const struct sim_config *cfg, uint32_t unit, uint8_t out[SIM_UUID_LEN])
-{
-    const struct sim_mig_instance *in = sim_unit_instance(cfg, unit);
-    if (!in) {
-        sim_device_uuid(cfg->units[unit].gpu, out);
-        return;
-    }
-    sim_uuid_of(1ULL << 40 | (uint64_t)cfg->units[unit].gpu << 16 | in->profile->id << 8 | in->start, out);
-}
-
-void sim_unit_uuid_string(const struct sim_config *cfg, uint32_t unit, char out[41])
-{
-    uint8_t u[SIM_UUID_LEN];
-    sim_unit_uuid(cfg, unit, u);
-    sim_uuid_text(sim_unit_instance(cfg, unit) ? "MIG" : "GPU", u, out);
-}
-
-struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index)
-{
-    const struct sim_profile *p = cfg->profile;
-    uint32_t n = sizeof p->slots / sizeof *p->slots;
-    return (struct sim_pci_address){.domain = index / n, .bus = p->slots[index % n].bus,
-                                    .device = p->slots[index % n].device};
 }

@@ -465,6 +465,28 @@ CUresult sim_mem_ipc_close(uintptr_t dptr)
     return res;
 }
 
+/* The allocation that holds `dptr`, of any family this process can address:
+ * its own, a pool's (an imported one's too), an accessible mapping, opened
+ * IPC memory (cuda.h: "the allocation ... that contains the input pointer";
+ * a NULL `pbase` or `psize` is ignored).  An address in none of them is
+ * CUDA_ERROR_NOT_FOUND. */
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    SIM_CALLED();
+    CUcontext ctx;
+    CUresult res = sim_current_context(&ctx);
+    if (res != CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&sim_mem.mutex);
+    const struct sim_mem_entry *a = sim_find((uintptr_t)dptr);
+    if (a && pbase)
+        *pbase = (CUdeviceptr)a->base;
+    if (a && psize)
+        *psize = a->size;
+    pthread_mutex_unlock(&sim_mem.mutex);
+    return a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
 /* Free is the device's total less what all processes hold.
  *
  * A NULL `free` or `total` is skipped, not refused: on real drivers OptiX calls

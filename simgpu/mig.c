@@ -1,5 +1,5 @@
 /* MIG mode: each GPU's instances, from SIMGPU_MIG and the boards' profile
- * tables (mig_profiles.h, generated from src/vgpulimit/mig_profiles.json, the
+ * tables (mig_profiles.h, generated from src/vgpulimit/mig/profiles.json, the
  * tables the planner reads too).
  *
  *   SIMGPU_MIG   the GPU instances of each device: one layout for every device,

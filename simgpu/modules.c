@@ -21,8 +21,9 @@
  * launched as the CUfunction it also is, as the driver allows.
  *
  * The memory model, after the H200, where PyTorch's process grew 92 MiB beyond
- * its context and allocations (FACTS.md): the driver takes device memory of its
- * own, charged to the process as NVML lists it, in whole 2 MiB granules:
+ * its context and allocations (docs/facts.md §1): the driver takes device
+ * memory of its own, charged to the process as NVML lists it, in whole 2 MiB
+ * granules:
  *
  *   code   a module's code is loaded into a context when the module loads
  *          (CUDA_MODULE_LOADING=EAGER; a library into the context current

@@ -177,7 +177,8 @@ nvmlReturn_t sim_nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *de
 }
 
 /* GPU UUIDs, MIG UUIDs, and the legacy MIG form of drivers before R470,
- * "MIG-GPU-<parent UUID>/<GI>/<CI>", which NVML still takes (MIG.md 1.3). */
+ * "MIG-GPU-<parent UUID>/<GI>/<CI>", which NVML still takes (docs/mig-facts.md
+ * §1.3). */
 nvmlReturn_t sim_nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
     if (!sim_nvml_ready())

@@ -1,6 +1,6 @@
 /* simgpu's NVML MIG calls: a GPU's MIG devices, and the GPU-instance profiles
- * of its board (mig.c, from mig_profiles.json), as nvml.h (API v13) documents
- * them (MIG.md 1.4):
+ * of its board (mig.c, from src/vgpulimit/mig/profiles.json), as nvml.h (API
+ * v13) documents them (docs/mig-facts.md §1.4):
  *   - a GPU in MIG mode has up to its compute slices (7) MIG devices, at
  *     indices that may have holes: an index without one answers NOT_FOUND, so
  *     callers loop to the maximum;

@@ -6,8 +6,8 @@
  * Where each figure comes from:
  * - measured: the H200 141GB row's memory (143771 MiB), context (518 MiB),
  *   reserve (615 MiB = 644939776 B) and process-utilisation sample buffer
- *   (72), on driver 580.159.04 with CUDA 13.0 (FACTS.md, "Measured on a real
- *   GPU");
+ *   (72), on driver 580.159.04 with CUDA 13.0 (docs/facts.md §1, "Measured
+ *   on a real GPU");
  * - published: names as nvidia-smi prints them, memory totals as drivers
  *   report them, SM counts, compute capabilities, PCI device ids (pci.ids),
  *   clocks, bus widths, L2 and shared memory sizes (NVIDIA's data sheets and

@@ -257,11 +257,6 @@ static void sim_unlock(struct sim_file *f)
     pthread_mutex_unlock(&f->lock.u.mutex);
 }
 
-struct sim_file *sim_state_file(void)
-{
-    return __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
-}
-
 struct sim_file *sim_state_lock_file(void)
 {
     struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);

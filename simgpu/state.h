@@ -335,6 +335,11 @@ struct sim_nvml_script {
     struct sim_nvml_answer answers[SIM_NVML_SCRIPT_MAX]; /* the last repeats */
 };
 
+/* nvml_script.c: SIMGPU_NVML_ANSWER's text into one script per function of
+ * nvml_api.def; false with one line in `message` saying what is wrong. */
+bool sim_nvml_scripts_parse(const char *value, struct sim_nvml_script scripts[SIM_NVML_FNS], char *message,
+                            size_t size);
+
 struct sim_config {
     const struct sim_profile *profile; /* SIMGPU_PROFILE: what the devices are */
     uint32_t device_count;             /* SIMGPU_DEVICES, 1-SIM_MAX_DEVICES */
@@ -368,6 +373,11 @@ struct sim_config {
  * holds a bad value; the reason has then been written to stderr, once. */
 const struct sim_config *sim_config(void);
 
+/* One line on stderr, prefixed "simgpu: ". */
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- units.c: the devices' fixed identity ----------------------------------- */
+
 /* The fixed identity of device `index`: the same in every process and in both
  * libraries, so cuDeviceGetUuid and nvmlDeviceGetUUID agree. */
 void sim_device_uuid(uint32_t index, uint8_t out[SIM_UUID_LEN]);
@@ -388,9 +398,6 @@ struct sim_pci_address {
     uint32_t domain, bus, device;
 };
 struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index);
-
-/* One line on stderr, prefixed "simgpu: ". */
-void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- pids.c: processes named as the driver names them ---------------------- */
 
@@ -459,9 +466,6 @@ const char *sim_state_path(void);
 void sim_state_shared_drop(struct sim_file *f, struct sim_file_shared *s, int entry);
 void sim_state_shared_file(uint64_t id, char *out, size_t size);
 
-/* For timeline.c: the mapped file, for what may be read without the mutex
- * (atomics); NULL when it is not open. */
-struct sim_file *sim_state_file(void);
 /* For timeline.c: the mapped file with its mutex held (a dead holder's leftovers
  * repaired), or NULL when it is not open or the mutex is unusable. */
 struct sim_file *sim_state_lock_file(void);

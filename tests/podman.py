@@ -1,5 +1,5 @@
 """Real containers for the tests, run by podman (Debian 12's 4.3.1 with runc,
-see ../shared/FACTS.md): the rootfs of runc_bundle given with --rootfs (no
+see docs/facts.md §3): the rootfs of runc_bundle given with --rootfs (no
 registry, no image), the host's directories bind-mounted read-only, and a
 store, hooks directory and state of the test's own."""
 

@@ -5,7 +5,7 @@ host's directories bind-mounted read-only at their own paths: /usr and the
 top-level library and program directories, and wherever this interpreter,
 its packages (cuda-bindings, the installed vgpulimit with simgpu) and the
 tests live, so that the host's Python runs inside.  There is no user
-namespace (runc runs as root here, see ../shared/FACTS.md)."""
+namespace (runc runs as root here, see docs/facts.md §2)."""
 
 from __future__ import annotations
 

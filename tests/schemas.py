@@ -1,8 +1,7 @@
-"""The JSON Schemas in ../shared/schemas (CDI; OCI runtime config and state),
-for tests that check what we write or read against them.  A test that
-validates validates, or skips saying why: where the schemas are absent (a
-plain clone, without shared/ beside it) nothing passes having checked
-nothing.  Helpers that make documents for other tests do not validate them
+"""The JSON Schemas in tests/data/schemas (CDI; OCI runtime config and state;
+their sources in its README), for tests that check what we write or read
+against them.  A test that validates validates, or skips saying why: where
+jsonschema is absent nothing passes having checked nothing.  Helpers that make documents for other tests do not validate them
 on the side; one test per helper validates what it makes."""
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-SCHEMAS = Path(__file__).resolve().parent.parent.parent / "shared" / "schemas"
+SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
 
 
 @cache
@@ -24,8 +23,6 @@ def _validator(name: str):
     from referencing.jsonschema import DRAFT4, DRAFT7
 
     path = SCHEMAS / name
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: the schemas come from shared/ beside the repository")
     schema = json.loads(path.read_text())
     default = DRAFT7 if "draft-07" in schema.get("$schema", "") else DRAFT4
 

@@ -45,6 +45,53 @@ def test_a_limit_variable_whose_index_is_not_ascii_is_refused_as_the_shim_refuse
     assert "VGPULIMIT_MEMORY_²" in line and "ASCII digits" in line
 
 
+# -- device UUIDs: all zeros names no device; one device's limit given once ----------------------
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+@pytest.mark.parametrize("kind", ["GPU", "MIG"])
+@pytest.mark.parametrize("command", ["run", "set", "cdi generate"])
+def test_the_all_zero_uuid_is_refused_alike_by_run_set_and_cdi(tmp_path, command, kind):
+    """The form of a UUID but no device's: `set` said "Invalid argument", and
+    `run` and `cdi generate` took it (and `run` capped nothing).  One rule
+    for the three, saying why."""
+    uuid = f"{kind}-{ZERO_UUID}"
+    region = tmp_path / "region"
+    if command == "set":
+        Region.create(region).close()
+    args = {"run": ["run", "--simulate", "--memory-device", f"{uuid}=1GiB", "--region", str(region), "--",
+                    "true"],
+            "set": ["set", "--memory-device", f"{uuid}=1GiB", "--region", str(region)],
+            "cdi generate": ["cdi", "generate", "--device", uuid, "--memory", "1GiB"]}[command]
+    line = one_error_line(vgpulimit(*args), 2)
+    assert "is all zeros, which is no device's UUID" in line
+    assert line.startswith(f"vgpulimit: error: {'--device' if command == 'cdi generate' else '--memory-device'}: "
+                           f"'{kind}-00000000-")
+    assert command == "set" or not region.exists()
+
+
+@pytest.mark.parametrize("names, values", [
+    (("VGPULIMIT_MEMORY_0", "VGPULIMIT_MEMORY_00"), ("1GiB", "2GiB")),
+    (("VGPULIMIT_MEMORY_00", "VGPULIMIT_MEMORY_0"), ("1GiB", "2GiB")),
+    (("CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_MEMORY_LIMIT_00"), ("1g", "2g")),
+    (("CUDA_DEVICE_MEMORY_LIMIT_00", "CUDA_DEVICE_MEMORY_LIMIT_0"), ("1g", "2g")),
+])
+def test_two_names_of_one_devices_limit_are_a_limit_given_twice(sim_env, shim_path, cbin, names, values):
+    """_0 and _00 name device 0 alike: the last in the environment won,
+    silently (2 GiB one way, 1 GiB the other).  Refused as a repeated flag is,
+    under `run` and under a bare preload, naming both variables."""
+    given = dict(zip(names, values))
+    says = f"{names[0]}={values[0]} and {names[1]}={values[1]} both give device 0's memory limit: a limit given twice"
+    line = one_error_line(vgpulimit("run", "--simulate", "--", "true", env=sim_env | given), 2)
+    assert says in line
+    bare = subprocess.run([cbin / "alloc_client", "link", str(512 * 1024 * 1024), "1"], capture_output=True,
+                          text=True, env=sim_env | given | {"LD_PRELOAD": str(shim_path)}, timeout=60, check=False)
+    assert "alloc 0 2" in bare.stdout.splitlines()   # CUDA_ERROR_OUT_OF_MEMORY: nothing is let through
+    [said] = [ln for ln in bare.stderr.splitlines() if says in ln]
+    assert ": error: " in said
+
+
 # -- the OCI hook: JSON nested deeper than Python recurses ----------------------------------------
 
 DEEP = "[" * 100_000

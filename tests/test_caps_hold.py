@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -205,6 +206,11 @@ def runtime_region(tmp_path):
     but for an empty /.vgpulimit mount point, removed afterwards."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and util-linux unshare to mount over /.vgpulimit")
+    # Root is not enough: an unprivileged container or a chroot may refuse one.
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.strip()}")
     made = not os.path.exists("/.vgpulimit")
     if made:
         os.mkdir("/.vgpulimit", 0o755)

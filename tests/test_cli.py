@@ -96,6 +96,26 @@ def test_run_reports_death_by_signal_as_128_plus_n(sig):
     assert result.returncode == 128 + sig
 
 
+def test_run_stopped_and_continued_supervises_on(tmp_path):
+    """Ctrl-Z and `fg` (SIGSTOP, SIGCONT) on `vgpulimit run`: the supervisor
+    carries on, and exits with the command's status, not a traceback."""
+    started, marker = tmp_path / "started", tmp_path / "go"
+    proc = subprocess.Popen(vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--", "sh", "-c", f"touch {started}; "
+                                          f"while [ ! -e {marker} ]; do sleep 0.05; done; exit 5"),
+                            env=base_env(), stderr=subprocess.PIPE, text=True)
+    while not started.exists():
+        time.sleep(0.05)
+    time.sleep(0.3)   # the supervisor waits for signals by now
+    for stopped_s in (0.3, 1.5):   # within its wait for signals, and past it
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(stopped_s)
+        proc.send_signal(signal.SIGCONT)
+    time.sleep(0.3)
+    marker.touch()
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (5, "")
+
+
 def test_command_not_found_is_127():
     line = one_error_line(vgpulimit("run", "--", "no-such-command-vgpulimit"), 127)
     assert line == "vgpulimit: error: no-such-command-vgpulimit: command not found"

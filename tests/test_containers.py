@@ -76,10 +76,13 @@ while True:
     os.read(_wakeup, 1)
 """
 
+# The handlers write with os.write, never print(): a handler runs between two
+# bytecodes, which may be inside the child's own print("ready"), and a print
+# there is a reentrant call into the same BufferedWriter (a RuntimeError).
 SIGNAL_HANDLERS = """
 import os, signal, sys
 def on(sig, frame):
-    print("child got", signal.Signals(sig).name, flush=True)
+    os.write(1, f"child got {signal.Signals(sig).name}\\n".encode())
     signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)       # die of it, if that is what it does
     sys.exit(7)                     # it is not (SIGWINCH): exit with a status of our own
@@ -274,7 +277,7 @@ ORPHAN_CHILD = """
 import os, signal, subprocess, sys, time
 
 def on_term(sig, frame):
-    print("child got SIGTERM", flush=True)
+    os.write(1, b"child got SIGTERM\\n")     # not print(): see SIGNAL_HANDLERS
     signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)
 signal.signal(signal.SIGTERM, on_term)

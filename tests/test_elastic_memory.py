@@ -370,6 +370,151 @@ def _first_answer(waiting: dict[str, Container]) -> str:
     return name
 
 
+# -- the dead hold nothing, waiting included ---------------------------------------------------
+
+
+def node_dir(sim_env) -> Path:
+    """Where `vgpulimit run` makes regions, and `status --all` finds them."""
+    where = Path(sim_env["XDG_RUNTIME_DIR"]) / "vgpulimit"
+    where.mkdir(mode=0o700, exist_ok=True)
+    return where
+
+
+def beacon_waits(region: Path) -> list[tuple[int, int]]:
+    """(waiters, oldest_wait_ns) of every device in the beacon of the
+    container of ``region``, as its file holds them."""
+    from vgpulimit._paths import core
+    from vgpulimit.region import Region
+
+    ffi, _ = core()
+    with Region.open(region) as r:
+        beacon = Path(r.snapshot().board).parent / f"beacon-{r.board_key:016x}"
+    image = bytearray(beacon.read_bytes())
+    b = ffi.cast("struct vgl_beacon *", ffi.from_buffer(image))
+    return [(int(d.waiters), int(d.oldest_wait_ns)) for d in b.device]
+
+
+def no_one_waits(sim_env, *regions: Path) -> None:
+    """Every count of waiting is 0: in each region, in each beacon, and in
+    `status`, `top` and the metrics of the node."""
+    from test_node_view import gpu_series, serve_metrics
+
+    where = Path(sim_env["XDG_RUNTIME_DIR"]) / "vgpulimit"
+    deadline = time.monotonic() + 30   # the supervisor repairs its beacon within a second
+    while any(n or since for r in regions for n, since in beacon_waits(r)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for r in regions:
+        assert beacon_waits(r) == [(0, 0)] * 16, r
+        shown = status_json(sim_env, r, "--interval", "0")["devices"]
+        assert shown and [d["waiting"] for d in shown] == [0] * len(shown)
+    [gpu] = node(sim_env)["gpus"]
+    assert gpu["waiters"] == 0 and [c["waiting"] for c in gpu["containers"]] == [0] * len(gpu["containers"])
+    text = run(vgpulimit_cmd("status", "--all", where, "--simulate", "--interval", "0"), sim_env).stdout
+    assert " 0 waiting" in text and " 1 waiting" not in text
+    top = run(vgpulimit_cmd("top", "-1", "--all", where, "--simulate"), dict(sim_env, COLUMNS="160")).stdout
+    assert "0 waiting" in top and " 1 waiting" not in top
+    [samples], _ = serve_metrics(sim_env, where)
+    assert gpu_series(samples, "vgpulimit_gpu_memory_waiting_allocations") == [0]
+    assert set(gpu_series(samples, "vgpulimit_memory_waiting_allocations")) == {0}
+
+
+def test_a_waiter_killed_while_it_waits_holds_no_one_back(sim_env, client, shim_path, tmp_path, containers):
+    """Issue 39: a process in no container holds 15 of 16 GiB.  A second
+    process of container W waits for 3 GiB and is killed with SIGKILL while
+    W's first process lives on, and W's supervisor is stopped (SIGSTOP), so
+    that nobody writes W's beacon again, as in a container of the hook.  A
+    borrowing waiter of another container is served when the 15 GiB are
+    freed, as if the killed one had never waited, though W's beacon still
+    says one waits: a claim no live waiter holds is passed over.  Once W's
+    supervisor runs again, no count anywhere says anyone waits."""
+    import signal
+
+    holder = Container(sim_env, client, bare=True)
+    region = node_dir(sim_env) / "w.region"
+    try:
+        assert [holder.alloc(n * GiB)[1] for n in (8, 7)] == [0, 0]
+        w = containers("--memory", "4GiB", "--memory-request", "512MiB", "--memory-wait", "60s", region=region)
+        second = Container(dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(region)), client,
+                           bare=True)
+        second.send(f"alloc {3 * GiB}")
+        seen_waiting(sim_env, 1, region)
+        w.proc.send_signal(signal.SIGSTOP)
+        second.proc.kill()
+        assert second.proc.wait(timeout=30) == -9
+        borrower = containers("--memory", "8GiB", "--memory-request", "512MiB", "--memory-wait", "30s",
+                              region=node_dir(sim_env) / "b.region")
+        assert borrower.alloc(256 * 1024 * 1024)[1] == 0
+        borrower.send(f"alloc {2 * GiB}")
+        seen_waiting(sim_env, 1, node_dir(sim_env) / "b.region")
+        holder.ask("free 0")
+        holder.ask("free 1")
+        assert borrower.read()[2] == "0"   # served, not refused at its deadline
+        assert beacon_waits(region)[0][0] == 1   # the killed one's claim, never repaired meanwhile
+        w.proc.send_signal(signal.SIGCONT)
+        no_one_waits(sim_env, region)
+    finally:
+        holder.close()
+
+
+def test_waiters_killed_at_any_moment_of_their_waits_and_wakes_leave_nothing(sim_env, client, shim_path,
+                                                                           tmp_path, containers):
+    """Many rounds: a process in no container holds 15 of 16 GiB, three
+    processes of two containers wait to borrow 1 GiB each, one is killed
+    (SIGKILL) a random moment into its wait, 2 GiB are freed, one more is
+    killed a random moment into its wake, and the third is served as if the
+    two had never waited.  The containers' supervisors are stopped
+    meanwhile (nobody repairs a beacon but the waiters themselves, as in a
+    container of the hook); once they run again, no count anywhere says
+    anyone waits.  VGPULIMIT_TEST_ROUNDS sets how many rounds (the seed is
+    in the failure)."""
+    import os
+    import random
+    import selectors
+    import signal
+
+    rounds = int(os.environ.get("VGPULIMIT_TEST_ROUNDS", "25"))
+    seed = int(os.environ.get("VGPULIMIT_TEST_SEED", str(time.time_ns())))
+    rng = random.Random(seed)
+    regions = [node_dir(sim_env) / "w.region", node_dir(sim_env) / "x.region"]
+    supervisors = [containers("--memory", "4GiB", "--memory-request", "512MiB", "--memory-wait", "60s",
+                              region=r).proc for r in regions]
+    holder = Container(sim_env, client, bare=True)
+    try:
+        assert [holder.alloc(GiB)[1] for _ in range(15)] == [0] * 15
+        for p in supervisors:
+            p.send_signal(signal.SIGSTOP)
+        for n in range(rounds):
+            waiters = [Container(dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_REGION=str(rng.choice(regions))),
+                                 client, bare=True) for _ in range(3)]
+            for w in waiters:
+                w.send(f"alloc {GiB}")
+            rng.shuffle(waiters)
+            time.sleep(rng.choice([0, rng.uniform(0, 0.001), rng.uniform(0, 0.02)]))
+            waiters[0].proc.kill()          # waiting, or starting to
+            holder.ask("free 0")
+            holder.ask("free 1")
+            # The holder is in no row: waiters find its free at their next look (every 50 ms).
+            time.sleep(rng.choice([0, rng.uniform(0, 0.003), rng.uniform(0, 0.06)]))
+            waiters[1].proc.kill()          # waking, or served
+            sel = selectors.DefaultSelector()
+            sel.register(waiters[2].proc.stdout, selectors.EVENT_READ)
+            assert sel.select(timeout=30), f"round {n} (seed {seed}): the last waiter was never served"
+            sel.close()
+            assert waiters[2].read()[2] == "0", f"round {n} (seed {seed})"
+            waiters[2].close()
+            for w in waiters[:2]:
+                w.proc.wait(timeout=30)
+            # Back to 15 GiB held, once the dead's memory is the driver's again.
+            for block in (0, 1):
+                while holder.alloc(GiB) != (block, 0):
+                    time.sleep(0.01)
+        for p in supervisors:
+            p.send_signal(signal.SIGCONT)
+        no_one_waits(sim_env, *regions)
+    finally:
+        holder.close()
+
+
 # -- views ------------------------------------------------------------------------------------
 
 

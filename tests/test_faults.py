@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -145,29 +144,36 @@ def test_units_still_make_a_cap(sim_env):
 # -- 4. too few file descriptors for NVML --------------------------------------------------------
 
 
-def test_too_few_descriptors_for_nvml_is_said_at_the_default_level(sim_env, shim_path, cbin):
-    """With NVML out of reach (no descriptor left to load it), the context's
-    cost cannot be counted: the shim says so, with the cause, at the default
-    log level, where it used to say nothing."""
-    env = dict(sim_env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB",
-               SIMGPU_CONTEXT_OVERHEAD="500MiB")
+@pytest.mark.parametrize("how", ["run", "preload"])
+def test_too_few_descriptors_for_nvml_never_let_the_process_past_its_cap(sim_env, shim_path, cbin, how):
+    """With NVML out of reach (`ulimit -n`: no descriptor left to load it), the
+    context's cost (518 MiB here) cannot be read: a 1 GiB cap let the process
+    hold 1542 MiB, the context uncounted.  Now contexts and allocations under
+    the cap are refused, said in one line with the cause: what the driver
+    holds for the process never passes the cap, at any descriptor limit."""
+    env = dict(sim_env, SIMGPU_CONTEXT_OVERHEAD="518MiB")
     env.pop("VGPULIMIT_LOG", None)
-    client = [str(cbin / "alloc_client"), "link", str(256 * MiB), "2"]
-    said = None
-    for limit in range(5, 12):   # the fewest the client's own files leave room in
-        def low(limit=limit):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-        result = subprocess.run(client, env=env, capture_output=True, text=True, timeout=60,
-                                preexec_fn=low, check=False)
-        if "no context" in result.stderr:
-            continue
-        said = result
-        break
-    assert said is not None, "the client never got a context"
-    lines = [ln for ln in said.stderr.splitlines() if "not counted against the cap" in ln]
-    assert lines, said.stderr
-    assert "libnvidia-ml.so.1" in lines[0] or "nvmlInit" in lines[0]
-    assert "warning" in lines[0]
+    client = [str(cbin / "alloc_client"), "link", str(64 * MiB), "40"]
+    if how == "run":
+        cmd = [*map(str, vgpulimit_cmd("run", "--simulate", "--memory", "1GiB", "--", *client))]
+    else:
+        cmd, env = client, dict(env, LD_PRELOAD=str(shim_path), VGPULIMIT_MEMORY="1GiB")
+    refused = []
+    for limit in range(5, 12):   # from the fewest the client's own files leave room in
+        result = subprocess.run(["sh", "-c", f'ulimit -n {limit} && exec "$@"', "sh", *cmd], env=env,
+                                capture_output=True, text=True, timeout=60, check=False)
+        context = 0 if "no context" in result.stderr else 518 * MiB
+        granted = [line for line in allocs(result.stdout) if line.endswith(" 0")]
+        held = context + 64 * MiB * len(granted)
+        assert held <= GiB, (limit, held // MiB, result.stderr)
+        lines = [ln for ln in result.stderr.splitlines() if "cannot be counted against the cap" in ln]
+        if lines:
+            refused.append(lines)
+    assert refused, "NVML was never out of reach"
+    for lines in refused:
+        assert len(lines) == 1 and ": error: " in lines[0], lines
+        assert "libnvidia-ml.so.1" in lines[0] or "nvmlInit" in lines[0]
+        assert lines[0].endswith("so contexts and device memory under it are refused")
 
 
 # -- 5. a runtime directory made by another user --------------------------------------------------
@@ -672,7 +678,7 @@ print(json.dumps({"used": pynvml.nvmlDeviceGetMemoryInfo(handle).used,
 
 
 def test_simgpu_frees_what_an_image_held_when_it_execs(sim_env, tmp_path):
-    """FACTS.md, measured on an H200: a process holding a context and 1 GiB
+    """docs/facts.md §1, measured on an H200: a process holding a context and 1 GiB
     that execs is listed with nothing right after (same pid)."""
     pytest.importorskip("pynvml")
     program = tmp_path / "exec_then_list.py"

@@ -272,10 +272,12 @@ def test_status_needs_read_access_only(sim_env):
         os.chown(region, nobody, nobody)
         os.chmod(region, 0o400)
         as_nobody = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups"]
-        if run([*as_nobody, sys.executable, "-c", "import vgpulimit"], sim_env,
+        # What `status` imports, psutil included: in a venv with the system's
+        # site-packages, those may lie where uid 65534 cannot read (/root).
+        if run([*as_nobody, sys.executable, "-c", "import vgpulimit.query, vgpulimit.status"], sim_env,
                check=False).returncode != 0:
-            pytest.skip(f"the installed vgpulimit cannot be imported by uid {nobody} "
-                        f"({sys.executable} is not readable by it)")
+            pytest.skip(f"the installed vgpulimit or what it imports cannot be imported by uid {nobody} "
+                        f"({sys.executable}'s packages are not readable by it)")
         cmd = [*as_nobody,
                *vgpulimit_cmd("status", "--json", "--interval", "0", "--region", str(region))]
         result = run(cmd, sim_env, check=False)

@@ -156,10 +156,13 @@ def test_the_core_calls_nothing_of_the_preload_library():
 
 PACKAGE = ROOT / "src" / "vgpulimit"
 # What writes the views out for people and scripts (nvitop's tui): the text and
-# JSON of status (render), its CSV (query), the live terminal view (top).  Their
-# models (status.py, node.py: nvitop's api) and everything else never import
-# them; a renderer may use another's display helpers (top draws with render's).
-RENDERERS = {"vgpulimit.render", "vgpulimit.query", "vgpulimit.top"}
+# JSON of status (render), its CSV (query), the live terminal view (top), the
+# Prometheus series (metrics, served by metrics_server), a MIG plan
+# (mig.render).  Their models (status.py, node.py, mig.plan: nvitop's api) and
+# everything else never import them; a renderer may use another's display
+# helpers (top draws with render's).
+RENDERERS = {"vgpulimit.render", "vgpulimit.query", "vgpulimit.top", "vgpulimit.metrics",
+             "vgpulimit.mig.render"}
 FRONT = "vgpulimit.cli"
 
 

@@ -189,11 +189,12 @@ def test_a_fraction_is_parts_per_million_of_the_device(ppm):
 @given(st.text(max_size=12))
 def test_anything_else_is_a_clear_refusal_or_a_limit(text):
     """Whatever the text, the parser gives a limit or a LimitError that lists
-    the accepted forms, never another exception."""
+    the accepted forms (or, for a number above one with no unit, names the
+    unit it lacks), never another exception."""
     try:
         limit = parse_memory(text)
     except LimitError as err:
-        assert "accepted forms" in str(err) and "4Gi" in str(err)
+        assert ("accepted forms" in str(err) and "4Gi" in str(err)) or "sizes need a unit" in str(err)
     else:
         assert (limit.bytes > 0) != (limit.ppm > 0)
 

@@ -1,9 +1,9 @@
-"""`vgpulimit mig plan`: the profile tables are MIG.md's, every plan is legal,
+"""`vgpulimit mig plan`: the profile tables are docs/mig-facts.md's, every plan is legal,
 the fewest GPUs on small inputs are what an exhaustive search written here
 finds, the mig-parted config parses, and the CLI's errors are one line.
 
-The rules are checked from the data file itself (mig_profiles.json), never
-from the planner's own checks; a few rows are compared with MIG.md's numbers,
+The rules are checked from the data file itself (mig/profiles.json), never
+from the planner's own checks; a few rows are compared with docs/mig-facts.md's numbers,
 written here with the line they come from."""
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from helpers import one_error_line, vgpulimit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vgpulimit import mig_plan, mig_profiles, mig_render
-from vgpulimit.mig_plan import Request
+from vgpulimit.mig import plan as mig_plan
+from vgpulimit.mig import profiles as mig_profiles
+from vgpulimit.mig import render as mig_render
+from vgpulimit.mig.plan import Request
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -32,10 +34,10 @@ def _data_gpu(model: str) -> dict:
     return next(g for g in DATA["gpus"] if g["model"] == model)
 
 
-# --- the data file against MIG.md ---------------------------------------------
+# --- the data file against docs/mig-facts.md ---------------------------------------------
 
-# MIG.md §1.2, "H100 80GB HBM3" table (real print, jbarrow.ai): | Profile | id | -lgip GiB | SMs | CE | max |
-MIG_MD_H100 = {
+# docs/mig-facts.md §1.2, "H100 80GB HBM3" table (real print, jbarrow.ai): | Profile | id | -lgip GiB | SMs | CE | max |
+MIG_FACTS_H100 = {
     "1g.10gb": (19, "9.75", 16, 1, 7),     # "| 1g.10gb | 19 | 9.75 | 16 | 1 | 1/1/0 | 7 |"
     "1g.20gb": (15, "19.62", 26, 1, 4),    # "| 1g.20gb | 15 | 19.62 | 26 | 1 | 1/1/0 | 4 |"
     "2g.20gb": (14, "19.62", 32, 2, 3),    # "| 2g.20gb | 14 | 19.62 | 32 | 2 | 2/2/0 | 3 |"
@@ -43,9 +45,9 @@ MIG_MD_H100 = {
     "4g.40gb": (5, "39.50", 64, 4, 1),     # "| 4g.40gb | 5 | 39.50 | 64 | 4 | 4/4/0 | 1 |"
     "7g.80gb": (0, "79.25", 132, 8, 1),    # "| 7g.80gb | 0 | 79.25 | 132 | 8 | 7/7/1 | 1 |"
 }
-# MIG.md §1.2, "A100-SXM4-40GB" table: | Profile | id | NVML enum | memorySizeMB (mock) | -lgip GiB (real)
+# docs/mig-facts.md §1.2, "A100-SXM4-40GB" table: | Profile | id | NVML enum | memorySizeMB (mock) | -lgip GiB (real)
 # | SMs | CE | max | placements (mock) |; the real -lgip figure wins over the mock's MB.
-MIG_MD_A100_40 = {
+MIG_FACTS_A100_40 = {
     "1g.5gb": (19, "4.75", 14, 1, 7, [0, 1, 2, 3, 4, 5, 6]),   # "| 1g.5gb | 19 | 1_SLICE | 4864 | 4.75 | 14 | 1 | 7 | {0,1,2,3,4,5,6}:1 |"
     "2g.10gb": (14, "9.75", 28, 2, 3, [0, 2, 4]),             # "| 2g.10gb | 14 | 2_SLICE | 9856 | 9.75 | 28 | 2 | 3 | {0,2,4}:2 |"
     "3g.20gb": (9, "19.62", 42, 3, 2, [0, 4]),                # "| 3g.20gb | 9 | 3_SLICE | 19968 | 19.62 | 42 | 3 | 2 | {0,4}:4 |"
@@ -54,7 +56,7 @@ MIG_MD_A100_40 = {
 }
 
 
-@pytest.mark.parametrize("model, rows", [("H100 80GB", MIG_MD_H100), ("A100 40GB", MIG_MD_A100_40)])
+@pytest.mark.parametrize("model, rows", [("H100 80GB", MIG_FACTS_H100), ("A100 40GB", MIG_FACTS_A100_40)])
 def test_the_profiles_are_mig_md_s_real_prints(model, rows):
     profiles = {p.name: p for p in mig_profiles.find(model).profiles}
     for name, (pid, gib, sms, ce, most, *placements) in rows.items():

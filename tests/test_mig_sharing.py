@@ -15,11 +15,14 @@ import time
 import pytest
 from conftest import C_DIR, GiB, MiB, compile_c, have, run, vgpulimit_cmd
 from containers import CLIENTS, container, joined
+from helpers import one_error_line, status_json
 from test_compute_share import Container, loops, share
 from test_views import serve_and_scrape
 
+from vgpulimit.region import Region
+
 H100_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"
-TWO_G_MIB = 20090        # the H100's 2g.20gb (mig_profiles.json)
+TWO_G_MIB = 20090        # the H100's 2g.20gb (mig/profiles.json)
 
 
 def mig_env(sim_env, **more) -> dict[str, str]:
@@ -88,6 +91,69 @@ def test_a_mig_uuid_limit_variable_and_a_bad_one(slice_env, shim_path):
     assert result.stderr.splitlines() == [
         ("vgpulimit: error: --memory-device: 'MIG-12' is not a GPU or MIG device UUID (GPU- or MIG- "
          "and 32 hex digits, as nvidia-smi -L prints them)")]
+
+
+def test_a_limit_for_a_mig_gpu_by_its_own_uuid_is_refused_naming_its_mig_devices(slice_env, sim_env, shim_path,
+                                                                                  tmp_path):
+    """The GPU's UUID, the first line nvidia-smi -L prints, names no device
+    CUDA shows (only its MIG devices): its cap would cap nothing, and the
+    process got all 3000 MiB it asked.  `run` refuses it at start (and `set`
+    on a live region, and `cdi generate` where NVML says), a bare preload
+    refuses the process's allocations, each in one line naming the MIG
+    devices to give it for."""
+    env, uuid = slice_env
+    gpu = view(mig_env(sim_env))["gpus"][0]
+    migs = [m["uuid"] for m in gpu["mig"]]
+    ask = [sys.executable, CLIENTS / "mig_view.py", 3000 * MiB]
+    line = one_error_line(run(vgpulimit_cmd("run", "--simulate", "--memory-device", f"{gpu['uuid']}=1GiB",
+                                            "--", *ask), env, check=False), 2)
+    assert line.startswith(f"vgpulimit: error: --memory-device {gpu['uuid']}: that GPU is in MIG mode")
+    assert all(m in line for m in migs)
+    Region.create(tmp_path / "region").close()
+    line = one_error_line(run(vgpulimit_cmd("set", "--region", tmp_path / "region", "--memory-device",
+                                            f"{gpu['uuid']}=1GiB"), env, check=False), 2)
+    assert line.startswith(f"vgpulimit: error: --memory-device {gpu['uuid']}: that GPU is in MIG mode")
+    line = one_error_line(run(vgpulimit_cmd("cdi", "generate", "--device", gpu["uuid"], "--memory", "1GiB"), env,
+                              check=False), 2)
+    assert line.startswith(f"vgpulimit: error: --device {gpu['uuid']}: that GPU is in MIG mode")
+    bare = run([*ask], env | {f"VGPULIMIT_MEMORY_{gpu['uuid']}": "1GiB", "LD_PRELOAD": str(shim_path)},
+               check=False)
+    assert bare.returncode != 0 and "mig_view: CUDA_ERROR_OUT_OF_MEMORY" in bare.stderr
+    [said] = [ln for ln in bare.stderr.splitlines() if ": error: " in ln]
+    assert f"the limits given for {gpu['uuid']} would cap nothing: that GPU is in MIG mode" in said
+    assert f"{uuid} (this process's)" in said and all(m in said for m in migs)
+
+
+def test_a_limit_for_a_device_the_process_does_not_see_is_said(slice_env, sim_env, shim_path):
+    """Another instance's MIG UUID: said in one line.  With nothing else capped
+    the process is refused (it got its 3000 MiB before), under `run` as under
+    a bare preload; with a cap that does apply, it runs under that one."""
+    env, uuid = slice_env
+    other = next(m["uuid"] for m in view(mig_env(sim_env))["gpus"][0]["mig"] if m["uuid"] != uuid)
+    warning = (f"warning: the limits given for {other} apply to no device of this process, which sees "
+               f"{uuid}")
+    cmd = vgpulimit_cmd("run", "--simulate", "--memory-device", f"{other}=1GiB")
+    alone = run([*cmd, "--", sys.executable, CLIENTS / "mig_view.py", 3000 * MiB], env, check=False)
+    assert alone.returncode != 0 and "mig_view: CUDA_ERROR_OUT_OF_MEMORY" in alone.stderr
+    assert warning in alone.stderr
+    assert ("error: none of the limits given by UUID applies to a device of this process (it sees "
+            f"{uuid}), and nothing else caps it; device memory allocations are refused") in alone.stderr
+    bare = view(env | {f"VGPULIMIT_MEMORY_{other}": "1GiB", "LD_PRELOAD": str(shim_path)}, 3000 * MiB,
+                check=False)
+    assert "mig_view: CUDA_ERROR_OUT_OF_MEMORY" in bare.stderr and warning in bare.stderr
+    capped = run([*cmd, "--memory", "2GiB", "--", sys.executable, CLIENTS / "mig_view.py", GiB], env)
+    assert json.loads(capped.stdout)["cuda"][0]["mem_get_info_total"] == 2 * GiB
+    assert warning in capped.stderr and ": error: " not in capped.stderr
+
+
+def test_a_regions_mig_device_is_shown_by_its_mig_uuid(slice_env, tmp_path):
+    """The region keeps a device's kind: `status --region` names a MIG device
+    MIG-, as NVML does (it said GPU- with the same digits)."""
+    env, uuid = slice_env
+    region = tmp_path / "c" / "region"
+    with container(env, region, ["--memory-device", f"{uuid}=4GiB"], [(GiB, 1)]):
+        [device] = status_json(env, region)["devices"]
+    assert device["uuid"] == uuid and uuid.startswith("MIG-")
 
 
 def test_containers_sharing_an_instance_each_see_their_own_cap(slice_env, tmp_path, shim_path):

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -542,3 +543,69 @@ def test_a_priority_annotation_gives_a_row_the_container_cannot_change(tmp_path,
     assert ffi.cast("struct vgl_beacon *", ffi.from_buffer(beacon)).device[0].launches > 0
     # Poststop freed its row, the last: the board went with it.
     assert os.listdir(tmp_path / "node" / ".priority") == []
+
+
+# Run inside a tenant: tries to write the node's board (every row: guarantees and
+# priorities) and every beacon beside it; prints what each attempt met.
+_ATTACK = """
+import errno, glob, json, os
+def attempt(path, at, length):
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    try:
+        os.pwrite(fd, bytes(length), at)
+        return "written"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    finally:
+        os.close(fd)
+met = {"board": attempt("/.vgpulimit/board/priority.board", 24, 64 * 888)}
+for beacon in glob.glob("/.vgpulimit/board/beacon-*"):
+    met[os.path.basename(beacon)] = attempt(beacon, 16, 16 * 56)
+print(json.dumps(met))
+"""
+
+
+def test_a_tenant_cannot_write_another_containers_guarantee_or_priority(tmp_path, bundles):
+    """Issue 39: a container's memory guarantee lives on the node's board, as
+    its priority does.  Beside a container of the hook guaranteed 4 GiB at
+    priority high, root in another cannot write the board (any row's
+    guarantee or priority) nor the other's beacon, nor raise its own request
+    with `vgpulimit set`; the other's row is as its setter wrote it."""
+    from vgpulimit._core import ffi, lib
+
+    owner = bundles(["sh", "-c", "touch /tmp/started; while [ ! -e /tmp/release ]; do sleep 0.05; done"],
+                    {"VGPULIMIT_MEMORY": "8GiB"}, name="owner")
+    owner.config["annotations"] = {"vgpulimit.io/memory-request": "4GiB", "vgpulimit.io/priority": "high"}
+    script = ("python /tmp/attack.py; python -m vgpulimit set --memory-request 8GiB --region /.vgpulimit/region; "
+              "echo set-exit $?")
+    tenant = bundles(["sh", "-c", script], {"VGPULIMIT_MEMORY": "8GiB"}, name="tenant")
+    tenant.config["annotations"] = {"vgpulimit.io/memory-request": "1GiB"}
+    (tenant.rootfs / "tmp" / "attack.py").write_text(_ATTACK)
+    proc, _ = owner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (owner.rootfs / "tmp" / "started").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        result = tenant.run()
+        assert result.returncode == 0, result.stderr
+        met = json.loads(result.stdout.splitlines()[0])
+        assert "set-exit 0" not in result.stdout, result.stdout
+        assert result.stderr.splitlines()[-1] == (
+            "vgpulimit: error: cannot write the memory guarantee in the priority board "
+            "/.vgpulimit/board/priority.board: not writable here: priorities and memory guarantees are set by "
+            "the node (vgpulimit run, the OCI hook), never from inside a container"), result.stderr
+        board = bytearray((tmp_path / "node" / ".priority" / "priority.board").read_bytes())
+        rows = [r for r in ffi.cast("struct vgl_board *", ffi.from_buffer(board)).row if r.key]
+        [row] = rows   # the owner's; the tenant's went at its poststop
+        name = ffi.new("char[]", lib.VGL_BEACON_NAME_LEN)
+        lib.vgl_beacon_name(row.key, name)
+        assert met["board"] in ("EROFS", "EACCES", "EPERM"), met
+        assert met[ffi.string(name).decode()] in ("EROFS", "EACCES", "EPERM"), met
+        assert (row.guarantee[0].bytes, row.priority) == (4 * GiB, lib.VGL_PRIORITY_HIGH)
+    finally:
+        (owner.rootfs / "tmp" / "release").touch()
+        proc.wait(timeout=60)

@@ -80,8 +80,9 @@ def test_a_cap_on_every_path(sanitized, tmp_path, mode):
 
 def test_memory_shared_between_two_processes_under_a_cap(sanitized, tmp_path):
     """tests/test_framework_paths.py's paths, in two capped processes: legacy
-    IPC, an exported VMM handle, pool IPC, an interprocess event, sleep and
-    wake with a double release, and host cuMem."""
+    IPC, an exported VMM handle, pool IPC (the importer's pool destroyed
+    before its import is freed), an interprocess event, sleep and wake with a
+    double release, and host cuMem."""
     env = sanitized_env(sanitized, tmp_path, VGPULIMIT_MEMORY="1GiB",
                         CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "region"))
     procs = [subprocess.Popen([str(sanitized["bin"] / "share_client")], env=env, stdin=subprocess.PIPE,
@@ -100,7 +101,7 @@ def test_memory_shared_between_two_processes_under_a_cap(sanitized, tmp_path):
               (b, "recv"), (b, "import"), (a, "sleep"), (a, "release"), (a, "wake"), (b, "sleep"),
               (a, "close_fd"), (b, "close_fd"), (a, "pool 4"), (a, "pool_export"), (b, f"listen {socket}2"),
               (a, f"send {socket}2"), (b, "recv"), (b, "pool_import"), (a, "pool_ptr"), (b, "pool_open {}"),
-              (b, "free_opened"), (a, "event"), (b, "event_open {}"), (a, "record"), (b, "wait_event"),
+              (b, "pool_destroy"), (b, "free_opened"), (a, "event"), (b, "event_open {}"), (a, "record"), (b, "wait_event"),
               (a, "event_destroy"), (a, "host 4"), (a, "info")]
     answers, last = [], ""
     for proc, line in script:
@@ -110,7 +111,7 @@ def test_memory_shared_between_two_processes_under_a_cap(sanitized, tmp_path):
     for _, err in outputs:
         said = [line for line in err.splitlines() if line.startswith(SANITIZERS_SAID)]
         assert not said, err
-    assert [answer.split()[0] for answer in answers] == ["ok"] * 14 + ["err"] + ["ok"] * 20, answers
+    assert [answer.split()[0] for answer in answers] == ["ok"] * 14 + ["err"] + ["ok"] * 21, answers
 
 
 def test_pinned_host_memory_and_copies_under_a_cap(sanitized, tmp_path):

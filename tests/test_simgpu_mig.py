@@ -1,8 +1,8 @@
 """simgpu in MIG mode (SIMGPU_MIG), as MIG-aware clients see it: pynvml
 walking the MIG devices as nvitop and HAMi do, cuda-bindings enumerating
 what CUDA_VISIBLE_DEVICES gives, `nvitop -1`, `gpustat --json` and the
-suite's nvidia-smi client.  The profile tables are mig_profiles.json's, the
-one copy the planner reads too (MIG.md 1.2-1.5 for the behaviour)."""
+suite's nvidia-smi client.  The profile tables are mig/profiles.json's, the
+one copy the planner reads too (docs/mig-facts.md §1.2-1.5 for the behaviour)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from conftest import C_DIR, MiB, compile_c, have, run
 from containers import CLIENTS, outsider
 
-from vgpulimit import mig_profiles
+from vgpulimit.mig import profiles as mig_profiles
 
 H100_LAYOUT = "3g.40gb,2g.20gb,1g.10gb"
 

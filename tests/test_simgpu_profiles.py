@@ -2,7 +2,7 @@
 board is called, its memory, SMs, compute capability, PCI identity and slots,
 what its context costs, what its driver keeps for itself and its process-
 utilisation sample buffer, the same through NVML and through the driver. The
-H200's are the figures measured on one (FACTS.md); SIMGPU_PROFILE picks a
+H200's are the figures measured on one (docs/facts.md §1); SIMGPU_PROFILE picks a
 board, and SIMGPU_MEMORY, SIMGPU_SMS, SIMGPU_CONTEXT_OVERHEAD and
 SIMGPU_RESERVED override its figures."""
 

@@ -23,9 +23,10 @@ import pytest
 from conftest import ROOT, base_env
 from slurm_cluster import MPS, SHARDS, cluster, slurm_unavailable
 
-from vgpulimit import _paths, slurm
+from vgpulimit import _paths
 from vgpulimit.errors import UsageError
 from vgpulimit.limits import MemoryLimit
+from vgpulimit.slurm import gres, hooks, mapping
 
 GiB = 1 << 30
 FILL = str(ROOT / "tests" / "clients" / "cuda_fill.py")
@@ -44,43 +45,43 @@ FILL = str(ROOT / "tests" / "clients" / "cuda_fill.py")
     ("", 0, 0, ""),
 ])
 def test_a_gres_string_is_read_as_slurm_writes_it(text, shards, gpus, indices):
-    assert slurm.parse_gres(text) == slurm.Gres(shards=shards, gpus=gpus, indices=indices)
+    assert gres.parse_gres(text) == gres.Gres(shards=shards, gpus=gpus, indices=indices)
 
 
 @pytest.mark.parametrize("text", ["shard", "shard:two", "shard:2(IDX:0", "shard:2,", ":2"])
 def test_a_malformed_gres_string_is_an_error_naming_it(text):
-    with pytest.raises(slurm.SlurmError, match="cannot read"):
-        slurm.parse_gres(text)
+    with pytest.raises(gres.SlurmError, match="cannot read"):
+        gres.parse_gres(text)
 
 
 def test_mps_gres_are_read_as_shards_where_the_site_says_so():
-    gres = slurm.parse_gres("gpu:2,mps:200")
-    assert gres.mps == 200 and gres.shards == 0
-    assert slurm.shards_per_gpu(gres.as_shards()) == 100
-    assert slurm.parse_gres("mps:25(IDX:1)").as_shards() == slurm.Gres(shards=25, indices="1")
+    mps_node = gres.parse_gres("gpu:2,mps:200")
+    assert mps_node.mps == 200 and mps_node.shards == 0
+    assert gres.shards_per_gpu(mps_node.as_shards()) == 100
+    assert gres.parse_gres("mps:25(IDX:1)").as_shards() == gres.Gres(shards=25, indices="1")
 
 
 def test_the_job_gres_is_that_of_this_node():
     text = ("   JOB_GRES=shard:5\n"
             "     Nodes=gpu[01-02] CPU_IDs=0 Mem=0 GRES=shard:2(IDX:0)\n"
             "     Nodes=gpu03 CPU_IDs=0 Mem=0 GRES=shard:3(IDX:1)\n")
-    assert slurm.job_gres_on(text, "gpu02").shards == 2
-    assert slurm.job_gres_on(text, "gpu03").shards == 3
-    assert slurm.job_gres_on(text, "gpu04").shards == 0
-    assert slurm.expand_hostlist("n[8-10],x") == ["n8", "n9", "n10", "x"]
+    assert gres.job_gres_on(text, "gpu02").shards == 2
+    assert gres.job_gres_on(text, "gpu03").shards == 3
+    assert gres.job_gres_on(text, "gpu04").shards == 0
+    assert gres.expand_hostlist("n[8-10],x") == ["n8", "n9", "n10", "x"]
 
 
 def test_shards_map_to_a_share_or_to_fixed_units():
-    memory, cores = slurm.parse_mapping("fraction", "fraction").limits(2, 8)
+    memory, cores = mapping.parse_mapping("fraction", "fraction").limits(2, 8)
     assert memory == MemoryLimit(bytes=0, ppm=250_000) and cores == 25
-    memory, cores = slurm.parse_mapping("1GiB", "10").limits(3, 8)
+    memory, cores = mapping.parse_mapping("1GiB", "10").limits(3, 8)
     assert memory == MemoryLimit(bytes=3 * GiB, ppm=0) and cores == 30
-    assert slurm.parse_mapping("fraction", "none").limits(2, 8)[1] == 0
-    assert slurm.parse_mapping("fraction", "fraction").limits(8, 8)[1] == 0   # the whole GPU's time
+    assert mapping.parse_mapping("fraction", "none").limits(2, 8)[1] == 0
+    assert mapping.parse_mapping("fraction", "fraction").limits(8, 8)[1] == 0   # the whole GPU's time
     for memory_text, cores_text in (("12parsecs", "fraction"), ("50%", "fraction"),
                                     ("fraction", "half"), ("fraction", "0")):
         with pytest.raises(UsageError, match="unknown shard mapping"):
-            slurm.parse_mapping(memory_text, cores_text)
+            mapping.parse_mapping(memory_text, cores_text)
 
 
 @pytest.mark.parametrize("text,job", [
@@ -269,13 +270,34 @@ def test_a_job_killed_by_scancel_leaves_no_region(node):
     assert status_all(node)["regions"] == []
 
 
+_NO_BOARD = """
+import json, os
+from vgpulimit.region import read_snapshot
+region = os.environ["VGPULIMIT_REGION"]
+snap = read_snapshot(region)
+node = os.path.dirname(os.path.dirname(region))
+shared = [name for _, _, names in os.walk(node) for name in names
+          if name.endswith(".board") or name.startswith("beacon-")]
+print(json.dumps({"board": snap.board, "priority": snap.priority, "shared": shared}))
+"""
+
+
+def test_a_job_has_no_guarantee_or_priority_that_another_job_could_write(node):
+    """Issue 39: a memory guarantee or a priority lives on a node's board,
+    beside beacons.  A job takes part in neither: its region names no board,
+    and its node directory holds no board and no beacon, so there is no row
+    of a job for another to write, nor one of another's for it."""
+    probe = node.command("srun", "--gres=shard:2", sys.executable, "-c", _NO_BOARD)
+    assert json.loads(probe.stdout.splitlines()[-1]) == {"board": None, "priority": None, "shared": []}
+
+
 def test_the_job_log_is_found_in_scontrol_show_job():
     shown = ("JobId=7 JobName=wrap\n   UserId=alice(1000) GroupId=users(100) MCS_label=N/A\n"
              "   StdErr=/home/alice/slurm-7.err\n   StdIn=/dev/null\n   StdOut=/home/alice/slurm-7.out\n")
-    assert slurm.job_log(shown) == slurm.JobLog("/home/alice/slurm-7.err", 1000, 100)
-    assert slurm.job_log(shown.replace("StdErr=/home/alice/slurm-7.err", "")).path.endswith(".out")
+    assert hooks.job_log(shown) == hooks.JobLog("/home/alice/slurm-7.err", 1000, 100)
+    assert hooks.job_log(shown.replace("StdErr=/home/alice/slurm-7.err", "")).path.endswith(".out")
     # srun alone: no file; its output went to the srun.
-    assert slurm.job_log("JobId=8 JobName=sleep\n   UserId=root(0) GroupId=root(0)\n") is None
+    assert hooks.job_log("JobId=8 JobName=sleep\n   UserId=root(0) GroupId=root(0)\n") is None
 
 
 def test_a_process_left_holding_gpu_memory_is_named_in_the_job_log(node, tmp_path):
@@ -391,7 +413,7 @@ def job_cgroup(sim_env):
     job_id = str(random.randrange(10**8, 10**9))   # no real job's
     top = mount / f"vgpulimit-test-{os.getpid()}-{job_id}"
     step = top / "slurmstepd.scope" / f"job_{job_id}" / "step_0"
-    entry = Path(slurm.NODE_DIR) / job_id
+    entry = Path(hooks.NODE_DIR) / job_id
     try:
         step.mkdir(parents=True)
     except OSError as exc:

@@ -345,3 +345,34 @@ def test_no_alloc_allocates_nothing_beyond_the_context(sim_env, schema):
     assert mine["used_bytes"] == context
     assert facts["meminfo_after"] == facts["cuda"]["mem_get_info"] == \
         {"total": 1 << 30, "free": (1 << 30) - context}
+
+
+def test_an_nvml_without_the_mig_calls_reads_as_not_supported(sim_env, simgpu_dir, tmp_path):
+    """Issue 39: on a driver whose NVML lacks functions -- the MIG calls,
+    which came with R450; minimal or vendor NVMLs lack others -- verify,
+    status --all, top and the metrics run and read what is missing as not
+    supported (no MIG here), as nvidia-ml-py does: no traceback, no FAIL."""
+    from containers import container
+    from test_node_view import gpu_series, node_json, serve_metrics
+
+    no_mig = simgpu_dir / "no-mig"
+    env = dict(sim_env, SIMGPU_KERNEL_US=SPIN_US, LD_LIBRARY_PATH=f"{no_mig}{os.pathsep}{simgpu_dir}")
+    asks = ("import ctypes; nvml = ctypes.CDLL('libnvidia-ml.so.1'); print([hasattr(nvml, f) for f in "
+            "('nvmlDeviceIsMigDeviceHandle', 'nvmlDeviceGetMigMode', 'nvmlDeviceGetMemoryInfo')])")
+    lacks = run([sys.executable, "-c", asks], env)
+    assert lacks.stdout.strip() == "[False, False, True]"
+    checked = verify(env, under=vgpulimit_cmd("run", "--memory", "1GiB", "--"))
+    assert (checked.returncode, failures(checked)) == (0, []), checked.stdout + checked.stderr
+    assert "Traceback" not in checked.stderr
+    assert "PASS nvmlDeviceGetMemoryInfo_v2: total 1 GiB = the cap" in checked.stdout
+    node = tmp_path / "node"
+    with container(sim_env, node / "a" / "region", ["--memory", "4GiB"], [(256 * MiB, 1)]):
+        [gpu] = node_json(env, node)["gpus"]
+        shown = run(vgpulimit_cmd("status", "--all", node, "--interval", "0"), env)
+        once = run(vgpulimit_cmd("top", "-1", "--all", node), dict(env, COLUMNS="100"))
+        [samples], log = serve_metrics(env, node)
+    assert (gpu["used_bytes"], gpu["regions_used_bytes"]) == (256 * MiB, 256 * MiB)
+    for out in (shown, once):
+        assert "Traceback" not in out.stderr and "MIG" not in out.stdout, out.stdout + out.stderr
+    assert "Traceback" not in log
+    assert gpu_series(samples, "vgpulimit_gpu_memory_used_bytes") == [256 * MiB]

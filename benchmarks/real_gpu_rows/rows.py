@@ -24,10 +24,6 @@ class Skip(Exception):
     """The row cannot run here; the message says why."""
 
 
-class OutOfTime(Exception):
-    """The row's time budget ran out."""
-
-
 @dataclass
 class Row:
     group: str

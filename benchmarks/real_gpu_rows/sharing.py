@@ -2,8 +2,10 @@
 taking it again, under the 4 GiB cap (tests/clients/framework_share.py): at
 each step, what the driver lists for each of the container's processes (NVML)
 against what the region counts for it.  The driver charges shared memory to
-one process at a time (docs/memory.md, "Framework paths"); a region that
-counted an opened or imported block again would show more than the driver."""
+one process at a time; the shim charges each holder's container, the
+importer's from the open (docs/memory.md, "Framework paths"), so a process's
+region figure is never below the driver's, and an importer's is above it by
+what it opened while its exporter still holds it."""
 
 from __future__ import annotations
 
@@ -55,9 +57,9 @@ def compare(bench: Bench, region: str, report: dict) -> dict:
     listed = bench.driver.process_bytes()
     counted, used = region_view(bench, region)
     per_pid = {pid: (listed.get(pid), counted.get(pid)) for pid in pids}
-    # The driver's figure for a process is what the shim charges it (overhead.c): within the
-    # node view's tolerance, and never past the cap.
-    matched = all(driver is None or (ours is not None and abs(driver - ours) <= NODE_TOLERANCE_BYTES)
+    # What the shim charges a process is at least the driver's figure for it (overhead.c), to
+    # within the node view's tolerance, and never past the cap.
+    matched = all(driver is None or (ours is not None and ours + NODE_TOLERANCE_BYTES >= driver)
                   for driver, ours in per_pid.values())
     return {"step": report.get("step"), "per_pid": per_pid, "region_used": used,
             "within_cap": used is not None and used <= CAP_BYTES, "matched": matched, "client": report}
@@ -102,7 +104,8 @@ def sharing_spec(way_id: str, name: str, way: str, conf: str | None, module: str
 
 def judge_sharing(name: str, way: str, steps: list[dict]) -> Row:
     checks = {
-        "every step: each process's region figure within 16 MiB of the driver's": all(s["matched"] for s in steps),
+        "every step: each process's region figure at least the driver's (less 16 MiB)": all(
+            s["matched"] for s in steps),
         "every step: the region within the cap": all(s["within_cap"] for s in steps),
     }
     if way == "sleep-wake":
@@ -119,14 +122,14 @@ def judge_sharing(name: str, way: str, steps: list[dict]) -> Row:
         shared = steps[0]
         parent, child = shared["client"].get("pid"), shared["client"].get("child_pid")
         checks["the child saw the parent's tensor"] = shared["client"].get("child_saw") == 7.0
-        # The driver charges the tensor to the process that made it (docs/memory.md, "Framework
-        # paths"), so the region does too: once.
+        # The driver charges the tensor to the process that made it; the region charges the
+        # child too, from its open (docs/memory.md, "Framework paths").
         driver_parent, _ = shared["per_pid"].get(parent, (None, None))
         driver_child, region_child = shared["per_pid"].get(child, (None, None))
-        checks["the parent is charged the tensor, the child is not (driver and region)"] = (
+        checks["the driver lists the tensor for the parent; the region charges the child it too"] = (
             driver_parent is not None and driver_parent >= SHARED_MIB * MiB
             and driver_child is not None and driver_child < SHARED_MIB * MiB
-            and region_child is not None and region_child < SHARED_MIB * MiB)
+            and region_child is not None and region_child >= SHARED_MIB * MiB)
     missing = [what for what, ok in checks.items() if not ok]
 
     def text(s: dict) -> str:
@@ -137,7 +140,7 @@ def judge_sharing(name: str, way: str, steps: list[dict]) -> Row:
                uncapped="; ".join(text(s) for s in shown),
                capped=f"region used at the end {size(steps[-1]['region_used'])}, "
                       f"{len(steps)} steps checked",
-               expect="per process: region = driver's list +- 16 MiB at every step; region <= cap"
+               expect="per process: region >= driver's list - 16 MiB at every step; region <= cap"
                       + ("; each sleep gives 2 GiB back, each wake takes it again" if way == "sleep-wake" else ""),
                verdict=verdict(not missing), note="" if not missing else "not: " + "; ".join(missing),
                data={"steps": steps, "checks": checks})

@@ -171,7 +171,7 @@ static bool attach(void)
 bool vgl_ready(void)
 {
     return !VGL_UNLIKELY(vgl_config.broken) && !vgl_region_lost() &&
-           (VGL_LIKELY(vgl_self.slot != NULL) || attach());
+           (VGL_LIKELY(vgl_self.slot != NULL) || attach()) && vgl_named_devices_hold();
 }
 
 /* The capped view of a device whose driver reports (free, total): total

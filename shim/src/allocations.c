@@ -65,7 +65,17 @@ static bool grow(struct table *t)
 bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
                          uint64_t link)
 {
-    return vgl_allocations_restore(kind, &(struct vgl_allocation){key, bytes, link, device, 1});
+    struct table *t = &tables[kind];
+    pthread_mutex_lock(&lock);
+    bool ok = true;
+    size_t i = t->capacity ? slot_of(t, key) : 0;
+    if (t->capacity && t->entries[i].key) {
+        t->entries[i] = (struct vgl_allocation){key, bytes, link, device, t->entries[i].refs};
+    } else if ((ok = (t->count + 1) * 2 <= t->capacity || grow(t))) {
+        put(t, (struct vgl_allocation){key, bytes, link, device, 1});
+    }
+    pthread_mutex_unlock(&lock);
+    return ok;
 }
 
 /* Backward shift: move later members of the run into the hole at i. */
@@ -114,6 +124,11 @@ bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *d
     *device = a.device;
     *bytes = a.bytes;
     return true;
+}
+
+bool vgl_allocations_find(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out)
+{
+    return update(kind, key, 0, false, out);
 }
 
 bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out)

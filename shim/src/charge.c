@@ -52,6 +52,10 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
     /* An allocation that would not fit is near the cap: the driver's figure
      * is read afresh before it is refused. */
     vgl_overhead_check(device, bytes);
+    if (VGL_UNLIKELY(!vgl_overhead_countable(device))) {
+        log_refusal(call, -1, bytes, -1);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     uint32_t refused;
     /* A refusal is counted once, at the first try; a wait's tries are not. */
     bool first = waiting.device < 0;

@@ -21,6 +21,8 @@ static bool fits(CUdevice_v1 device, CUcontext ctx)
     vgl_overhead_check_now(device);
     if (pushed)
         vgl_real.cuCtxPopCurrent_v2(&popped);
+    if (!vgl_overhead_countable(device))
+        return false; /* its cost cannot be read: it may not fit */
     uint64_t total = vgl_device_total(device);
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_region *region = vgl_link_at(i).region;
@@ -39,8 +41,11 @@ static void refuse(const char *call, CUdevice_v1 device)
 {
     static unsigned refusals;
     __atomic_add_fetch(&vgl_self.region->devices[device].oom_refusals, 1, __ATOMIC_RELAXED);
-    vgl_log_bounded(VGL_LOG_WARN, &refusals, "%s on device %d refused: the context's own memory "
-                    "does not fit under the container's cap", call, device);
+    /* Where its cost cannot be read, the one line that says why was said. */
+    bool countable = vgl_overhead_countable(device);
+    vgl_log_bounded(countable ? VGL_LOG_WARN : VGL_LOG_INFO, &refusals, "%s on device %d refused: the "
+                    "context's own memory %s", call, device, countable ? "does not fit under the container's "
+                    "cap" : "cannot be counted against the container's cap");
     vgl_overhead_check_now(device); /* the undone context's cost is gone again */
 }
 

@@ -15,7 +15,7 @@
  *     device.
  * A GPU in MIG mode is no CUDA device: CUDA shows one of its MIG devices (its
  * first), and a process one MIG device at most; a list of MIG UUIDs ("MIG-…",
- * a unique prefix is enough) gives the first that names one (MIG.md 1.3,
+ * a unique prefix is enough) gives the first that names one (docs/mig-facts.md §1.3,
  * simgpu/devices.c).  A MIG device's NVML index is its parent's, the GPU
  * nvmlDeviceGetHandleByIndex gives in such a container.
  * The shim never calls cuInit for this: a process that initialises CUDA
@@ -220,20 +220,50 @@ static bool from_environment(struct vgl_visible *out)
 
 /* Binds the ordinal to its UUID, which applies a limit given by UUID, in the
  * process's region and in each it is nested in. */
-static void bind_uuid(int device, const uint8_t uuid[16])
+static void bind_uuid(int device, const uint8_t uuid[16], uint32_t kind)
 {
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_region *link = vgl_link_at(i).region;
-        if (vgl_region_bind_device(link, (uint32_t)device, uuid) == -EEXIST) {
+        if (vgl_region_bind_device(link, (uint32_t)device, uuid, kind) == -EEXIST) {
             static unsigned said;
             char mine[UUID_TEXT_LEN], theirs[UUID_TEXT_LEN];
-            vgl_format_uuid(uuid, mine); /* GPU- or MIG-: the bytes tell neither */
-            vgl_format_uuid(link->devices[device].uuid, theirs);
+            vgl_format_device_uuid(uuid, kind, mine);
+            vgl_format_device_uuid(link->devices[device].uuid, link->devices[device].uuid_kind, theirs);
             vgl_log_bounded(VGL_LOG_WARN, &said, "device %d is %s here but %s to other processes of the "
                             "container (CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ); it is counted "
                             "as theirs", device, mine, theirs);
         }
     }
+}
+
+uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *parent)
+{
+    char text[UUID_TEXT_LEN];
+    nvmlDevice_t found, gpu = NULL;
+    if (!vgl_nvml_started())
+        return VGL_UUID_KIND_UNKNOWN;
+    vgl_format_uuid(uuid, text);
+    uint32_t kind = VGL_UUID_KIND_GPU;
+    if (vgl_real.nvmlDeviceGetHandleByUUID(text, &found) != NVML_SUCCESS) {
+        vgl_format_mig_uuid(uuid, text);
+        if (vgl_real.nvmlDeviceGetHandleByUUID(text, &found) != NVML_SUCCESS)
+            return VGL_UUID_KIND_UNKNOWN;
+        kind = VGL_UUID_KIND_MIG;
+        if (parent && vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle &&
+            vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(found, &gpu) != NVML_SUCCESS)
+            gpu = NULL;
+    }
+    if (parent)
+        *parent = gpu;
+    return kind;
+}
+
+void vgl_format_device_uuid(const uint8_t uuid[16], uint32_t kind, char out[41])
+{
+    if (kind == VGL_UUID_KIND_MIG)
+        vgl_format_mig_uuid(uuid, out);
+    else
+        vgl_format_uuid(uuid, out); /* unknown: as NVML names most devices */
 }
 
 /* A MIG UUID in CUDA_VISIBLE_DEVICES names the container's one device
@@ -249,7 +279,7 @@ static bool bind_named_mig(const struct vgl_visible *visible)
         return false; /* no region yet: the next look tries again */
     if (vgl_real.nvmlDeviceGetUUID(visible->handle[0], text, sizeof text) == NVML_SUCCESS &&
         vgl_parse_uuid(text, uuid) == 0)
-        bind_uuid(0, uuid);
+        bind_uuid(0, uuid, VGL_UUID_KIND_MIG);
     return true;
 }
 
@@ -309,7 +339,7 @@ bool vgl_device_note(int device)
     CUuuid uuid;
     if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
         return false;
-    bind_uuid(device, (const uint8_t *)uuid.bytes);
+    bind_uuid(device, (const uint8_t *)uuid.bytes, vgl_uuid_kind_of((const uint8_t *)uuid.bytes, NULL));
     __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
     return true;
 }

@@ -23,7 +23,12 @@
  * tenant that truncates its own beacon costs a reader a failed futex call,
  * not its life.  Frees by processes outside any row (another user's, a
  * plain-capped container of the OCI hook without a row) are seen at the next
- * recheck, every vgl_timings.memory_recheck_ns. */
+ * recheck, every vgl_timings.memory_recheck_ns.
+ *
+ * Who waits is said in each waiting process's own slot, and the beacon's
+ * waits are derived from the live slots and believed only while a waiter
+ * holds their byte locked (waits.c): a waiter killed as it waits holds no
+ * one back. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -66,6 +71,11 @@ static struct {
     int state;                     /* 0: not looked at; 1: takes part; -1: does not */
     const struct vgl_board *board;
     struct vgl_beacon *own;
+    int own_fd;                    /* the same, open for reading: its waits' bytes are locked
+                                      through it (waits.c); -1: none */
+    uint32_t held[VGL_MAX_DEVICES]; /* this process's allocations waiting on each device: the
+                                       device's byte is locked while one is */
+    struct vgl_memory_wait *waits; /* this process's waits, a list through `next` */
     uint64_t region_dev, region_ino;
     uint32_t row;
     uint32_t link;                 /* the process's link whose region the row is for */
@@ -74,9 +84,21 @@ static struct {
     uint32_t named[VGL_MAX_DEVICES]; /* the beacon's entry of the device has its UUID (atomic) */
     uint64_t waits_seen;           /* the board's generation when last read, and (bit 0) whether
                                       some row on it has a memory wait; one word, so never torn */
-} el = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} el = {.lock = PTHREAD_MUTEX_INITIALIZER, .own_fd = -1};
 
-static void forget_in_child(void) { pthread_mutex_init(&el.lock, NULL); }
+/* The child waits for nothing; its own descriptor of the beacon holds none
+ * of the parent's locks, which die with the parent. */
+static void forget_in_child(void)
+{
+    pthread_mutex_init(&el.lock, NULL);
+    if (el.own_fd >= 0) {
+        int fresh = vgl_reopen(el.own_fd, O_RDONLY);
+        close(el.own_fd);
+        el.own_fd = fresh;
+    }
+    memset(el.held, 0, sizeof el.held);
+    el.waits = NULL;
+}
 VGL_AFTER_FORK(forget_in_child)
 
 static struct vgl_region *own_region(void) { return vgl_link_at(el.link).region; }
@@ -92,8 +114,10 @@ static struct vgl_beacon *map_own_beacon(const char *name)
     char path[VGL_PARENT_LEN + VGL_BEACON_NAME_LEN + 2];
     beacon_path(name, path, sizeof path);
     struct vgl_beacon *map = vgl_map_file(path, sizeof *map, true);
-    if (map && vgl_beacon_check(map, sizeof *map) == 0 && vgl_guard_mapping(map, sizeof *map) == 0)
+    if (map && vgl_beacon_check(map, sizeof *map) == 0 && vgl_guard_mapping(map, sizeof *map) == 0) {
+        el.own_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         return map;
+    }
     if (map)
         munmap(map, sizeof *map);
     vgl_log(VGL_LOG_WARN, "the container's beacon %s cannot be written: its use is not known to other "
@@ -266,7 +290,9 @@ static uint64_t look_at_others(const uint8_t uuid[16], uint64_t total, const str
             w->word[w->words] = &el.others[i].map->device[d].frees;
             w->seen[w->words++] = b.device[d].frees;
         }
-        if (me && b.device[d].waiters && b.device[d].oldest_wait_ns) {
+        /* A waiter that died holds its byte no longer (-errno: cannot be asked, believed). */
+        if (me && b.device[d].waiters && b.device[d].oldest_wait_ns &&
+            vgl_waits_held(el.others[i].fd, (uint32_t)d)) {
             uint32_t priority = __atomic_load_n(&r->priority, __ATOMIC_RELAXED);
             ahead[waiting].rank = flags & VGL_ROW_PRIORITY ? vgl_priority_rank(priority)
                                                            : vgl_priority_rank(VGL_PRIORITY_NORMAL);
@@ -377,30 +403,34 @@ void vgl_elastic_attached(void)
 
 /* -- waiting ------------------------------------------------------------------------------------ */
 
-/* The oldest wait of the container's processes on `device` (0: none), from their slots. */
-static uint64_t oldest_own_wait(int device, const struct vgl_slot *except)
-{
-    uint64_t oldest = 0;
-    struct vgl_region *region = own_region();
-    for (uint32_t i = 0; i < VGL_MAX_SLOTS; i++) {
-        const struct vgl_slot *s = &region->slots[i];
-        if (s == except || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != VGL_SLOT_LIVE)
-            continue;
-        uint64_t since = __atomic_load_n(&s->wait_since_ns, __ATOMIC_RELAXED);
-        if (since && __atomic_load_n(&s->wait_device, __ATOMIC_RELAXED) == (uint32_t)device &&
-            (!oldest || since < oldest))
-            oldest = since;
-    }
-    return oldest;
-}
-
 static struct vgl_slot *own_slot(void) { return vgl_link_at(el.link).slot; }
 
-/* The container's beacon says when its oldest waiter on the device began. */
-static void publish_oldest(int device)
+/* The container's beacon says what its live slots say of waits on the device. */
+static void publish(int device)
 {
     if (el.own)
-        __atomic_store_n(&el.own->device[device].oldest_wait_ns, oldest_own_wait(device, NULL), __ATOMIC_RELEASE);
+        vgl_waits_publish(el.own, own_region(), (uint32_t)device);
+}
+
+/* The process's slots (one per region it counts in) say how many of its
+ * allocations wait on `device`, and since when the oldest.  Under el.lock. */
+static void mark_slots(int device)
+{
+    uint32_t n = 0;
+    uint64_t oldest = 0;
+    for (const struct vgl_memory_wait *w = el.waits; w; w = w->next)
+        if (w->device == device) {
+            n++;
+            if (!oldest || w->since_ns < oldest)
+                oldest = w->since_ns;
+        }
+    for (uint32_t i = 0; i < vgl_links(); i++) {
+        struct vgl_slot *slot = vgl_link_at(i).slot;
+        if (!slot)
+            continue;
+        __atomic_store_n(&slot->wait_since_ns[device], oldest, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->waiting[device], n, __ATOMIC_RELEASE);
+    }
 }
 
 static void start(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_t total, uint64_t cap,
@@ -418,15 +448,15 @@ static void start(struct vgl_memory_wait *w, int device, uint64_t bytes, uint64_
     }
     *w = (struct vgl_memory_wait){.device = device, .within_request = within, .since_ns = now,
                                   .deadline_ns = now + wait_ns, .total_bytes = total};
-    struct vgl_slot *slot = own_slot();
-    __atomic_store_n(&slot->wait_device, (uint32_t)device, __ATOMIC_RELAXED);
-    __atomic_store_n(&slot->wait_since_ns, now, __ATOMIC_RELEASE);
-    for (uint32_t i = 0; i < vgl_links(); i++)
-        __atomic_add_fetch(&vgl_link_at(i).region->devices[device].waiting, 1, __ATOMIC_RELAXED);
-    if (el.own) {
-        __atomic_add_fetch(&el.own->device[device].waiters, 1, __ATOMIC_RELEASE);
-        publish_oldest(device);
-    }
+    pthread_mutex_lock(&el.lock);
+    w->next = el.waits;
+    el.waits = w;
+    mark_slots(device);
+    /* Locked before the beacon says it waits: a reader believes no claim without it. */
+    if (el.own && el.own_fd >= 0 && el.held[device]++ == 0)
+        vgl_share_byte(el.own_fd, vgl_waits_byte((uint32_t)device));
+    pthread_mutex_unlock(&el.lock);
+    publish(device);
 }
 
 void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out)
@@ -435,17 +465,24 @@ void vgl_elastic_wait_end(struct vgl_memory_wait *w, bool timed_out)
         return;
     int device = w->device;
     uint64_t waited = vgl_node_clock_ns() - w->since_ns;
-    __atomic_store_n(&own_slot()->wait_since_ns, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&el.lock);
+    for (struct vgl_memory_wait **at = &el.waits; *at; at = &(*at)->next)
+        if (*at == w) {
+            *at = w->next;
+            break;
+        }
+    mark_slots(device);
+    if (el.own && el.own_fd >= 0 && --el.held[device] == 0)
+        vgl_release_byte(el.own_fd, vgl_waits_byte((uint32_t)device));
+    pthread_mutex_unlock(&el.lock);
     for (uint32_t i = 0; i < vgl_links(); i++) {
         struct vgl_device_state *dev = &vgl_link_at(i).region->devices[device];
-        __atomic_sub_fetch(&dev->waiting, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&dev->waited_ns, waited, __ATOMIC_RELAXED);
         if (timed_out)
             __atomic_add_fetch(&dev->wait_timeouts, 1, __ATOMIC_RELAXED);
     }
     if (el.own) {
-        __atomic_sub_fetch(&el.own->device[device].waiters, 1, __ATOMIC_RELEASE);
-        publish_oldest(device);
+        publish(device);
         /* Those behind it in line look again. */
         wake(&el.own->device[device]);
     }
@@ -473,7 +510,14 @@ static bool arm(struct vgl_memory_wait *w)
         look_at_others(vgl_self.region->devices[device].uuid, total, &me, &first, w);
         pthread_mutex_unlock(&el.lock);
     }
-    uint64_t own_oldest = oldest_own_wait(device, own_slot());
+    /* The container's other processes that wait, the dead left out (and
+     * reclaimed), as the beacon then says too. */
+    uint32_t own_waits;
+    bool dead = false;
+    uint64_t own_oldest = vgl_waits_oldest(own_region(), (uint32_t)device, own_slot(), &own_waits, &dead);
+    if (dead)
+        vgl_region_reclaim(own_region());
+    publish(device);
     w->armed = true;
     /* Within its request it is owed the memory: it waits for no one. */
     return w->within_request || (first && (!own_oldest || own_oldest >= w->since_ns));

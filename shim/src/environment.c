@@ -59,6 +59,7 @@ struct reading {
     struct candidate found[KINDS][TIERS][VGL_MAX_DEVICES]; /* [kind][tier][device] */
     const char *region[TIERS];
     const char *region_name[TIERS];
+    char uuid_name[KINDS][VGL_MAX_DEVICES][VGL_ENV_NAME_LEN]; /* the variable of out->by_uuid[i] */
 };
 
 static void say(struct vgl_env *out, bool error, const char *fmt, ...)
@@ -140,14 +141,23 @@ static void refuse(struct vgl_env *out, enum kind kind, const char *name, const 
 static void read_limit(struct reading *r, const struct family *f, const char *name, int device,
                        const char *value)
 {
+    enum vgl_env_source own = f->tier == OURS ? VGL_ENV_OURS_DEVICE : VGL_ENV_HAMI_DEVICE;
+    const struct candidate *had = device >= 0 ? &r->found[f->kind][f->tier][device] : NULL;
+    if (had && had->origin.source == own) {
+        /* "_0" and "_00": two names of one device's limit, which the order
+         * of the environment would otherwise settle, unseen. */
+        say(r->out, true, "%s=%s and %s=%s both give device %d's %s: a limit given twice; give it "
+            "once", had->origin.name, had->origin.text, name, value, device,
+            f->kind == CORES ? "compute share" : f->kind == REQUEST ? "memory request" : "memory limit");
+        return;
+    }
     struct candidate c = {.set = true};
     int err = f->kind != CORES ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
     if (err) {
         refuse(r->out, f->kind, name, value, err);
         return;
     }
-    c.origin.source = f->tier == OURS ? (device < 0 ? VGL_ENV_OURS : VGL_ENV_OURS_DEVICE)
-                                      : (device < 0 ? VGL_ENV_HAMI : VGL_ENV_HAMI_DEVICE);
+    c.origin.source = device < 0 ? (f->tier == OURS ? VGL_ENV_OURS : VGL_ENV_HAMI) : own;
     snprintf(c.origin.name, sizeof c.origin.name, "%s", name);
     snprintf(c.origin.text, sizeof c.origin.text, "%s", value);
     for (int i = 0; i < VGL_MAX_DEVICES; i++) {
@@ -163,22 +173,25 @@ static void read_limit(struct reading *r, const struct family *f, const char *na
  * container calls it (applied when the shim learns the UUID's ordinal:
  * shim/src/devices.c).  True when `name` is such a name (read, or said as an
  * error). */
-static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const char *name, const char *value)
+static bool read_uuid_limit(struct reading *r, const struct family *f, const char *name, const char *value)
 {
+    struct vgl_env *out = r->out;
     const char *suffix = name + strlen(f->stem);
     if (f->tier != OURS || (strncmp(suffix, "_GPU-", 5) != 0 && strncmp(suffix, "_MIG-", 5) != 0))
         return false;
     out->asks = 1;
     uint8_t uuid[16];
-    if (vgl_parse_uuid(suffix + 1, uuid) != 0) {
-        say(out, true, "%s: \"%s\" is not a GPU or MIG device UUID; accepted: %s_GPU- or %s_MIG- and the "
-                       "UUID as nvidia-smi -L prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name,
-            suffix + 1, f->stem, f->stem);
+    int bad = vgl_parse_uuid(suffix + 1, uuid);
+    if (bad) {
+        say(out, true, "%s: \"%s\" is %s; accepted: %s_GPU- or %s_MIG- and the UUID as nvidia-smi -L "
+                       "prints it (GPU-8932f937-d72c-4106-c12f-20bd9faed9f6)", name, suffix + 1,
+            bad == -ERANGE ? "all zeros, which is no device's UUID" : "not a GPU or MIG device UUID",
+            f->stem, f->stem);
         return true;
     }
     static const uint32_t FLAG[KINDS] = {[MEMORY] = VGL_UUID_MEMORY, [CORES] = VGL_UUID_CORES,
                                          [REQUEST] = VGL_UUID_REQUEST};
-    struct vgl_uuid_limit got = {.flags = FLAG[f->kind]};
+    struct vgl_uuid_limit got = {.flags = FLAG[f->kind] | (suffix[1] == 'M' ? VGL_UUID_MIG : 0)};
     memcpy(got.uuid, uuid, sizeof uuid);
     int err = f->kind == CORES ? vgl_parse_cores(value, &got.cores_pct)
                                : vgl_parse_memory(value, f->kind == MEMORY ? &got.limit : &got.request);
@@ -190,6 +203,14 @@ static bool read_uuid_limit(struct vgl_env *out, const struct family *f, const c
         struct vgl_uuid_limit *u = &out->by_uuid[i];
         if (u->flags && memcmp(u->uuid, uuid, sizeof uuid) != 0)
             continue;
+        if (u->flags & FLAG[f->kind]) {
+            /* The same UUID in another case, or as GPU- and MIG-. */
+            say(out, true, "%s and %s both give the %s of one device: a limit given twice; give it once",
+                r->uuid_name[f->kind][i], name,
+                f->kind == CORES ? "compute share" : f->kind == REQUEST ? "memory request" : "memory limit");
+            return true;
+        }
+        snprintf(r->uuid_name[f->kind][i], sizeof r->uuid_name[f->kind][i], "%s", name);
         memcpy(u->uuid, uuid, sizeof uuid);
         u->flags |= got.flags;
         if (f->kind == MEMORY)
@@ -633,7 +654,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
             if ((device = device_of(entry, len, FAMILIES[i].stem)) != -2)
                 f = &FAMILIES[i];
-        if (f && device == -3 && read_uuid_limit(out, f, name, value)) {
+        if (f && device == -3 && read_uuid_limit(&r, f, name, value)) {
             ours = f->stem;
             continue;
         } else if (f && device == -3) {

@@ -1,6 +1,7 @@
 /* hooks.def expanded: the resolve-on-first-use stubs, the typed real
  * pointers, and the table through which every pointer we hand out passes. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -117,4 +118,33 @@ bool vgl_resolve_nvml(void)
 {
     pthread_once(&nvml_once, resolve_nvml);
     return nvml_found;
+}
+
+/* NVML started for the shim's own use: the context's cost (overhead.c) and
+ * the devices' kinds (devices.c).  NVML counts its users: this reference is
+ * ours and stays. */
+static pthread_once_t started_once = PTHREAD_ONCE_INIT;
+static bool started;
+static char not_started[300]; /* why NVML could not be started */
+
+static void start_nvml(void)
+{
+    nvmlReturn_t rc = NVML_SUCCESS;
+    started = vgl_resolve_nvml() && (rc = vgl_real.nvmlInit_v2()) == NVML_SUCCESS;
+    if (!started && rc != NVML_SUCCESS)
+        snprintf(not_started, sizeof not_started, "nvmlInit failed (NVML error %d)", (int)rc);
+    else if (!started)
+        snprintf(not_started, sizeof not_started, "cannot load libnvidia-ml.so.1: %s", vgl_real_nvml_error());
+}
+
+bool vgl_nvml_started(void)
+{
+    pthread_once(&started_once, start_nvml);
+    return started;
+}
+
+const char *vgl_nvml_not_started(void)
+{
+    pthread_once(&started_once, start_nvml);
+    return not_started;
 }

@@ -56,11 +56,35 @@ void vgl_owner_release(const struct vgl_region *region, struct vgl_slot *slot);
 bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_time);
 /* Whether the slot's process still runs; true when that cannot be told. */
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot);
+/* A descriptor of `fd`'s file with an open file description of its own
+ * (`flags`: O_RDONLY or O_RDWR), so that a lock on it is this process's
+ * alone: for a forked child, async-signal-safe.  -1: none (no /proc). */
+int vgl_reopen(int fd, int flags);
+
+/* waits.c (also board.h) — who waits for memory.  Each process says so in its
+ * own slot; what a container's beacon says is derived from its live slots. */
+/* The container's waits on `device` (count and oldest start, 0: none), from
+ * the live slots of `region` but `except`; *dead: a slot of a process that
+ * is gone said it waits (left out; a reclaim frees it). */
+uint64_t vgl_waits_oldest(const struct vgl_region *region, uint32_t device, const struct vgl_slot *except,
+                          uint32_t *count, bool *dead);
+/* Writes the waits of the region's live slots on `device` into the beacon
+ * (reclaiming the dead first if one is seen).  Any process of the container
+ * may do it at once: each writes what it read and reads again until both
+ * agree, so the last to write leaves what the slots say. */
+void vgl_waits_publish(struct vgl_beacon *beacon, struct vgl_region *region, uint32_t device);
+/* The byte of a beacon that a process with an allocation waiting on `device`
+ * holds a shared lock on (vgl_share_byte), and whether one holds it now
+ * (`fd`: the beacon, open for reading): 1, 0, or -errno (cannot be asked). */
+off_t vgl_waits_byte(uint32_t device);
+int vgl_waits_held(int fd, uint32_t device);
 
 /* region_guard.c (also region.h) — a mapping of a file that a tenant may
  * truncate under it: a lost page becomes a private page of zeros instead of
  * a fatal SIGBUS.  0, or -EMFILE: too many guarded. */
 int vgl_guard_mapping(void *start, uint64_t size);
+/* Before the mapping at `start` is unmapped. */
+void vgl_unguard_mapping(void *start);
 
 /* region.c (also region.h) */
 /* vgl_region_reserve without counting a refusal (the tries of a wait). */
@@ -183,6 +207,10 @@ void *vgl_wrap_real_pointer(const char *name, void *real);
  * library is absent. */
 bool vgl_resolve_cuda(void);
 bool vgl_resolve_nvml(void);
+/* Whether NVML is loaded and initialised for the shim's own use (tried once);
+ * if not, one phrase saying why. */
+bool vgl_nvml_started(void);
+const char *vgl_nvml_not_started(void);
 
 /* allocations.c — this process's live device allocations, by kind of handle. */
 enum vgl_allocation_kind {
@@ -191,6 +219,9 @@ enum vgl_allocation_kind {
     VGL_ALLOC_MAPPING, /* cuMemMap address ranges: bytes mapped, linked to their handle */
     VGL_ALLOC_ARRAY,   /* CUarray and CUmipmappedArray */
     VGL_ALLOC_POOL,    /* memory pools: what their reserve was charged */
+    VGL_ALLOC_OPENED,  /* cuIpcOpenMemHandle pointers (refs: their opens) */
+    VGL_ALLOC_IMPORTED, /* cuMemPoolImportPointer pointers: their size, linked to their pool */
+    VGL_ALLOC_POOL_IMPORTS, /* per pool: what its live imported pointers add up to (refs: how many) */
     VGL_ALLOC_KINDS
 };
 /* What one handle was charged. */
@@ -201,11 +232,14 @@ struct vgl_allocation {
     int32_t device;
     int32_t refs;  /* holders of the charge: a VMM handle's own, and each mapping of it */
 };
-/* Records (or replaces) what `key` was charged, with one holder; `link`: a
- * key of another kind it refers to, or 0. */
+/* Records what `key` was charged, with one holder, or replaces what a
+ * record of it says, keeping its holders; `link`: a key of another kind it
+ * refers to, or 0. */
 bool vgl_allocations_put(enum vgl_allocation_kind kind, uint64_t key, int32_t device, uint64_t bytes,
                          uint64_t link);
 bool vgl_allocations_get(enum vgl_allocation_kind kind, uint64_t key, int32_t *device, uint64_t *bytes);
+/* What the record of `key` says; false when there is none. */
+bool vgl_allocations_find(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out);
 /* Removes `key` and says what it was charged; false when it is not ours. */
 bool vgl_allocations_take(enum vgl_allocation_kind kind, uint64_t key, struct vgl_allocation *out);
 /* Puts back what vgl_allocations_take removed, as it was. */
@@ -256,7 +290,8 @@ void vgl_release_unused(uint32_t device, uint64_t bytes);
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved);
 /* Whether this process's limits can be enforced: its configuration is
  * usable, its regions are whole, and its slot is claimed (done here if not
- * yet).  The one check before anything is counted; false: fail closed. */
+ * yet), and the limits it was given by UUID name its devices (named_devices.c).
+ * The one check before anything is counted; false: fail closed. */
 bool vgl_ready(void);
 /* Whether a region file lost pages under our mapping (region_guard.c):
  * nothing can be accounted any more.  Said once. */
@@ -322,11 +357,10 @@ void vgl_uncharge_end(struct vgl_uncharge *u, CUresult rc);
 void vgl_overhead_check(int device, uint64_t bytes);
 /* The same, now (a context was just made or undone). */
 void vgl_overhead_check_now(int device);
-/* After this process let go of memory another process shares with it (an
- * imported handle or mapping, an opened IPC pointer): the driver may have
- * charged that memory to this process once its exporter freed it, and now
- * no longer does; the figure is read again at once (overhead.c). */
-void vgl_overhead_recheck_shared(void);
+/* False when the driver's cost for this process on `device` cannot be read
+ * (no NVML) while a cap applies there: its allocations and contexts are then
+ * refused, never let past the cap uncounted. */
+bool vgl_overhead_countable(int device);
 
 /* devices.c — the container's devices as NVML numbers them. */
 /* Container index i (CUDA's ordinal, the region's device i) is NVML's handle[i],
@@ -353,6 +387,20 @@ nvmlDevice_t vgl_container_handle(nvmlDevice_t device);
 bool vgl_device_note(int device);
 /* The same for every device CUDA has, once it is initialised (then no more). */
 void vgl_devices_note_all(void);
+/* What NVML makes of a UUID CUDA gave (enum vgl_uuid_kind: a GPU's, a MIG
+ * device's, or unknown when NVML cannot say), and for a MIG device its GPU's
+ * handle into `parent` (NULL where not found; `parent` may be NULL). */
+uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *parent);
+/* A device's UUID as the driver names it, by its kind (GPU- when unknown). */
+void vgl_format_device_uuid(const uint8_t uuid[16], uint32_t kind, char out[41]);
+
+/* named_devices.c — limits given by UUID for devices the process does not see. */
+/* Whether the limits given by UUID leave this process capped as asked:
+ * checked once CUDA is initialised (it says then, once, what names no device
+ * the process sees); false when they must be refused: a GPU in MIG mode named
+ * instead of its MIG device, or nothing capped at all though limits were
+ * given.  True until it can be checked. */
+bool vgl_named_devices_hold(void);
 
 /* nvml_utilization_hooks.c — what the real NVML says of other tenants. */
 /* Whether a process outside the container ran kernels on container device
@@ -374,6 +422,12 @@ int64_t vgl_throttle_owed(struct vgl_device_state *dev, uint64_t now_ns);
 void vgl_throttle_settle(struct vgl_device_state *dev, int64_t charged_ns, int64_t measured_ns);
 /* A borrowing container runs a launch of `cost_ns` past its share: its debt is forgiven. */
 void vgl_throttle_lend(struct vgl_device_state *dev, int64_t cost_ns);
+
+/* pool_hooks.c */
+/* After a free of a pointer imported into a pool (its VGL_ALLOC_IMPORTED
+ * record, taken out before the driver was asked): the pool's charge follows
+ * what the free left it, or the record is put back if the driver refused. */
+void vgl_pool_import_freed(const struct vgl_allocation *imported, CUresult rc);
 
 /* graph_memory_hooks.c */
 /* Launches `exec` with `launch` (cuGraphLaunch or its _ptsz variant): when its
@@ -498,6 +552,7 @@ struct vgl_memory_wait {
     uint32_t words;
     uint32_t seen[VGL_BOARD_ROWS];  /* each row's wake word, the container's own included */
     const uint32_t *word[VGL_BOARD_ROWS];
+    struct vgl_memory_wait *next;   /* the process's next wait (elastic.c) */
 };
 /* An allocation of `bytes` on `device` was refused: true to try it again
  * (memory may be there now), false when no wait is set or the wait is over

@@ -1,8 +1,9 @@
 /* Device memory by pointer (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged,
- * cuMemFree) and the queries that report the device's size (cuMemGetInfo,
- * cuDeviceTotalMem), capped.  A refused allocation is tried again while the
- * container's memory wait lasts (vgl_charge_retry).  With no vgpulimit variable set, every hook is
- * a plain call through. */
+ * memory opened with cuIpcOpenMemHandle, and their frees) and the queries
+ * that report the device's size (cuMemGetInfo, cuDeviceTotalMem), capped.  A
+ * refused allocation is tried again while the container's memory wait lasts
+ * (vgl_charge_retry).  With no vgpulimit variable set, every hook is a plain
+ * call through. */
 #include "internal.h"
 
 /* The driver's pitch alignment is at most this on every GPU we know; we
@@ -117,37 +118,149 @@ CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned in
     return rc;
 }
 
-/* The charge stays until the driver has the memory back: a free it refuses
- * leaves the memory held, and counted.  A pointer we never charged is simply
- * passed on. */
-CUresult cuMemFree_v2(CUdeviceptr_v2 dptr)
+static CUresult driver_free_v2(uint64_t dptr, CUstream stream)
+{
+    (void)stream;
+    return vgl_real.cuMemFree_v2(dptr);
+}
+
+static CUresult driver_free_v1(uint64_t dptr, CUstream stream)
+{
+    (void)stream;
+    return vgl_real.cuMemFree((CUdeviceptr_v1)dptr);
+}
+
+static CUresult driver_free_async(uint64_t dptr, CUstream stream) { return vgl_real.cuMemFreeAsync(dptr, stream); }
+
+static CUresult driver_free_async_ptsz(uint64_t dptr, CUstream stream)
+{
+    return vgl_real.cuMemFreeAsync_ptsz(dptr, stream);
+}
+
+/* Whether the stream has reached a free just queued on it (CUDA_SUCCESS):
+ * the driver gives the memory back only then, which a tenant may put off for
+ * ever (a stream held by a kernel that never ends), so the charge waits for
+ * it.  In a stream being captured the free is a node of a graph, run who
+ * knows when: the charge stays (over-counted, never under). */
+static CUresult stream_reached(CUstream stream, bool ptsz)
+{
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult rc = ptsz ? vgl_real.cuStreamIsCapturing_ptsz(stream, &capture)
+                       : vgl_real.cuStreamIsCapturing(stream, &capture);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        return CUDA_ERROR_NOT_READY;
+    return ptsz ? vgl_real.cuStreamSynchronize_ptsz(stream) : vgl_real.cuStreamSynchronize(stream);
+}
+
+/* Every free by address.  The charge stays until the driver has the memory
+ * back: a free it refuses leaves the memory held, and counted; a
+ * stream-ordered one of memory charged by pointer waits for its stream
+ * (stream_reached).  A pointer we never charged (a pool's own allocation,
+ * charged by the pool's reserve) is simply passed on; one imported into a
+ * pool gives its pool's charge back as far as the pool shrank. */
+static CUresult free_address(uint64_t dptr, CUstream stream, CUresult (*driver_free)(uint64_t, CUstream))
 {
     if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
-        return vgl_real.cuMemFree_v2(dptr);
+        return driver_free(dptr, stream);
     struct vgl_uncharge u;
+    struct vgl_allocation imported;
     vgl_uncharge_begin(VGL_ALLOC_POINTER, dptr, &u);
-    CUresult rc = vgl_real.cuMemFree_v2(dptr);
-    vgl_uncharge_end(&u, rc);
+    bool was_imported = !u.held && vgl_allocations_take(VGL_ALLOC_IMPORTED, dptr, &imported);
+    CUresult rc = driver_free(dptr, stream), done = rc;
+    bool async = driver_free == driver_free_async || driver_free == driver_free_async_ptsz;
+    if (rc == CUDA_SUCCESS && async && (u.held || was_imported))
+        done = stream_reached(stream, driver_free == driver_free_async_ptsz);
+    vgl_uncharge_end(&u, done);
+    if (was_imported)
+        vgl_pool_import_freed(&imported, done);
     return rc;
 }
 
-CUresult cuMemFree(CUdeviceptr_v1 dptr)
+CUresult cuMemFree_v2(CUdeviceptr_v2 dptr) { return free_address(dptr, NULL, driver_free_v2); }
+
+CUresult cuMemFree(CUdeviceptr_v1 dptr) { return free_address(dptr, NULL, driver_free_v1); }
+
+CUresult cuMemFreeAsync(CUdeviceptr_v2 dptr, CUstream hStream)
 {
-    if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
-        return vgl_real.cuMemFree(dptr);
-    struct vgl_uncharge u;
-    vgl_uncharge_begin(VGL_ALLOC_POINTER, dptr, &u);
-    CUresult rc = vgl_real.cuMemFree(dptr);
-    vgl_uncharge_end(&u, rc);
+    return free_address(dptr, hStream, driver_free_async);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr_v2 dptr, CUstream hStream)
+{
+    return free_address(dptr, hStream, driver_free_async_ptsz);
+}
+
+/* Memory opened from another process (torch.multiprocessing's CUDA tensors)
+ * is charged to this process's container when it is opened, and refused if
+ * it does not fit the cap, whoever else holds it: once its exporter frees
+ * it, the driver keeps it for its importers, and what they hold must be
+ * paid for at every instant, not from their next call (docs/memory.md,
+ * "Framework paths").  A second open of the same memory in the process
+ * gives the same pointer and is counted once. */
+static CUresult open_ipc(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int flags, bool v2)
+{
+    CUresult rc;
+    struct vgl_charge c;
+    do {
+        c = (struct vgl_charge){.device = -1, .refused_on = -1};
+        rc = v2 ? vgl_real.cuIpcOpenMemHandle_v2(pdptr, handle, flags)
+                : vgl_real.cuIpcOpenMemHandle(pdptr, handle, flags);
+        int32_t device;
+        uint64_t bytes;
+        if (rc != CUDA_SUCCESS || vgl_allocations_hold(VGL_ALLOC_OPENED, *pdptr, +1, &device, &bytes) > 0)
+            continue;
+        CUdeviceptr_v2 base;
+        size_t size = 0;
+        if (vgl_real.cuMemGetAddressRange_v2(&base, &size, *pdptr) != CUDA_SUCCESS || !size) {
+            static unsigned said;
+            vgl_log_bounded(VGL_LOG_ERROR, &said, "cuIpcOpenMemHandle refused: the driver does not say the "
+                            "size of the memory opened, so it cannot be counted against the cap");
+            vgl_real.cuIpcCloseMemHandle(*pdptr);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            continue;
+        }
+        rc = vgl_charge_begin("cuIpcOpenMemHandle", -1, size, &c);
+        if (rc == CUDA_SUCCESS)
+            vgl_charge_end(&c, rc, VGL_ALLOC_OPENED, *pdptr);
+        else
+            vgl_real.cuIpcCloseMemHandle(*pdptr);
+    } while (vgl_charge_retry(&c, rc));
     return rc;
 }
 
+CUresult cuIpcOpenMemHandle(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !pdptr)
+        return vgl_real.cuIpcOpenMemHandle(pdptr, handle, Flags);
+    return open_ipc(pdptr, handle, Flags, false);
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !pdptr)
+        return vgl_real.cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+    return open_ipc(pdptr, handle, Flags, true);
+}
+
+/* The last close of an opened pointer gives its charge back. */
 CUresult cuIpcCloseMemHandle(CUdeviceptr_v2 dptr)
 {
+    if (VGL_LIKELY(!vgl_config.enabled))
+        return vgl_real.cuIpcCloseMemHandle(dptr);
+    int32_t device;
+    uint64_t bytes;
+    vgl_charges_enter();
+    int left = vgl_allocations_hold(VGL_ALLOC_OPENED, dptr, -1, &device, &bytes);
     CUresult rc = vgl_real.cuIpcCloseMemHandle(dptr);
-    if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
-        return rc;
-    vgl_overhead_recheck_shared();
+    if (rc != CUDA_SUCCESS && left > 0)
+        vgl_allocations_hold(VGL_ALLOC_OPENED, dptr, +1, &device, &bytes);
+    else if (rc != CUDA_SUCCESS && left == 0)
+        vgl_allocations_put(VGL_ALLOC_OPENED, dptr, device, bytes, 0);
+    else if (left == 0 && vgl_self.slot)
+        vgl_release((uint32_t)device, bytes);
+    vgl_charges_leave();
     return rc;
 }
 

@@ -9,18 +9,15 @@
  * time (a module loaded lazily at a kernel's first launch, local memory for
  * a kernel that needs more), so we look when a context is made, and then on
  * allocations: at most every 200 ms while far from the cap, at every one
- * near it, and again before refusing one, and when the process lets go of
- * memory another process shares with it.
+ * near it, and again before refusing one.
  *
- * That difference is also how memory shared between processes is counted.
- * The driver charges a shared allocation to one process at a time: the one
- * that made it, and once that one has freed its own handle while another
- * still holds the memory, the other (docs/memory.md, "Framework paths").
- * The shim never charges an import or an IPC open; a process the driver
- * starts to charge for memory it imported sees its figure rise by it, and
- * pays for it here until the driver frees it.  The difference is already held by
- * the driver: it is charged even past the cap (the allocations after it are
- * refused).
+ * Memory shared between processes is charged to each holder's container by
+ * the hooks: the exporter's at its allocation, each importer's at its import
+ * (docs/memory.md, "Framework paths").  The driver lists it for one holder
+ * at a time, which is charged for it already, so it adds nothing here.  A holder the
+ * driver does not list is charged more than the driver shows for it, which
+ * may hide its context's cost under that charge: never less than the
+ * driver's figure.
  *
  * The driver names processes by their pid in the host's pid namespace.  A
  * process in a container with a /proc of its own cannot know that pid
@@ -50,33 +47,27 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t charged[VGL_MAX_DEVICES];   /* overhead charged to this process */
 static uint64_t checked_at[VGL_MAX_DEVICES]; /* CLOCK_MONOTONIC_COARSE; 0: never */
 static unsigned identify_tries;
-static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
-static bool nvml_up;
-static char nvml_down[300]; /* why NVML could not be started */
-
-static void start_nvml(void)
-{
-    /* NVML counts its own users: this reference is ours and stays. */
-    nvmlReturn_t rc = NVML_SUCCESS;
-    nvml_up = vgl_resolve_nvml() && (rc = vgl_real.nvmlInit_v2()) == NVML_SUCCESS;
-    if (!nvml_up && rc != NVML_SUCCESS)
-        snprintf(nvml_down, sizeof nvml_down, "nvmlInit failed (NVML error %d)", (int)rc);
-    else if (!nvml_up)
-        snprintf(nvml_down, sizeof nvml_down, "cannot load libnvidia-ml.so.1: %s", vgl_real_nvml_error());
-}
 
 /* The cap depends on the driver's figure: without NVML the context's cost
- * goes uncounted, and the driver may hold more than the cap for the process.
- * That is said at the default level, with its cause (too few descriptors
- * left, say, with `ulimit -n`), once, where a cap applies. */
-static void say_uncounted(int device)
+ * (hundreds of MiB) cannot be read, and a cap that counted allocations alone
+ * would let the driver hold that much more for the process.  Nothing else
+ * tells the cost (cuMemGetInfo's free is the whole device's, every tenant's
+ * memory in it), so where a cap applies the process is refused device memory,
+ * said once with the cause (too few descriptors left, say, with `ulimit -n`). */
+bool vgl_overhead_countable(int device)
 {
     static int said;
-    if (vgl_region_cap(vgl_self.region, device, vgl_device_total(device)) == UINT64_MAX ||
-        __atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        return;
-    vgl_log(VGL_LOG_WARN, "%s; the memory the driver holds for this process's contexts is not counted "
-            "against the cap, which the driver's own figure may then pass", nvml_down);
+    if (VGL_LIKELY(vgl_nvml_started()))
+        return true;
+    uint64_t total = vgl_device_total(device);
+    bool capped = false;
+    for (uint32_t i = 0; i < vgl_links() && !capped; i++)
+        capped = vgl_region_cap(vgl_link_at(i).region, device, total) != UINT64_MAX;
+    if (capped && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        vgl_log(VGL_LOG_ERROR, "%s; the memory the driver holds for this process's contexts cannot be "
+                "counted against the cap, so contexts and device memory under it are refused",
+                vgl_nvml_not_started());
+    return !capped;
 }
 
 /* The driver's compute processes on `handle`; -1 when it cannot say. */
@@ -174,11 +165,8 @@ static int32_t identify(int device, nvmlDevice_t handle)
  * cannot say (no NVML, device not found, our pid not listed or not known). */
 static bool nvml_usage(int device, uint64_t *bytes)
 {
-    pthread_once(&nvml_once, start_nvml);
-    if (!nvml_up) {
-        say_uncounted(device);
-        return false;
-    }
+    if (!vgl_nvml_started())
+        return false; /* vgl_overhead_countable says what follows */
     struct vgl_visible visible;
     if (!vgl_visible_devices(&visible) || (unsigned)device >= visible.count)
         return false;
@@ -246,13 +234,6 @@ void vgl_overhead_check_now(int device)
         charged[device] = overhead;
     }
     pthread_mutex_unlock(&lock);
-}
-
-void vgl_overhead_recheck_shared(void)
-{
-    int device = vgl_current_device();
-    if (device >= 0 && device < VGL_MAX_DEVICES && vgl_ready())
-        vgl_overhead_check_now(device);
 }
 
 /* The parent's overhead is not the child's, nor its pid. */

@@ -7,7 +7,9 @@
  * reserve a chunk-rounded headroom, then settle the charge to the growth the
  * driver reports.  A pool also shrinks where we do not see it (at
  * synchronisation, down to its release threshold): its charge catches up the
- * next time we look at it, so between the two we over-count, never under. */
+ * next time we look at it, so between the two we over-count, never under.
+ * A pool imported from another process is charged the same way, from the
+ * first pointer imported into it (cuMemPoolImportPointer, below). */
 #include <pthread.h>
 
 #include "internal.h"
@@ -15,6 +17,10 @@
 /* The growth a pool may take for one allocation: real drivers and simgpu
  * grow pools in 2 MiB pages. */
 #define POOL_CHUNK (2ULL << 20)
+
+/* The link of an imported pool's record once the pool is destroyed while
+ * pointers imported into it live on: nothing may be asked of it. */
+#define POOL_DESTROYED 1
 
 /* Settling reads the charge and then writes it: one thread at a time. */
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,14 +57,30 @@ static uint64_t pool_charge(CUmemoryPool pool)
     return charged;
 }
 
-/* Brings a pool's charge to its reserve.  Under pools_lock. */
+/* What the pointers imported into `pool` that are alive add up to. */
+static uint64_t imports_of(CUmemoryPool pool)
+{
+    int32_t device;
+    uint64_t bytes = 0;
+    vgl_allocations_get(VGL_ALLOC_POOL_IMPORTS, (uint64_t)(uintptr_t)pool, &device, &bytes);
+    return bytes;
+}
+
+/* Brings a pool's charge to its reserve, and never below what the pointers
+ * imported into it hold (all of it, for a pool destroyed since, which may no
+ * longer be asked).  Under pools_lock. */
 static void settle(CUmemoryPool pool, int device)
 {
-    uint64_t reserved, charged = pool_charge(pool);
-    if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved == charged)
+    struct vgl_allocation record = {0};
+    vgl_allocations_find(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &record);
+    uint64_t reserved = 0, floor = imports_of(pool);
+    bool told = record.link != POOL_DESTROYED &&
+                pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    uint64_t target = reserved > floor ? reserved : floor;
+    if ((!told && !floor && record.link != POOL_DESTROYED) || target == record.bytes)
         return;
-    vgl_follow_reserve((uint32_t)device, charged, reserved);
-    vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, reserved, 0);
+    vgl_follow_reserve((uint32_t)device, record.bytes, target);
+    vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, target, record.link);
 }
 
 enum variant { ASYNC, ASYNC_PTSZ, FROM_POOL, FROM_POOL_PTSZ };
@@ -180,10 +202,108 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemPoolDestroy(pool);
     struct vgl_uncharge u;
+    int32_t device;
+    uint64_t charged;
     pthread_mutex_lock(&pools_lock);
+    if (imports_of(pool) && vgl_allocations_get(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &device, &charged)) {
+        /* Pointers imported into it live on: so does its charge (vgl_pool_import_freed). */
+        CUresult rc = vgl_real.cuMemPoolDestroy(pool);
+        if (rc == CUDA_SUCCESS)
+            vgl_allocations_put(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, device, charged, POOL_DESTROYED);
+        pthread_mutex_unlock(&pools_lock);
+        return rc;
+    }
     vgl_uncharge_begin(VGL_ALLOC_POOL, (uint64_t)(uintptr_t)pool, &u);
     CUresult rc = vgl_real.cuMemPoolDestroy(pool);
     vgl_uncharge_end(&u, rc);
     pthread_mutex_unlock(&pools_lock);
     return rc;
+}
+
+/* A pointer imported from another process's pool maps that pool's memory,
+ * which the driver keeps for the importer once the exporter lets go of it.
+ * So the imported pool is charged as a pool of ours is, by its reserve (the
+ * memory its imports map), and never less than the imported allocations
+ * themselves (cuMemGetAddressRange's sizes: a driver may not count the
+ * exporter's memory in an importer's reserve), at the import, which is
+ * refused if that does not fit the cap. */
+static CUresult import_pointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *data,
+                               int device)
+{
+    settle(pool, device);
+    uint64_t key = (uint64_t)(uintptr_t)pool, charged = pool_charge(pool), reserved = 0;
+    CUresult rc = vgl_real.cuMemPoolImportPointer(ptr_out, pool, data);
+    struct vgl_allocation known;
+    if (rc != CUDA_SUCCESS || vgl_allocations_find(VGL_ALLOC_IMPORTED, *ptr_out, &known))
+        return rc; /* failed, or the same allocation imported again: the same pointer */
+    CUdeviceptr_v2 base;
+    size_t size = 0;
+    if (vgl_real.cuMemGetAddressRange_v2(&base, &size, *ptr_out) != CUDA_SUCCESS || !size) {
+        static unsigned said;
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "cuMemPoolImportPointer refused: the driver does not say the "
+                        "size of the memory imported, so it cannot be counted against the cap");
+        vgl_real.cuMemFree_v2(*ptr_out);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t floor = imports_of(pool) + size;
+    if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) || reserved < floor)
+        reserved = floor;
+    struct vgl_charge c;
+    rc = vgl_charge_begin("cuMemPoolImportPointer", device, reserved > charged ? reserved - charged : 0, &c);
+    if (rc != CUDA_SUCCESS) {
+        vgl_real.cuMemFree_v2(*ptr_out);
+        return rc;
+    }
+    vgl_allocations_put(VGL_ALLOC_POOL, key, device, reserved > charged ? reserved : charged, 0);
+    if (vgl_allocations_put(VGL_ALLOC_IMPORTED, *ptr_out, device, size, key)) {
+        int32_t d;
+        uint64_t sum;
+        vgl_allocations_hold(VGL_ALLOC_POOL_IMPORTS, key, +1, &d, &sum); /* one more, if any was there */
+        vgl_allocations_put(VGL_ALLOC_POOL_IMPORTS, key, device, floor, 0);
+    }
+    vgl_charge_keep(&c);
+    return rc;
+}
+
+CUresult cuMemPoolImportPointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !ptr_out)
+        return vgl_real.cuMemPoolImportPointer(ptr_out, pool, shareData);
+    struct vgl_charge refused;
+    if (!vgl_ready())
+        return vgl_charge_begin("cuMemPoolImportPointer", -1, 0, &refused); /* refuses, and says why */
+    int device = pool_device(pool);
+    if (device < 0)
+        return vgl_real.cuMemPoolImportPointer(ptr_out, pool, shareData); /* the driver will say what is wrong */
+    if (device >= VGL_MAX_DEVICES)
+        return vgl_charge_begin("cuMemPoolImportPointer", device, 0, &refused); /* refuses, and says why */
+    pthread_mutex_lock(&pools_lock);
+    CUresult rc = import_pointer(ptr_out, pool, shareData, device);
+    pthread_mutex_unlock(&pools_lock);
+    return rc;
+}
+
+/* The pool's charge stays while a pointer imported into it lives, even past
+ * the pool's destruction (cuda.h, cuMemPoolDestroy: its resources go once no
+ * allocation is outstanding); the last such free after it returns the rest. */
+void vgl_pool_import_freed(const struct vgl_allocation *imported, CUresult rc)
+{
+    if (rc != CUDA_SUCCESS) {
+        vgl_allocations_restore(VGL_ALLOC_IMPORTED, imported);
+        return;
+    }
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)imported->link;
+    int32_t device;
+    uint64_t sum;
+    pthread_mutex_lock(&pools_lock);
+    if (vgl_allocations_hold(VGL_ALLOC_POOL_IMPORTS, imported->link, -1, &device, &sum) > 0)
+        vgl_allocations_put(VGL_ALLOC_POOL_IMPORTS, imported->link, device,
+                            sum > imported->bytes ? sum - imported->bytes : 0, 0);
+    struct vgl_allocation record;
+    if (vgl_allocations_find(VGL_ALLOC_POOL, imported->link, &record) && vgl_self.slot) {
+        settle(pool, record.device);
+        if (record.link == POOL_DESTROYED && !imports_of(pool))
+            vgl_allocations_take(VGL_ALLOC_POOL, imported->link, &record);
+    }
+    pthread_mutex_unlock(&pools_lock);
 }

@@ -105,6 +105,8 @@ int vgl_region_create_elastic(const char *path, const struct vgl_mem_limit *limi
 /* No device, nor a process's share of one, comes near a pebibyte: a larger
  * byte count was not written by vgpulimit. */
 #define PLAUSIBLE_BYTES (1ULL << 50)
+/* Nor does a process have more threads (Linux's threads-max is below 2^22). */
+#define PLAUSIBLE_WAITS (1U << 22)
 
 /* Values that vgpulimit never writes.  A region holding one was written by
  * something else, so none of its numbers can be trusted: it is refused
@@ -132,13 +134,13 @@ static bool plausible(const struct vgl_region *region)
         if ((dev->limit.bytes && dev->limit.ppm) || dev->limit.bytes > INT64_MAX ||
             dev->limit.ppm > 1000000 || dev->cores_pct > 100 || dev->cores_policy > VGL_CORES_NONE ||
             dev->used_bytes > PLAUSIBLE_BYTES || dev->total_bytes > PLAUSIBLE_BYTES ||
-            !plausible_limit(&dev->request) || dev->waiting > VGL_MAX_SLOTS * 64)
+            !plausible_limit(&dev->request) || dev->uuid_kind > VGL_UUID_KIND_MIG)
             return false;
     }
     for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
         const struct vgl_uuid_limit *u = &region->by_uuid[d];
         if ((u->limit.bytes && u->limit.ppm) || u->limit.bytes > INT64_MAX || u->limit.ppm > 1000000 ||
-            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST) ||
+            u->cores_pct > 100 || u->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST | VGL_UUID_MIG) ||
             !plausible_limit(&u->request))
             return false;
     }
@@ -153,7 +155,7 @@ static bool plausible(const struct vgl_region *region)
             slot->reserved)
             return false;
         for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
-            if (slot->used_bytes[d] > PLAUSIBLE_BYTES)
+            if (slot->used_bytes[d] > PLAUSIBLE_BYTES || slot->waiting[d] > PLAUSIBLE_WAITS)
                 return false;
     }
     return true;
@@ -281,6 +283,15 @@ const char *vgl_region_strerror(int err)
     }
 }
 
+/* A slot freed holds no wait: a process killed as it waited leaves none behind. */
+static void slot_forget_waits(struct vgl_slot *slot)
+{
+    for (uint32_t dev = 0; dev < VGL_MAX_DEVICES; dev++) {
+        __atomic_store_n(&slot->waiting[dev], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->wait_since_ns[dev], 0, __ATOMIC_RELAXED);
+    }
+}
+
 /* Returns a slot's bytes to the device totals. */
 static void slot_release_all(struct vgl_region *region, struct vgl_slot *slot)
 {
@@ -307,6 +318,7 @@ static int free_dead(struct vgl_region *region)
         if (slot->state != VGL_SLOT_DEAD || __atomic_load_n(&slot->busy, __ATOMIC_ACQUIRE))
             continue;
         slot_release_all(region, slot);
+        slot_forget_waits(slot);
         __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
         freed++;
     }
@@ -340,6 +352,7 @@ int vgl_region_attach(struct vgl_region *region, int32_t pid, int32_t host_pid, 
                 found = &region->slots[i];
         if (found) {
             slot_release_all(region, found); /* what a thread counted after its process detached */
+            slot_forget_waits(found);
             found->pid = pid;
             found->host_pid = host_pid;
             found->start_time = start;
@@ -365,6 +378,7 @@ void vgl_region_detach(struct vgl_region *region, struct vgl_slot *slot)
      * is not free until this store. */
     bool locked = vgl_ledger_lock(region) == 0;
     vgl_owner_release(region, slot);
+    slot_forget_waits(slot);
     __atomic_store_n(&slot->state, VGL_SLOT_FREE, __ATOMIC_RELEASE);
     if (locked)
         vgl_ledger_unlock(region);
@@ -427,6 +441,7 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
             __atomic_store_n(&dev->cores_pct, cores_pct[i], __ATOMIC_RELAXED);
             /* The next process binds the devices again, limits by UUID included. */
             memset(dev->uuid, 0, sizeof dev->uuid);
+            dev->uuid_kind = VGL_UUID_KIND_UNKNOWN;
         }
         __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
     }

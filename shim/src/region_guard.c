@@ -125,10 +125,12 @@ int vgl_region_guard(struct vgl_region *region)
     return vgl_guard_mapping(region, sizeof *region);
 }
 
-void vgl_region_unguard(struct vgl_region *region)
+void vgl_region_unguard(struct vgl_region *region) { vgl_unguard_mapping(region); }
+
+void vgl_unguard_mapping(void *start)
 {
     for (int i = 0; i < GUARDS; i++)
-        if (__atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE) == (uintptr_t)region) {
+        if (__atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE) == (uintptr_t)start) {
             __atomic_store_n(&guards[i].size, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&guards[i].broken, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&guards[i].start, 0, __ATOMIC_RELEASE);

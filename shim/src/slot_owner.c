@@ -36,8 +36,7 @@ static pthread_once_t fork_handlers = PTHREAD_ONCE_INIT;
 static void before_fork(void) { pthread_mutex_lock(&held_lock); }
 static void after_fork_in_parent(void) { pthread_mutex_unlock(&held_lock); }
 
-/* Async-signal-safe: the child of a threaded process may call no more. */
-static int reopen(int fd)
+int vgl_reopen(int fd, int flags)
 {
     char path[32] = "/proc/self/fd/";
     char digits[12];
@@ -49,7 +48,7 @@ static int reopen(int fd)
     while (n > 0)
         path[at++] = digits[--n];
     path[at] = '\0';
-    return open(path, O_RDWR | O_CLOEXEC);
+    return open(path, flags | O_CLOEXEC);
 }
 
 static void after_fork_in_child(void)
@@ -57,7 +56,7 @@ static void after_fork_in_child(void)
     for (int i = 0; i < HELD_MAX; i++) {
         if (!held[i].region)
             continue;
-        int fresh = reopen(held[i].fd);
+        int fresh = vgl_reopen(held[i].fd, O_RDWR);
         close(held[i].fd);
         held[i].fd = fresh; /* -1: no /proc; this process's slot will hold no lock */
         memset(held[i].mine, 0, sizeof held[i].mine); /* the parent's */
@@ -176,7 +175,7 @@ bool vgl_owner_same(const struct vgl_slot *slot, int32_t pid, uint64_t start_tim
 /* The lock says more than the pid, wherever it can be asked: it goes with
  * the process image that took it.  The region's descriptor is O_CLOEXEC, as
  * the driver's device files are, so an exec drops the lock just as it drops
- * the device memory of the image before (FACTS.md): the pid runs on, with
+ * the device memory of the image before (docs/facts.md §1): the pid runs on, with
  * the same start time, but what the slot counted is gone.  A slot whose lock
  * cannot be asked about is judged by its pid where that means something. */
 bool vgl_owner_running(const struct vgl_region *region, const struct vgl_slot *slot)

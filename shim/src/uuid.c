@@ -36,7 +36,10 @@ int vgl_parse_uuid(const char *text, uint8_t out[16])
         out[n++] = (uint8_t)(hi << 4 | lo);
         i++;
     }
-    return 0;
+    /* NVML never gives a device the zero UUID, and the region reads it as an
+     * unused entry: a limit for it would cap nothing. */
+    static const uint8_t zero[16];
+    return memcmp(out, zero, sizeof zero) == 0 ? -ERANGE : 0;
 }
 
 void vgl_format_uuid(const uint8_t u[16], char out[41])

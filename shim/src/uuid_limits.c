@@ -30,18 +30,25 @@ static void apply_uuid_limit(struct vgl_region *region, uint32_t d, const struct
     __atomic_add_fetch(&region->generation, 1, __ATOMIC_RELEASE);
 }
 
-int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16])
+int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16], uint32_t kind)
 {
-    if (device >= VGL_MAX_DEVICES || no_uuid(uuid))
+    if (device >= VGL_MAX_DEVICES || no_uuid(uuid) || kind > VGL_UUID_KIND_MIG)
         return -EINVAL;
     struct vgl_device_state *dev = &region->devices[device];
-    if (memcmp(dev->uuid, uuid, sizeof dev->uuid) == 0)
+    if (memcmp(dev->uuid, uuid, sizeof dev->uuid) == 0) {
+        /* A process that could not ask NVML bound it without its kind. */
+        uint32_t unknown = VGL_UUID_KIND_UNKNOWN;
+        if (kind != VGL_UUID_KIND_UNKNOWN)
+            __atomic_compare_exchange_n(&dev->uuid_kind, &unknown, kind, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
         return 0;
+    }
     int rc = vgl_ledger_lock(region);
     if (rc)
         return rc;
     if (no_uuid(dev->uuid)) {
         memcpy(dev->uuid, uuid, sizeof dev->uuid);
+        __atomic_store_n(&dev->uuid_kind, kind, __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < VGL_MAX_DEVICES; i++)
             if (region->by_uuid[i].flags && memcmp(region->by_uuid[i].uuid, uuid, 16) == 0)
                 apply_uuid_limit(region, device, &region->by_uuid[i]);
@@ -55,7 +62,8 @@ int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uin
 
 int vgl_region_set_uuid_limit(struct vgl_region *region, const struct vgl_uuid_limit *limit)
 {
-    if (no_uuid(limit->uuid) || limit->cores_pct > 100)
+    if (no_uuid(limit->uuid) || limit->cores_pct > 100 || limit->flags == VGL_UUID_MIG ||
+        limit->flags > (VGL_UUID_MEMORY | VGL_UUID_CORES | VGL_UUID_REQUEST | VGL_UUID_MIG))
         return -EINVAL;
     int rc = vgl_ledger_lock(region);
     if (rc)

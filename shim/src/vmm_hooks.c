@@ -12,10 +12,13 @@
  * caching allocator makes them as it grows or shrinks), so one lock serves.
  *
  * A handle imported from another process (cuMemImportFromShareableHandle) is
- * not charged: its exporter pays for it while it holds it (overhead.c says
- * who pays after).  Memory on the host (pinned or NUMA locations, as NCCL's
- * shared-memory transport makes) passes through untouched: it is not the
- * device's, and every rank must see the driver's own answer. */
+ * charged to this process's container when it is imported, whoever else
+ * holds it, and held like one of ours: once its exporter lets go, the driver
+ * keeps the memory for its importers, and what they hold must be paid for
+ * at every instant (docs/memory.md, "Framework paths").  Memory on the host
+ * (pinned or NUMA locations, as NCCL's shared-memory transport makes) passes
+ * through untouched: it is not the device's, and every rank must see the
+ * driver's own answer. */
 #include <pthread.h>
 
 #include "internal.h"
@@ -25,16 +28,13 @@ static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 static void forget_in_child(void) { pthread_mutex_init(&vmm_lock, NULL); }
 VGL_AFTER_FORK(forget_in_child)
 
-/* Under vmm_lock.  false: not a handle of ours (imported from another
- * process: its exporter pays for it, overhead.c). */
-static bool drop_holder(uint64_t handle)
+/* Under vmm_lock.  A handle we have no record of (on the host) is not ours to count. */
+static void drop_holder(uint64_t handle)
 {
     int32_t device;
     uint64_t bytes;
-    int held = vgl_allocations_hold(VGL_ALLOC_VMM, handle, -1, &device, &bytes);
-    if (held == 0 && vgl_self.slot)
+    if (vgl_allocations_hold(VGL_ALLOC_VMM, handle, -1, &device, &bytes) == 0 && vgl_self.slot)
         vgl_release((uint32_t)device, bytes);
-    return held >= 0;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle_v1 *handle, size_t size, const CUmemAllocationProp_v1 *prop,
@@ -64,11 +64,10 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle_v1 handle)
     pthread_mutex_lock(&vmm_lock);
     vgl_charges_enter();
     CUresult rc = vgl_real.cuMemRelease(handle);
-    bool imported = rc == CUDA_SUCCESS && !drop_holder(handle);
+    if (rc == CUDA_SUCCESS)
+        drop_holder(handle);
     vgl_charges_leave();
     pthread_mutex_unlock(&vmm_lock);
-    if (imported)
-        vgl_overhead_recheck_shared();
     return rc;
 }
 
@@ -103,8 +102,80 @@ CUresult cuMemUnmap(CUdeviceptr_v2 ptr, size_t size)
         drop_holder(mapping.link);
     vgl_charges_leave();
     pthread_mutex_unlock(&vmm_lock);
-    /* Some of the range mapped imported memory, which has no record. */
-    if (rc == CUDA_SUCCESS && at < ptr + size)
-        vgl_overhead_recheck_shared();
+    return rc;
+}
+
+/* The size of an imported allocation, which no call reports: the most of it
+ * that cuMemMap maps from its start (cuda.h, cuMemMap: offset + size within
+ * the allocation, in multiples of its granularity), found by bisection on a
+ * reservation of the device's size.  0: the driver would not say. */
+static uint64_t imported_size(CUmemGenericAllocationHandle_v1 handle, const CUmemAllocationProp_v1 *prop,
+                              uint64_t total)
+{
+    size_t granularity = 0;
+    if (vgl_real.cuMemGetAllocationGranularity(&granularity, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+            CUDA_SUCCESS || !granularity || total < granularity)
+        return 0;
+    uint64_t pieces = total / granularity, lo = 0, hi = pieces; /* lo pieces map; more than hi do not */
+    CUdeviceptr_v2 va;
+    if (vgl_real.cuMemAddressReserve(&va, pieces * granularity, 0, 0, 0) != CUDA_SUCCESS)
+        return 0;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo + 1) / 2;
+        if (vgl_real.cuMemMap(va, mid * granularity, 0, handle, 0) == CUDA_SUCCESS) {
+            vgl_real.cuMemUnmap(va, mid * granularity);
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    vgl_real.cuMemAddressFree(va, pieces * granularity);
+    return lo * granularity;
+}
+
+/* Charged at the import, refused if it does not fit the cap; the same
+ * allocation imported again, where the driver answers with the handle it
+ * gave before, is one more holder of it. */
+static CUresult import_locked(CUmemGenericAllocationHandle_v1 *handle, void *osHandle,
+                              CUmemAllocationHandleType type, struct vgl_charge *c)
+{
+    *c = (struct vgl_charge){.device = -1, .refused_on = -1};
+    CUresult rc = vgl_real.cuMemImportFromShareableHandle(handle, osHandle, type);
+    CUmemAllocationProp_v1 prop;
+    int32_t device;
+    uint64_t bytes;
+    if (rc != CUDA_SUCCESS || vgl_allocations_hold(VGL_ALLOC_VMM, *handle, +1, &device, &bytes) > 0 ||
+        vgl_real.cuMemGetAllocationPropertiesFromHandle(&prop, *handle) != CUDA_SUCCESS ||
+        prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return rc; /* on the host (NCCL's transport): passed through, as its creation is */
+    uint64_t size = prop.location.id >= 0 && prop.location.id < VGL_MAX_DEVICES
+                        ? imported_size(*handle, &prop, vgl_device_total(prop.location.id)) : 0;
+    if (!size) {
+        static unsigned said;
+        vgl_log_bounded(VGL_LOG_ERROR, &said, "cuMemImportFromShareableHandle refused: the driver does not "
+                        "say the size of the memory imported, so it cannot be counted against the cap");
+        vgl_real.cuMemRelease(*handle);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    rc = vgl_charge_begin("cuMemImportFromShareableHandle", prop.location.id, size, c);
+    if (rc == CUDA_SUCCESS)
+        vgl_charge_end(c, rc, VGL_ALLOC_VMM, *handle);
+    else
+        vgl_real.cuMemRelease(*handle);
+    return rc;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle_v1 *handle, void *osHandle,
+                                        CUmemAllocationHandleType shHandleType)
+{
+    if (VGL_LIKELY(!vgl_config.enabled) || !handle)
+        return vgl_real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+    struct vgl_charge c;
+    CUresult rc;
+    do {
+        pthread_mutex_lock(&vmm_lock);
+        rc = import_locked(handle, osHandle, shHandleType, &c);
+        pthread_mutex_unlock(&vmm_lock);
+    } while (vgl_charge_retry(&c, rc));
     return rc;
 }

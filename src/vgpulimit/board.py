@@ -28,6 +28,9 @@ NODE_BOARD_DIR = ".priority"
 class BoardError(VgpulimitError, OSError):
     """The board cannot be read or written."""
 
+    def __str__(self) -> str:
+        return self.strerror
+
 
 @dataclass(frozen=True)
 class Row:
@@ -47,8 +50,8 @@ def _fail(board: str, err: int, action: str) -> BoardError:
     if err == -errno.ENOSPC:
         why = f"all {lib.VGL_BOARD_ROWS} rows are held by running containers"
     elif err in (-errno.EACCES, -errno.EPERM, -errno.EROFS):
-        why = ("not writable here: priorities are set by the node (vgpulimit run, the OCI hook), "
-               "never from inside a container")
+        why = ("not writable here: priorities and memory guarantees are set by the node (vgpulimit run, "
+               "the OCI hook), never from inside a container")
     elif err == -errno.ENOENT:
         why = "the container takes no part in priorities (it was started without one)"
     elif err == -errno.ESRCH:

@@ -108,16 +108,21 @@ def apply(region_path: str, change: Change) -> list[str]:
             region.set_cores_policy(change.policy)
             if old_policies != {change.policy}:
                 changes.append(f"compute policy: {'/'.join(sorted(old_policies)) or 'hard'} → {change.policy}")
+        # By the 32 hex digits: a device bound where NVML could not say its
+        # kind reads GPU- in the region, though the user names it MIG-.
+        memory_by_key = {uuid[4:]: limit for uuid, limit in change.memory_by_uuid.items()}
+        cores_by_key = {uuid[4:]: pct for uuid, pct in change.cores_by_uuid.items()}
         for device in before.devices:
             index = device.index
+            key = device.uuid[4:] if device.uuid else None
             every_limit = device.limit if change.memory_all is _KEEP else change.memory_all
             every_pct = device.cores_pct if change.cores_all is _KEEP else change.cores_all
             limit = change.memory.get(index, every_limit)
             pct = change.cores.get(index, every_pct)
-            if device.uuid in change.memory_by_uuid:
-                limit = change.memory_by_uuid[device.uuid]
-            if device.uuid in change.cores_by_uuid:
-                pct = change.cores_by_uuid[device.uuid]
+            if key in memory_by_key:
+                limit = memory_by_key[key]
+            if key in cores_by_key:
+                pct = cores_by_key[key]
             if limit != device.limit or pct != device.cores_pct:
                 region.set_limits(index, limit, pct)
                 what = _change_line(device.limit, limit, device.cores_pct, pct)
@@ -125,11 +130,11 @@ def apply(region_path: str, change: Change) -> list[str]:
                     changes.append(f"device {index} ({device.uuid}): {what}")
                 else:   # devices no process has used yet: alike ones share a line
                     unnamed.setdefault(what, []).append(index)
-        bound = {d.uuid for d in before.devices if d.uuid}
+        bound = {d.uuid[4:] for d in before.devices if d.uuid}
         for uuid in dict.fromkeys([*change.memory_by_uuid, *change.cores_by_uuid]):
             region.set_uuid_limits(uuid, change.memory_by_uuid.get(uuid), change.cores_by_uuid.get(uuid),
                                    memory_given=uuid in change.memory_by_uuid)
-            if uuid not in bound:
+            if uuid[4:] not in bound:
                 new = [f"memory {_memory_text(change.memory_by_uuid[uuid])}"] \
                     if uuid in change.memory_by_uuid else []
                 new += [f"cores {_cores_text(change.cores_by_uuid[uuid])}"] \
@@ -187,7 +192,8 @@ def _update_guarantee(region: Region) -> None:
     for entry in mapped.by_uuid:
         given = entry.request if entry.flags & lib.VGL_UUID_REQUEST else entry.limit
         if entry.flags & (lib.VGL_UUID_REQUEST | lib.VGL_UUID_MEMORY):
-            by_uuid[format_uuid(bytes(entry.uuid))] = MemoryLimit._from_cdata(given)
+            by_uuid[format_uuid(bytes(entry.uuid), mig=bool(entry.flags & lib.VGL_UUID_MIG))] = \
+                MemoryLimit._from_cdata(given)
     terms = _Guarantee([d.request or d.limit for d in snap.devices],
                        {u: g for u, g in by_uuid.items() if g is not None}, snap.memory_wait_ns)
     try:

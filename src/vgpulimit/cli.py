@@ -331,7 +331,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 # --- mig plan (begin) ---------------------------------------------------------
 def _add_mig_command(commands) -> None:
-    from vgpulimit import mig_plan, mig_render
+    from vgpulimit.mig import plan as mig_plan
+    from vgpulimit.mig import render as mig_render
 
     parser = commands.add_parser(
         "mig", help="MIG: plan a layout and each request's limits (mig plan)",
@@ -365,7 +366,10 @@ def _add_mig_command(commands) -> None:
 
 
 def _cmd_mig(args: argparse.Namespace) -> int:
-    from vgpulimit import limits, mig_plan, mig_profiles, mig_render
+    from vgpulimit import limits
+    from vgpulimit.mig import plan as mig_plan
+    from vgpulimit.mig import profiles as mig_profiles
+    from vgpulimit.mig import render as mig_render
 
     requests = []
     for i, text in enumerate(args.request):
@@ -388,7 +392,8 @@ def _cmd_mig(args: argparse.Namespace) -> int:
     if args.model is not None:
         model = mig_profiles.find(args.model)
     else:
-        from vgpulimit import mig_node, nvml
+        from vgpulimit import nvml
+        from vgpulimit.mig import node as mig_node
 
         if args.simulate:
             nvml.use_simulated()
@@ -557,9 +562,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.region == "":
         raise UsageError("run: --region is empty; give the path where the region file is made "
                          "(e.g. /run/vgpulimit/job.region), or leave --region out for a private one")
+    given = {u: s.source for kind in (limits.memory_by_uuid, limits.cores_by_uuid, limits.request_by_uuid)
+             for u, s in kind.items()}
+    _refuse_mig_gpus(given, args.simulate)
     options = request.RunOptions(command=command, limits=limits, simulate=args.simulate,
                                  region_path=args.region, board_path=args.board)
     return supervisor.run(options)
+
+
+def _refuse_mig_gpus(given: dict[str, str], simulate: bool) -> None:
+    """A limit for a GPU in MIG mode by its own UUID ({UUID: its flag or
+    variable}) is refused before anything is made, with the MIG devices to
+    name (request.named_mig_gpu).  Where NVML cannot say, the shim refuses it
+    in the command, as it does under a bare preload."""
+    from vgpulimit import node, nvml, request
+
+    if not any(uuid[:4].upper() == "GPU-" for uuid in given):
+        return
+    if simulate:
+        nvml.use_simulated()
+    try:
+        gpus = node.read_gpus()
+    except nvml.NvmlError:
+        return
+    line = request.named_mig_gpu(given, gpus)
+    if line:
+        raise UsageError(line)
 
 
 def _region_path(args: argparse.Namespace) -> str:
@@ -659,6 +687,8 @@ def _cmd_set(args: argparse.Namespace) -> int:
                                 args.memory_request_device, args.memory_wait)
     for note in asked.notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
+    _refuse_mig_gpus({u: f"--memory-device {u}" for u in asked.memory_by_uuid}
+                     | {u: f"--cores-device {u}" for u in asked.cores_by_uuid}, False)
     lines = change.apply(_region_path(args), asked)
     print("\n".join(lines) if lines else "nothing changed: the limits were already these")
     return 0
@@ -752,6 +782,8 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
     spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
                         admission is not None, args.admit_uncapped, priority=args.priority,
                         device=args.device, memory_request=args.memory_request, memory_wait=args.memory_wait)
+    if args.device is not None:
+        _refuse_mig_gpus({args.device.strip(): f"--device {args.device.strip()}"}, False)
     text = json.dumps(spec, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -116,7 +116,7 @@ def _by_uuid(out) -> tuple[dict[str, Setting], dict[str, Setting], dict[str, Set
         entry = out.by_uuid[i]
         if not entry.flags:
             continue
-        uuid = format_uuid(bytes(entry.uuid))
+        uuid = format_uuid(bytes(entry.uuid), mig=bool(entry.flags & lib.VGL_UUID_MIG))
         if entry.flags & lib.VGL_UUID_MEMORY:
             limit = MemoryLimit._from_cdata(entry.limit)
             memory[uuid] = Setting(limit.describe() if limit else "", f"VGPULIMIT_MEMORY_{uuid}", limit)

@@ -19,7 +19,6 @@ import os
 from collections.abc import Mapping
 
 LABELS = ("pod_uid", "container", "claim_uid", "pod", "namespace", "hpc_job")
-POD_LOGS = "/var/log/pods"
 
 
 def pod_names(pod_logs: str | None) -> dict[str, tuple[str, str]]:

@@ -218,8 +218,11 @@ def parse_uuid(text: str, source: str) -> str:
     case NVML and CUDA report."""
     out = ffi.new("uint8_t[16]")
     data = text.strip().encode("ascii", errors="replace")
-    if b"\0" in data or lib.vgl_parse_uuid(data, out) != 0:
-        raise LimitError(source, text, "not a GPU or MIG device UUID",
+    err = -errno.EINVAL if b"\0" in data else lib.vgl_parse_uuid(data, out)
+    if err != 0:
+        # All zeros has the form but is no device's: NVML gives none that UUID.
+        raise LimitError(source, text, "all zeros, which is no device's UUID" if err == -errno.ERANGE
+                         else "not a GPU or MIG device UUID",
                          "GPU- or MIG- and 32 hex digits as nvidia-smi -L prints them: "
                          "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
     return format_uuid(bytes(out), mig=data.startswith(b"MIG-"))

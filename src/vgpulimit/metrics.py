@@ -49,7 +49,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -59,10 +60,10 @@ from vgpulimit.errors import UsageError, VgpulimitError
 from vgpulimit.identity import region_labels
 from vgpulimit.layouts import LABELS, pod_names
 from vgpulimit.metrics_server import MetricsServer
-from vgpulimit.node import Gpu
+from vgpulimit.node import Gpu, NodeView
 from vgpulimit.node import uuid_key as node_uuid_key
 from vgpulimit.processes import shown
-from vgpulimit.status import Sampler
+from vgpulimit.status import Sample, Sampler
 
 DEFAULT_LISTEN = "127.0.0.1:9489"
 # Per-process series per container and device: the largest by memory, the rest summed.
@@ -118,7 +119,7 @@ class RegionCollector(Collector):
         self._physical = physical
         self._lock = threading.Lock()   # scrapes may overlap; the sampler keeps state
         self._complained: set[str] = set()
-        # A device's UUID (node.uuid_key: a region does not say GPU- or MIG-)
+        # A device's UUID (node.uuid_key: a region says GPU- or MIG- only where NVML could)
         # -> its labels as DCGM gives them: UUID, modelName, GPU_I_ID,
         # GPU_I_PROFILE; modelName "" where NVML could not say.  A board's name
         # never changes: NVML is asked once per UUID.
@@ -154,161 +155,11 @@ class RegionCollector(Collector):
             else:
                 sample, gpus = self._sampler.sample(strict=False), None
             self._learn_device_labels(sample, gpus)
-        pods = pod_names(self._pod_logs)   # pods come and go: read at each scrape
-
-        def _who(path: str) -> list[str]:
-            return [path, *region_labels(path, pods).values()]
-
-        # Hostname here too: a dashboard counts the unreadable regions by node.
-        readable = GaugeMetricFamily("vgpulimit_region_readable",
-                                     "Whether the container's region file could be read at this "
-                                     "scrape (0: truncated, garbled or unreadable; no other series)",
-                                     labels=["region", *LABELS, "Hostname"])
-        for view in sample.views:
-            readable.add_metric([*_who(view.path), self._hostname], 1)
-        for path, why in sample.errors:
-            readable.add_metric([*_who(path), self._hostname], 0)
-            self._complain(f"region {path}: {why}")
-        device_labels = ["region", *LABELS, "device", "UUID", "modelName", "Hostname", "GPU_I_ID",
-                         "GPU_I_PROFILE"]
-        limit = GaugeMetricFamily("vgpulimit_memory_limit_bytes",
-                                  "Memory cap of the device for the container", labels=device_labels)
-        used = GaugeMetricFamily("vgpulimit_memory_used_bytes",
-                                 "Device memory the container holds", labels=device_labels)
-        process_used = GaugeMetricFamily(
-            "vgpulimit_process_memory_used_bytes",
-            f"Device memory one process of the container holds (the largest "
-            f"{self._max_processes}; command {OTHERS!r}: the rest, summed)",
-            labels=[*device_labels, "pid", "host_pid", "command"])
-        refusals = CounterMetricFamily("vgpulimit_oom_refusals_total",
-                                       "Allocations refused at the memory cap", labels=device_labels)
-        cores = GaugeMetricFamily("vgpulimit_compute_limit_ratio",
-                                  "Compute share the container is capped at (0.3: 30 %)",
-                                  labels=device_labels)
-        policy = GaugeMetricFamily("vgpulimit_compute_policy",
-                                   "1 for the container's compute policy: hard (never past the "
-                                   "share), borrow (past it while no other tenant uses the device) "
-                                   "or none", labels=[*device_labels, "policy"])
-        # A counter, for rate(): a utilisation "since the previous scrape"
-        # would be wrong for every scraper but one.
-        busy = CounterMetricFamily("vgpulimit_compute_busy_seconds_total",
-                                   "GPU time the container's kernels took (its rate is the share "
-                                   "of the GPU they took)", labels=device_labels)
-        throttled = CounterMetricFamily("vgpulimit_throttled_seconds_total",
-                                        "Time the container's launches waited for compute budget",
-                                        labels=device_labels)
-        yielded = CounterMetricFamily("vgpulimit_yielded_seconds_total",
-                                      "Time the container's launches held back for containers of a "
-                                      "higher priority", labels=device_labels)
-        request = GaugeMetricFamily("vgpulimit_memory_request_bytes",
-                                    "Memory guaranteed to the container on the device (its request, "
-                                    "else its cap)", labels=device_labels)
-        borrowed = GaugeMetricFamily("vgpulimit_memory_borrowed_bytes",
-                                     "Device memory the container holds past its request", labels=device_labels)
-        waiting = GaugeMetricFamily("vgpulimit_memory_waiting_allocations",
-                                    "Allocations of the container waiting for memory now", labels=device_labels)
-        waited = CounterMetricFamily("vgpulimit_memory_waited_seconds_total",
-                                     "Time the container's allocations waited for memory", labels=device_labels)
-        timeouts = CounterMetricFamily("vgpulimit_memory_wait_timeouts_total",
-                                       "Waits for memory that ended in a refusal", labels=device_labels)
-        borrow_refusals = CounterMetricFamily("vgpulimit_memory_borrow_refusals_total",
-                                              "Allocations past the request refused for memory other "
-                                              "containers use or are guaranteed", labels=device_labels)
-        for view in sample.views:
-            snap = view.snapshot
-            for dev in snap.devices:
-                if not dev.seen:
-                    continue
-                uuid, model, instance, profile = self._device_labels.get(
-                    node_uuid_key(dev.uuid or ""), (dev.uuid or "", "", "", ""))
-                labels = [*_who(snap.path), str(dev.index), uuid, model, self._hostname, instance,
-                          profile]
-                if dev.cap_bytes is not None:
-                    limit.add_metric(labels, dev.cap_bytes)
-                used.add_metric(labels, dev.used_bytes)
-                refusals.add_metric(labels, dev.oom_refusals)
-                if dev.cores_pct:
-                    cores.add_metric(labels, dev.cores_pct / 100)
-                    policy.add_metric([*labels, dev.cores_policy], 1)
-                busy.add_metric(labels, dev.busy_ns / 1e9)
-                throttled.add_metric(labels, dev.throttled_ns / 1e9)
-                if snap.priority is not None:
-                    yielded.add_metric(labels, dev.yielded_ns / 1e9)
-                if dev.request_bytes is not None:
-                    request.add_metric(labels, dev.request_bytes)
-                borrowed.add_metric(labels, dev.borrowed_bytes)
-                waiting.add_metric(labels, dev.waiting)
-                waited.add_metric(labels, dev.waited_ns / 1e9)
-                timeouts.add_metric(labels, dev.wait_timeouts)
-                borrow_refusals.add_metric(labels, dev.borrow_refusals)
-                rows = []
-                for proc in snap.processes:
-                    host = sample.host_pid(proc)
-                    details = sample.details.get(host or -1)
-                    if details is not None and details.gone:
-                        continue   # never memory for a process that is gone
-                    if dev.index in proc.used_bytes:
-                        rows.append(([str(proc.pid), str(host or ""), proc.comm],
-                                     proc.used_bytes[dev.index]))
-                self._add_bounded(process_used, labels, rows)
-        build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
-                                  labels=["version"])
-        build.add_metric([__version__], 1)
-        yield from (build, readable, limit, used, process_used, refusals, cores, policy, busy, throttled,
-                    yielded, request, borrowed, waiting, waited, timeouts, borrow_refusals)
-        if gpus is not None:
-            yield from self._physical_families(gpus, sample)
-        if self._hami_names:
-            yield from self._hami_families(sample, gpus, pods)
-
-    def _hami_families(self, sample, node, pods) -> Iterator[Metric]:
-        """The same figures under the names and labels of HAMi's vGPU monitor
-        (its legacy names, which HAMi's own dashboards query), for a node that
-        moves from HAMi: its zone label is "vGPU", a device type is
-        "NVIDIA-" and NVML's name, utilisations are percentages.  Only what
-        vgpulimit measures: no context/module/data split of a container's
-        memory (those labels are ""), no last kernel time, no MIG."""
-        who = ["zone", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"]
-        usage = GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
-                                  labels=who)
-        limit = GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
-                                  labels=who)
-        memory = GaugeMetricFamily("Device_memory_desc_of_container",
-                                   "Container device memory description",
-                                   labels=[*who, "context", "module", "data", "offset"])
-        utilization = GaugeMetricFamily("Device_utilization_desc_of_container",
-                                        "Container device utilization description", labels=who)
-        for view in sample.views:
-            names = region_labels(view.path, pods)
-            for dev in view.snapshot.devices:
-                if not dev.seen:
-                    continue
-                labels = ["vGPU", names["namespace"], names["pod"], names["container"],
-                          str(dev.index), dev.uuid or ""]
-                usage.add_metric(labels, dev.used_bytes)
-                # HAMi's limit is the device's memory where there is no cap.
-                room = dev.cap_bytes if dev.cap_bytes is not None else dev.total_bytes
-                if room:
-                    limit.add_metric(labels, room)
-                memory.add_metric([*labels, "", "", "", ""], dev.used_bytes)
-                share = view.share_pct.get(dev.index)
-                if share is not None:   # measured between two scrapes: none at the first
-                    utilization.add_metric(labels, share)
-        yield from (usage, limit, memory, utilization)
-        if node is None or node.error is not None:
-            return
-        host = ["zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"]
-        host_memory = GaugeMetricFamily("HostGPUMemoryUsage", "GPU device memory usage",
-                                        labels=host)
-        host_util = GaugeMetricFamily("HostCoreUtilization", "GPU core utilization", labels=host)
-        for view in node.gpus:
-            g = view.gpu
-            labels = ["vGPU", self._hostname, str(g.index), g.uuid, f"NVIDIA-{g.name}"]
-            if g.used_bytes is not None:
-                host_memory.add_metric(labels, g.used_bytes)
-            if g.utilization_pct is not None:
-                host_util.add_metric(labels, g.utilization_pct)
-        yield from (host_memory, host_util)
+            device_labels = dict(self._device_labels)
+        # Pods come and go: read at each scrape.
+        reading = _Reading(sample, gpus, pod_names(self._pod_logs), device_labels, self._hostname,
+                           self._max_processes)
+        return _families(reading, self._complain, self._hami_names)
 
     def _learn_device_labels(self, sample, node) -> None:
         """The labels of the devices the containers have used, from the node
@@ -335,94 +186,315 @@ class RegionCollector(Collector):
         # A UUID NVML does not list (another node's GPU): "" for good.
         self._device_labels.update((key, known.get(key, (f"GPU-{key}", "", "", ""))) for key in new)
 
-    def _physical_families(self, node, sample) -> Iterator[Metric]:
-        if node.error is not None:
-            self._complain(f"no physical GPU view: {node.error}")
-            return
-        names = ["UUID", "gpu", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"]
-
-        def gauge(name: str, text: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, text, labels=[*names, *extra])
-
-        for missing in node.unavailable:
-            self._complain(missing.line)
-        total = gauge("vgpulimit_gpu_memory_total_bytes", "Memory of the GPU")
-        used = gauge("vgpulimit_gpu_memory_used_bytes", "Memory of the GPU in use, as the driver "
-                     "counts it (NVML v2: without the driver's reserve; where NVML has no v2, "
-                     "v1's, with it, and vgpulimit_gpu_memory_reserved_bytes is absent)")
-        reserved = gauge("vgpulimit_gpu_memory_reserved_bytes",
-                         "Memory the driver keeps for itself on the GPU (NVML v2 reserved): "
-                         "neither used nor outside any cap")
-        committed = gauge("vgpulimit_gpu_memory_committed_bytes",
-                          "The memory caps of the containers on the GPU, added up")
-        ratio = gauge("vgpulimit_gpu_memory_committed_ratio",
-                      "Committed over the GPU's memory (above 1: over-committed)")
-        uncapped = gauge("vgpulimit_gpu_uncapped_containers",
-                         "Containers on the GPU with no memory cap")
-        unaccounted = gauge("vgpulimit_gpu_memory_unaccounted_bytes",
-                            "Memory the driver counts as used that no container's region holds "
-                            "(outside any cap)")
-        outside = gauge("vgpulimit_gpu_process_unaccounted_bytes",
-                        f"Memory a process the driver lists holds outside any cap (in no region; "
-                        f"the largest {self._max_processes}, command {OTHERS!r}: the rest, "
-                        f"summed)",
-                        ("host_pid", "command"))
-        requested = gauge("vgpulimit_gpu_memory_requested_bytes",
-                          "The memory guarantees of the containers on the GPU (each one's request, else "
-                          "its cap), added up: what --admit holds to the GPU's memory")
-        gpu_borrowed = gauge("vgpulimit_gpu_memory_borrowed_bytes",
-                             "Memory the containers on the GPU hold past their requests, added up")
-        waiters = gauge("vgpulimit_gpu_memory_waiting_allocations",
-                        "Allocations waiting for memory on the GPU now")
-        util = gauge("vgpulimit_gpu_utilization_ratio",
-                     "Share of the last sample period the GPU was busy, as the driver says (0-1)")
-        for view in node.gpus:
-            g = view.gpu
-            uuid, model, instance, profile = gpu_labels(g)
-            labels = [uuid, str(g.index), model, self._hostname, instance, profile]
-            # A figure NVML did not give is left out, never shown as 0.
-            if g.total_bytes is not None:
-                total.add_metric(labels, g.total_bytes)
-            if g.used_bytes is not None:
-                used.add_metric(labels, g.used_bytes)
-            if g.reserved_bytes is not None:
-                reserved.add_metric(labels, g.reserved_bytes)
-            committed.add_metric(labels, view.committed_bytes)
-            if view.commit_ratio is not None:
-                ratio.add_metric(labels, view.commit_ratio)
-            uncapped.add_metric(labels, view.uncapped)
-            requested.add_metric(labels, view.requested_bytes)
-            gpu_borrowed.add_metric(labels, view.borrowed_bytes)
-            waiters.add_metric(labels, view.waiters)
-            if view.outside_bytes is not None:
-                unaccounted.add_metric(labels, view.outside_bytes)
-            if g.utilization_pct is not None:
-                util.add_metric(labels, g.utilization_pct / 100)
-            rows = []
-            for proc in view.outside or ():
-                details = sample.details.get(proc.pid)
-                if proc.used_bytes is None or (details is not None and details.gone):
-                    continue   # never memory for a process that is gone
-                command = details.command[:_COMMAND_CHARS] if details is not None else ""
-                rows.append(([str(proc.pid), command], proc.used_bytes))
-            self._add_bounded(outside, labels, rows)
-        yield from (total, used, reserved, committed, ratio, uncapped, unaccounted, outside, util, requested,
-                    gpu_borrowed, waiters)
-
-    def _add_bounded(self, family: GaugeMetricFamily, labels: list[str],
-                     rows: Sequence[tuple[list[str], int]]) -> None:
-        kept, rest, count = bounded(rows, self._max_processes)
-        for own, value in kept:
-            family.add_metric([*labels, *own], value)
-        if count:
-            blank = [""] * (len(rows[0][0]) - 1)
-            family.add_metric([*labels, *blank, OTHERS], rest)
-
     def _complain(self, line: str) -> None:
         """Once per distinct problem: a scrape loop must not flood the log."""
         if line not in self._complained:
             self._complained.add(line)
             print(f"vgpulimit metrics: {shown(line)}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One scrape's reading, which the families are written from: the regions'
+    sample, the node's GPUs (with --all; else None), the pods by UID, each
+    device's DCGM labels by UUID, the node's name, and how many processes a
+    container's device lists."""
+
+    sample: Sample
+    gpus: NodeView | None
+    pods: dict[str, tuple[str, str]]
+    device_labels: dict[str, tuple[str, str, str, str]]
+    hostname: str
+    max_processes: int
+
+
+def _families(r: _Reading, complain: Callable[[str], None], hami_names: bool) -> Iterator[Metric]:
+    """Every family of one scrape but the scrape's own, in the order they are
+    served; each problem told to ``complain``."""
+    build = GaugeMetricFamily("vgpulimit_build_info", "1, labelled with vgpulimit's version",
+                              labels=["version"])
+    build.add_metric([__version__], 1)
+    yield build
+    yield _readable(r, complain)
+    yield from _container_families(r)
+    if r.gpus is not None:
+        yield from _physical_families(r, complain)
+    if hami_names:
+        yield from _hami_families(r)
+
+
+def _readable(r: _Reading, complain: Callable[[str], None]) -> Metric:
+    sample, pods = r.sample, r.pods
+    # Hostname here too: a dashboard counts the unreadable regions by node.
+    readable = GaugeMetricFamily("vgpulimit_region_readable",
+                                 "Whether the container's region file could be read at this "
+                                 "scrape (0: truncated, garbled or unreadable; no other series)",
+                                 labels=["region", *LABELS, "Hostname"])
+    for view in sample.views:
+        readable.add_metric([*_who(view.path, pods), r.hostname], 1)
+    for path, why in sample.errors:
+        readable.add_metric([*_who(path, pods), r.hostname], 0)
+        complain(f"region {path}: {why}")
+    return readable
+
+def _container_families(r: _Reading) -> list[Metric]:
+    """The series of each device a container has used, and of its processes there."""
+    sample, pods = r.sample, r.pods
+    families = _DeviceFamilies.make(r.max_processes)
+    for view in sample.views:
+        snap = view.snapshot
+        for dev in snap.devices:
+            if not dev.seen:
+                continue
+            uuid, model, instance, profile = r.device_labels.get(
+                node_uuid_key(dev.uuid or ""), (dev.uuid or "", "", "", ""))
+            labels = [*_who(snap.path, pods), str(dev.index), uuid, model, r.hostname, instance,
+                      profile]
+            families.add(labels, dev, snap)
+            rows = []
+            for proc in snap.processes:
+                host = sample.host_pid(proc)
+                details = sample.details.get(host or -1)
+                if details is not None and details.gone:
+                    continue   # never memory for a process that is gone
+                if dev.index in proc.used_bytes:
+                    rows.append(([str(proc.pid), str(host or ""), proc.comm],
+                                 proc.used_bytes[dev.index]))
+            _add_bounded(families.process_used, labels, rows, r.max_processes)
+    return families.in_order()
+
+def _hami_families(r: _Reading) -> Iterator[Metric]:
+    """The same figures under the names and labels of HAMi's vGPU monitor
+    (its legacy names, which HAMi's own dashboards query), for a node that
+    moves from HAMi: its zone label is "vGPU", a device type is
+    "NVIDIA-" and NVML's name, utilisations are percentages.  Only what
+    vgpulimit measures: no context/module/data split of a container's
+    memory (those labels are ""), no last kernel time, no MIG."""
+    sample, node, pods = r.sample, r.gpus, r.pods
+    who = ["zone", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"]
+    usage = GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
+                              labels=who)
+    limit = GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
+                              labels=who)
+    memory = GaugeMetricFamily("Device_memory_desc_of_container",
+                               "Container device memory description",
+                               labels=[*who, "context", "module", "data", "offset"])
+    utilization = GaugeMetricFamily("Device_utilization_desc_of_container",
+                                    "Container device utilization description", labels=who)
+    for view in sample.views:
+        names = region_labels(view.path, pods)
+        for dev in view.snapshot.devices:
+            if not dev.seen:
+                continue
+            labels = ["vGPU", names["namespace"], names["pod"], names["container"],
+                      str(dev.index), dev.uuid or ""]
+            usage.add_metric(labels, dev.used_bytes)
+            # HAMi's limit is the device's memory where there is no cap.
+            room = dev.cap_bytes if dev.cap_bytes is not None else dev.total_bytes
+            if room:
+                limit.add_metric(labels, room)
+            memory.add_metric([*labels, "", "", "", ""], dev.used_bytes)
+            share = view.share_pct.get(dev.index)
+            if share is not None:   # measured between two scrapes: none at the first
+                utilization.add_metric(labels, share)
+    yield from (usage, limit, memory, utilization)
+    if node is None or node.error is not None:
+        return
+    host = ["zone", "nodeid", "deviceidx", "deviceuuid", "devicetype"]
+    host_memory = GaugeMetricFamily("HostGPUMemoryUsage", "GPU device memory usage",
+                                    labels=host)
+    host_util = GaugeMetricFamily("HostCoreUtilization", "GPU core utilization", labels=host)
+    for view in node.gpus:
+        g = view.gpu
+        labels = ["vGPU", r.hostname, str(g.index), g.uuid, f"NVIDIA-{g.name}"]
+        if g.used_bytes is not None:
+            host_memory.add_metric(labels, g.used_bytes)
+        if g.utilization_pct is not None:
+            host_util.add_metric(labels, g.utilization_pct)
+    yield from (host_memory, host_util)
+
+def _physical_families(r: _Reading, complain: Callable[[str], None]) -> Iterator[Metric]:
+    node, sample = r.gpus, r.sample
+    if node.error is not None:
+        complain(f"no physical GPU view: {node.error}")
+        return
+    names = ["UUID", "gpu", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"]
+
+    def gauge(name: str, text: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, text, labels=[*names, *extra])
+
+    for missing in node.unavailable:
+        complain(missing.line)
+    total = gauge("vgpulimit_gpu_memory_total_bytes", "Memory of the GPU")
+    used = gauge("vgpulimit_gpu_memory_used_bytes", "Memory of the GPU in use, as the driver "
+                 "counts it (NVML v2: without the driver's reserve; where NVML has no v2, "
+                 "v1's, with it, and vgpulimit_gpu_memory_reserved_bytes is absent)")
+    reserved = gauge("vgpulimit_gpu_memory_reserved_bytes",
+                     "Memory the driver keeps for itself on the GPU (NVML v2 reserved): "
+                     "neither used nor outside any cap")
+    committed = gauge("vgpulimit_gpu_memory_committed_bytes",
+                      "The memory caps of the containers on the GPU, added up")
+    ratio = gauge("vgpulimit_gpu_memory_committed_ratio",
+                  "Committed over the GPU's memory (above 1: over-committed)")
+    uncapped = gauge("vgpulimit_gpu_uncapped_containers",
+                     "Containers on the GPU with no memory cap")
+    unaccounted = gauge("vgpulimit_gpu_memory_unaccounted_bytes",
+                        "Memory the driver counts as used that no container's region holds "
+                        "(outside any cap)")
+    outside = gauge("vgpulimit_gpu_process_unaccounted_bytes",
+                    f"Memory a process the driver lists holds outside any cap (in no region; "
+                    f"the largest {r.max_processes}, command {OTHERS!r}: the rest, "
+                    f"summed)",
+                    ("host_pid", "command"))
+    requested = gauge("vgpulimit_gpu_memory_requested_bytes",
+                      "The memory guarantees of the containers on the GPU (each one's request, else "
+                      "its cap), added up: what --admit holds to the GPU's memory")
+    gpu_borrowed = gauge("vgpulimit_gpu_memory_borrowed_bytes",
+                         "Memory the containers on the GPU hold past their requests, added up")
+    waiters = gauge("vgpulimit_gpu_memory_waiting_allocations",
+                    "Allocations waiting for memory on the GPU now")
+    util = gauge("vgpulimit_gpu_utilization_ratio",
+                 "Share of the last sample period the GPU was busy, as the driver says (0-1)")
+    for view in node.gpus:
+        g = view.gpu
+        uuid, model, instance, profile = gpu_labels(g)
+        labels = [uuid, str(g.index), model, r.hostname, instance, profile]
+        # A figure NVML did not give is left out, never shown as 0.
+        if g.total_bytes is not None:
+            total.add_metric(labels, g.total_bytes)
+        if g.used_bytes is not None:
+            used.add_metric(labels, g.used_bytes)
+        if g.reserved_bytes is not None:
+            reserved.add_metric(labels, g.reserved_bytes)
+        committed.add_metric(labels, view.committed_bytes)
+        if view.commit_ratio is not None:
+            ratio.add_metric(labels, view.commit_ratio)
+        uncapped.add_metric(labels, view.uncapped)
+        requested.add_metric(labels, view.requested_bytes)
+        gpu_borrowed.add_metric(labels, view.borrowed_bytes)
+        waiters.add_metric(labels, view.waiters)
+        if view.outside_bytes is not None:
+            unaccounted.add_metric(labels, view.outside_bytes)
+        if g.utilization_pct is not None:
+            util.add_metric(labels, g.utilization_pct / 100)
+        rows = []
+        for proc in view.outside or ():
+            details = sample.details.get(proc.pid)
+            if proc.used_bytes is None or (details is not None and details.gone):
+                continue   # never memory for a process that is gone
+            command = details.command[:_COMMAND_CHARS] if details is not None else ""
+            rows.append(([str(proc.pid), command], proc.used_bytes))
+        _add_bounded(outside, labels, rows, r.max_processes)
+    yield from (total, used, reserved, committed, ratio, uncapped, unaccounted, outside, util, requested,
+                gpu_borrowed, waiters)
+
+def _add_bounded(family: GaugeMetricFamily, labels: list[str], rows: Sequence[tuple[list[str], int]],
+                 most: int) -> None:
+    """The ``most`` largest rows, and the rest summed in one whose command is OTHERS."""
+    kept, rest, count = bounded(rows, most)
+    for own, value in kept:
+        family.add_metric([*labels, *own], value)
+    if count:
+        blank = [""] * (len(rows[0][0]) - 1)
+        family.add_metric([*labels, *blank, OTHERS], rest)
+
+
+def _who(path: str, pods: dict[str, tuple[str, str]]) -> list[str]:
+    """A region's labels: its path, then who it is (identity.py, layouts.py)."""
+    return [path, *region_labels(path, pods).values()]
+
+
+_DEVICE_LABELS = ["region", *LABELS, "device", "UUID", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE"]
+
+
+@dataclass
+class _DeviceFamilies:
+    """The series about a device a container has used, one family each, in
+    the order they are served."""
+
+    limit: GaugeMetricFamily
+    used: GaugeMetricFamily
+    process_used: GaugeMetricFamily
+    refusals: CounterMetricFamily
+    cores: GaugeMetricFamily
+    policy: GaugeMetricFamily
+    busy: CounterMetricFamily
+    throttled: CounterMetricFamily
+    yielded: CounterMetricFamily
+    request: GaugeMetricFamily
+    borrowed: GaugeMetricFamily
+    waiting: GaugeMetricFamily
+    waited: CounterMetricFamily
+    timeouts: CounterMetricFamily
+    borrow_refusals: CounterMetricFamily
+
+    @classmethod
+    def make(cls, max_processes: int) -> _DeviceFamilies:
+        labels = _DEVICE_LABELS
+
+        def gauge(name: str, text: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=labels)
+
+        def counter(name: str, text: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, text, labels=labels)
+
+        return cls(
+            limit=gauge("vgpulimit_memory_limit_bytes", "Memory cap of the device for the container"),
+            used=gauge("vgpulimit_memory_used_bytes", "Device memory the container holds"),
+            process_used=GaugeMetricFamily(
+                "vgpulimit_process_memory_used_bytes",
+                f"Device memory one process of the container holds (the largest "
+                f"{max_processes}; command {OTHERS!r}: the rest, summed)",
+                labels=[*labels, "pid", "host_pid", "command"]),
+            refusals=counter("vgpulimit_oom_refusals_total", "Allocations refused at the memory cap"),
+            cores=gauge("vgpulimit_compute_limit_ratio", "Compute share the container is capped at (0.3: 30 %)"),
+            policy=GaugeMetricFamily("vgpulimit_compute_policy",
+                                     "1 for the container's compute policy: hard (never past the "
+                                     "share), borrow (past it while no other tenant uses the device) "
+                                     "or none", labels=[*labels, "policy"]),
+            # A counter, for rate(): a utilisation "since the previous scrape"
+            # would be wrong for every scraper but one.
+            busy=counter("vgpulimit_compute_busy_seconds_total",
+                         "GPU time the container's kernels took (its rate is the share of the GPU they took)"),
+            throttled=counter("vgpulimit_throttled_seconds_total",
+                              "Time the container's launches waited for compute budget"),
+            yielded=counter("vgpulimit_yielded_seconds_total",
+                            "Time the container's launches held back for containers of a higher priority"),
+            request=gauge("vgpulimit_memory_request_bytes",
+                          "Memory guaranteed to the container on the device (its request, else its cap)"),
+            borrowed=gauge("vgpulimit_memory_borrowed_bytes", "Device memory the container holds past its request"),
+            waiting=gauge("vgpulimit_memory_waiting_allocations",
+                          "Allocations of the container waiting for memory now"),
+            waited=counter("vgpulimit_memory_waited_seconds_total",
+                           "Time the container's allocations waited for memory"),
+            timeouts=counter("vgpulimit_memory_wait_timeouts_total", "Waits for memory that ended in a refusal"),
+            borrow_refusals=counter("vgpulimit_memory_borrow_refusals_total",
+                                    "Allocations past the request refused for memory other containers use or "
+                                    "are guaranteed"))
+
+    def add(self, labels: list[str], dev, snap) -> None:
+        """One device's figures; its processes' are added apart (bounded)."""
+        if dev.cap_bytes is not None:
+            self.limit.add_metric(labels, dev.cap_bytes)
+        self.used.add_metric(labels, dev.used_bytes)
+        self.refusals.add_metric(labels, dev.oom_refusals)
+        if dev.cores_pct:
+            self.cores.add_metric(labels, dev.cores_pct / 100)
+            self.policy.add_metric([*labels, dev.cores_policy], 1)
+        self.busy.add_metric(labels, dev.busy_ns / 1e9)
+        self.throttled.add_metric(labels, dev.throttled_ns / 1e9)
+        if snap.priority is not None:
+            self.yielded.add_metric(labels, dev.yielded_ns / 1e9)
+        if dev.request_bytes is not None:
+            self.request.add_metric(labels, dev.request_bytes)
+        self.borrowed.add_metric(labels, dev.borrowed_bytes)
+        self.waiting.add_metric(labels, dev.waiting)
+        self.waited.add_metric(labels, dev.waited_ns / 1e9)
+        self.timeouts.add_metric(labels, dev.wait_timeouts)
+        self.borrow_refusals.add_metric(labels, dev.borrow_refusals)
+
+    def in_order(self) -> list[Metric]:
+        return [getattr(self, f.name) for f in fields(self)]
 
 
 def gpu_labels(gpu: Gpu) -> tuple[str, str, str, str]:

@@ -24,8 +24,8 @@ A GPU in MIG mode is followed by its MIG instances, each a Gpu of its own
 (``mig`` says which: profile, GPU and compute instance): they hold the memory,
 the processes and the containers, and the GPU itself only its total, its
 reserve and what its instances use (the instances list its processes).  A
-region's device is placed by its UUID's 32 hex digits, which the region keeps
-without saying GPU- or MIG-."""
+region's device is placed by its UUID's 32 hex digits: the region says GPU- or
+MIG- only where the process that saw the device first could ask NVML."""
 
 from __future__ import annotations
 
@@ -335,8 +335,8 @@ def _placements(view: ContainerView, identity: Identity,
 
 
 def uuid_key(uuid: str) -> str:
-    """A GPU's or MIG device's UUID without its GPU-/MIG- prefix, as a
-    region's device knows it (its 16 bytes say neither)."""
+    """A GPU's or MIG device's UUID without its GPU-/MIG- prefix: a region's
+    device of unknown kind (bound where NVML could not say) reads as GPU-."""
     return uuid[4:].lower()
 
 

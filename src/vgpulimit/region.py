@@ -64,7 +64,7 @@ class DeviceSnapshot:
     throttled_ns: int = 0       # time the container's launches waited for compute budget
     busy_ns: int = 0            # GPU time its kernels took; its growth over wall time is the share
     cores_policy: str = "hard"  # hard, borrow or none (limits.CORES_POLICIES)
-    uuid: str | None = None     # "GPU-…" as CUDA reports it; None until a process has seen it
+    uuid: str | None = None     # "GPU-…" or "MIG-…" as NVML names it; None until a process has seen it
     yielded_ns: int = 0         # time its launches held back for containers of a higher priority
     # Elastic memory (docs/memory.md):
     request: MemoryLimit | None = None   # the guarantee as given; None: the cap
@@ -158,7 +158,7 @@ def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, i
     table = ffi.new("struct vgl_uuid_limit[]", MAX_DEVICES)
     for entry, uuid in zip(table, uuids):
         if lib.vgl_parse_uuid(uuid.encode(), entry.uuid) != 0:
-            raise ValueError(f"{uuid!r} is not a GPU or MIG device UUID")
+            raise ValueError(f"{uuid!r} is not a GPU or MIG device UUID (or is all zeros)")
         if uuid in memory:
             entry.flags |= lib.VGL_UUID_MEMORY
             if memory[uuid] is not None:
@@ -172,6 +172,8 @@ def _uuid_limits(memory: Mapping[str, MemoryLimit | None], cores: Mapping[str, i
             if request[uuid] is not None:
                 entry.request.bytes = request[uuid].bytes
                 entry.request.ppm = request[uuid].ppm
+        if entry.flags and uuid[:4].upper() == "MIG-":
+            entry.flags |= lib.VGL_UUID_MIG   # the kind, as it was given: the 16 bytes do not say
     return table
 
 
@@ -317,6 +319,13 @@ class Region:
         if count < 0:
             raise self._error(count, "cannot reclaim in")
         return int(count)
+
+    def repair_beacon(self, beacon: str) -> bool:
+        """Writes into the container's beacon at ``beacon`` (the file beside
+        the board its setter made) what its live slots say of waits for
+        memory: a waiter killed as it waited is said no longer.  False when
+        the beacon cannot be written (gone, or not a beacon)."""
+        return self._outcome(lib.vgl_beacon_repair(os.fsencode(beacon), self._mapped)) == 0
 
     def set_limits(self, device: int, limit: MemoryLimit | None, cores_pct: int = 0) -> None:
         err = self._outcome(lib.vgl_region_set_limits(self._mapped, device, _limit_struct(limit),
@@ -504,6 +513,9 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
             and (running is None or not slot.start_time
                  or (int(slot.pid), int(slot.start_time)) in running)]
     gone = [0] * MAX_DEVICES
+    # What waits is what the live slots say: a process killed as it waited
+    # waits no longer, before anyone reclaims its slot.
+    waiting = [sum(int(slot.waiting[d]) for slot in live) for d in range(MAX_DEVICES)]
     if running is not None:
         for slot in claimed:
             if slot.state == lib.VGL_SLOT_LIVE and slot.start_time and \
@@ -529,10 +541,10 @@ def _snapshot(path: str, image: bytearray, size: int, all_devices: bool,
                 oom_refusals=int(dev.oom_refusals),
                 throttled_ns=int(dev.throttled_ns),
                 busy_ns=int(dev.busy_ns),
-                uuid=_uuid_text(bytes(dev.uuid)),
+                uuid=_uuid_text(bytes(dev.uuid), int(dev.uuid_kind)),
                 yielded_ns=int(region.yielded_ns[index]),
                 request=MemoryLimit._from_cdata(dev.request),
-                waiting=int(dev.waiting),
+                waiting=waiting[index],
                 waited_ns=int(dev.waited_ns),
                 wait_timeouts=int(dev.wait_timeouts),
                 borrow_refusals=int(dev.borrow_refusals),
@@ -650,9 +662,11 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
-def _uuid_text(raw: bytes) -> str | None:
-    """16 bytes as NVML prints a GPU's UUID; None when all zero (not seen yet)."""
-    return format_uuid(raw) if any(raw) else None
+def _uuid_text(raw: bytes, kind: int) -> str | None:
+    """A device's 16 bytes as NVML prints its UUID, GPU- or MIG- as the region
+    says (GPU- where no process could ask NVML); None when all zero (not seen
+    yet)."""
+    return format_uuid(raw, mig=kind == lib.VGL_UUID_KIND_MIG) if any(raw) else None
 
 
 def _cap_bytes(limit: MemoryLimit | None, total_bytes: int) -> int | None:

@@ -300,8 +300,8 @@ def status_document_all(sample: Sample, node: NodeView | None = None) -> dict[st
     regions = [to_json(view, sample) for view in sample.views]
     if node is not None:
         document |= node_json(node, sample)
-        # A region keeps a device's 16 bytes, not whether it is a GPU or a MIG
-        # device: NVML's UUID of it says which.
+        # A region says whether a device is a GPU or a MIG device only where the
+        # process that bound it could ask NVML: NVML's UUID of it says which.
         named = {uuid_key(v.gpu.uuid): v.gpu.uuid for v in node.gpus}
         for device in (d for r in regions for d in r["devices"] if d["uuid"]):
             device["uuid"] = named.get(uuid_key(device["uuid"]), device["uuid"])

@@ -29,7 +29,7 @@ CORES_VAR = "VGPULIMIT_CORES"
 REQUEST_VAR = "VGPULIMIT_MEMORY_REQUEST"
 
 __all__ = ["CORES_VAR", "MEMORY_VAR", "Limits", "RunOptions", "Setting", "UsageError", "layer", "looser",
-           "parse_device_items", "resolve_limits", "split_uuid_items"]
+           "named_mig_gpu", "parse_device_items", "resolve_limits", "split_uuid_items"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[s
         try:
             uuid = parse_uuid(key, flag)
         except LimitError as exc:
-            raise UsageError(f"{flag}: {quoted(key.strip())} is not a GPU or MIG device UUID (GPU- or MIG- "
+            raise UsageError(f"{flag}: {quoted(key.strip())} is {exc.reason} (GPU- or MIG- "
                              "and 32 hex digits, as nvidia-smi -L prints them)") from exc
         if not sep:
             raise UsageError(f"{flag}: {quoted(item)} has no '=' and a value after the UUID")
@@ -137,6 +137,24 @@ def split_uuid_items(items: Sequence[str], flag: str) -> tuple[list[str], dict[s
             raise UsageError(f"{flag}: device {uuid} is given twice")
         by_uuid[uuid] = value
     return by_index, by_uuid
+
+
+def named_mig_gpu(given: Mapping[str, str], gpus: Sequence) -> str | None:
+    """The line refusing a limit given for a GPU in MIG mode by the GPU's own
+    UUID (the first line nvidia-smi -L prints for it), or None.  CUDA never
+    shows such a GPU, only its MIG devices, so the limit would cap nothing;
+    the line names the MIG devices to give it for.  ``given``: {UUID: the
+    flag or variable that gave a limit for it}; ``gpus``: the node's, as
+    node.read_gpus gives them (each MIG device after its GPU)."""
+    for uuid, source in given.items():
+        gpu = next((g for g in gpus if g.mig is None and g.uuid.lower() == uuid.lower()), None)
+        if gpu is None or not gpu.mig_mode:
+            continue
+        migs = [f"{g.uuid} ({g.mig.profile})" for g in gpus if g.mig is not None and g.mig.parent_uuid == gpu.uuid]
+        return (f"{source}: that GPU is in MIG mode, and CUDA never shows it (only its MIG devices), "
+                f"so the limit would cap nothing; give it for one of its MIG devices: "
+                f"{', '.join(migs) or 'it has none now'}")
+    return None
 
 
 def parse_device_items(items: Sequence[str], flag: str, what: str = "SIZE") -> dict[int, str]:

@@ -12,12 +12,13 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# Signals forwarded to the command; SIGCHLD is waited for too.
+# Signals forwarded to the command; SIGCHLD is waited for too, and SIGALRM, the
+# supervisor's tick (supervisor._supervise).
 FORWARDED_SIGNALS = frozenset({
     signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
 })
-WAITED_SIGNALS = FORWARDED_SIGNALS | {signal.SIGCHLD}
+WAITED_SIGNALS = FORWARDED_SIGNALS | {signal.SIGCHLD, signal.SIGALRM}
 
 _held_from: list[set[signal.Signals]] = []   # the mask from before the hold in force, if one is
 

@@ -1,6 +1,6 @@
 """`vgpulimit run`: the container entrypoint.
 
-Creates a fresh region with the limits (where: placement.py), starts the
+Sets up a tenant with the limits (provision.py; where: placement.py), starts the
 command with the shim preloaded and the region's path in its environment
 (child_env.py: the region carries the limits, one carrier), forwards signals
 to it, reaps every child (it may be PID 1), reclaims the slots of dead
@@ -16,8 +16,9 @@ import signal
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from vgpulimit import board
+from vgpulimit import board, provision
 from vgpulimit._paths import libpath, simgpu_dir
 from vgpulimit.child_env import child_environment
 from vgpulimit.errors import UsageError, VgpulimitError
@@ -125,8 +126,10 @@ def _reap(child: int) -> int | None:
 _said_held: list[bool] = []   # the region lock was said to be held past its bound
 
 
-def _reclaim(region: Region) -> None:
-    """Frees the slots of dead processes.  The supervisor must keep
+def _reclaim(region: Region, beacon: str | None = None) -> None:
+    """Frees the slots of dead processes, and says in the container's
+    ``beacon`` (None: it has none) that those that waited for memory wait
+    no longer.  The supervisor must keep
     supervising: a failed reclaim is retried next time, except in a region
     that a process of the container truncated.  The C side's guard keeps that
     from killing us (SIGBUS), even when it happens within a reclaim; the
@@ -136,6 +139,8 @@ def _reclaim(region: Region) -> None:
         return
     try:
         region.reclaim()
+        if beacon is not None:
+            region.repair_beacon(beacon)
     except RegionError as exc:
         if region.intact:
             if exc.errno == errno.ETIMEDOUT and not _said_held:
@@ -148,23 +153,32 @@ def _reclaim(region: Region) -> None:
               file=sys.stderr, flush=True)
 
 
-def _supervise(child: int, region: Region) -> int:
-    """Waits for the child, forwarding signals; returns its wait status."""
-    while True:
-        info = signal.sigtimedwait(WAITED_SIGNALS, RECLAIM_INTERVAL_S)
-        if info is None:
-            _reclaim(region)
-            continue
-        if info.si_signo == signal.SIGCHLD:
-            status = _reap(child)
-            if status is not None:
-                return status
-            _reclaim(region)
-        elif _should_forward(info, child):
-            try:
-                os.kill(child, info.si_signo)
-            except ProcessLookupError:
-                pass
+def _supervise(child: int, region: Region, beacon: str | None) -> int:
+    """Waits for the child, forwarding signals; returns its wait status.
+
+    It reclaims every RECLAIM_INTERVAL_S, at a timer's SIGALRM, waited for
+    with the others: not at a timeout of sigtimedwait, which CPython (3.11)
+    answers with a siginfo it never filled in when the wait was interrupted
+    past its deadline -- the supervisor stopped and continued (Ctrl-Z, `fg`)
+    -- and the supervisor would act on a signal no one sent."""
+    signal.setitimer(signal.ITIMER_REAL, RECLAIM_INTERVAL_S, RECLAIM_INTERVAL_S)
+    try:
+        while True:
+            info = signal.sigwaitinfo(WAITED_SIGNALS)
+            if info.si_signo == signal.SIGALRM:
+                _reclaim(region, beacon)
+            elif info.si_signo == signal.SIGCHLD:
+                status = _reap(child)
+                if status is not None:
+                    return status
+                _reclaim(region, beacon)
+            elif _should_forward(info, child):
+                try:
+                    os.kill(child, info.si_signo)
+                except ProcessLookupError:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _take_pending() -> list[int]:
@@ -182,8 +196,10 @@ def _exit_code(wait_status: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, started: str = "") -> int:
-    """``started``: a line said once the command runs (not when it cannot start)."""
+def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, started: str = "",
+               beacon: str | None = None) -> int:
+    """``started``: a line said once the command runs (not when it cannot start);
+    ``beacon``: the container's, which the supervisor repairs as it reclaims."""
     # `vgpulimit run` holds them from its start (cli.main); a caller that did
     # not, holds them before the child exists: a SIGCHLD from a child that
     # exits at once stays pending until we wait for it.
@@ -194,8 +210,8 @@ def _run_child(argv: Sequence[str], env: Mapping[str, str], region: Region, star
             os.kill(child, sig)
         if started:
             print(started, file=sys.stderr)
-        status = _supervise(child, region)
-        _reclaim(region)
+        status = _supervise(child, region, beacon)
+        _reclaim(region, beacon)
         return _exit_code(status)
 
 
@@ -210,37 +226,6 @@ def _looser(path: str, options: RunOptions) -> None:
         devices = region.snapshot(all_devices=True).devices
     for line in looser(options.limits, devices, path):
         _warn(line)
-
-
-def _join_board(options: RunOptions, region: Region) -> board.Row | None:
-    """The container's row in the node's board, held by this supervisor (a
-    row whose supervisor is gone is free again): for its priority, and for
-    its memory guarantee (its request, else its cap), so that containers
-    that borrow leave it alone (docs/memory.md).  A container with a cap
-    alone that gets no row runs as without elastic memory, said."""
-    limits = options.limits
-    path = options.board_path or str(runtime_base() / board.BOARD_NAME)
-    priority = limits.priority
-    try:
-        row = board.join(path, None if priority is None else priority.value, region.path, owner_pid=os.getpid())
-        if limits.takes_memory_row():
-            board.set_memory(path, region.path, limits)
-    except board.BoardError as exc:
-        if priority is not None or limits.elastic():
-            given = priority or limits.memory_wait or next(iter([*limits.request.values(),
-                                                                 *limits.request_by_uuid.values()]), None)
-            raise SupervisorError(f"run: {given.source} {given.text}: {exc.strerror}") from None
-        _warn(f"{exc.strerror}; the container's cap is not known to containers that borrow memory (docs/memory.md)")
-        return None
-    try:
-        if priority is not None:
-            region.set_priority(priority.value, path, row.row, row.key)
-        if limits.takes_memory_row():
-            region.set_board_row(path, row.row, row.key)
-    except RegionError:
-        board.leave(row)
-        raise
-    return row
 
 
 def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
@@ -285,20 +270,29 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
         region_path = os.path.join(workdir, "region")
     try:
         limits = options.limits
-        with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(), parent=outer,
-                           request=limits.request_per_device(), memory_wait_ns=limits.memory_wait_ns(),
-                           **limits.by_uuid()) as region:
-            if options.limits.cores_policy is not None:
-                region.set_cores_policy(options.limits.cores_policy.value)
-            joins = limits.priority is not None or limits.takes_memory_row()
-            row = _join_board(options, region) if joins and outer is None else None
+        row = None
+        if (limits.priority is not None or limits.takes_memory_row()) and outer is None:
+            # Held by this supervisor: a row whose supervisor is gone is free again.
+            row = provision.Row(options.board_path or str(runtime_base() / board.BOARD_NAME),
+                                holder_pid=os.getpid(), cap_alone=True)
+        tenant = provision.Tenant(Path(region_path), limits, parent=outer, row=row)
+        try:
+            made = provision.provision(tenant)
+        except provision.ProvisionError as exc:
+            if exc.board:
+                raise SupervisorError(f"run: {exc}") from None
+            raise
+        with made.region as region:
+            for line in made.notes:
+                _warn(line)
             try:
                 env = child_environment(environ, region_path, options.simulate)
                 nothing = outer is None and limits.limits_nothing() and limits.priority is None
-                return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "")
+                return _run_child(options.command, env, region, started=NOTHING_LIMITED if nothing else "",
+                                  beacon=made.beacon)
             finally:
-                if row is not None:
-                    board.leave(row)
+                # The region goes with its private directory, or stays where --region put it.
+                provision.deprovision(tenant, keep_region=True, row=made.row)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -30,11 +30,12 @@ from pathlib import Path
 from vgpulimit import environment, request
 from vgpulimit._paths import simgpu_dir
 from vgpulimit.child_env import prepend_path
-from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import MemoryLimit, format_bytes, parse_cores, parse_memory
 from vgpulimit.placement import CONTAINER_REGION, enclosing_region, runtime_base
 from vgpulimit.region import RegionError, read_snapshot
 from vgpulimit.verify_probe import SHIM_NAME, SPIN_MS
+
+MISSING = "NVML has no "   # how the probe says that the library lacks a function (verify_probe.unanswered)
 
 SCHEMA_VERSION = 1
 PROBE_TIMEOUT_S = 600
@@ -47,10 +48,6 @@ SHARE_SLACK_FRACTION = 0.15
 # code: the supervisor's run, handed in by the CLI, so that verify, which judges,
 # never imports what spawns and reaps (tests/test_layers.py).
 Runner = Callable[[request.RunOptions, Mapping[str, str]], int]
-
-
-class VerifyError(VgpulimitError, RuntimeError):
-    """verify cannot run at all (not a failed check)."""
 
 
 @dataclass(frozen=True)
@@ -396,8 +393,10 @@ def _judge_views(report: Report, cuda: dict, nvml: dict, cap: int) -> None:
                 continue
             if isinstance(value, dict):
                 shown.append((name, value["total"], value["free"]))
+            elif value.startswith(MISSING):   # not supported here, as nvidia-ml-py reads it
+                report.add(name, "skip", value)
             else:
-                report.add(name, "fail", f"{name} {value}")
+                report.add(name, "fail", value)
     else:
         report.add("nvml", "skip", nvml.get("error", "NVML not reached"))
     for name, total, free in shown:
@@ -418,7 +417,7 @@ def _judge_nvml_processes(report: Report, facts: dict) -> None:
     if listed is None:   # the probe stopped before it asked
         return
     if isinstance(listed, str):
-        report.add("nvml processes", "fail", listed)
+        report.add("nvml processes", "skip" if listed.startswith(MISSING) else "fail", listed)
         return
     mine = [p for p in listed if p["pid"] in facts.get("pids", [])]
     if mine:

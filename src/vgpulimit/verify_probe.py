@@ -39,6 +39,7 @@ CU_STREAM_NON_BLOCKING = 1
 CU_EVENT_DISABLE_TIMING = 2
 NVML_SUCCESS = 0
 NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_MEMORY_V2 = 40 | 2 << 24           # sizeof(nvmlMemory_v2_t) | version 2 << 24
 
 SHIM_NAME = "libvgpulimit.so"
@@ -178,12 +179,34 @@ class _Utilization(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
+class _Nvml:
+    """libnvidia-ml through ctypes, where a function the library lacks (a
+    driver before R450 has no MIG calls; minimal or vendor NVMLs lack others)
+    answers NVML_ERROR_FUNCTION_NOT_FOUND, as nvidia-ml-py reads it, instead
+    of raising AttributeError."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._library = library
+
+    def __getattr__(self, name: str):
+        try:
+            return getattr(self._library, name)
+        except AttributeError:
+            return lambda *args: NVML_ERROR_FUNCTION_NOT_FOUND
+
+
+def unanswered(function: str, rc: int) -> str:
+    """What the facts say of a call that did not succeed: "NVML has no F"
+    (verify.MISSING) where the library lacks it, else the code it returned."""
+    return f"NVML has no {function}" if rc == NVML_ERROR_FUNCTION_NOT_FOUND else f"{function} returned {rc}"
+
+
 def nvml_processes(nvml, handle) -> list[dict] | str:
     """The device's compute processes, or the error that stopped the list."""
     count = ctypes.c_uint(0)
     rc = nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), None)
     if rc not in (NVML_SUCCESS, NVML_ERROR_INSUFFICIENT_SIZE):
-        return f"nvmlDeviceGetComputeRunningProcesses_v3 returned {rc}"
+        return unanswered("nvmlDeviceGetComputeRunningProcesses_v3", rc)
     for _ in range(4):   # the list may grow between the two calls
         infos = (_ProcessInfo * (count.value + 4))()
         count = ctypes.c_uint(len(infos))
@@ -193,13 +216,13 @@ def nvml_processes(nvml, handle) -> list[dict] | str:
                     for i in range(count.value)]
         if rc != NVML_ERROR_INSUFFICIENT_SIZE:
             break
-    return f"nvmlDeviceGetComputeRunningProcesses_v3 returned {rc}"
+    return unanswered("nvmlDeviceGetComputeRunningProcesses_v3", rc)
 
 
 def open_nvml(uuid: str | None, index: int, library: str = "libnvidia-ml.so.1"):
     """(library, device handle) or (None, why)."""
     try:
-        nvml = ctypes.CDLL(library)
+        nvml = _Nvml(ctypes.CDLL(library))
     except OSError as exc:
         return None, f"{library} cannot be loaded ({exc})"
     if (rc := nvml.nvmlInit_v2()) != NVML_SUCCESS:
@@ -239,12 +262,12 @@ def nvml_facts(uuid: str | None, index: int, progress: Progress, when: str,
     v1 = _Memory()
     rc = nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(v1))
     facts["memory_v1"] = ({"total": v1.total, "free": v1.free, "used": v1.used}
-                          if rc == NVML_SUCCESS else f"returned {rc}")
+                          if rc == NVML_SUCCESS else unanswered("nvmlDeviceGetMemoryInfo", rc))
     reach("nvmlDeviceGetMemoryInfo_v2")
     v2 = _MemoryV2(version=NVML_MEMORY_V2)
     rc = nvml.nvmlDeviceGetMemoryInfo_v2(handle, ctypes.byref(v2))
     facts["memory_v2"] = ({"total": v2.total, "free": v2.free, "used": v2.used}
-                          if rc == NVML_SUCCESS else f"returned {rc}")
+                          if rc == NVML_SUCCESS else unanswered("nvmlDeviceGetMemoryInfo_v2", rc))
     reach("nvmlDeviceGetComputeRunningProcesses_v3")
     facts["processes"] = nvml_processes(nvml, handle)
     reach("nvmlDeviceGetUtilizationRates")

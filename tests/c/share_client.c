@@ -16,6 +16,8 @@
  *   segment MIB        PyTorch's expandable segments (c10/cuda/CUDACachingAllocator.cpp,
  *                      ExpandableSegment): reserve the address range, cuMemCreate
  *                      with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, map, set access
+ *   vmm MIB            one cuMemCreate of MIB, with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+ *                      mapped over a range of its own (vLLM's CuMemAllocator's allocation)
  *   export             ExpandableSegment::share: cuMemExportToShareableHandle; the fd
  *   listen PATH        a unix socket to receive a descriptor on
  *   send PATH          the descriptor over PATH with SCM_RIGHTS (NCCL's proxy, vLLM's
@@ -46,7 +48,10 @@
  *   pool_import        cuMemPoolImportFromShareableHandle of the received fd
  *   pool_open HEX      cuMemPoolImportPointer
  *   free_opened        cuMemFree of what pool_open gave (the importer frees first)
+ *   free_async WHAT    cuMemFreeAsync on the default stream of the block, or of what
+ *                      pool_open gave (WHAT: block or opened), as cudaFreeAsync does
  *   trim               cuMemPoolTrimTo(pool, 0)
+ *   pool_destroy       cuMemPoolDestroy(pool)
  *   event              PyTorch's CUDA tensor sharing sends its event too: cuEventCreate
  *                      (CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), cuIpcGetEventHandle
  *   event_open HEX     cuIpcOpenEventHandle, then cuEventQuery
@@ -99,6 +104,8 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream);
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,
                                           unsigned long long flags);
 CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType type,
@@ -195,6 +202,21 @@ static CUresult segment(size_t mib)
     return rc == CUDA_SUCCESS ? map_pieces(&prop) : rc;
 }
 
+static CUresult one_handle(size_t mib)
+{
+    range_size = mib * MIB;
+    n_handles = 0;
+    CUmemAllocationProp prop = device_prop();
+    CUmemGenericAllocationHandle h;
+    CUresult rc = cuMemAddressReserve(&range, range_size, 0, 0, 0);
+    if (rc == CUDA_SUCCESS && (rc = cuMemCreate(&h, range_size, &prop, 0)) == CUDA_SUCCESS) {
+        handles[n_handles++] = h;
+        if ((rc = cuMemMap(range, range_size, 0, h, 0)) == CUDA_SUCCESS)
+            rc = set_access(range, range_size);
+    }
+    return rc;
+}
+
 static CUresult sleep_segments(void)
 {
     CUresult rc = cuMemUnmap(range, range_size);
@@ -275,6 +297,8 @@ static void command(char *line)
         answer(cuMemFree_v2(block));
     } else if (!strcmp(verb, "segment")) {
         answer(segment(strtoull(arg, NULL, 10)));
+    } else if (!strcmp(verb, "vmm")) {
+        answer(one_handle(strtoull(arg, NULL, 10)));
     } else if (!strcmp(verb, "export")) {
         CUresult rc = cuMemExportToShareableHandle(&fd, handles[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         if (rc == CUDA_SUCCESS)
@@ -367,8 +391,15 @@ static void command(char *line)
         CUresult rc = cuMemFree_v2(opened);
         opened = 0;
         answer(rc);
+    } else if (!strcmp(verb, "free_async")) {
+        bool opened_one = arg && !strcmp(arg, "opened");
+        answer(cuMemFreeAsync(opened_one ? opened : block, NULL));
+        if (opened_one)
+            opened = 0;
     } else if (!strcmp(verb, "trim")) {
         answer(cuMemPoolTrimTo(pool, 0));
+    } else if (!strcmp(verb, "pool_destroy")) {
+        answer(cuMemPoolDestroy(pool));
     } else if (!strcmp(verb, "event")) {
         CUipcEventHandle h;
         CUresult rc = cuEventCreate(&event, (unsigned)strtoul(arg ? arg : "6", NULL, 10));

@@ -130,6 +130,15 @@ int vgl_board_leave(const char *path, uint32_t row, uint64_t key);
  * name that follows from the key is never torn from it. */
 void vgl_beacon_name(uint64_t key, char name[64]);
 
+/* waits.c — what a container's beacon says of its waits for memory, written
+ * by its processes as they wait and repaired by its setter (`vgpulimit run`'s
+ * supervisor, every second), derived from the container's live slots: a
+ * process killed as it waited leaves nothing there once its slot is
+ * reclaimed.  Repairs the beacon at `path` from `region`: 0, or -errno (not a
+ * beacon, or it cannot be written). */
+struct vgl_region;
+int vgl_beacon_repair(const char *path, struct vgl_region *region);
+
 /* Validates `size` bytes of a board or a beacon: 0, -EPROTO (not one),
  * -EPROTONOSUPPORT (another version), -EBADF (wrong size), -EBADMSG (a value
  * no setter writes). */

@@ -66,6 +66,10 @@ enum vgl_uuid_limit_flags {
     VGL_UUID_MEMORY = 1,       /* `limit` applies */
     VGL_UUID_CORES = 2,        /* `cores_pct` applies */
     VGL_UUID_REQUEST = 4,      /* `request` applies */
+    /* The UUID was given as a MIG device's (MIG-...), not a GPU's: its 16
+     * bytes do not say, and the views and lines print it as it was given.
+     * Set with one of the above, never alone. */
+    VGL_UUID_MIG = 8,
 };
 struct vgl_uuid_limit {
     uint8_t uuid[16];          /* all zero: an unused entry */
@@ -76,8 +80,10 @@ struct vgl_uuid_limit {
 };
 /* "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6" (the whole UUID, as nvidia-smi
  * -L and NVML print it, either case), or a MIG device's "MIG-..." of the same
- * form, into 16 bytes: 0, or -EINVAL.  The bytes do not say which: a GPU's and
- * a MIG device's UUIDs differ as any two do. */
+ * form, into 16 bytes: 0, -EINVAL (not that form) or -ERANGE (all zeros: the
+ * form, but no device's, and the bytes the region keeps for "none").  The
+ * bytes do not say which kind: a GPU's and a MIG device's UUIDs differ as any
+ * two do (the flag VGL_UUID_MIG, and vgl_device_state.uuid_kind, say it). */
 int vgl_parse_uuid(const char *text, uint8_t out[16]);
 /* The same 16 bytes as text, in lower case as NVML prints it (41 bytes with
  * the NUL).  The one formatter: the shim's device mapping, the region's

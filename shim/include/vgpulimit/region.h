@@ -16,7 +16,7 @@
 #include "vgpulimit/limits.h"
 
 enum {
-    VGL_REGION_VERSION = 8,
+    VGL_REGION_VERSION = 10,
     VGL_MAX_DEVICES = 16,
     VGL_MAX_SLOTS = 1024,
     VGL_COMM_LEN = 16,
@@ -51,6 +51,14 @@ enum vgl_slot_flags {
     VGL_SLOT_LOCKED = 1,
 };
 
+/* What a device's UUID is (vgl_device_state.uuid_kind): its 16 bytes do not
+ * say, and a view must print the UUID the driver gives the device. */
+enum vgl_uuid_kind {
+    VGL_UUID_KIND_UNKNOWN = 0,       /* not seen yet, or NVML could not say */
+    VGL_UUID_KIND_GPU = 1,           /* GPU-<uuid> */
+    VGL_UUID_KIND_MIG = 2,           /* MIG-<uuid>: a MIG device */
+};
+
 /* Storage for a process-shared robust pthread mutex; opaque to readers. */
 struct vgl_lock {
     uint8_t opaque[64];
@@ -73,7 +81,8 @@ struct vgl_device_state {
     uint64_t budget_at_ns;       /* the budget's last refill, on the node's clock (CLOCK_MONOTONIC
                                     of the initial time namespace); 0: not started */
     uint32_t cores_policy;       /* enum vgl_cores_policy (limits.h) */
-    uint32_t pad2;
+    uint32_t uuid_kind;          /* enum vgl_uuid_kind of `uuid`, written with it (or later,
+                                    once NVML says) */
     uint64_t lend_until_ns;      /* until when (on the node's clock) a borrowing container may
                                     run past its share (no other tenant was busy); 0: not now */
     uint8_t uuid[16];            /* the UUID of the device CUDA numbers so in the container,
@@ -84,8 +93,6 @@ struct vgl_device_state {
      * row in the node's board (board.h); these are its setter's values, for
      * the container's own processes without a row, and for the views. */
     struct vgl_mem_limit request; /* the guarantee, at most the limit; both fields 0: the limit */
-    uint32_t waiting;            /* allocations waiting for memory now */
-    uint32_t pad3;
     uint64_t waited_ns;          /* time allocations spent waiting for memory, in all */
     uint64_t wait_timeouts;      /* waits that ended in a refusal */
     uint64_t borrow_refusals;    /* allocations past the request refused for others' guarantees */
@@ -105,10 +112,12 @@ struct vgl_slot {
     uint32_t reserved;           /* 0 */
     uint64_t used_bytes[16];     /* per device; 16 = VGL_MAX_DEVICES (cffi needs a literal) */
     char comm[16];
-    uint64_t wait_since_ns;      /* when an allocation of the process began to wait for memory
+    /* Waiting for memory (elastic.c), per device.  Kept in the process's own
+     * slot, never in a count shared with others, so that the dead hold no
+     * wait: what waits in a container is the sum over its live slots. */
+    uint64_t wait_since_ns[16];  /* when the process's oldest waiting allocation began to wait
                                     (the node's CLOCK_MONOTONIC); 0: none waits */
-    uint32_t wait_device;        /* on which device */
-    uint32_t pad;
+    uint32_t waiting[16];        /* the process's allocations waiting for memory now */
 };
 
 struct vgl_region {
@@ -211,12 +220,13 @@ int vgl_region_renew(struct vgl_region *region, const struct vgl_mem_limit *limi
  * bytes of processes that died are taken back first; a refusal is counted. */
 int vgl_region_reserve(struct vgl_region *region, struct vgl_slot *slot, uint32_t device,
                        uint64_t bytes, uint64_t cap);
-/* Records that the container's device `device` has `uuid` (the first
- * process to see it does), and applies a limit given for that UUID: 1 when
- * it wrote the UUID, 0 when it was there already, -EEXIST when the device
- * has another UUID there (a process of the container numbers devices
- * otherwise), -EINVAL for a device past VGL_MAX_DEVICES. */
-int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16]);
+/* Records that the container's device `device` has `uuid`, of `kind` (enum
+ * vgl_uuid_kind; the first process to see it does), and applies a limit
+ * given for that UUID: 1 when it wrote the UUID, 0 when it was there already
+ * (its kind written if it was unknown), -EEXIST when the device has another
+ * UUID there (a process of the container numbers devices otherwise),
+ * -EINVAL for a device past VGL_MAX_DEVICES. */
+int vgl_region_bind_device(struct vgl_region *region, uint32_t device, const uint8_t uuid[16], uint32_t kind);
 /* Sets (or, with flags 0, removes) the limit of the device with `uuid`,
  * and of the device bound to it if there is one; bumps the generation.
  * -ENOSPC: VGL_MAX_DEVICES UUIDs have limits already. */

@@ -64,38 +64,53 @@ def _open_dir(path: Path) -> int:
     return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
+def _tenant(node_dir: Path, entry: Path, owner: tuple[int, int] = (0, 0), limits=None,
+            who: Identity | None = None, pid: int = 0):
+    """The container as a tenant: its region in its directory of the node
+    directory, root's until given to the container's user (0660: its group
+    too), and its row in the node's board, which only the hook writes (root's,
+    0644, mounted read-only in containers) and the container sees at
+    CONTAINER_BOARD_DIR; its beacon is the container's user's to write.  The
+    row is held by the container's init (``pid``): poststop frees it, and if
+    no poststop comes, the next container to join takes it once that process
+    is gone."""
+    from vgpulimit import board, provision
+    from vgpulimit.request import Limits
+
+    row = provision.Row(str(node_dir / BOARD_DIR / board.BOARD_NAME),
+                        seen_as=f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}", holder_pid=pid, beacon_uid=owner[0])
+    return provision.Tenant(entry / REGION_NAME, limits or Limits(), who=who, owner=owner, group_shared=True,
+                            row=row)
+
+
 def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
                   who: Identity, pid: int = 0) -> _Prepared:
+    from vgpulimit import provision
     from vgpulimit._paths import libpath
-    from vgpulimit.region import Region, RegionError
 
     shim = libpath().read_bytes()
     node_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     entry = node_dir / name
     entry.mkdir(mode=0o700, exist_ok=True)
-    region_path = entry / REGION_NAME
+    tenant = _tenant(node_dir, entry, owner, limits, who, pid)
+    region_path = tenant.region
     entry_fd = _open_dir(entry)
     try:
-        # Before the region: a view that finds the region finds who it is.
-        identity.write(entry_fd, who)
+        if region_path.exists():   # made by an earlier run of the hook (prestart, then createRuntime)
+            identity.write(entry_fd, who)
+            row = provision.row_of(tenant)
+        else:
+            if tenant.joins():
+                (node_dir / BOARD_DIR).mkdir(mode=0o755, exist_ok=True)
+            made = provision.provision(tenant)
+            made.close()
+            row = made.row
+    except provision.ProvisionError as exc:
+        os.close(entry_fd)
+        raise HookError(str(exc)) from None
     except OSError:
         os.close(entry_fd)
         raise
-    row = None
-    if not region_path.exists():
-        try:
-            with Region.create(region_path, limits.memory_per_device(), limits.cores_per_device(),
-                               group_shared=True, request=limits.request_per_device(),
-                               memory_wait_ns=limits.memory_wait_ns(), **limits.by_uuid()) as region:
-                if limits.cores_policy is not None:
-                    region.set_cores_policy(limits.cores_policy.value)
-                if limits.priority is not None or limits.elastic():
-                    row = _join_board(node_dir, limits, owner, region, pid)
-        except RegionError as exc:
-            raise HookError(str(exc)) from None
-        os.chown(region_path, *owner)
-    else:
-        row = _row_of(node_dir, region_path)
     prepared = _Prepared(node_fd=_open_dir(node_dir), entry_fd=entry_fd,
                          tree=clone_mount(str(region_path)), region=os.stat(region_path), shim=shim)
     if row is None:
@@ -105,55 +120,11 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
                                beacon=row.beacon)
 
 
-def _join_board(node_dir: Path, limits, owner: tuple[int, int], region, pid: int):
-    """The container's row in the node's board, which only the hook writes
-    (root's, 0644, mounted read-only in containers), for its priority and
-    its memory guarantee; the beacon is the container's user's to write.
-    The row is held by the container's init (`pid`): poststop frees it, and
-    if no poststop comes, the next container to join takes it once that
-    process is gone."""
-    from vgpulimit import board
-
-    directory = node_dir / BOARD_DIR
-    directory.mkdir(mode=0o755, exist_ok=True)
-    priority = limits.priority
-    path = str(directory / board.BOARD_NAME)
-    seen_as = f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}"
-    try:
-        row = board.join(path, None if priority is None else priority.value, region.path, owner_pid=pid,
-                         beacon_uid=owner[0])
-        if limits.takes_memory_row():
-            board.set_memory(path, region.path, limits)
-    except board.BoardError as exc:
-        given = priority or limits.memory_wait or next(iter([*limits.request.values(),
-                                                             *limits.request_by_uuid.values()]), None)
-        raise HookError(f"{given.source} {given.text}: {exc.strerror}") from None
-    if priority is not None:
-        region.set_priority(priority.value, seen_as, row.row, row.key)
-    if limits.takes_memory_row():
-        region.set_board_row(seen_as, row.row, row.key)
-    return row
-
-
-def _row_of(node_dir: Path, region_path: Path):
-    """The board row a region made earlier holds (the hook run twice), or
-    None: found by the region file, never by the row the region names,
-    which the container may have written."""
-    from vgpulimit import board
-
-    return board.find(str(node_dir / BOARD_DIR / board.BOARD_NAME), str(region_path))
-
-
-def _leave_board(node_dir: Path, region_path: Path) -> None:
-    from vgpulimit import board
-
-    row = _row_of(node_dir, region_path)
-    if row is not None:
-        board.leave(row)
-
-
 def _remove_entry(node_fd: int, name: str) -> None:
-    """Removes a container's directory from the node directory."""
+    """Removes a container's directory from the node directory: the tenant
+    taken back, then what the hook kept of it."""
+    from vgpulimit import provision
+
     try:
         entry_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                            dir_fd=node_fd)
@@ -162,10 +133,9 @@ def _remove_entry(node_fd: int, name: str) -> None:
     try:
         # Through the descriptors: after a failure inside the container's
         # mount namespace, the node's paths name nothing.
-        with contextlib.suppress(OSError):
-            _leave_board(Path(f"/proc/self/fd/{node_fd}"), Path(f"/proc/self/fd/{entry_fd}") / REGION_NAME)
-        for file in (REGION_NAME, MANIFEST, f".{MANIFEST}.tmp", identity.IDENTITY_NAME,
-                     f".{identity.IDENTITY_NAME}.tmp"):
+        provision.deprovision(_tenant(Path(f"/proc/self/fd/{node_fd}"), Path(f"/proc/self/fd/{entry_fd}"),
+                                      who=identity.Identity()))
+        for file in (MANIFEST, f".{MANIFEST}.tmp"):
             try:
                 os.unlink(file, dir_fd=entry_fd)
             except FileNotFoundError:

@@ -1,5 +1,5 @@
-"""A MIG plan (vgpulimit.mig_plan) written out: as text for people, as JSON,
-and as the mig-parted config that NVIDIA's MIG manager applies (MIG.md §1.7:
+"""A MIG plan (vgpulimit.mig.plan) written out: as text for people, as JSON,
+and as the mig-parted config that NVIDIA's MIG manager applies (docs/mig-facts.md §1.7:
 ``version: v1``, ``mig-configs``, ``devices``, ``mig-enabled``,
 ``mig-devices``, ``device-filter``).  Each request's limits are vgpulimit
 flags naming its MIG device; a MIG device's UUID exists only once the layout
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from vgpulimit.limits import format_bytes
-from vgpulimit.mig_plan import Instance, Plan, Request, share_pct
+from vgpulimit.mig.plan import Instance, Plan, Request, share_pct
 
 FORMATS = ("text", "json", "mig-parted")
 CONFIG_NAME = "vgpulimit-plan"

@@ -1,11 +1,11 @@
 """The MIG planner's model: requests in, a legal MIG layout per GPU and the
 requests placed on its instances out.  Pure: it reads the profile tables
-(vgpulimit.mig_profiles) and nothing of the node; the CLI reads the node,
-vgpulimit.mig_render writes the plan.  It never changes MIG.
+(vgpulimit.mig.profiles) and nothing of the node; the CLI reads the node,
+vgpulimit.mig.render writes the plan.  It never changes MIG.
 
 The rules a plan keeps (``check`` tests them):
 - each GPU's instances are at legal placements of their profiles (memory
-  slices, MIG.md §1.2), none overlapping, each profile at most its
+  slices, docs/mig-facts.md §1.2), none overlapping, each profile at most its
   ``max_count`` times; +me profiles are not planned (no request asks for the
   media engines);
 - an ``isolated`` request has an instance to itself;
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from vgpulimit import limits
 from vgpulimit.errors import UsageError, VgpulimitError
-from vgpulimit.mig_profiles import GpuModel, Profile
+from vgpulimit.mig.profiles import GpuModel, Profile
 
 EXACT_MOST = 10       # requests; the exact search takes 3^n steps
 COUNT_MOST = 10_000   # copies of one request

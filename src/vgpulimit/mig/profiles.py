@@ -1,4 +1,4 @@
-"""The MIG profile tables (mig_profiles.json, installed beside this module),
+"""The MIG profile tables (profiles.json, installed beside this module),
 read into dataclasses.  The tables are data, with their sources, so that the
 planner here and simgpu's MIG mode (whose C table the build writes from the
 same file) cannot disagree; nothing in this module adds a number of its own."""
@@ -13,13 +13,13 @@ from pathlib import Path
 
 from vgpulimit.errors import UsageError
 
-DATA_PATH = Path(__file__).with_name("mig_profiles.json")
+DATA_PATH = Path(__file__).with_name("profiles.json")
 MiB = 1 << 20
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One GPU-instance profile of one GPU model (a row of MIG.md §1.2)."""
+    """One GPU-instance profile of one GPU model (a row of docs/mig-facts.md §1.2)."""
 
     name: str                  # "3g.40gb", as nvidia-smi and mig-parted name it
     id: int                    # the driver's profile id (nvidia-smi mig -lgip, column ID)

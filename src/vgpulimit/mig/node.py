@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from vgpulimit import nvml
 from vgpulimit.errors import UsageError, VgpulimitError
-from vgpulimit.mig_profiles import GpuModel, by_pci_device_id, model_names
+from vgpulimit.mig.profiles import GpuModel, by_pci_device_id, model_names
 
 
 class NoNode(VgpulimitError):
