@@ -20,6 +20,10 @@ run -- without vgpulimit, then under it:
   one block, one block per SM, or filling the GPU on two streams, at shares
   10-90 %, and two containers at 30 + 60 %: the share is kernels completed
   times a kernel's length (as events time it, uncapped) over the wall time;
+- granularity: the share in steps of 5 %: 1 ms kernels at 5, 50 and 95 %, one
+  process and four (quick: one); with `--only granularity --budget 1200`,
+  the whole grid of 5-95 % x kernels of 20 us, 1 ms and 20 ms x one process
+  and four (about 14 minutes on a GPU), each within the share's tolerance;
 - priority: a service at 100 requests/s of 0.5, 1 and 2 ms kernels alone,
   beside a batch job of 1 ms kernels with no priorities, with the service
   high and the batch low, and with the batch borrowing at 50 %
@@ -85,7 +89,13 @@ from real_gpu_rows.node import node_spec
 from real_gpu_rows.priority import priority_spec
 from real_gpu_rows.programs import compile_spec, launch_spec, matmul_spec
 from real_gpu_rows.rows import Row, Skip, Spec
-from real_gpu_rows.share import pair_spec, share_plan, share_spec
+from real_gpu_rows.share import (
+    granularity_plan,
+    granularity_spec,
+    pair_spec,
+    share_plan,
+    share_spec,
+)
 from real_gpu_rows.sharing import SHARING_WAYS, sharing_spec
 from real_gpu_rows.suspend import suspend_specs
 from real_gpu_rows.tools import tool_commands, tool_spec, verify_spec
@@ -94,13 +104,16 @@ from vgpulimit import __version__
 
 RUN_BUDGET_S = 480.0                   # the whole run on a GPU: 8 minutes
 
-GROUPS = ("memory", "tools", "share", "priority", "programs", "costs", "node", "sharing", "mig", "suspend")
+GROUPS = ("memory", "tools", "share", "granularity", "priority", "programs", "costs", "node", "sharing", "mig",
+          "suspend")
 GROUP_TITLES = {"memory": "memory cap (4 GiB)", "tools": "tools inside the cap", "share": "compute share",
+                "granularity": "share steps of 5 %",
                 "priority": "priority between tenants", "programs": "real programs", "costs": "costs from C",
                 "node": "node view", "sharing": "memory shared between processes, sleep and wake (4 GiB)",
                 "mig": "on one MIG instance", "suspend": "suspend and resume (driver >= 570)"}
 # Cheap and decisive first; torch.compile's cold compile last.
-RUN_ORDER = ("tools", "memory", "share", "priority", "costs", "node", "sharing", "mig", "suspend", "programs")
+RUN_ORDER = ("tools", "memory", "share", "granularity", "priority", "costs", "node", "sharing", "mig", "suspend",
+             "programs")
 
 NEEDS_RUNTIME = ("needs the real CUDA runtime ({what}), which stops on the simulated driver "
                  "(libcudart asks the driver for NVIDIA's private export tables)")
@@ -126,11 +139,13 @@ class Report:
 
 # --- the run ------------------------------------------------------------------------------------
 
-def plan(quick: bool) -> list[Spec]:
+def plan(quick: bool, only: Sequence[str] | None = None) -> list[Spec]:
     cells, pairs = share_plan(quick)
     specs = [memory_spec(*c) for c in MEMORY_CLIENTS]
     specs += [tool_spec(name) for name in tool_commands()] + [verify_spec()]
     specs += [share_spec(k, s) for k, s in cells] + [pair_spec(k) for k in pairs]
+    full = any(o == "granularity" or o.startswith("granularity.") for o in only or ())
+    specs += [granularity_spec(*cell) for cell in granularity_plan(quick, full)]
     specs += [priority_spec()]
     specs += [matmul_spec(), compile_spec(), launch_spec()]
     specs += [costs_spec(), node_spec()]
@@ -204,7 +219,7 @@ def run(simulate: bool = False, quick: bool = False, only: Sequence[str] | None 
     budget = budget_s if budget_s is not None else RUN_BUDGET_S
     with tempfile.TemporaryDirectory(prefix="real_gpu-") as tmp:
         bench = Bench(simulate, quick, Path(tmp))
-        specs = [s for s in plan(quick) if selected(s, only)]
+        specs = [s for s in plan(quick, only) if selected(s, only)]
         order = {g: i for i, g in enumerate(RUN_ORDER)}
         rows: list[Row] = []
         for spec in sorted(specs, key=lambda s: order[s.id.split(".")[0]]):
@@ -275,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the rows' ids and exit")
     args = parser.parse_args(argv)
     if args.list:
-        for spec in plan(args.quick):
+        for spec in plan(args.quick, args.only):
             print(f"{spec.id:<34} {spec.budget_s:4.0f} s  {spec.title}")
         return 0
     report = run(args.simulate, args.quick, args.only, args.budget,

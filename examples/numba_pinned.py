@@ -1,9 +1,14 @@
 """A numba-cuda program of the usual shape: a @cuda.jit kernel, page-locked
 (pinned) host buffers, two streams that each copy a block in, run the kernel
-on it and copy it out, and events that time each round.  Runs on a GPU, or on
-none (the simulated GPU runs no kernel code, but keeps its time):
+on it and copy it out, and events that time each round.  Its kernel repeats
+its arithmetic PASSES times (default 4096), so that the kernel, not the
+copies nor Python, keeps the GPU busy, and a compute share has something to
+hold back.  Runs on a GPU, or on none: the simulated GPU runs no kernel code,
+but keeps its time, and is told how long this kernel runs
+(SIMGPU_KERNEL_US, microseconds; see docs/simulated-gpu.md):
 
-    vgpulimit run --simulate --memory 1GiB --cores 50 -- python examples/numba_pinned.py [SECONDS]
+    SIMGPU_KERNEL_US=20000 vgpulimit run --simulate --memory 1GiB --cores 50 -- \
+        python examples/numba_pinned.py [SECONDS [PASSES]]
 
 It runs for SECONDS (default 5), then prints one JSON line: the rounds done,
 the GPU time per round as the events measured it, and whether the bytes came
@@ -20,13 +25,16 @@ N = 1 << 22  # 16 MiB of float32 per block
 
 
 @cuda.jit
-def scale(values, factor):
+def scale(values, factor, passes):
     i = cuda.grid(1)
     if i < values.size:
-        values[i] *= factor
+        value = values[i]
+        for _ in range(passes):   # the GPU's work: exact, so the value stays
+            value = value * factor / factor
+        values[i] = value * factor
 
 
-def main(seconds: float) -> dict:
+def main(seconds: float, passes: int) -> dict:
     streams = [cuda.stream() for _ in range(2)]
     pinned_in = [cuda.pinned_array(N, dtype=np.float32) for _ in streams]
     pinned_out = [cuda.pinned_array(N, dtype=np.float32) for _ in streams]
@@ -47,7 +55,7 @@ def main(seconds: float) -> dict:
             start, end = cuda.event(), cuda.event()
             start.record(stream)
             device[k].copy_to_device(pinned_in[k], stream=stream)
-            scale[blocks, threads, stream](device[k], 2.0)
+            scale[blocks, threads, stream](device[k], 2.0, passes)
             device[k].copy_to_host(pinned_out[k], stream=stream)
             end.record(stream)
             events.append((start, end))
@@ -67,4 +75,5 @@ def main(seconds: float) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(float(sys.argv[1]) if len(sys.argv) > 1 else 5.0)))
+    print(json.dumps(main(float(sys.argv[1]) if len(sys.argv) > 1 else 5.0,
+                          int(sys.argv[2]) if len(sys.argv) > 2 else 4096)))

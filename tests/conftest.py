@@ -27,14 +27,27 @@ GiB = 1 << 30
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """A `slow` test measures shares over seconds of wall clock, on a CPU the
-    machine shares (CI's two cores): a launch loop starved of the CPU for a
-    while moves a share with no fault of vgpulimit's.  Such a test runs once
-    more when it fails (pytest-rerunfailures, a test extra), and the summary
-    says so; a defect fails it both times."""
+    """A `slow` test measures shares over seconds, on a CPU the machine shares
+    (CI's two cores); it judges them in the simulated GPU's time or by ratios
+    between tenants measured together, but a launch loop starved of the CPU
+    for long still moves a share with no fault of vgpulimit's.  Such a test
+    runs once more when it fails (pytest-rerunfailures, a test extra), and the
+    summary lists it with its first failure; a defect fails it both times."""
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.flaky(reruns=1))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Every test that needed its rerun, by name, with what its first run
+    failed on: a rerun must not hide a defect (pytest's -ra only counts them)."""
+    reruns = terminalreporter.stats.get("rerun", [])
+    if reruns:
+        terminalreporter.section("tests that needed a rerun")
+        for report in reruns:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            why = crash.message.splitlines()[0] if crash and crash.message else str(report.longrepr)[-200:]
+            terminalreporter.line(f"RERUN {report.nodeid}: {why[:200]}")
 
 
 def compile_c(output: Path, sources: list[Path], *flags: str, cc: str = CC) -> Path:

@@ -335,24 +335,17 @@ def test_a_launch_bound_program_is_not_charged_the_idle_gaps_nor_throttled(tmp_p
     assert device["throttled_ns"] == 0, device
 
 
-# A known defect, not a flake of the test: on a 2-core machine such a program
-# is charged 0.72-0.75 of its kernels' time on one stream and 0.3-0.47 on two
-# in some runs (about half, on two), with 05fbc13's shim as with today's
-# (bisected); some of its 2 us kernels are counted short.  Run, so that a fix
-# shows as XPASS.
-UNDER_CHARGED = pytest.mark.xfail(
-    reason="a launch-bound program is under-charged in some runs (one stream 0.72-0.75, two streams "
-           "0.3-0.47 of its kernels' time); known, not yet fixed", strict=False)
-
-
 @pytest.mark.slow
-@UNDER_CHARGED
-@pytest.mark.parametrize("path, least", [("kernel", 0.75), ("streams2", 0.5)])
-def test_a_launch_bound_program_is_charged_most_of_its_kernels(tmp_path, sim_env, launch_client, path, least):
-    """At least three quarters of its kernels' time on one stream, half on two
-    (0.78-0.95 in most runs here)."""
+@pytest.mark.parametrize("path", ["kernel", "streams2"])
+def test_a_launch_bound_program_is_charged_most_of_its_kernels(tmp_path, sim_env, launch_client, path):
+    """At least nine tenths of its kernels' time, on one stream and on two,
+    on a busy machine too.  A thread descheduled in a launch, after the
+    driver queued the kernel, made the kernel look short from the launch's
+    return: such a program was charged 0.72-0.75 of its kernels' time on one
+    stream and 0.3-0.47 on two in some runs on a busy 2-core machine (a group
+    of one launch timed alone taught its cost past the median of three)."""
     device, kernels_ns = launch_bound(tmp_path, sim_env, launch_client, path)
-    assert least * kernels_ns <= device["busy_ns"], (device, kernels_ns)
+    assert 0.9 * kernels_ns <= device["busy_ns"], (device, kernels_ns)
 
 
 def test_the_cost_model_alone_under_sanitizers(tmp_path):
@@ -420,11 +413,17 @@ def test_a_borrowing_container_runs_past_its_share_until_a_neighbour_wants_its_o
 @pytest.mark.slow
 @pytest.mark.parametrize("variable, value", [("VGPULIMIT_CORES_POLICY", "none"),
                                              ("GPU_CORE_UTILIZATION_POLICY", "DISABLE")])
-def test_policy_none_lifts_the_share(sim_env, launch_client, variable, value):
-    container = Container(dict(sim_env, **{variable: value}), 20, loops(launch_client, 1, seconds=2.5))
+def test_policy_none_lifts_the_share(tmp_path, sim_env, launch_client, variable, value):
+    """No launch waits for budget, and the loop runs well past its 20 %
+    (about 95 % here; less where a busy CPU starves the loop)."""
+    region = tmp_path / "region"
+    container = Container(dict(sim_env, **{variable: value}), 20, loops(launch_client, 1, seconds=2.5),
+                          region=region)
     output = container.finish()
     start = min(t for points in progress(output).values() for t, _ in points)
-    assert share(output, start + 0.5, start + 2.4) >= 80
+    [device] = [d for d in status_json(sim_env, region)["devices"] if d["index"] == 0]
+    assert device["throttled_ns"] == 0, device
+    assert share(output, start + 0.5, start + 2.4) >= 40
 
 
 def test_a_bad_cores_policy_names_itself_and_the_accepted_forms(sim_env):
@@ -458,7 +457,7 @@ LOOPS_SETUP = ("cuGetProcAddress_v2", "cuInit", "cuDeviceGet", "cuDevicePrimaryC
 
 
 @pytest.mark.parametrize("kernel_us, seconds, cpu_us, least, per_launch",
-                         [pytest.param(1000, "2", 0, 500, 0.25, marks=pytest.mark.slow), (2, "1", 10, 10000, 0.25),
+                         [pytest.param(1000, "2", 0, 500, 0.25, marks=pytest.mark.slow), (2, "1", 10, 2000, 0.25),
                           pytest.param(20000, "6", 0, 150, 4, marks=pytest.mark.slow)])
 def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, launch_client, kernel_us, seconds,
                                                          cpu_us, least, per_launch):
@@ -470,7 +469,9 @@ def test_a_capped_launch_seldom_asks_the_driver_anything(tmp_path, sim_env, laun
     own is not: the calls it alone makes, one event recorded and one waited
     for per batch, its two events).  A kernel of 5 ms or more is measured at
     every launch, a few calls (microseconds) against its milliseconds: at
-    most four a launch with 20 ms kernels."""
+    most four a launch with 20 ms kernels.  (Enough launches that the setting
+    up weighs little: the launch-bound loop makes over 60000 in its second
+    here, 9216 once on a busy CPU.)"""
     calls_file = tmp_path / "calls.jsonl"
     got = run(vgpulimit_cmd("run", "--simulate", "--cores", "90", "--", launch_client, "kernel", str(kernel_us),
                             seconds, str(cpu_us)), dict(sim_env, SIMGPU_CALLS=str(calls_file))).stdout

@@ -2,7 +2,8 @@
 ```console block runs here, on the simulated GPU as the page sets it up
 (its own `export`s, simgpu's default board), and what it prints has the shape
 of the sample under it -- as many lines, each with as many columns, the
-tables' header lines word for word, a JSON line with the same keys -- so a
+tables' header lines word for word, a JSON line with the same keys, and the
+figures that matter (a cap, a measured share) within a tolerance -- so a
 sample cannot go stale.  Every `vgpulimit` command of a ```sh block, which
 may need a real GPU or a node, is parsed by the CLI's own parser, so no page
 shows a flag that is gone."""
@@ -50,10 +51,27 @@ def _fields(line: str) -> list[str]:
     return [f for f in re.split(r"\s{2,}", line.strip()) if f]
 
 
+# Table columns whose figures a sample holds, not only their shape: the caps
+# as shown, a measured share within this many points.
+HELD_POINTS = {"LIMIT": 0, "COMPUTE CAP": 0, "MEASURED SHARE": 5}
+
+
+def _held(header: list[str], shown: list[str], printed: list[str]) -> str | None:
+    for column, points in HELD_POINTS.items():
+        if column in header and len(shown) == len(header) == len(printed):
+            i = header.index(column)
+            want, got = shown[i].rstrip("%"), printed[i].rstrip("%")
+            near = want.isdigit() and got.isdigit() and abs(int(want) - int(got)) <= points
+            if want != got and not near:
+                return f"{column} {printed[i]}, shown {shown[i]} (+- {points})"
+    return None
+
+
 def _same_shape(sample: list[str], real: list[str]) -> str | None:
-    """What differs in shape; None when nothing does."""
+    """What differs in shape, or in a figure HELD_POINTS holds; None when nothing does."""
     if len(sample) != len(real):
         return f"{len(real)} lines printed, {len(sample)} shown"
+    header: list[str] = []
     for shown, printed in zip(sample, real):
         if shown.startswith("{"):
             if set(json.loads(shown)) != set(json.loads(printed)):
@@ -61,8 +79,11 @@ def _same_shape(sample: list[str], real: list[str]) -> str | None:
         elif all(_HEADER.match(field) for field in _fields(shown)) and _fields(shown):
             if _fields(shown) != _fields(printed):
                 return f"header {printed!r}, shown {shown!r}"
+            header = _fields(shown)
         elif len(_fields(shown)) != len(_fields(printed)):
             return f"line {printed!r} has other columns than {shown!r}"
+        elif wrong := _held(header, _fields(shown), _fields(printed)):
+            return wrong
     return None
 
 

@@ -72,7 +72,7 @@ def test_the_simulated_run_prints_the_whole_table(tmp_path):
     assert by_name["driver API from C (cuMemAlloc)"]["verdict"] == "PASS", by_name
     assert [r["verdict"] for r in rows if r["group"] == "node"] == ["PASS"] * 3, rows
     # Shares are timed: on a loaded machine they may miss; they must be measured.
-    shares = [r for r in rows if r["group"] == "share"]
+    shares = [r for r in rows if r["group"] in ("share", "granularity")]
     assert shares and all(r["verdict"] in ("PASS", "FAIL") and r["capped"] for r in shares), shares
     costs = [r for r in rows if r["group"] == "costs"]
     assert len(costs) == 2 and all(r["verdict"] == "INFO" for r in costs), costs

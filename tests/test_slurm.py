@@ -213,8 +213,10 @@ def share_between(points: list[tuple[float, int]], start: float, end: float, ker
 @pytest.mark.slow
 def test_jobs_of_2_and_6_shards_at_once_each_get_their_share_of_the_gpu_time(node, launch_client):
     """Their launch loops of 1 ms kernels run at once for 6 s on one GPU:
-    25 % and 75 % of its time, within 2 pp each, over the span both ran (the
-    first second of each left out, while its budget fills)."""
+    25 % and 75 % of its time, over the span both ran (the first second of
+    each left out, while its budget fills): neither above its share by more
+    than 2 pp, and three times as much GPU time as the other, within a tenth
+    (a busy CPU that starves a loop takes from its share, not from its cap)."""
     jobs = [subprocess.Popen(["srun", f"--gres=shard:{n}", str(launch_client), "kernel", "1000", "6"],
                              env=node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for n in (2, 6)]
@@ -225,7 +227,8 @@ def test_jobs_of_2_and_6_shards_at_once_each_get_their_share_of_the_gpu_time(nod
     end = min(points[-1][0] for points in loops)
     assert end - start >= 3, f"the two jobs' loops ran together {end - start:.1f} s only"
     shares = [share_between(points, start, end, kernel_us=1000) for points in loops]
-    assert abs(shares[0] - 25) <= 2 and abs(shares[1] - 75) <= 2, shares
+    assert shares[0] <= 27 and shares[1] <= 77, shares
+    assert 2.7 <= shares[1] / shares[0] <= 3.3, shares
 
 
 def test_the_tasks_of_one_job_share_one_cap(node, tmp_path):

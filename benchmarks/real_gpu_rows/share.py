@@ -141,3 +141,82 @@ def pair_spec(kernels: Kernels) -> Spec:
                     expect=f"each +- {SHARE_TOLERANCE_PP:g} pp", verdict=verdict(ok),
                     data={"kernel_ns": kernel_ns, "shares_pct": got})]
     return Spec(f"share.pair.{kernels.us}us", f"{kernels.text()}: 30 % + 60 %", 60, fn)
+
+
+# The steps sellers quote for a share (Alibaba's cGPU 2 %, Tencent's qGPU 5 %):
+# 5-95 % in steps of 5, kernels of 20 us, 1 ms and 20 ms, one process and four.
+GRANULARITY_SHARES = tuple(range(5, 100, 5))
+GRANULARITY_KERNELS_US = (20, 1000, 20000)
+GRANULARITY_PROCESSES = (1, 4)
+
+
+def granularity_plan(quick: bool, full: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(kernel us, processes, shares) per spec: the whole grid where asked for
+    (`--only granularity`, about 14 minutes on a GPU, or one of its specs,
+    `--only granularity.20000us.4`), else its ends and middle at 1 ms (quick:
+    one process)."""
+    if full:
+        return [(us, n, GRANULARITY_SHARES) for us in GRANULARITY_KERNELS_US for n in GRANULARITY_PROCESSES]
+    return [(1000, n, (5, 50, 95)) for n in ((1,) if quick else GRANULARITY_PROCESSES)]
+
+
+def granularity_timing(bench: Bench, kernel_us: int) -> tuple[float, float]:
+    """(settle, window) seconds: processes of 20 ms kernels started together
+    repay their first kernels (charged before they were measured) in the
+    seconds after, and count few kernels in a window."""
+    if bench.quick and kernel_us < 20000:
+        return 0.5, 1.5
+    return (2.0, 8.0) if kernel_us >= 20000 else (1.0, 3.0)
+
+
+def common_share(output: str, kernel_ns: float, settle_s: float) -> float | None:
+    """The share (%) of several processes over one window, from `settle_s`
+    after the last of them began to when the first of them ended: each one's
+    kernels completed by a time are those of its last report by then (a
+    process reports after each batch it waited for, none while its launch
+    waits for budget)."""
+    points = progress(output)
+    if not points or any(len(p) < 2 for p in points.values()):
+        return None
+    start = max(p[0][0] for p in points.values()) + settle_s
+    end = min(p[-1][0] for p in points.values())
+    if end <= start:
+        return None
+
+    def done_by(p: list[tuple[float, int]], t: float) -> int:
+        return max((n for at, n in p if at <= t), default=0)
+
+    kernels = sum(done_by(p, end) - done_by(p, start) for p in points.values())
+    return 100 * kernels * kernel_ns * 1e-9 / (end - start)
+
+
+def granularity_spec(kernel_us: int, processes: int, shares: tuple[int, ...]) -> Spec:
+    """One kernel length and process count at each share: the container's
+    share of the GPU's time (its processes' kernels completed x a kernel's
+    length as events time it, over the wall time) against the share."""
+    kernels = Kernels(kernel_us, "1", 1)
+    label = f"{kernels.text()}, {processes} process{'es' if processes > 1 else ''}"
+
+    def fn(bench: Bench) -> list[Row]:
+        settle, window = granularity_timing(bench, kernel_us)
+        free_out, _ = spin_once(bench, kernels, None, calibrate=True)
+        kernel_ns = kernel_ns_of(free_out, kernels)
+        rows = []
+        for cores in shares:
+            spin = " ".join(map(str, bench.spin(kernel_us, settle + window, "1", 1, 0)))
+            command = bench.capped(["--cores", str(cores)],
+                                   ["sh", "-c", " & ".join([spin] * processes) + " & wait"])
+            result = bench.run(command, settle + window + 60, f"spin {label}", bench.env)
+            if result.returncode != 0:
+                raise RuntimeError(failed(f"the spin clients ({label}, cores {cores})", result))
+            got = common_share(result.stdout, kernel_ns, settle)
+            ok = got is not None and abs(got - cores) <= SHARE_TOLERANCE_PP
+            rows.append(Row("granularity", f"{label} at {cores} %", uncapped=f"a kernel {kernel_ns / 1e3:.1f} us",
+                            capped=f"{pct(got)} ({got - cores:+.1f} pp)" if got is not None else pct(got),
+                            expect=f"{cores} +- {SHARE_TOLERANCE_PP:g} pp", verdict=verdict(ok),
+                            data={"kernel_ns": kernel_ns, "capped_pct": got, "cores": cores,
+                                  "processes": processes}))
+        return rows
+    settle, window = (2.0, 8.0) if kernel_us >= 20000 else (1.0, 3.0)
+    budget = (1 + len(shares)) * (settle + window + 8) + 30
+    return Spec(f"granularity.{kernel_us}us.{processes}", label, budget, fn)

@@ -12,7 +12,9 @@
  * event completes at once, while the kernel reaches the GPU only as the
  * launch returns: so the shim asks whether that event has completed before
  * launching, and if it has, the kernel's interval begins when the launch
- * returned (cost_model.c).  The launch is settled at what it took, at most
+ * returned (cost_model.c), or, where the call took longer than the least of
+ * recent calls (the thread descheduled in it), that much earlier: the kernel
+ * may have been queued before the delay (vgl_call_returned).  The launch is settled at what it took, at most
  * what it was charged (a span stretched by other processes' time slices is
  * not its kernel's), and the kernel's cost learnt from it.
  *
@@ -72,7 +74,7 @@ struct run {
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
     uint64_t idle_at_ns;            /* alone, timed: its start event had completed at this time (0: not, or not asked) */
-    uint64_t returned_ns;           /* alone, timed: its launch returned at this time */
+    uint64_t returned_ns;           /* alone, timed: its launch returned then, as its kernel goes (vgl_call_returned) */
     const void *key;                /* the one target launched, or NULL for several */
     uint64_t due_ns;                /* not read back before this (the events' clock) */
     uint64_t closed_ns;             /* when its end was recorded */
@@ -108,6 +110,7 @@ static struct {
     uint32_t ntrackers;             /* a tracker's ctx and device are set before it is counted */
     struct vgl_tracker trackers[CONTEXTS];
     struct vgl_costs costs;
+    struct vgl_call_time calls;     /* how long launch calls take */
 } measure = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The parent's events and measurements are not the child's. */
@@ -117,6 +120,7 @@ static void forget_in_child(void)
     measure.ntrackers = 0;
     memset(measure.trackers, 0, sizeof measure.trackers);
     vgl_costs_forget(&measure.costs);
+    measure.calls = (struct vgl_call_time){0};
 }
 VGL_AFTER_FORK(forget_in_child)
 
@@ -273,6 +277,7 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
     if (!since_reference(t, r->end, &end, failed) || (r->start && !since_reference(t, r->start, &start, failed)))
         return false;
     s->last_end_ns = end;
+    int64_t gpu_start = start;
     if (r->timed) {
         /* Its kernel began at its start event, or, on an idle stream, as its
          * launch returned; it teaches its cost as a launch on one stream does. */
@@ -280,8 +285,8 @@ static bool read_run(struct vgl_tracker *t, const struct run *r, uint64_t now, i
         start = start < end ? start : end;
         learnt(t, r->key, end - start, r->idle_at_ns ? VGL_ON_HOST : VGL_ON_GPU, now, out);
     }
-    struct vgl_span span = {.start_ns = start, .end_ns = end, .charged_ns = r->charged_ns,
-                            .launches = r->launches, .known = r->known, .key = r->key};
+    struct vgl_span span = {.start_ns = start, .gpu_start_ns = gpu_start, .end_ns = end,
+                            .charged_ns = r->charged_ns, .launches = r->launches, .known = r->known, .key = r->key};
     struct vgl_lesson lesson;
     bool taught;
     *busy = vgl_union_add(&t->runs, &span, &lesson, &taught);
@@ -532,7 +537,11 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet, struct vg
             s->current.idle_at_ns = when;
     }
     l->measured = s->stream == l->stream && s->open;
+    /* The first launch of a run is the one a measurement from its return times. */
+    bool first = l->measured && !s->current.launches;
     pthread_mutex_unlock(&measure.lock);
+    if (first)
+        l->called_ns = t->ev->now_ns();
 }
 
 void vgl_busy_quiesce(CUcontext ctx, struct vgl_settlements *out)
@@ -580,8 +589,10 @@ void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet, struct vgl_
         r->timed = false;
     if (t->nstreams > 1 && !l->timed)
         vgl_cadence_skipped(&t->cadence);
+    /* Where its kernel reached the GPU, for a measurement from its return. */
+    uint64_t reached = vgl_call_returned(&measure.calls, l->called_ns, returned);
     if (!r->launches)
-        r->returned_ns = returned;
+        r->returned_ns = reached;
     r->key = r->launches == 0 || r->key == l->key ? l->key : NULL;
     r->launches++;
     r->charged_ns += l->cost_ns;

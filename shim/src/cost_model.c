@@ -174,6 +174,22 @@ int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t retu
     return recorded_ns && returned_ns > recorded_ns ? event_ns + (int64_t)(returned_ns - recorded_ns) : event_ns;
 }
 
+uint64_t vgl_call_returned(struct vgl_call_time *calls, uint64_t called_ns, uint64_t returned_ns)
+{
+    if (!called_ns || returned_ns <= called_ns)
+        return returned_ns;
+    int64_t took = (int64_t)(returned_ns - called_ns);
+    if (!calls->window_from || returned_ns - calls->window_from >= vgl_timings.cost_window_ns) {
+        calls->earlier_ns = calls->window_from ? calls->window_ns : took;
+        calls->window_ns = took;
+        calls->window_from = returned_ns;
+    } else if (took < calls->window_ns) {
+        calls->window_ns = took;
+    }
+    int64_t least = calls->window_ns < calls->earlier_ns ? calls->window_ns : calls->earlier_ns;
+    return called_ns + (uint64_t)least;
+}
+
 bool vgl_cadence_due(const struct vgl_cadence *c, uint64_t now_ns, int64_t cost_ns)
 {
     return c->since >= c->every || now_ns - c->sampled_ns >= (2 * vgl_timings.cost_window_ns) || cost_ns >= vgl_timings.long_kernel_ns;
@@ -211,7 +227,7 @@ bool vgl_union_close(struct vgl_union *u, struct vgl_lesson *lesson)
     if (!u->group_launches)
         return false;
     *lesson = (struct vgl_lesson){.key = u->group_key,
-                                  .per_launch_ns = (u->covered_ns - u->group_start) / u->group_launches};
+                                  .per_launch_ns = (u->covered_ns - u->group_gpu_start) / u->group_launches};
     u->group_launches = 0;
     return true;
 }
@@ -224,12 +240,23 @@ int64_t vgl_union_add(struct vgl_union *u, const struct vgl_span *r, struct vgl_
      * span alone holds its siblings' kernels where they take turns.)  So a
      * group teaches once a run begins after all of it has ended. */
     *taught = start >= u->covered_ns && vgl_union_close(u, lesson);
+    /* A group teaches from where its runs began on the GPU's clock alone, so
+     * that its lesson, taken as it is (it bypasses the median of the host's
+     * measurements), is never too short: a launch timed alone adds to the
+     * busy time from its return, which a thread descheduled as its launch
+     * returned makes late (a launch-bound program on two streams, alone in
+     * its group, taught 0.8 us a launch of 2 us kernels on a busy machine,
+     * and was charged 0.65 of its kernels' time). */
+    int64_t gpu_start = r->gpu_start_ns < start ? r->gpu_start_ns : start;
     if (!u->group_launches) {
         u->group_key = r->key;
         u->group_start = start;
+        u->group_gpu_start = gpu_start;
     } else if (u->group_key != r->key) {
         u->group_key = NULL;
     }
+    if (gpu_start < u->group_gpu_start)
+        u->group_gpu_start = gpu_start;
     u->group_launches += r->launches;
     /* What this run adds to the busy time so far.  Runs are read back in the
      * order they closed, which is not always the order they began: one that

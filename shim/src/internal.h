@@ -656,6 +656,18 @@ void vgl_costs_forget(struct vgl_costs *costs);
  * `recorded_ns` (0: it had not), as much later as the host took from then to
  * the launch's return, `returned_ns` (both vgl_node_clock_ns). */
 int64_t vgl_interval_start(int64_t event_ns, uint64_t recorded_ns, uint64_t returned_ns);
+/* The least a launch call took, the driver's CPU time undisturbed, over two cost windows. */
+struct vgl_call_time {
+    int64_t window_ns, earlier_ns;
+    uint64_t window_from;           /* 0: no call timed yet */
+};
+/* A measured launch was called at `called_ns` and returned at `returned_ns`
+ * (vgl_node_clock_ns): where its kernel had reached the GPU as far as a
+ * measurement may count, for vgl_interval_start.  That is `returned_ns`, or
+ * earlier by as much as the call took longer than the least of recent ones:
+ * a thread descheduled in it, after the driver had queued the kernel, would
+ * count the kernel short (0: not timed, `returned_ns` as it is). */
+uint64_t vgl_call_returned(struct vgl_call_time *calls, uint64_t called_ns, uint64_t returned_ns);
 /* How often a context's launches are measured. */
 struct vgl_cadence {
     uint32_t since;                 /* launches since the last measurement */
@@ -680,6 +692,7 @@ struct vgl_union {
     int64_t group_start;            /* where the runs since covered_ns last jumped ahead began */
     uint32_t group_launches;        /* their launches (0: none) */
     const void *group_key;          /* the one target they launched, or NULL for several */
+    int64_t group_gpu_start;        /* where they began on the GPU's clock alone: their lesson counts from there */
 };
 /* One run of launches on a stream: where it began and ended, from the reference. */
 struct vgl_span {
@@ -688,6 +701,10 @@ struct vgl_span {
     uint32_t launches;
     bool known;                     /* every launch was charged a measured cost */
     const void *key;                /* the one target launched, or NULL for several */
+    /* Where its start event completed: start_ns, or earlier where start_ns
+     * was moved to its launch's return on the host's clock (a launch timed
+     * alone on an idle stream), which a descheduled thread makes late. */
+    int64_t gpu_start_ns;
 };
 /* A group of overlapping runs that launched `key` (NULL: several) took per_launch_ns a launch. */
 struct vgl_lesson {
@@ -753,6 +770,7 @@ struct vgl_launch {
     bool known;                     /* that is a measured cost */
     bool measured;                  /* it joins a run of its stream */
     bool timed;                     /* ... on several streams, one that times it alone */
+    uint64_t called_ns;             /* measured, first in its run: the clock just before the driver's call */
     struct vgl_tracker *tracker;    /* its context's; NULL: not measured */
     int index;                      /* its stream's in the tracker; -1: none */
 };

@@ -30,6 +30,7 @@ static struct {
     struct CUevent_st events[EVENTS];
     unsigned created, destroyed, calls, elapsed_calls;
     CUresult elapsed_fails;         /* not 0: what cuEventElapsedTime answers */
+    uint64_t late_ns;               /* a launching thread is descheduled this long once its kernel is queued */
 } gpu = {.now_ns = 1000 * MS};
 
 static char stream_ids[STREAMS];    /* a stream is the address of its id */
@@ -132,6 +133,7 @@ static int64_t launch(struct account *a, CUcontext ctx, const void *key, int i, 
         uint64_t start = gpu.stream_end_ns[i] > gpu.now_ns ? gpu.stream_end_ns[i] : gpu.now_ns;
         gpu.stream_end_ns[i] = start + (uint64_t)kernel_ns;
     }
+    gpu.now_ns += gpu.late_ns;
     vgl_busy_leave(l, went, false, &s);
     take(a, &s);
     return l->cost_ns;
@@ -164,8 +166,8 @@ static int64_t cost_of(CUcontext ctx, const void *key)
     return l.known ? l.cost_ns : -1;
 }
 
-static int k1, k2, k3, k4, k5; /* launch targets: their addresses */
-static int c1, c2, c3, c4, c5; /* contexts */
+static int k1, k2, k3, k4, k5, k6; /* launch targets: their addresses */
+static int c1, c2, c3, c4, c5, c6; /* contexts */
 
 /* On one idle stream a kernel is measured alone, from where its launch
  * returned (its start event completed at once): it costs its kernel's time,
@@ -185,6 +187,29 @@ static void test_one_stream_counts_a_kernel_from_its_launch_return(void)
     CHECK(a.charged_ns == a.admitted_ns, "settled %lld of %lld charged", (long long)a.charged_ns,
           (long long)a.admitted_ns);
     CHECK(a.used_ns == 20 * 100 * US, "used %lld", (long long)a.used_ns);
+}
+
+/* A launch-bound program (2 us kernels) on a busy CPU: its thread is
+ * descheduled for 50 us in every launch call from the 31st on, after the
+ * driver queued the kernel, so that its kernel has ended when the call
+ * returns.  Counted from that return, each would take nothing (its cost fell
+ * to 1 ns); from the call plus the least a call takes, each is counted at
+ * least its kernel's time, and its cost stays 2 us. */
+static void test_a_thread_descheduled_in_its_launch_counts_no_kernel_short(void)
+{
+    struct account a = {0};
+    CUcontext ctx = (CUcontext)(void *)&c6;
+    for (int i = 0; i < 230; i++) {
+        gpu.late_ns = i < 30 ? 0 : 50 * US;
+        launch(&a, ctx, &k6, 0, 2 * US, true);
+        gpu.now_ns += 10 * US;
+    }
+    gpu.late_ns = 0;
+    harvest(&a, 10 * MS);
+    CHECK(cost_of(ctx, &k6) == 2 * US, "cost %lld", (long long)cost_of(ctx, &k6));
+    CHECK(a.charged_ns == a.admitted_ns, "settled %lld of %lld charged", (long long)a.charged_ns,
+          (long long)a.admitted_ns);
+    CHECK(a.used_ns >= 230 * 2 * US, "used %lld", (long long)a.used_ns);
 }
 
 /* Once a cost holds, launches ask the driver nothing between measurements:
@@ -278,9 +303,10 @@ int main(void)
 {
     test_one_stream_counts_a_kernel_from_its_launch_return();
     test_launches_between_measurements_ask_the_driver_nothing();
+    test_a_thread_descheduled_in_its_launch_counts_no_kernel_short();
     test_a_run_not_done_is_asked_again_after_as_long_as_it_was_late();
     test_what_cannot_be_read_is_settled_as_charged();
     test_streams_side_by_side_count_once();
-    (void)k1, (void)k2, (void)k3, (void)k4, (void)k5;
+    (void)k1, (void)k2, (void)k3, (void)k4, (void)k5, (void)k6;
     return check_summary();
 }

@@ -218,9 +218,27 @@ static void test_the_cadence(void)
 static int64_t add(struct vgl_union *u, int64_t start, int64_t end, int64_t charged, bool known, const void *key,
                    struct vgl_lesson *lesson, bool *taught)
 {
-    struct vgl_span r = {.start_ns = start, .end_ns = end, .charged_ns = charged, .launches = 1, .known = known,
-                         .key = key};
+    struct vgl_span r = {.start_ns = start, .gpu_start_ns = start, .end_ns = end, .charged_ns = charged,
+                         .launches = 1, .known = known, .key = key};
     return vgl_union_add(u, &r, lesson, taught);
+}
+
+/* A launch timed alone on an idle stream, its start moved from its event
+ * (at 0) to its launch's return, which a descheduled thread made late (at
+ * 5 us; its kernel ended at 6 us): it adds to the busy time from there, but
+ * its group, alone, teaches from the event, on the GPU's clock alone, never
+ * shorter than the kernel (it taught 1 us a launch, past the median of the
+ * host's measurements). */
+static void test_a_late_return_teaches_no_union_too_short(void)
+{
+    struct vgl_union u = {0};
+    struct vgl_lesson lesson;
+    bool taught;
+    struct vgl_span timed = {.start_ns = 5 * US, .gpu_start_ns = 0, .end_ns = 6 * US, .charged_ns = 2 * US,
+                             .launches = 1, .known = true, .key = &k1};
+    CHECK(vgl_union_add(&u, &timed, &lesson, &taught) == US && !taught, "busy from its return");
+    CHECK(vgl_union_close(&u, &lesson) && lesson.per_launch_ns == 6 * US, "taught %lld a launch",
+          (long long)lesson.per_launch_ns);
 }
 
 /* Two streams' runs that overlap count once, and teach their union per launch. */
@@ -309,6 +327,7 @@ int main(void)
     test_the_cadence();
     test_overlapping_runs_count_once();
     test_a_run_read_out_of_order_adds_its_stretch();
+    test_a_late_return_teaches_no_union_too_short();
     test_known_runs_count_at_most_their_charge();
     test_when_a_run_closes();
     test_the_polling_pace();
