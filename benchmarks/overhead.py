@@ -1,8 +1,8 @@
 """What the shim adds to a kernel launch and to an allocation + free pair.
 
-Builds bench_overhead.c and a do-nothing driver (null_driver.c), then runs the
-same loop directly and under the shim, interleaved, in one run, and prints the
-ns added per call.  Against the null driver the difference is the shim's own
+Builds bench_overhead.c and a do-nothing driver (null_driver.c, with an NVML
+that only starts, null_nvml.c), then runs the same loop directly and under the
+shim, interleaved, in one run, and prints the ns added per call.  Against the null driver the difference is the shim's own
 cost; against simgpu it is what a user of the simulated GPU sees.
 
     python benchmarks/overhead.py [--launches N] [--pairs N] [--repeat N]
@@ -34,6 +34,9 @@ def build(out: Path) -> tuple[Path, Path]:
     subprocess.run([CC, "-std=c11", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic",
                     "-Wl,-soname,libcuda.so.1", f"-I{INCLUDE}", "-o", str(null_dir / "libcuda.so.1"),
                     str(HERE / "null_driver.c")], check=True)
+    subprocess.run([CC, "-std=c11", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
+                    "-Wl,-soname,libnvidia-ml.so.1", f"-I{INCLUDE}", "-o", str(null_dir / "libnvidia-ml.so.1"),
+                    str(HERE / "null_nvml.c")], check=True)
     bench = out / "bench_overhead"
     subprocess.run([CC, "-std=c11", "-O2", f"-I{INCLUDE}", "-o", str(bench),
                     str(HERE / "bench_overhead.c"), "-ldl"], check=True)
@@ -83,7 +86,8 @@ def main() -> None:
             "shim, 1 TiB cap": {"LD_PRELOAD": shim, "VGPULIMIT_MEMORY": "1TiB",
                                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": region},
         }
-        # The null driver has no NVML: each process's shim would say so once.
+        # The null NVML lists no processes: each process's shim would say once
+        # that it cannot find itself there.
         quiet = {"null driver": {"VGPULIMIT_LOG": "error"}, "simgpu": {}}
         best: dict[tuple[str, str], dict[str, float]] = {}
         for run in range(args.repeat):  # interleaved, so drift hits every setup alike
