@@ -12,6 +12,14 @@ static CUdeviceptr next_ptr = 1ULL << 40;
 
 API CUresult cuInit(unsigned int flags) { return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
 API CUresult cuCtxGetDevice(CUdevice *device) { *device = 0; return CUDA_SUCCESS; }
+/* One device, as every driver can say (the shim asks once which devices a
+ * process has, and would ask again at every allocation until told). */
+API CUresult cuDeviceGetCount(int *count) { *count = 1; return CUDA_SUCCESS; }
+API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    memset(uuid->bytes, 0x42, sizeof uuid->bytes);
+    return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { (void)dev; *bytes = 80ULL << 30; return CUDA_SUCCESS; }
 API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) { *free_bytes = *total_bytes = 80ULL << 30; return CUDA_SUCCESS; }
 API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
@@ -32,6 +40,7 @@ API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cu
 
 static const struct { const char *name; void *fn; } TABLE[] = {
     {"cuInit", (void *)cuInit}, {"cuCtxGetDevice", (void *)cuCtxGetDevice},
+    {"cuDeviceGetCount", (void *)cuDeviceGetCount}, {"cuDeviceGetUuid", (void *)cuDeviceGetUuid_v2},
     {"cuDeviceTotalMem", (void *)cuDeviceTotalMem_v2}, {"cuMemGetInfo", (void *)cuMemGetInfo_v2},
     {"cuMemAlloc", (void *)cuMemAlloc_v2}, {"cuMemFree", (void *)cuMemFree_v2},
     {"cuLaunchKernel", (void *)cuLaunchKernel}, {"cuGetProcAddress", (void *)cuGetProcAddress_v2},

@@ -163,7 +163,8 @@ void vgl_release_unused(uint32_t device, uint64_t bytes)
 void vgl_release(uint32_t device, uint64_t bytes)
 {
     vgl_release_unused(device, bytes);
-    vgl_elastic_changed((int)device, 0, true);
+    if (vgl_elastic_takes_part())
+        vgl_elastic_changed((int)device, 0, true);
 }
 
 void vgl_follow_reserve(uint32_t device, uint64_t charged, uint64_t reserved)

@@ -7,8 +7,10 @@
 
 #include "internal.h"
 
-/* The thread's wait for memory, across the tries of its allocation (vgl_charge_retry). */
-static __thread struct vgl_memory_wait waiting = {.device = -1};
+/* The thread's wait for memory, across the tries of its allocation
+ * (vgl_charge_retry).  Read at every allocation: in the static TLS block
+ * (the shim is preloaded, never dlopened), not found by a call each time. */
+static __thread struct vgl_memory_wait waiting __attribute__((tls_model("initial-exec"))) = {.device = -1};
 
 /* `link`: the region whose cap refused (0 the process's own, then those it is
  * nested in); < 0: no limit could be enforced at all. */
@@ -134,7 +136,7 @@ void vgl_charge_end(struct vgl_charge *c, CUresult rc, enum vgl_allocation_kind 
      * lesser harm than counting it forever). */
     if (rc != CUDA_SUCCESS || !vgl_allocations_put(kind, key, c->device, c->bytes, 0))
         vgl_release_unused((uint32_t)c->device, c->bytes);
-    else
+    else if (vgl_elastic_takes_part())
         vgl_elastic_changed(c->device, 0, false);
     c->device = -1;
     vgl_charges_leave();
@@ -183,7 +185,7 @@ void vgl_uncharge_begin(enum vgl_allocation_kind kind, uint64_t key, struct vgl_
     u->held = vgl_self.slot && vgl_allocations_take(kind, key, &u->a);
     /* Before the driver frees it: others never see the container use less
      * than it does, and so never hold less of its guarantee than is unused. */
-    if (u->held)
+    if (u->held && vgl_elastic_takes_part())
         vgl_elastic_changed(u->a.device, u->a.bytes, false);
 }
 
