@@ -47,6 +47,9 @@ VGL_GLIBC_PIN(pthread_mutexattr_setpshared, VGL_GLIBC_FIRST);
 VGL_GLIBC_PIN(pthread_mutexattr_setrobust, VGL_GLIBC_ROBUST);
 VGL_GLIBC_PIN(pthread_mutex_consistent, VGL_GLIBC_ROBUST);
 VGL_GLIBC_PIN(pthread_mutex_timedlock, VGL_GLIBC_FIRST);
+/* simgpu's checkpoint thread: moved into libc in 2.34 and 2.32. */
+VGL_GLIBC_PIN(pthread_create, VGL_GLIBC_FIRST);
+VGL_GLIBC_PIN(pthread_sigmask, VGL_GLIBC_FIRST);
 
 /* With 64-bit file offsets (meson's default), glibc 2.28's headers name
  * fcntl fcntl64, a version new in 2.28; on a 64-bit target it is fcntl. */
