@@ -96,6 +96,18 @@ static CUresult begin(const char *call, int device, uint64_t bytes, struct vgl_c
     return CUDA_SUCCESS;
 }
 
+size_t vgl_import_size(const char *call, CUdeviceptr_v2 ptr)
+{
+    CUdeviceptr_v2 base;
+    size_t size = 0;
+    if (vgl_real.cuMemGetAddressRange_v2(&base, &size, ptr) == CUDA_SUCCESS && size)
+        return size;
+    static unsigned said;
+    vgl_log_bounded(VGL_LOG_ERROR, &said, "%s refused: the driver does not say the size of the memory "
+                    "imported, so it cannot be counted against the cap", call);
+    return 0;
+}
+
 CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c)
 {
     c->device = -1;

@@ -322,6 +322,11 @@ struct vgl_charge {
  * CUDA_SUCCESS with c->device < 0 when there is no current context: the
  * driver will say so itself. */
 CUresult vgl_charge_begin(const char *call, int device, uint64_t bytes, struct vgl_charge *c);
+/* The size of the allocation an import made at `ptr` (an opened IPC pointer,
+ * an imported pool pointer), as the driver says it; 0, said in one line, when
+ * it will not say: the caller then lets the import go, never holds it
+ * uncounted. */
+size_t vgl_import_size(const char *call, CUdeviceptr_v2 ptr);
 /* Moves the reservation to what the driver actually took.  Growth must fit
  * under the cap unless `force` (memory the driver already holds); false: it
  * did not, and nothing changed. */

@@ -211,12 +211,8 @@ static CUresult open_ipc(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsign
         uint64_t bytes;
         if (rc != CUDA_SUCCESS || vgl_allocations_hold(VGL_ALLOC_OPENED, *pdptr, +1, &device, &bytes) > 0)
             continue;
-        CUdeviceptr_v2 base;
-        size_t size = 0;
-        if (vgl_real.cuMemGetAddressRange_v2(&base, &size, *pdptr) != CUDA_SUCCESS || !size) {
-            static unsigned said;
-            vgl_log_bounded(VGL_LOG_ERROR, &said, "cuIpcOpenMemHandle refused: the driver does not say the "
-                            "size of the memory opened, so it cannot be counted against the cap");
+        size_t size = vgl_import_size("cuIpcOpenMemHandle", *pdptr);
+        if (!size) {
             vgl_real.cuIpcCloseMemHandle(*pdptr);
             rc = CUDA_ERROR_OUT_OF_MEMORY;
             continue;

@@ -236,12 +236,8 @@ static CUresult import_pointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmem
     struct vgl_allocation known;
     if (rc != CUDA_SUCCESS || vgl_allocations_find(VGL_ALLOC_IMPORTED, *ptr_out, &known))
         return rc; /* failed, or the same allocation imported again: the same pointer */
-    CUdeviceptr_v2 base;
-    size_t size = 0;
-    if (vgl_real.cuMemGetAddressRange_v2(&base, &size, *ptr_out) != CUDA_SUCCESS || !size) {
-        static unsigned said;
-        vgl_log_bounded(VGL_LOG_ERROR, &said, "cuMemPoolImportPointer refused: the driver does not say the "
-                        "size of the memory imported, so it cannot be counted against the cap");
+    size_t size = vgl_import_size("cuMemPoolImportPointer", *ptr_out);
+    if (!size) {
         vgl_real.cuMemFree_v2(*ptr_out);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
