@@ -40,6 +40,10 @@ static const char OUR_WAIT[] = "VGPULIMIT_MEMORY_WAIT";
 static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
 static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
+static const char MPS_PIPE[] = "CUDA_MPS_PIPE_DIRECTORY";
+/* What HAMi's DRA driver writes as CUDA_DEVICE_SM_LIMIT_<i> where the claim's
+ * allocation consumes no "cores" (hami_core.go, GetCDIContainerEdits). */
+static const uint32_t HAMI_DRA_DEFAULT_CORES = 60;
 static const char OUR_SETTER[] = "VGPULIMIT_SETTER";
 /* The timing table's overrides (timings.c reads them). */
 static const char OUR_TIMINGS[] = "VGPULIMIT_TIMING_";
@@ -296,6 +300,14 @@ static void spread_claim_indices(struct reading *r)
         if (!tightest)
             continue;
         struct candidate use = *tightest;
+        bool ours = false;
+        for (int i = 0; i < VGL_MAX_DEVICES; i++)
+            ours = ours || r->found[CORES][OURS][i].set;
+        /* A user who asked for memory only did not expect 60% of the time. */
+        if (kind == CORES && use.cores_pct == HAMI_DRA_DEFAULT_CORES && !ours)
+            say(r->out, false, "%s=%u holds this container to %u%% of the GPU's compute: HAMi's DRA driver "
+                "writes %u also where the claim asks for no cores (ask for \"cores\": 100 for all of it)",
+                use.origin.name, use.cores_pct, use.cores_pct, use.cores_pct);
         if (differ)
             say(r->out, false, "%s=\"%s\" applies to every device: the indices of HAMi's DRA form (%s under "
                 "/vgpu/claims/) need not be the container's device numbers, and the tightest is kept",
@@ -364,6 +376,41 @@ static void kai_region(char **envp, struct vgl_env *out)
     }
     out->region_dir_len = (uint32_t)strlen(mount);
     snprintf(out->region_from, sizeof out->region_from, "%s", KAI_MOUNT);
+}
+
+/* An MPS client (CUDA_MPS_PIPE_DIRECTORY set, as NVIDIA's DRA driver sets it
+ * for an MPS claim): its compute is its MPS daemon's to share out (the active
+ * thread percentage the daemon was given), and a second throttle in front of
+ * it would fight it, so a compute share is dropped, said once; the memory
+ * cap holds, MPS's pinned memory limit or not. */
+static void leave_compute_to_mps(char **envp, struct vgl_env *out)
+{
+    const char *pipe = lookup(envp, MPS_PIPE);
+    if (!pipe)
+        return;
+    out->mps = 1;
+    char dropped[VGL_ENV_NAME_LEN + 70] = "";
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        if (out->cores_from[i].source && !dropped[0])
+            snprintf(dropped, sizeof dropped, "%s=%s", out->cores_from[i].name, out->cores_from[i].text);
+        out->cores_pct[i] = 0;
+        memset(&out->cores_from[i], 0, sizeof out->cores_from[i]);
+        struct vgl_uuid_limit *u = &out->by_uuid[i];
+        if ((u->flags & VGL_UUID_CORES) && !dropped[0])
+            snprintf(dropped, sizeof dropped, "the compute share by UUID");
+        u->flags &= (u->flags & (VGL_UUID_MEMORY | VGL_UUID_REQUEST)) ? ~(uint32_t)VGL_UUID_CORES : 0;
+        u->cores_pct = 0;
+    }
+    /* The entries in use stay first: readers stop at the first empty one. */
+    int kept = 0;
+    for (int i = 0; i < VGL_MAX_DEVICES; i++)
+        if (out->by_uuid[i].flags)
+            out->by_uuid[kept++] = out->by_uuid[i];
+    for (; kept < VGL_MAX_DEVICES; kept++)
+        memset(&out->by_uuid[kept], 0, sizeof out->by_uuid[kept]);
+    if (dropped[0])
+        say(out, false, "%s is not enforced: %s is set, and an MPS client's compute is its MPS daemon's to "
+            "limit (its active thread percentage); the memory cap holds", dropped, MPS_PIPE);
 }
 
 /* HAMi's CUDA_DISABLE_CONTROL, read as its device plugin reads it (Go's
@@ -704,6 +751,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         read_portion(&r, portion);
     }
     merge(&r);
+    leave_compute_to_mps(envp, out);
     check_requests(out);
     kai_region(envp, out);
     lost_region(envp, out);

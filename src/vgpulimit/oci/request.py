@@ -48,12 +48,14 @@ def requested(config: Mapping[str, Any]):
     if not (found.memory or found.cores or by_uuid or found.priority or elastic or asks_by_annotation
             or found.errors):
         return None
+    if found.errors:
+        # Also where a device plugin or DRA driver mounts the shim itself: the
+        # shim would refuse every allocation, so the start fails here instead.
+        raise HookError(f"process.env {found.errors[0]}")
     if found.region_path:
         # A device plugin that mounts the shim itself named the region (HAMi's
         # sets CUDA_DEVICE_MEMORY_SHARED_CACHE): the container is its to set up.
         return None
-    if found.errors:
-        raise HookError(f"process.env {found.errors[0]}")
 
     def annotation(name: str, parse) -> Setting | None:
         if name not in annotations:
@@ -65,6 +67,11 @@ def requested(config: Mapping[str, Any]):
             raise HookError(str(exc)) from None
 
     warnings = list(found.warnings)
+    if found.mps and CORES_ANNOTATION in annotations:
+        # As the reader drops a compute variable of an MPS client (environment.c).
+        warnings.append(f"annotation {CORES_ANNOTATION} {annotations[CORES_ANNOTATION]} is not enforced: "
+                        "CUDA_MPS_PIPE_DIRECTORY is set, and an MPS client's compute is its MPS daemon's to limit")
+        annotations = {k: v for k, v in annotations.items() if k != CORES_ANNOTATION}
     memory = layer(found.memory, tightening(found.memory, annotation(MEMORY_ANNOTATION, parse_memory)),
                    {}, warnings)
     cores = layer(found.cores, tightening(found.cores, annotation(CORES_ANNOTATION, parse_cores)), {}, warnings)
