@@ -258,8 +258,7 @@ def test_hami_dra_two_containers_of_one_pod_share_the_claims_cap(containerd, nod
     assert region["devices"][0]["limit"]["text"] == "1 GiB" and region["devices"][0]["cores_pct"] == 30
     assert sorted(p["used_bytes"] for p in region["processes"]) == [256 * MiB, 3 * 256 * MiB]
     assert len({p["host_pid"] for p in region["processes"]}) == 2
-    [(key, used)] = series_of(samples, "vgpulimit_memory_used_bytes", claim_uid=claim).items()
-    assert used == GiB
+    assert list(series_of(samples, "vgpulimit_memory_used_bytes", claim_uid=claim).values()) == [GiB]
     per_process = series_of(samples, "vgpulimit_process_memory_used_bytes", claim_uid=claim)
     assert sorted(per_process.values()) == [256 * MiB, 3 * 256 * MiB]
 
@@ -268,7 +267,7 @@ def test_hami_dra_claim_naming_no_cores_is_held_to_60_percent_and_says_so(contai
     """The driver writes CUDA_DEVICE_SM_LIMIT_<i>=60 where the claim consumes
     no cores, and the whole device's memory where it consumes no memory: the
     container is held to 60 % of the compute, which its log says in one line."""
-    claim, device = hami_dra_claim(containerd, node, [{}])
+    _, device = hami_dra_claim(containerd, node, [{}])
     pod = containerd.run_pod("dra-memory-only", handler=HOOKED)
     container, report = started(pod, "main", [*FILL, str(256 * MiB), "1"], cdi_devices=[device])
     stderr = stderr_of(pod, "main", container)
@@ -404,14 +403,15 @@ def nvidia_mps_claim(containerd) -> str:
     return f"k8s.gpu.nvidia.com/claim={claim}-gpu-0"
 
 
-def test_an_mps_client_keeps_its_memory_cap_and_leaves_compute_to_mps(containerd, node):
+def test_an_mps_client_keeps_its_memory_cap_and_is_told_a_compute_share_adds_to_mps(containerd, node):
     """The claim hands the container only MPS's pipe: alone it runs with no
     region (MPS's daemon holds its limits).  Given vgpulimit's limits too (the
-    hook in the base spec reads them), the memory cap holds and the compute
-    share is left to MPS, said in one line."""
+    hook in the base spec reads them), the memory cap holds; a compute share
+    is kept (a tenant can set the variable too) and said, once, to apply on
+    top of MPS's."""
     device = nvidia_mps_claim(containerd)
     pod = containerd.run_pod("mps", namespace="infer", handler=HOOKED)
-    alone, bare = started(pod, "bare", [*FILL, str(GiB), "2"], cdi_devices=[device])
+    _, bare = started(pod, "bare", [*FILL, str(GiB), "2"], cdi_devices=[device])
     assert bare["before"]["total"] == 16 * GiB and bare["allocs"] == ["CUDA_SUCCESS"] * 2
     assert os.listdir(containerd.base / "hooknode") == []
     capped, report = started(pod, "capped", hold("/tmp/release", 256 * MiB, 5), cdi_devices=[device],
@@ -421,9 +421,9 @@ def test_an_mps_client_keeps_its_memory_cap_and_leaves_compute_to_mps(containerd
     stderr = stderr_of(pod, "capped", capped)
     assert report["before"]["total"] == GiB
     assert report["allocs"] == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
-    line = ("VGPULIMIT_CORES=30 is not enforced: CUDA_MPS_PIPE_DIRECTORY is set, and an MPS client's "
-            "compute is its MPS daemon's to limit")
+    line = ("CUDA_MPS_PIPE_DIRECTORY is set: this MPS client's compute is held both by its MPS daemon's "
+            "limits and by VGPULIMIT_CORES=30, the tighter applying")
     assert stderr.count(line) == 1, stderr
     assert region["identity"]["pod"] == "mps" and region["identity"]["container"] == "capped"
     assert region["devices"][0]["limit"]["text"] == "1 GiB"
-    assert not region["devices"][0]["cores_pct"]
+    assert region["devices"][0]["cores_pct"] == 30

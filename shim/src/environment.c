@@ -379,38 +379,26 @@ static void kai_region(char **envp, struct vgl_env *out)
 }
 
 /* An MPS client (CUDA_MPS_PIPE_DIRECTORY set, as NVIDIA's DRA driver sets it
- * for an MPS claim): its compute is its MPS daemon's to share out (the active
- * thread percentage the daemon was given), and a second throttle in front of
- * it would fight it, so a compute share is dropped, said once; the memory
- * cap holds, MPS's pinned memory limit or not. */
-static void leave_compute_to_mps(char **envp, struct vgl_env *out)
+ * for an MPS claim): its compute is its MPS daemon's to share out, and the
+ * memory cap holds.  A compute share given too is kept, never dropped: the
+ * variable is one a tenant can set, and would otherwise shed its share by
+ * naming any directory.  Both then apply, the tighter holding, said once. */
+static void note_mps(char **envp, struct vgl_env *out)
 {
-    const char *pipe = lookup(envp, MPS_PIPE);
-    if (!pipe)
+    if (!lookup(envp, MPS_PIPE))
         return;
     out->mps = 1;
-    char dropped[VGL_ENV_NAME_LEN + 70] = "";
     for (int i = 0; i < VGL_MAX_DEVICES; i++) {
-        if (out->cores_from[i].source && !dropped[0])
-            snprintf(dropped, sizeof dropped, "%s=%s", out->cores_from[i].name, out->cores_from[i].text);
-        out->cores_pct[i] = 0;
-        memset(&out->cores_from[i], 0, sizeof out->cores_from[i]);
-        struct vgl_uuid_limit *u = &out->by_uuid[i];
-        if ((u->flags & VGL_UUID_CORES) && !dropped[0])
-            snprintf(dropped, sizeof dropped, "the compute share by UUID");
-        u->flags &= (u->flags & (VGL_UUID_MEMORY | VGL_UUID_REQUEST)) ? ~(uint32_t)VGL_UUID_CORES : 0;
-        u->cores_pct = 0;
+        bool by_uuid = out->by_uuid[i].flags & VGL_UUID_CORES;
+        if (!out->cores_from[i].source && !by_uuid)
+            continue;
+        char given[VGL_ENV_NAME_LEN + 70];
+        snprintf(given, sizeof given, "%s%s%s", by_uuid ? "a compute share by UUID" : out->cores_from[i].name,
+                 by_uuid ? "" : "=", by_uuid ? "" : out->cores_from[i].text);
+        say(out, false, "%s is set: this MPS client's compute is held both by its MPS daemon's limits and by "
+            "%s, the tighter applying; to leave compute to MPS, give it no compute share", MPS_PIPE, given);
+        return;
     }
-    /* The entries in use stay first: readers stop at the first empty one. */
-    int kept = 0;
-    for (int i = 0; i < VGL_MAX_DEVICES; i++)
-        if (out->by_uuid[i].flags)
-            out->by_uuid[kept++] = out->by_uuid[i];
-    for (; kept < VGL_MAX_DEVICES; kept++)
-        memset(&out->by_uuid[kept], 0, sizeof out->by_uuid[kept]);
-    if (dropped[0])
-        say(out, false, "%s is not enforced: %s is set, and an MPS client's compute is its MPS daemon's to "
-            "limit (its active thread percentage); the memory cap holds", dropped, MPS_PIPE);
 }
 
 /* HAMi's CUDA_DISABLE_CONTROL, read as its device plugin reads it (Go's
@@ -751,7 +739,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         read_portion(&r, portion);
     }
     merge(&r);
-    leave_compute_to_mps(envp, out);
+    note_mps(envp, out);
     check_requests(out);
     kai_region(envp, out);
     lost_region(envp, out);

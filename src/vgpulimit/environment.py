@@ -48,7 +48,7 @@ class Environment:
                                        # CONTAINER_VGPU_MOUNT (KAI's isolator)
     asks: bool = False                 # a limit or region variable is present
     control_disabled: bool = False     # HAMi's CUDA_DISABLE_CONTROL=true: nothing is enforced
-    mps: bool = False                  # CUDA_MPS_PIPE_DIRECTORY: compute is left to the MPS daemon
+    mps: bool = False                  # CUDA_MPS_PIPE_DIRECTORY is set: an MPS client
     errors: tuple[str, ...] = ()       # variables that cannot be used, one line each
     warnings: tuple[str, ...] = ()
 
