@@ -128,7 +128,7 @@ def node(containerd):
     yield vgpu
     for pod in list(containerd.pods):
         containerd.remove_pod(pod)
-    for spec in (containerd.base / "cdi").glob("hami-*.json"):
+    for spec in (containerd.base / "cdi").glob("producer-*.json"):
         spec.unlink()
     shutil.rmtree(vgpu)
     shutil.rmtree(containerd.base / "vgpulock")
@@ -230,7 +230,7 @@ def hami_dra_claim(containerd, vgpu: Path, consumed: list[dict[str, int]]) -> tu
             {"containerPath": "/tmp/vgpulock", "hostPath": str(vgpu.parent / "vgpulock"),
              "options": ["rw", *options]},
         ]}}]}
-    (containerd.base / "cdi" / f"hami-{claim}.json").write_text(json.dumps(spec))
+    (containerd.base / "cdi" / f"producer-hami-{claim}.json").write_text(json.dumps(spec))
     return claim, f"{HAMI_DRA_KIND}={name}"
 
 
@@ -289,7 +289,7 @@ def test_a_bad_producer_variable_fails_the_start_where_the_hook_runs(containerd,
     import grpc
 
     claim, device = hami_dra_claim(containerd, node, [{"cores": 30, "memory": GiB}])
-    spec = containerd.base / "cdi" / f"hami-{claim}.json"
+    spec = containerd.base / "cdi" / f"producer-hami-{claim}.json"
     spec.write_text(spec.read_text().replace('_0=1024m"', '_0=lots"'))
     pod = containerd.run_pod(f"bad-{handler}", handler=handler)
     container = create(pod, "main", [*FILL, str(256 * MiB), "1"], cdi_devices=[device])
@@ -399,7 +399,7 @@ def nvidia_mps_claim(containerd) -> str:
             "mounts": [{"containerPath": "/dev/shm", "hostPath": str(daemon / "shm"), "options": options},
                        {"containerPath": "/tmp/nvidia-mps", "hostPath": str(daemon / "pipe"),
                         "options": options}]}}]}
-    (containerd.base / "cdi" / f"hami-nvidia-{claim}.json").write_text(json.dumps(spec))
+    (containerd.base / "cdi" / f"producer-nvidia-{claim}.json").write_text(json.dumps(spec))
     return f"k8s.gpu.nvidia.com/claim={claim}-gpu-0"
 
 
