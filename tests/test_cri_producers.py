@@ -257,7 +257,8 @@ def test_hami_dra_two_containers_of_one_pod_share_the_claims_cap(containerd, nod
     assert ours(cache) and region["region"] == str(cache)
     assert region["devices"][0]["limit"]["text"] == "1 GiB" and region["devices"][0]["cores_pct"] == 30
     assert sorted(p["used_bytes"] for p in region["processes"]) == [256 * MiB, 3 * 256 * MiB]
-    assert len({p["host_pid"] for p in region["processes"]}) == 2
+    # Each process named by its container's id, as `crictl ps` and the pod's status show it.
+    assert sorted(p["host"]["container_id"] for p in region["processes"]) == sorted([first, second])
     assert list(series_of(samples, "vgpulimit_memory_used_bytes", claim_uid=claim).values()) == [GiB]
     per_process = series_of(samples, "vgpulimit_process_memory_used_bytes", claim_uid=claim)
     assert sorted(per_process.values()) == [256 * MiB, 3 * 256 * MiB]
@@ -427,3 +428,17 @@ def test_an_mps_client_keeps_its_memory_cap_and_is_told_a_compute_share_adds_to_
     assert region["identity"]["pod"] == "mps" and region["identity"]["container"] == "capped"
     assert region["devices"][0]["limit"]["text"] == "1 GiB"
     assert region["devices"][0]["cores_pct"] == 30
+
+
+@pytest.mark.parametrize("cgroup, found", [
+    ("12:pids:/k8s.io/" + "a" * 64 + "\n11:cpu:/k8s.io/" + "a" * 64, "a" * 64),
+    ("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-" + "b" * 64 + ".scope", "b" * 64),
+    ("0::/kubepods.slice/kubepods-burstable.slice/crio-" + "c" * 64 + ".scope/container", "c" * 64),
+    ("0::/user.slice/user-0.slice/session-1.scope", ""),
+    ("9:name=systemd:/\n8:pids:/", ""),
+    ("0::/k8s.io/" + "d" * 63, ""),
+])
+def test_a_process_is_named_by_the_container_its_cgroup_says(cgroup, found):
+    from vgpulimit.processes import container_id_of
+
+    assert container_id_of(cgroup) == found
