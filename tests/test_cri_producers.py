@@ -437,6 +437,8 @@ def test_an_mps_client_keeps_its_memory_cap_and_is_told_a_compute_share_adds_to_
     ("0::/user.slice/user-0.slice/session-1.scope", ""),
     ("9:name=systemd:/\n8:pids:/", ""),
     ("0::/k8s.io/" + "d" * 63, ""),
+    # A cgroup the tenant made below its own, named as another container's id.
+    ("0::/kubepods.slice/cri-containerd-" + "e" * 64 + ".scope/" + "f" * 64, "e" * 64),
 ])
 def test_a_process_is_named_by_the_container_its_cgroup_says(cgroup, found):
     from vgpulimit.processes import container_id_of

@@ -71,11 +71,13 @@ def container_id_of(cgroup_text: str) -> str:
     /proc/<pid>/cgroup (``cgroup_text``) says, "" where none: the id that
     `crictl ps` and a pod's status (containerd://<id>) show, which tells apart
     the containers of one region (the containers of a claim of HAMi's DRA
-    driver share one).  A process cannot move itself out of its cgroup
-    without privileges its container does not have."""
+    driver share one).  The outermost such component is the runtime's: a
+    process cannot leave its cgroup without privileges its container does
+    not have, but where its cgroups are delegated it may make ones below it,
+    and name them as it likes."""
     for line in cgroup_text.splitlines():
         path = line.split(":", 2)[-1]
-        for component in reversed(path.split("/")):
+        for component in path.split("/"):
             found = _CONTAINER_COMPONENT.fullmatch(component)
             if found:
                 return found[1]
