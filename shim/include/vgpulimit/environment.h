@@ -84,6 +84,32 @@ struct vgl_env {
     char line[8][320];                     /* one message each, without a newline */
 };
 
+/* One limit kind, as a row of shim/src/limit_kinds.def (which says what each
+ * field is): the Python side reads the rows through vgl_limit_kind, so both
+ * go by the one compiled table.  "" where a kind has no such name. */
+struct vgl_limit_kind {
+    const char *id;
+    const char *what;
+    const char *ours;
+    const char *hami;
+    const char *kai;
+    const char *flag;
+    uint32_t per_device;
+    uint32_t by_uuid;
+    const char *annotation;
+    const char *parser;
+    const char *hami_parser;
+    const char *region_field;
+    const char *board_field;
+    const char *example;
+    const char *hami_example;
+    const char *help;
+    const char *device_help;
+};
+
+/* The kind at `index`, in the table's order; NULL past the last. */
+const struct vgl_limit_kind *vgl_limit_kind(uint32_t index);
+
 /* Reads `envp` (NULL-terminated "NAME=value" strings, as environ).  Never
  * fails: what cannot be used is counted in `errors` and said in `line`. */
 void vgl_env_read(char **envp, struct vgl_env *out);
