@@ -66,6 +66,7 @@ static const char OUR_SETTER[] = "VGPULIMIT_SETTER";
 static const char OUR_TIMINGS[] = "VGPULIMIT_TIMING_";
 
 static const char *lookup(char **envp, const char *name);
+static const char *first_of(char **envp, const char *name, size_t len);
 
 /* One value for one device, before the tiers are merged. */
 struct candidate {
@@ -578,14 +579,20 @@ static void lost_region(char **envp, struct vgl_env *out)
                               : "under its own limit variables only");
 }
 
-/* The value of `name` in envp, as getenv would find it (the first). */
-static const char *lookup(char **envp, const char *name)
+/* The value of the first entry of envp named as the `len` bytes at `name`
+ * (which need not end there): what getenv would find. */
+static const char *first_of(char **envp, const char *name, size_t len)
 {
-    size_t len = strlen(name);
     for (char **e = envp; e && *e; e++)
         if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
             return *e + len + 1;
     return NULL;
+}
+
+/* The value of `name` in envp, as getenv would find it (the first). */
+static const char *lookup(char **envp, const char *name)
+{
+    return first_of(envp, name, strlen(name));
 }
 
 /* The shim's log level: ours, else HAMi-core's. */
@@ -748,7 +755,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         const char *value = eq + 1;
         char name[VGL_ENV_NAME_LEN];
         snprintf(name, sizeof name, "%.*s", (int)len, entry);
-        if (lookup(envp, name) != value)
+        if (first_of(envp, entry, len) != value)
             continue; /* a second entry of one name: getenv sees the first */
         if (scalar_named(name)) {
             ours = scalar_named(name); /* read above */

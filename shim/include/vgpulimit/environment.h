@@ -41,12 +41,13 @@ enum vgl_env_source {
 enum {
     VGL_ENV_MAX_LINES = 8,
     VGL_ENV_LINE_LEN = 320,
-    VGL_ENV_NAME_LEN = 64,
+    /* The longest name read: VGPULIMIT_MEMORY_REQUEST_ and a UUID is 65. */
+    VGL_ENV_NAME_LEN = 96,
 };
 
 struct vgl_env_origin {
     uint32_t source;           /* enum vgl_env_source */
-    char name[64];             /* the variable, e.g. "VGPULIMIT_MEMORY_1"; VGL_ENV_NAME_LEN */
+    char name[96];             /* the variable, e.g. "VGPULIMIT_MEMORY_1"; VGL_ENV_NAME_LEN */
     char text[64];             /* its value as written (cut at 63 bytes) */
 };
 
