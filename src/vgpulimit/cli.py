@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from vgpulimit import signals
 from vgpulimit.errors import EXIT_FAILURE, UsageError, VgpulimitError, quoted
@@ -148,6 +148,49 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
                              "physical GPUs (as 'run --simulate' runs on it)")
 
 
+# The metavar of a flag, by its kind's parser.
+_METAVARS = {"memory": "SIZE", "cores": "PCT", "cores_policy": "POLICY", "priority": "PRIORITY",
+             "wait": "DURATION"}
+
+
+def _add_limit_flags(parser: argparse.ArgumentParser, per_device: bool, none: str = "",
+                     then: Mapping[str, Callable[[], None]] | None = None) -> None:
+    """A flag for each limit kind of the shim's table (kinds.py), and with
+    ``per_device`` its -device form; ``none``: what the help adds where
+    'none' lifts a limit (memory limits and shares); ``then``: by kind, what
+    adds a command's own flags of that kind after its."""
+    from vgpulimit.kinds import KINDS
+
+    for kind in KINDS:
+        metavar = _METAVARS[kind.parser]
+        lifts = none if kind.parser in ("memory", "cores") else ""
+        parser.add_argument(kind.flag, metavar=metavar, help=kind.help + lifts)
+        if per_device and kind.per_device:
+            parser.add_argument(kind.device_flag, metavar=f"I={metavar}", action="append", default=[],
+                                help=kind.device_help)
+        if then and kind.name in then:
+            then[kind.name]()
+
+
+def _limit_flags(args: argparse.Namespace, per_device: bool = True) -> dict[str, object]:
+    """The limit flags as given, by keyword (``memory``, ``memory_device``,
+    ...): the names resolve_limits, Change.parse and cdi.generate take."""
+    from vgpulimit.kinds import KINDS
+
+    given = {kind.dest: getattr(args, kind.dest) for kind in KINDS}
+    if per_device:
+        given |= {f"{kind.dest}_device": getattr(args, f"{kind.dest}_device") for kind in KINDS if kind.per_device}
+    return given
+
+
+def _add_memory_units(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--memory-units", metavar="N",
+                     help="memory cap as N units of --unit, as Alibaba's gpushare counts it "
+                          "(instead of --memory)")
+    run.add_argument("--unit", metavar="SIZE",
+                     help="the size of one --memory-units unit: 1GiB (default), 128Mi, ...")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from vgpulimit import __version__
     from vgpulimit.completion import SHELLS
@@ -164,37 +207,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     "Limits not given as flags are taken from VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>|_MIG-<uuid>] "
                     "and VGPULIMIT_CORES[_<i>|_GPU-<uuid>|_MIG-<uuid>] in the environment.",
         epilog=SIZE_FORMS)
-    run.add_argument("--memory", metavar="SIZE",
-                     help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ...")
-    run.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
-                     help="memory cap for device I as CUDA numbers it in the container, or for "
-                          "the device of a UUID: GPU-<uuid>=SIZE or MIG-<uuid>=SIZE (overrides --memory; repeatable)")
-    run.add_argument("--memory-units", metavar="N",
-                     help="memory cap as N units of --unit, as Alibaba's gpushare counts it "
-                          "(instead of --memory)")
-    run.add_argument("--unit", metavar="SIZE",
-                     help="the size of one --memory-units unit: 1GiB (default), 128Mi, ...")
-    run.add_argument("--memory-request", metavar="SIZE",
-                     help="memory guaranteed on every device, at most the cap (default: the cap); "
-                          "above it the container borrows what no other container uses or is "
-                          "guaranteed (docs/memory.md)")
-    run.add_argument("--memory-request-device", metavar="I=SIZE", action="append", default=[],
-                     help="memory request for device I, or GPU-<uuid>=SIZE (overrides "
-                          "--memory-request; repeatable)")
-    run.add_argument("--memory-wait", metavar="DURATION",
-                     help="how long an allocation that would be refused waits for memory before "
-                          "it is refused: 500ms, 2s, 1m (default 0: refused at once)")
-    run.add_argument("--cores", metavar="PCT",
-                     help="compute share of every device, in percent: 30 or 30%%")
-    run.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
-                     help="compute share of device I, or GPU-<uuid>=PCT or MIG-<uuid>=PCT (overrides --cores; "
-                          "repeatable)")
-    run.add_argument("--cores-policy", metavar="POLICY",
-                     help="hard (default: never past the share), borrow (past it while no other "
-                          "tenant uses the device) or none (no compute limit)")
-    run.add_argument("--priority", metavar="PRIORITY",
-                     help="high, normal or low: while a container of a higher priority has work "
-                          "on a GPU, lower ones hold back (default: none, takes no part)")
+    _add_limit_flags(run, per_device=True, then={"memory": lambda: _add_memory_units(run)})
     run.add_argument("--board", metavar="PATH",
                      help="the node's board of priorities and memory guarantees, with --priority or "
                           "a memory cap (default: priority.board in the directory run makes regions in)")
@@ -263,28 +276,7 @@ def _build_parser() -> argparse.ArgumentParser:
                     "nothing: new allocations are refused until usage falls under it.  Prints what "
                     "changed, old → new.",
         epilog=SIZE_FORMS)
-    set_.add_argument("--memory", metavar="SIZE",
-                      help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
-    set_.add_argument("--memory-device", metavar="I=SIZE", action="append", default=[],
-                      help="memory cap for device I as CUDA numbers it in the container, or for "
-                           "the device of a UUID: GPU-<uuid>=SIZE or MIG-<uuid>=SIZE (overrides --memory; repeatable)")
-    set_.add_argument("--memory-request", metavar="SIZE",
-                      help="memory guaranteed on every device, at most the cap, or 'none' (the cap)")
-    set_.add_argument("--memory-request-device", metavar="I=SIZE", action="append", default=[],
-                      help="memory request for device I (overrides --memory-request; repeatable)")
-    set_.add_argument("--memory-wait", metavar="DURATION",
-                      help="how long an allocation that would be refused waits for memory: 500ms, "
-                           "2s, ... or 0")
-    set_.add_argument("--cores", metavar="PCT",
-                      help="compute share of every device: 30 or 30%%, or 'none'")
-    set_.add_argument("--cores-device", metavar="I=PCT", action="append", default=[],
-                      help="compute share of device I, or GPU-<uuid>=PCT or MIG-<uuid>=PCT (overrides --cores; "
-                           "repeatable)")
-    set_.add_argument("--cores-policy", metavar="POLICY",
-                      help="hard, borrow or none (every device)")
-    set_.add_argument("--priority", metavar="PRIORITY",
-                      help="high, normal or low, for a container that has one (written in the "
-                           "node's priority board, which a tenant cannot write)")
+    _add_limit_flags(set_, per_device=True, none="; 'none' lifts it")
     set_.add_argument("--region", metavar="PATH",
                       help="the region file (default: $VGPULIMIT_REGION)")
 
@@ -521,19 +513,10 @@ def _add_container_commands(commands) -> None:
                     "'podman run --device vgpulimit.io/gpu=NAME ...'.  At least one limit is "
                     "required; a device with none is asked for with --memory none --cores none.")
     generate.add_argument("--name", help="the device's name (default: from the limits)")
-    generate.add_argument("--memory", metavar="SIZE",
-                          help="memory cap for every device: 4GiB, 3000m, 50%%, 0.2, ... or 'none'")
-    generate.add_argument("--cores", metavar="PCT",
-                          help="compute share in percent: 30 or 30%%, or 'none'")
-    generate.add_argument("--cores-policy", metavar="POLICY", help="hard (default), borrow or none")
-    generate.add_argument("--priority", metavar="PRIORITY", help="high, normal or low")
+    _add_limit_flags(generate, per_device=False, none="; 'none' lifts it")
     generate.add_argument("--device", metavar="UUID",
                           help="the limits are for this device only: GPU-<uuid>, or a MIG device's "
                                "MIG-<uuid> (50%% of which is half its instance)")
-    generate.add_argument("--memory-request", metavar="SIZE",
-                          help="memory guaranteed on every device, at most --memory")
-    generate.add_argument("--memory-wait", metavar="DURATION",
-                          help="how long a refused allocation waits for memory: 500ms, 2s, ...")
     generate.add_argument("--output", metavar="FILE", help="write here (default: stdout)")
     generate.add_argument("--node-dir", metavar="DIR",
                           help="the hook's node directory (default: its own)")
@@ -564,18 +547,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # would refuse it only after the region is made.
         raise UsageError(f"run: the command's name is {command[0]!r}; give a program on PATH or "
                          "a path to one (e.g. vgpulimit run -- python3 app.py)")
-    memory = args.memory
+    flags = _limit_flags(args)
     if args.unit is not None and args.memory_units is None:
         raise UsageError("run: --unit is the size of one --memory-units unit, and no --memory-units "
                          "is given; give --memory-units N with it (e.g. --memory-units 8 --unit 128Mi), "
                          "or --memory SIZE")
     if args.memory_units is not None:
-        if memory is not None:
+        if flags["memory"] is not None:
             raise UsageError("run: give --memory or --memory-units, not both")
-        memory = request.memory_units(args.memory_units, args.unit)
-    limits = request.resolve_limits(memory, args.memory_device, os.environ,
-                                    args.cores, args.cores_device, args.cores_policy, args.priority,
-                                    args.memory_request, args.memory_request_device, args.memory_wait)
+        flags["memory"] = request.memory_units(args.memory_units, args.unit)
+    limits = request.resolve_limits(environ=os.environ, **flags)
     if args.board is not None and limits.priority is None and not limits.takes_memory_row():
         raise UsageError("run: --board is the node's board of --priority and of memory caps and requests, "
                          "and neither is given; give --priority high|normal|low or --memory SIZE with it")
@@ -705,9 +686,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 def _cmd_set(args: argparse.Namespace) -> int:
     from vgpulimit import change
 
-    asked = change.Change.parse(args.memory, args.memory_device, args.cores, args.cores_device,
-                                args.cores_policy, args.priority, args.memory_request,
-                                args.memory_request_device, args.memory_wait)
+    asked = change.Change.parse(**_limit_flags(args))
     for note in asked.notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
     _refuse_mig_gpus({u: f"--memory-device {u}" for u in asked.memory_by_uuid}
@@ -851,9 +830,9 @@ def _cmd_cdi(args: argparse.Namespace) -> int:
 
     _absolute_node_dir("cdi generate", args.node_dir)
     admission = _admission(args)
-    spec = cdi.generate(args.name, args.memory, args.cores, args.node_dir, args.cores_policy,
-                        admission is not None, args.admit_uncapped, priority=args.priority,
-                        device=args.device, memory_request=args.memory_request, memory_wait=args.memory_wait)
+    spec = cdi.generate(args.name, node_dir=args.node_dir, admit=admission is not None,
+                        admit_uncapped=args.admit_uncapped, device=args.device,
+                        **_limit_flags(args, per_device=False))
     if args.device is not None:
         _refuse_mig_gpus({args.device.strip(): f"--device {args.device.strip()}"}, False)
     text = json.dumps(spec, indent=2) + "\n"
