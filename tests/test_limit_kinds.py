@@ -23,9 +23,9 @@ import subprocess
 
 import pytest
 from conftest import base_env, run, vgpulimit_cmd
+from vgpulimit._core import ffi
 
 from vgpulimit import cdi, environment, request
-from vgpulimit._core import ffi
 from vgpulimit.child_env import child_environment
 from vgpulimit.kinds import KINDS
 from vgpulimit.oci.request import requested

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from vgpulimit import environment
 from vgpulimit.environment import Setting
@@ -199,7 +200,7 @@ def environment_limits(environ: Mapping[str, str]) -> environment.Environment:
 def resolve_limits(
     memory: str | Setting | None = None,
     memory_device: Sequence[str] = (),
-    environ: Mapping[str, str] = {},  # noqa: B006 (never written)
+    environ: Mapping[str, str] = MappingProxyType({}),
     cores: str | None = None,
     cores_device: Sequence[str] = (),
     cores_policy: str | None = None,
