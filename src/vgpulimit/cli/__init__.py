@@ -30,6 +30,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="action", metavar="COMMAND", parser_class=Parser)
     commands.required = True
+    # The whole parser, for the commands that write it out (completion).
+    parser.set_defaults(parser=parser)
     for family in _FAMILIES:
         family.add(commands)
     return parser

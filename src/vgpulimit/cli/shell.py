@@ -26,9 +26,7 @@ def add(commands) -> None:
 
 def _cmd_completion(args: argparse.Namespace) -> int:
     from vgpulimit import completion
-    from vgpulimit.cli import _build_parser
-
-    sys.stdout.write(completion.script(_build_parser(), args.shell))
+    sys.stdout.write(completion.script(args.parser, args.shell))
     return 0
 
 
