@@ -6,16 +6,9 @@ generate`), completed by the shell; every annotation is the OCI hook's; `cdi
 generate` writes the variables, which read back; a supervised child loses
 them all; the region and board fields it names exist.
 
-A new row fails here until the kind is wired through.  Adding a kind
-touches: shim/src/limit_kinds.def (the row); shim/include/vgpulimit/
-environment.h (struct vgl_env's field) and shim/src/environment.c
-(store_scalar, or merge and read_uuid_limit for a per-device kind);
-src/vgpulimit/environment.py (the field read out); src/vgpulimit/request.py
-(Limits, resolve_limits's keyword); src/vgpulimit/change.py (`set`);
-src/vgpulimit/cdi.py (generate's keyword); its enforcement (the region or
-board field in region.h / board.h, their writers in region.py and
-provision.py, and the shim's hooks); this file's FIELDS; its own tests; its
-docs (docs/environment.md, README.md)."""
+A new row fails here until the kind is wired through (FIELDS below names
+where it is read out); the files a new kind touches are listed at the top of
+shim/src/limit_kinds.def."""
 
 from __future__ import annotations
 
