@@ -208,7 +208,8 @@ static bool read_uuid_limit(struct reading *r, const struct family *f, const cha
 {
     struct vgl_env *out = r->out;
     const char *suffix = name + strlen(f->stem);
-    if (f->tier != OURS || (strncmp(suffix, "_GPU-", 5) != 0 && strncmp(suffix, "_MIG-", 5) != 0))
+    if (f->tier != OURS || !KINDS[f->kind].by_uuid ||
+        (strncmp(suffix, "_GPU-", 5) != 0 && strncmp(suffix, "_MIG-", 5) != 0))
         return false;
     out->asks = 1;
     uint8_t uuid[16];
