@@ -339,9 +339,9 @@ static void spread_claim_indices(struct reading *r)
         struct candidate use = *tightest;
         bool ours = false;
         for (int i = 0; i < VGL_MAX_DEVICES; i++)
-            ours = ours || r->found[CORES][OURS][i].set;
+            ours = ours || r->found[slot(VGL_KIND_cores)][OURS][i].set;
         /* A user who asked for memory only did not expect 60% of the time. */
-        if (kind == CORES && use.cores_pct == HAMI_DRA_DEFAULT_CORES && !ours)
+        if (kind == VGL_KIND_cores && use.cores_pct == HAMI_DRA_DEFAULT_CORES && !ours)
             say(r->out, false, "%s=%u holds this container to %u%% of the GPU's compute: HAMi's DRA driver "
                 "writes %u also where the claim asks for no cores (ask for \"cores\": 100 for all of it)",
                 use.origin.name, use.cores_pct, use.cores_pct, use.cores_pct);
