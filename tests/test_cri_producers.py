@@ -185,8 +185,9 @@ def nvml_in(containerd, container: str) -> dict:
     return json.loads(result.stdout)
 
 
-def node_status(*directories: Path) -> dict:
+def node_status(*directories: Path, pod_logs: Path | None = None) -> dict:
     args = [a for d in directories for a in ("--all", str(d))]
+    args += ["--pod-logs", str(pod_logs)] if pod_logs else []
     result = subprocess.run(vgpulimit_cmd("status", *args, "--json", "--interval", "0"),
                             capture_output=True, text=True, env=base_env(), check=False)
     assert result.returncode == 0, result.stderr
@@ -340,14 +341,16 @@ def test_a_device_plugins_container_is_capped_and_named_by_pod(containerd, node,
     container, report = started(pod, "train", hold(release, 256 * MiB, 5), env=env, mounts=mounts)
     nvml = nvml_in(containerd, container)
     samples = node_metrics(node, pod_logs=containerd.base / "logs")
-    [region] = node_status(node)["regions"]
+    [region] = node_status(node, pod_logs=containerd.base / "logs")["regions"]
     finish(containerd, release, container)
 
     assert report["before"] == {"free": GiB, "total": GiB}
     assert report["allocs"] == ["CUDA_SUCCESS"] * 4 + ["CUDA_ERROR_OUT_OF_MEMORY"]
     assert nvml["v1"]["total"] == GiB and nvml["v1"]["used"] == GiB
     assert region["devices"][0]["cores_pct"] == 50
-    assert region["identity"]["container"] == "train"
+    # The pod named as its logs name it, in `status --all` as in the metrics.
+    assert (region["identity"]["container"], region["identity"]["pod"], region["identity"]["namespace"]) \
+        == ("train", f"{producer}-train", "ml")
     assert region["identity"]["pod_uid"] == pod.config.metadata.uid
     uid = pod.config.metadata.uid
     [(key, used)] = series_of(samples, "vgpulimit_memory_used_bytes", pod_uid=uid).items()

@@ -165,7 +165,7 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
-    who = identity.of_region(snap.path)
+    who = identity.of_region(snap.path, sample.pods if sample else None)
     named = f" - {shown(who.name)}" if who.name else ""
     lines = [f"region {shown(snap.path)} (generation {snap.generation}){named}", ""]
     said = priority_text(snap)
@@ -248,7 +248,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
     snap = view.snapshot
     return {
         "region": snap.path,
-        "identity": identity_json(identity.of_region(snap.path)),
+        "identity": identity_json(identity.of_region(snap.path, sample.pods if sample else None)),
         "generation": snap.generation,
         "priority": snap.priority,
         "priority_board": snap.board,

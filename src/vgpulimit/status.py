@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpulimit import identity, nvml
+from vgpulimit.layouts import pod_names
 from vgpulimit.processes import (
     ProcessDetails,
     ProcessWatcher,
@@ -62,6 +63,8 @@ class Sample:
     found_host_pids: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (pid, start
                                               # time) -> host pid, as the host's /proc tells
     device_count: int | None = None           # the GPUs NVML shows here; None: not known
+    pods: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # pod UID -> (namespace,
+                                              # name), from the kubelet's logs (layouts.pod_names)
 
     def host_pid(self, proc: ProcessSnapshot) -> int | None:
         """The process's pid on the host: found by its pid in its container and
@@ -117,7 +120,8 @@ class Sampler:
     compute share since the one before."""
 
     def __init__(self, paths: Sequence[str] = (),
-                 directory: str | Sequence[str] | None = None) -> None:
+                 directory: str | Sequence[str] | None = None, pod_logs: str | None = None) -> None:
+        self._pod_logs = pod_logs
         self._paths = [os.fspath(p) for p in paths]
         # Several: a node may keep regions in vgpulimit's layout and in HAMi's.
         self._directories = [directory] if isinstance(directory, str) else list(directory or ())
@@ -160,7 +164,7 @@ class Sampler:
                     if pid:
                         details[pid] = self.watcher.details(pid, proc.start_ticks)
         self._looked.update(details)
-        return Sample(tuple(views), tuple(errors), details, found)
+        return Sample(tuple(views), tuple(errors), details, found, pods=pod_names(self._pod_logs))
 
     def look(self, pids: Iterable[int]) -> dict[int, ProcessDetails]:
         """The host's figures of further processes (the driver's, in no region);

@@ -296,8 +296,8 @@ def _wait_for_key(fd: int | None, timeout_s: float) -> str | None:
 
 
 def run(paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
-        interval_s: float = 1.0, once: bool = False) -> int:
-    sampler = Sampler(paths, directory)
+        interval_s: float = 1.0, once: bool = False, pod_logs: str | None = None) -> int:
+    sampler = Sampler(paths, directory, pod_logs)
     choice = Choice()
 
     def frame():

@@ -46,6 +46,10 @@ def _add_view_sources(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--all", metavar="DIR", action="append",
                         help="every region file under DIR (e.g. the run directory of a node); "
                              "repeat for several, e.g. vgpulimit's and HAMi's /usr/local/vgpu")
+    parser.add_argument("--pod-logs", metavar="DIR",
+                        help="the kubelet's pod log directory (/var/log/pods), whose "
+                             "<namespace>_<pod>_<uid> entries name the pods of HAMi's and KAI's "
+                             "regions (default: none)")
     parser.add_argument("--simulate", action="store_true",
                         help="read the simulated GPU that ships with vgpulimit as the node's "
                              "physical GPUs (as 'run --simulate' runs on it)")
@@ -97,10 +101,6 @@ def add(commands) -> None:
                     "under a directory, at http://HOST:PORT/metrics.")
     metrics.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:9489",
                          help="where to serve (default 127.0.0.1:9489; port 0: any free port)")
-    metrics.add_argument("--pod-logs", metavar="DIR",
-                         help="the kubelet's pod log directory (/var/log/pods), whose "
-                              "<namespace>_<pod>_<uid> entries name the pods of HAMi's and KAI's "
-                              "regions (default: none)")
     metrics.add_argument("--max-processes", metavar="N", type=_max_processes, default=10,
                          help="per-process series per container and device, the largest by "
                               "memory; the rest are summed into one (default 10, 0 to 1000)")
@@ -117,6 +117,8 @@ def _view_sources(args: argparse.Namespace) -> tuple[list[str], str | None]:
         from vgpulimit import nvml
 
         nvml.use_simulated()
+    if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
+        raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     if args.all is not None:
         for directory in args.all:
             if not os.path.isdir(directory):
@@ -151,7 +153,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 0
     from vgpulimit import node
 
-    sampler = status.Sampler(paths, directory)
+    sampler = status.Sampler(paths, directory, args.pod_logs)
     sample, gpus = node.take(sampler)
     if args.interval > 0:
         time.sleep(args.interval)
@@ -171,15 +173,13 @@ def _cmd_top(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import top
 
-    return top.run(paths, directory, args.interval, once=args.once)
+    return top.run(paths, directory, args.interval, once=args.once, pod_logs=args.pod_logs)
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
     paths, directory = _view_sources(args)
     from vgpulimit import metrics
 
-    if args.pod_logs is not None and not os.path.isdir(args.pod_logs):
-        raise UsageError(f"--pod-logs {args.pod_logs}: not a directory")
     metrics.serve(args.listen, paths, directory, args.pod_logs, args.max_processes, args.hami_names)
     return 0
 
