@@ -121,6 +121,13 @@ def test_poststop_of_a_container_it_did_not_touch(tmp_path):
                            "container's device or environment sets: an annotation may only tighten it")),
     ("unlike annotation", "annotation vgpulimit.io/memory 50% cannot be weighed against VGPULIMIT_MEMORY=1GiB"),
     ("looser priority", "annotation vgpulimit.io/priority high would loosen CUDA_TASK_PRIORITY=1"),
+    # Nor can the pod spec's variables loosen the device's, which they stand beside.
+    ("looser variable", ("VGPULIMIT_MEMORY_0=100GiB would loosen VGPULIMIT_MEMORY=1GiB, which the container's "
+                         "device or environment sets: a variable may only tighten it")),
+    ("looser by uuid", "VGPULIMIT_MEMORY_GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920=100 GiB would loosen"),
+    ("looser than hami", "VGPULIMIT_CORES=90 would loosen CUDA_DEVICE_SM_LIMIT=30"),
+    ("region beside ours", ("process.env VGPULIMIT_REGION names a region of another injector, while "
+                            "VGPULIMIT_MEMORY asks the hook for one: give the container one of the two")),
     ("no pid", "the container state has no pid"),
 ])
 def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
@@ -144,6 +151,14 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
         annotations = {"vgpulimit.io/memory": "2GiB"}
     elif case == "unlike annotation":
         annotations = {"vgpulimit.io/memory": "50%"}
+    elif case == "looser variable":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_0": "100GiB"}
+    elif case == "looser by uuid":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920": "100GiB"}
+    elif case == "looser than hami":
+        env = {"CUDA_DEVICE_SM_LIMIT": "30", "VGPULIMIT_CORES": "90"}
+    elif case == "region beside ours":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_REGION": "/tmp/mine"}
     elif case == "looser priority":
         env = {"VGPULIMIT_MEMORY": "1GiB", "CUDA_TASK_PRIORITY": "1"}
         annotations = {"vgpulimit.io/priority": "high"}
