@@ -369,6 +369,36 @@ def test_the_hook_run_twice_leaves_one_line_and_keeps_the_existing_ones(tmp_path
     assert not (bundle.rootfs / ".vgpulimit").exists()
 
 
+def test_a_container_id_used_again_gets_its_own_limits_not_a_left_region(tmp_path, bundles):
+    """A hook killed between making a container's region and writing its
+    manifest leaves a region no poststop takes back.  The next container of
+    that id (runc's ids are whoever starts it's to choose) starts with its
+    own limits, not the looser ones left there."""
+    from runc_bundle import RUNC
+
+    node = tmp_path / "node"
+    first = bundles(["true"], {"VGPULIMIT_MEMORY": "100GiB"}, name="first", hooked=False)
+    first.add_hook("createRuntime", hook_entry(node))
+    first.write()
+    first.ids.append("reused")
+    ran = subprocess.run([RUNC, "run", "--bundle", str(first.path), "reused"], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert ran.returncode == 0, ran.stderr
+    subprocess.run([RUNC, "delete", "--force", "reused"], capture_output=True, check=True)
+    (node / "reused" / "installed.json").unlink()
+    assert (node / "reused" / "region").exists()
+
+    second = bundles(fill(GiB, 2), {"VGPULIMIT_MEMORY": "1GiB"}, name="second")
+    second.write()
+    second.ids.append("reused")
+    ran = subprocess.run([RUNC, "run", "--bundle", str(second.path), "reused"], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL, check=False)
+    report = report_of(ran)
+    assert report["before"] == {"free": GiB, "total": GiB}
+    assert report["allocs"] == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert os.listdir(node) == []
+
+
 def test_etc_linked_outside_the_rootfs_is_refused(tmp_path, bundles):
     outside = tmp_path / "host-etc"
     outside.mkdir()
