@@ -200,6 +200,7 @@ class Containerd:
     suite: str = "trixie"
     proc: subprocess.Popen | None = None
     pods: list[str] = field(default_factory=list)
+    wrap: list[str] = field(default_factory=list)   # runs containerd (a mount namespace of its own)
 
     @property
     def socket(self) -> Path:
@@ -219,7 +220,7 @@ class Containerd:
         (self.base / "config.toml").write_text(_config(self.base, major))
         env = dict(os.environ, PATH=f"{self.bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
         self.log = (self.base / "containerd.log").open("w")
-        self.proc = subprocess.Popen([str(self.bindir / "containerd"), "--config",
+        self.proc = subprocess.Popen([*self.wrap, str(self.bindir / "containerd"), "--config",
                                       str(self.base / "config.toml")],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      stdin=subprocess.DEVNULL)

@@ -6,18 +6,28 @@ pod under three kinds of limit, and a bad variable failing the start.
 The containers of each test share one simulated GPU (its state file on a host
 directory mounted into each), as the containers of a node share its GPUs: what
 a dead or killed process held is seen going back to the GPU, and a container
-that is not capped is seen on it beside those that are."""
+that is not capped is seen on it beside those that are.
+
+The node is set up as deploy/vgpulimit.yaml's DaemonSet sets one up: its
+init containers' commands, run against a private root (each volume's
+hostPath under it), with a stand-in of the node image's /opt/vgpulimit/0.1.0;
+containerd runs in a mount namespace where /opt/vgpulimit and
+/run/vgpulimit/containers are that root's, and its "shim" device is the CDI
+spec the DaemonSet wrote, unchanged."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
 from cri import SUITES, Containerd, running, why_no_containerd
 
@@ -27,9 +37,60 @@ from vgpulimit.cdi import KIND
 FILL = [sys.executable, str(TESTS / "clients" / "cuda_fill.py")]
 EXITED = 2   # cri_api.v1.api_pb2.CONTAINER_EXITED
 GPU_MEMORY = 16 * GiB
-# The CDI devices of the module's containerd, as `vgpulimit cdi generate` makes them.
-DEVICES = {"1gib": ["--memory", "1GiB"], "share": ["--memory", "25%", "--cores", "50"],
-           "shim": ["--memory", "none", "--cores", "none"]}
+# The CDI devices of the module's containerd, as `vgpulimit cdi generate` makes them
+# on the node; "shim" is the DaemonSet's own.
+DEVICES = {"1gib": ["--memory", "1GiB"], "share": ["--memory", "25%", "--cores", "50"], "shim": None}
+DAEMONSET = TESTS.parent / "deploy" / "vgpulimit.yaml"
+IMAGE_PREFIX = "/opt/vgpulimit/0.1.0"   # vgpulimit in the node image, and on the node
+NODE_DIR = "/run/vgpulimit/containers"
+
+
+def in_namespace(binds: dict[str, Path], keep: Path, command: list[str]) -> list[str]:
+    """``command`` in a mount namespace of its own where each path of
+    ``binds`` (under /opt or /run/vgpulimit) is that directory; what else is
+    in /opt stays there (``keep``: where its old tree is held meanwhile)."""
+    lines = ["set -e", f"mount --bind /opt {keep}", "mount -t tmpfs -o mode=755 tmpfs /opt",
+             (f'for e in {keep}/*; do [ -d "$e" ] || continue; n=/opt/${{e##*/}}; mkdir "$n"; '
+              'mount --rbind "$e" "$n"; done'),
+             "mount -t tmpfs -o mode=755 tmpfs /run/vgpulimit"]
+    for path, source in binds.items():
+        lines += [f"mkdir -p {path}", f"mount --bind {shlex.quote(str(source))} {path}"]
+    keep.mkdir(exist_ok=True)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines) + '\nexec "$@"',
+            "sh", *command]
+
+
+def node_image(at: Path) -> Path:
+    """A stand-in for the node image's /opt/vgpulimit/0.1.0: a virtual
+    environment whose Python has the installed vgpulimit."""
+    import vgpulimit
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(at)],
+                   check=True, capture_output=True)
+    [site] = (at / "lib").glob("python3*/site-packages")
+    (site / "vgpulimit-tests.pth").write_text(f"{Path(vgpulimit.__file__).resolve().parent.parent}\n")
+    return at
+
+
+def install_node(base: Path) -> Path:
+    """Runs the DaemonSet's init containers, in order, against the private
+    root ``base/host``: each volume's mountPath (/host/…) stands for its
+    hostPath under that root, and /opt/vgpulimit/0.1.0 is node_image's."""
+    root = base / "host"
+    manifest = next(m for m in yaml.safe_load_all(DAEMONSET.read_text()) if m and m["kind"] == "DaemonSet")
+    spec = manifest["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    image = node_image(base / "image")
+    for init in spec["initContainers"]:
+        command = init["command"]
+        for mount in init.get("volumeMounts", []):
+            host = root / volumes[mount["name"]].lstrip("/")
+            host.mkdir(parents=True, exist_ok=True)
+            command = [part.replace(mount["mountPath"], str(host)) for part in command]
+        ran = subprocess.run(in_namespace({IMAGE_PREFIX: image}, base / "keep", command),
+                             capture_output=True, text=True, env=base_env(), timeout=120, check=False)
+        assert ran.returncode == 0, f"init container {init['name']}: {ran.stderr}"
+    return root
 
 
 @pytest.fixture(scope="module", params=SUITES)
@@ -44,13 +105,20 @@ def containerd(request, tmp_path_factory):
     base = tmp_path_factory.mktemp(f"pods-{request.param}")
     engine = Containerd(base, request.param)
     try:
+        engine.host = root = install_node(base)
+        for name in ("node", "cdi"):
+            (base / name).mkdir()
+        engine.wrap = in_namespace({"/opt/vgpulimit": root / "opt" / "vgpulimit", NODE_DIR: base / "node"},
+                                   base / "keep", [])
+        shutil.copy(root / "etc" / "cdi" / "vgpulimit.json", base / "cdi")
         reason = engine.start()
         if reason:
             pytest.skip(reason)
         for name, limits in DEVICES.items():
-            subprocess.run(vgpulimit_cmd("cdi", "generate", "--name", name, *limits, "--node-dir",
-                                         str(base / "node"), "--output", str(base / "cdi" / f"vgpulimit-{name}.json")),
-                           capture_output=True, text=True, env=base_env(), check=True)
+            if limits is not None:
+                subprocess.run(vgpulimit_cmd("cdi", "generate", "--name", name, *limits,
+                                             "--output", str(base / "cdi" / f"vgpulimit-{name}.json")),
+                               capture_output=True, text=True, env=base_env(), check=True)
         yield engine
     finally:
         engine.stop()
@@ -133,6 +201,41 @@ def wait_for(predicate, what: str, timeout: float = 30):
         if time.monotonic() > deadline:
             raise AssertionError(f"not seen in {timeout} s: {what}")
         time.sleep(0.1)
+
+
+def test_the_daemonsets_set_up_is_what_the_pods_run_with(containerd, node):
+    """What deploy/vgpulimit.yaml's init containers installed: the node
+    image's vgpulimit at the same path on the node, the shim for device
+    plugins, the hooks.d entry and the CDI spec, both running that vgpulimit
+    with the node directory its metrics container reads.  A pod given the
+    spec's device with a limit in its env is capped by it."""
+    from vgpulimit._paths import libpath
+
+    host = containerd.host
+    python = f"{IMAGE_PREFIX}/bin/python"
+    assert (host / IMAGE_PREFIX.lstrip("/") / "bin" / "python").exists()
+    assert (host / "opt" / "vgpulimit" / "libvgpulimit.so").read_bytes() == libpath().read_bytes()
+    hooks_d = json.loads((host / "usr/share/containers/oci/hooks.d/vgpulimit.json").read_text())
+    assert hooks_d["hook"]["args"] == [python, "-m", "vgpulimit", "oci-hook"]
+    spec = json.loads((host / "etc" / "cdi" / "vgpulimit.json").read_text())
+    [shim] = spec["devices"]
+    assert f"{spec['kind']}={shim['name']}" == device("shim")
+    assert [(h["hookName"], h["args"]) for h in shim["containerEdits"]["hooks"]] == \
+        [(stage, [python, "-m", "vgpulimit", "oci-hook"]) for stage in ("createRuntime", "poststop")]
+    manifest = next(m for m in yaml.safe_load_all(DAEMONSET.read_text()) if m and m["kind"] == "DaemonSet")
+    [metrics] = manifest["spec"]["template"]["spec"]["containers"]
+    assert NODE_DIR in metrics["command"]
+
+    pod = containerd.run_pod("daemonset", namespace="team-d")
+    container = node.create(pod, "main", [*FILL, str(256 * MiB), "3", "--hold", "/never"],
+                            cdi_devices=[device("shim")], env={"VGPULIMIT_MEMORY": "512MiB"})
+    pod.start(container)
+    [report] = reports(pod, "main", 1)
+    assert report["before"]["total"] == 512 * MiB
+    assert report["allocs"] == ["CUDA_SUCCESS"] * 2 + ["CUDA_ERROR_OUT_OF_MEMORY"]
+    [region] = node.status()["regions"]
+    assert region["region"] == str(node.dir / container / "region")
+    assert (region["identity"]["namespace"], region["identity"]["pod"]) == ("team-d", "daemonset")
 
 
 def test_a_container_that_died_holding_memory_restarts_in_its_pod_with_a_clean_count(containerd, node):
