@@ -317,12 +317,13 @@ def test_three_containers_of_one_pod_each_see_their_own_limit(containerd, node):
     Each sees its own; the node's view tells them apart by name, and shows the
     uncapped one's memory on the GPU outside any region."""
     pod = containerd.run_pod("mixed", namespace="team-c")
-    asks = {"capped": (256 * MiB, [device("1gib")]), "uncapped": (GiB, []),
-            "shared": (GiB, [device("share")])}
+    # The shared one's spec asks for no compute limit: the device's policy stands.
+    asks = {"capped": (256 * MiB, [device("1gib")], {}), "uncapped": (GiB, [], {}),
+            "shared": (GiB, [device("share")], {"VGPULIMIT_CORES_POLICY": "none"})}
     containers = {}
-    for name, (block, devices) in asks.items():
+    for name, (block, devices, env) in asks.items():
         containers[name] = node.create(pod, name, [*FILL, str(block), "5", "--hold", "/never"],
-                                       cdi_devices=devices)
+                                       cdi_devices=devices, env=env)
         pod.start(containers[name])
     seen = {name: reports(pod, name, 1)[0] for name in asks}
     assert seen["capped"]["before"]["total"] == GiB
@@ -340,6 +341,7 @@ def test_three_containers_of_one_pod_each_see_their_own_limit(containerd, node):
     assert regions["capped"]["devices"][0]["cores_pct"] is None
     assert regions["shared"]["devices"][0]["cap_bytes"] == GPU_MEMORY // 4
     assert regions["shared"]["devices"][0]["cores_pct"] == 50
+    assert regions["shared"]["devices"][0]["cores_policy"] == "hard"
     assert regions["shared"]["devices"][0]["used_bytes"] == 4 * GiB
     [gpu] = status["gpus"]
     assert gpu["used_bytes"] == GiB + 4 * GiB + 5 * GiB

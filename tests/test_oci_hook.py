@@ -121,6 +121,7 @@ def test_poststop_of_a_container_it_did_not_touch(tmp_path):
                            "container's device or environment sets: an annotation may only tighten it")),
     ("unlike annotation", "annotation vgpulimit.io/memory 50% cannot be weighed against VGPULIMIT_MEMORY=1GiB"),
     ("looser priority", "annotation vgpulimit.io/priority high would loosen CUDA_TASK_PRIORITY=1"),
+    ("looser cores policy", "annotation vgpulimit.io/cores-policy none would loosen VGPULIMIT_CORES=50"),
     # Nor can the pod spec's variables loosen the device's, which they stand beside.
     ("looser variable", ("VGPULIMIT_MEMORY_0=100GiB would loosen VGPULIMIT_MEMORY=1GiB, which the container's "
                          "device or environment sets: a variable may only tighten it")),
@@ -151,6 +152,9 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
         annotations = {"vgpulimit.io/memory": "2GiB"}
     elif case == "unlike annotation":
         annotations = {"vgpulimit.io/memory": "50%"}
+    elif case == "looser cores policy":
+        env = {"VGPULIMIT_CORES": "50"}
+        annotations = {"vgpulimit.io/cores-policy": "none"}
     elif case == "looser variable":
         env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_0": "100GiB"}
     elif case == "looser by uuid":

@@ -144,8 +144,10 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         env.append(f"VGPULIMIT_MEMORY{of}={memory}")
     if cores is not None:
         env.append(f"VGPULIMIT_CORES{of}={cores}")
-    if cores_policy is not None:
-        env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
+    if cores_policy is not None or cores is not None:
+        # Said even where it is the default: the device's variable replaces one
+        # the container's own spec would add (none lifts the share).
+        env.append(f"VGPULIMIT_CORES_POLICY={cores_policy or 'hard'}")
     if priority is not None:
         env.append(f"VGPULIMIT_PRIORITY={priority}")
     if memory_request is not None:

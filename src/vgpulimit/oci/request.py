@@ -77,7 +77,10 @@ def requested(config: Mapping[str, Any]):
     memory = layer(found.memory, tightening(found.memory, annotation(MEMORY_ANNOTATION, parse_memory)),
                    {}, warnings)
     cores = layer(found.cores, tightening(found.cores, annotation(CORES_ANNOTATION, parse_cores)), {}, warnings)
-    policy = annotation(CORES_POLICY_ANNOTATION, parse_cores_policy) or found.cores_policy
+    # A share the variables set is hard unless they say otherwise.
+    implied = next((Setting(s.text, s.source, "hard") for s in found.cores.values()), None)
+    policy = tightening({0: found.cores_policy or implied} if found.cores_policy or implied else {},
+                        annotation(CORES_POLICY_ANNOTATION, parse_cores_policy)) or found.cores_policy
     priority = tightening({0: found.priority} if found.priority else {},
                           annotation(PRIORITY_ANNOTATION, parse_priority)) or found.priority
     request = layer(found.request, tightening(found.request, annotation(MEMORY_REQUEST_ANNOTATION, parse_memory)),
@@ -127,8 +130,10 @@ def _refuse_loosening(env: Mapping[str, str], found) -> None:
                        upper, "a variable")
 
 
-# Lower is tighter: a priority's rank, as the board orders them.
+# Lower is tighter: a priority's rank, as the board orders them; a cores
+# policy's, from a hard share to none.
 _PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
+_POLICY_RANK = {"hard": 0, "borrow": 1, "none": 2}
 
 
 def tightening(below, upper, what: str = "an annotation"):
@@ -152,6 +157,8 @@ def tightening(below, upper, what: str = "an annotation"):
 
 
 def _looser(upper, lower) -> bool | None:
+    if isinstance(upper, str) and upper in _POLICY_RANK:
+        return _POLICY_RANK[upper] > _POLICY_RANK[lower]
     if isinstance(upper, str):
         return _PRIORITY_RANK[upper] < _PRIORITY_RANK[lower]
     if isinstance(upper, int):
