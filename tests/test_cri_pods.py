@@ -62,13 +62,14 @@ def in_namespace(binds: dict[str, Path], keep: Path, command: list[str]) -> list
 
 def node_image(at: Path) -> Path:
     """A stand-in for the node image's /opt/vgpulimit/0.1.0: a virtual
-    environment whose Python has the installed vgpulimit."""
+    environment with a copy of the installed vgpulimit in it, as
+    deploy/Containerfile installs it there."""
     import vgpulimit
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(at)],
                    check=True, capture_output=True)
     [site] = (at / "lib").glob("python3*/site-packages")
-    (site / "vgpulimit-tests.pth").write_text(f"{Path(vgpulimit.__file__).resolve().parent.parent}\n")
+    shutil.copytree(Path(vgpulimit.__file__).resolve().parent, site / "vgpulimit")
     return at
 
 
@@ -219,6 +220,10 @@ def test_the_daemonsets_set_up_is_what_the_pods_run_with(containerd, node):
     assert hooks_d["hook"]["args"] == [python, "-m", "vgpulimit", "oci-hook"]
     spec = json.loads((host / "etc" / "cdi" / "vgpulimit.json").read_text())
     [shim] = spec["devices"]
+    # The shim the device mounts is the image's, at the path it was copied to on the node.
+    [mount] = shim["containerEdits"]["mounts"]
+    assert mount["hostPath"].startswith(f"{IMAGE_PREFIX}/lib/python3")
+    assert (host / mount["hostPath"].lstrip("/")).read_bytes() == libpath().read_bytes()
     assert f"{spec['kind']}={shim['name']}" == device("shim")
     assert [(h["hookName"], h["args"]) for h in shim["containerEdits"]["hooks"]] == \
         [(stage, [python, "-m", "vgpulimit", "oci-hook"]) for stage in ("createRuntime", "poststop")]
