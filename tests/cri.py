@@ -41,6 +41,9 @@ IMAGE = "vgpulimit.test/node:1"
 # annotation of the user's to the OCI config (containerd's default), and
 # "allowlist" forwards vgpulimit's and CDI's, as docs/kubernetes.md says to configure.
 PLAIN, ALLOWLIST = "runc", "allowlist"
+# A third, with a base runtime spec holding vgpulimit's hook, is there where a
+# Containerd is given one (base_spec): the hook then runs for every container.
+HOOKED = "hooked"
 ALLOWED = ["vgpulimit.io/*", "cdi.k8s.io/*"]
 
 
@@ -80,7 +83,7 @@ def why_no_containerd(suite: str) -> str | None:
     return None
 
 
-def _config(base: Path, major: int) -> str:
+def _config(base: Path, major: int, base_spec: Path | None = None) -> str:
     """containerd's configuration: version 2 for containerd 1.7, version 3 for
     2.x, whose CRI settings moved to the io.containerd.cri.v1.* plugins."""
     runc = shutil.which("runc")
@@ -98,10 +101,11 @@ def _config(base: Path, major: int) -> str:
         sandbox = ""
         cni = '  bin_dirs = ["/usr/lib/cni"]'
 
-    def handler(name: str, allowed: list[str]) -> str:
+    def handler(name: str, allowed: list[str], spec: Path | None = None) -> str:
         return "\n".join([
             f"[{runtime}.containerd.runtimes.{name}]",
             '  runtime_type = "io.containerd.runc.v2"',
+            *([f'  base_runtime_spec = "{spec}"'] if spec else []),
             f"  pod_annotations = {json.dumps(allowed)}",
             f"  container_annotations = {json.dumps(allowed)}",
             f"[{runtime}.containerd.runtimes.{name}.options]",
@@ -130,6 +134,7 @@ state = "{base}/state"
   default_runtime_name = "{PLAIN}"
 {handler(PLAIN, [])}
 {handler(ALLOWLIST, ALLOWED)}
+{handler(HOOKED, [], base_spec) if base_spec else ""}
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "{base}/nri.sock"
@@ -200,6 +205,7 @@ class Containerd:
     suite: str = "trixie"
     proc: subprocess.Popen | None = None
     pods: list[str] = field(default_factory=list)
+    base_spec: Path | None = None
     wrap: list[str] = field(default_factory=list)   # runs containerd (a mount namespace of its own)
 
     @property
@@ -217,7 +223,7 @@ class Containerd:
         said = subprocess.run([str(self.bindir / "containerd"), "--version"], capture_output=True,
                               text=True, check=False).stdout
         major = int(said.split()[2].split(".")[0]) if len(said.split()) > 2 else 1
-        (self.base / "config.toml").write_text(_config(self.base, major))
+        (self.base / "config.toml").write_text(_config(self.base, major, self.base_spec))
         env = dict(os.environ, PATH=f"{self.bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
         self.log = (self.base / "containerd.log").open("w")
         self.proc = subprocess.Popen([*self.wrap, str(self.bindir / "containerd"), "--config",
@@ -329,21 +335,24 @@ class Pod:
     containers: list[str] = field(default_factory=list)
 
     def create(self, name: str, args: list[str], annotations: dict[str, str] | None = None,
-               cdi_devices: list[str] = (), env: dict[str, str] | None = None, attempt: int = 0,
-               mounts: list = ()) -> str:
+               cdi_devices: list[str] = (), env: dict[str, str] | None = None,
+               mounts: list[tuple[str, str, bool]] = (), host_paths: list[Path] | None = None,
+               attempt: int = 0) -> str:
         """CreateContainer of the image running ``args`` with the host's
-        directories mounted read-only and the simulated GPU's environment;
-        ``attempt``: kubelet's restart count of the container in its pod;
-        ``mounts``: CRI Mounts besides the host's directories."""
+        directories (``host_paths``, else host_dirs) mounted read-only, the
+        simulated GPU's environment, and ``mounts`` (container path, host
+        path, read-only) as kubelet passes a device plugin's; ``attempt``:
+        kubelet's restart count of the container in its pod."""
         from cri_api.v1 import api_pb2 as cri
 
         envs = {**container_env(), **(env or {})}
+        hosts = host_dirs(self.cri.base) if host_paths is None else host_paths
         config = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name=name, attempt=attempt),
             image=cri.ImageSpec(image=IMAGE), command=args, working_dir="/",
             envs=[cri.KeyValue(key=k, value=v) for k, v in envs.items()],
-            mounts=[cri.Mount(container_path=str(d), host_path=str(d), readonly=True)
-                    for d in host_dirs(self.cri.base)] + list(mounts),
+            mounts=[*(cri.Mount(container_path=str(d), host_path=str(d), readonly=True) for d in hosts),
+                    *(cri.Mount(container_path=c, host_path=h, readonly=ro) for c, h, ro in mounts)],
             annotations=annotations or {},
             labels={"io.kubernetes.container.name": name},
             log_path=f"{name}/{attempt}.log",

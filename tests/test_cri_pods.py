@@ -139,10 +139,8 @@ class Node:
                 "SIMGPU_CONTEXT_OVERHEAD": "0"}
 
     def create(self, pod, name: str, args: list[str], **create) -> str:
-        from cri_api.v1 import api_pb2 as cri
-
         return pod.create(name, args, env={**self.env("/gpu"), **create.pop("env", {})},
-                          mounts=[cri.Mount(container_path="/gpu", host_path=str(self.gpu))], **create)
+                          mounts=[("/gpu", str(self.gpu), False)], **create)
 
     def status(self) -> dict:
         """`vgpulimit status --all` on the node, which sees the GPU (NVML) too."""

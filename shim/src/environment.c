@@ -40,6 +40,10 @@ static const char OUR_WAIT[] = "VGPULIMIT_MEMORY_WAIT";
 static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
 static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
+static const char MPS_PIPE[] = "CUDA_MPS_PIPE_DIRECTORY";
+/* What HAMi's DRA driver writes as CUDA_DEVICE_SM_LIMIT_<i> where the claim's
+ * allocation consumes no "cores" (hami_core.go, GetCDIContainerEdits). */
+static const uint32_t HAMI_DRA_DEFAULT_CORES = 60;
 static const char OUR_SETTER[] = "VGPULIMIT_SETTER";
 /* The timing table's overrides (timings.c reads them). */
 static const char OUR_TIMINGS[] = "VGPULIMIT_TIMING_";
@@ -296,6 +300,14 @@ static void spread_claim_indices(struct reading *r)
         if (!tightest)
             continue;
         struct candidate use = *tightest;
+        bool ours = false;
+        for (int i = 0; i < VGL_MAX_DEVICES; i++)
+            ours = ours || r->found[CORES][OURS][i].set;
+        /* A user who asked for memory only did not expect 60% of the time. */
+        if (kind == CORES && use.cores_pct == HAMI_DRA_DEFAULT_CORES && !ours)
+            say(r->out, false, "%s=%u holds this container to %u%% of the GPU's compute: HAMi's DRA driver "
+                "writes %u also where the claim asks for no cores (ask for \"cores\": 100 for all of it)",
+                use.origin.name, use.cores_pct, use.cores_pct, use.cores_pct);
         if (differ)
             say(r->out, false, "%s=\"%s\" applies to every device: the indices of HAMi's DRA form (%s under "
                 "/vgpu/claims/) need not be the container's device numbers, and the tightest is kept",
@@ -364,6 +376,29 @@ static void kai_region(char **envp, struct vgl_env *out)
     }
     out->region_dir_len = (uint32_t)strlen(mount);
     snprintf(out->region_from, sizeof out->region_from, "%s", KAI_MOUNT);
+}
+
+/* An MPS client (CUDA_MPS_PIPE_DIRECTORY set, as NVIDIA's DRA driver sets it
+ * for an MPS claim): its compute is its MPS daemon's to share out, and the
+ * memory cap holds.  A compute share given too is kept, never dropped: the
+ * variable is one a tenant can set, and would otherwise shed its share by
+ * naming any directory.  Both then apply, the tighter holding, said once. */
+static void note_mps(char **envp, struct vgl_env *out)
+{
+    if (!lookup(envp, MPS_PIPE))
+        return;
+    out->mps = 1;
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        bool by_uuid = out->by_uuid[i].flags & VGL_UUID_CORES;
+        if (!out->cores_from[i].source && !by_uuid)
+            continue;
+        char given[VGL_ENV_NAME_LEN + 70];
+        snprintf(given, sizeof given, "%s%s%s", by_uuid ? "a compute share by UUID" : out->cores_from[i].name,
+                 by_uuid ? "" : "=", by_uuid ? "" : out->cores_from[i].text);
+        say(out, false, "%s is set: this MPS client's compute is held both by its MPS daemon's limits and by "
+            "%s, the tighter applying; to leave compute to MPS, give it no compute share", MPS_PIPE, given);
+        return;
+    }
 }
 
 /* HAMi's CUDA_DISABLE_CONTROL, read as its device plugin reads it (Go's
@@ -704,6 +739,7 @@ void vgl_env_read(char **envp, struct vgl_env *out)
         read_portion(&r, portion);
     }
     merge(&r);
+    note_mps(envp, out);
     check_requests(out);
     kai_region(envp, out);
     lost_region(envp, out);

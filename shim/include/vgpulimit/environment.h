@@ -78,6 +78,7 @@ struct vgl_env {
     struct vgl_env_origin memory_wait_from;
     uint32_t asks;                         /* a limit or region variable is present */
     uint32_t control_disabled;             /* HAMi's CUDA_DISABLE_CONTROL=true: enforce nothing */
+    uint32_t mps;                          /* CUDA_MPS_PIPE_DIRECTORY is set: an MPS client */
     uint32_t errors;                       /* variables that cannot be used: fail closed */
     uint32_t lines;                        /* lines below, at most VGL_ENV_MAX_LINES */
     uint32_t line_is_error[8];

@@ -48,7 +48,10 @@ def requested(config: Mapping[str, Any]):
     if not (found.memory or found.cores or by_uuid or found.priority or elastic or asks_by_annotation
             or found.errors):
         return None
-    if found.errors:
+    if found.errors and not (found.region_path and found.control_disabled):
+        # Also where a device plugin or DRA driver mounts the shim itself: the
+        # shim would refuse every allocation, so the start fails here instead
+        # (unless HAMi's CUDA_DISABLE_CONTROL turns its shim off).
         raise HookError(f"process.env {found.errors[0]}")
     ours = [s.source for s in (*found.memory.values(), *found.cores.values()) if s.source.startswith("VGPULIMIT_")]
     if found.region_path:
@@ -74,6 +77,11 @@ def requested(config: Mapping[str, Any]):
             raise HookError(str(exc)) from None
 
     warnings = list(found.warnings)
+    if found.mps and CORES_ANNOTATION in annotations and not found.cores:
+        # As the reader says of a compute variable (environment.c note_mps).
+        warnings.append(f"CUDA_MPS_PIPE_DIRECTORY is set: this MPS client's compute is held both by its MPS "
+                        f"daemon's limits and by annotation {CORES_ANNOTATION} {annotations[CORES_ANNOTATION]}, "
+                        "the tighter applying; to leave compute to MPS, give it no compute share")
     memory = layer(found.memory, tightening(found.memory, annotation(MEMORY_ANNOTATION, parse_memory)),
                    {}, warnings)
     cores = layer(found.cores, tightening(found.cores, annotation(CORES_ANNOTATION, parse_cores)), {}, warnings)
