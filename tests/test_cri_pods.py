@@ -306,6 +306,7 @@ def test_a_daemonised_child_is_named_with_its_pod_and_dies_with_it(containerd, n
     host_pids = [p["host_pid"] for p in processes]
     sessions = {os.getsid(p) for p in host_pids}
     assert len(sessions) == 2   # one of them did escape its session
+    assert [p["host"]["container_id"] for p in processes] == [container] * 2   # not its cgroup
 
     containerd.remove_pod(pod.id)
     wait_for(lambda: not any(running(p) for p in host_pids), "the pod's processes killed", 10)
@@ -352,10 +353,11 @@ def test_three_containers_of_one_pod_each_see_their_own_limit(containerd, node):
     assert {c["identity"]["container"]: c["cap_bytes"] for c in gpu["containers"]} == \
         {"capped": GiB, "shared": GPU_MEMORY // 4}
     # The hook never ran for the uncapped one (no device asked for it): the
-    # driver's process list alone shows it, by host pid and command line.
+    # driver's process list alone shows it, with its container's id (its cgroup's).
     [outside] = gpu["outside_processes"]
     assert outside["used_bytes"] == gpu["outside_bytes"] == 5 * GiB
     assert outside["host"]["command"].endswith(f"cuda_fill.py {GiB} 5 --hold /never")
+    assert outside["host"]["container_id"] == containers["uncapped"]
 
 
 def test_a_bad_variable_fails_the_start_with_its_one_line(containerd, node):
