@@ -45,6 +45,7 @@ podman/CRI-O entry).  This module holds the names they share.
 from vgpulimit._paths import container_board, container_region
 from vgpulimit.board import NODE_BOARD_DIR
 from vgpulimit.errors import VgpulimitError
+from vgpulimit.kinds import kind
 
 # Where things go in the container: the region where the shim looks for it
 # (paths.h), the shim beside it.
@@ -58,12 +59,13 @@ PRELOAD = ("etc", "ld.so.preload")
 NODE_DIR = "/run/vgpulimit/containers"
 MANIFEST = "installed.json"
 
-MEMORY_ANNOTATION = "vgpulimit.io/memory"
-CORES_ANNOTATION = "vgpulimit.io/cores"
-CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
-PRIORITY_ANNOTATION = "vgpulimit.io/priority"
-MEMORY_REQUEST_ANNOTATION = "vgpulimit.io/memory-request"
-MEMORY_WAIT_ANNOTATION = "vgpulimit.io/memory-wait"
+# The annotations are the limit kinds' (kinds.py, the shim's table).
+MEMORY_ANNOTATION = kind("memory").annotation
+CORES_ANNOTATION = kind("cores").annotation
+CORES_POLICY_ANNOTATION = kind("cores_policy").annotation
+PRIORITY_ANNOTATION = kind("priority").annotation
+MEMORY_REQUEST_ANNOTATION = kind("memory_request").annotation
+MEMORY_WAIT_ANNOTATION = kind("memory_wait").annotation
 
 # Priorities: the node's board and the containers' beacons, in a directory of
 # the node directory (whose name no container id takes), mounted read-only

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vgpulimit.errors import UsageError
+from vgpulimit.kinds import KINDS
 from vgpulimit.oci import (
     CORES_ANNOTATION,
     CORES_POLICY_ANNOTATION,
@@ -40,9 +41,8 @@ def requested(config: Mapping[str, Any]):
 
     env, annotations = config_environment(config), config_annotations(config)
     found = environment.read(env)
-    asks_by_annotation = (MEMORY_ANNOTATION in annotations or CORES_ANNOTATION in annotations
-                          or PRIORITY_ANNOTATION in annotations or MEMORY_REQUEST_ANNOTATION in annotations
-                          or MEMORY_WAIT_ANNOTATION in annotations)
+    # A compute policy alone limits nothing: it asks for no setup of its own.
+    asks_by_annotation = any(kind.annotation in annotations for kind in KINDS if kind.name != "cores_policy")
     by_uuid = found.memory_by_uuid or found.cores_by_uuid or found.request_by_uuid
     elastic = found.request or found.memory_wait
     if not (found.memory or found.cores or by_uuid or found.priority or elastic or asks_by_annotation
