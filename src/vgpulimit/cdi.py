@@ -140,7 +140,10 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
                        "for a device that installs the shim and leaves the limits to the container")
     from vgpulimit.kinds import KINDS
 
-    given = {"memory": memory, "cores": cores, "cores_policy": cores_policy, "priority": priority,
+    # A share's policy is said even where it is the default: the device's
+    # variable replaces one the container's own spec would add (none lifts it).
+    policy = cores_policy if cores_policy is not None or cores is None else "hard"
+    given = {"memory": memory, "cores": cores, "cores_policy": policy, "priority": priority,
              "memory_request": memory_request, "memory_wait": memory_wait}
     of = "" if device is None else f"_{device}"
     env = [f"{kind.ours}{of if kind.by_uuid else ''}={given[kind.name]}" for kind in KINDS

@@ -1,5 +1,6 @@
 """A tenant set up and taken back, in one place, whatever starts it: `vgpulimit
-run`, the OCI hook, the Slurm Prolog (and Epilog).  Engines differ in what they
+run`, the OCI hook (and so every container of a CRI pod given vgpulimit's CDI
+device: its createRuntime and poststop hooks), the Slurm Prolog (and Epilog).  Engines differ in what they
 hand over -- who the tenant is, where its files go, whose they are -- never in
 how a tenant is set up.
 

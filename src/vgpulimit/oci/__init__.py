@@ -10,8 +10,9 @@ A container asks with limit variables in ``process.env`` (VGPULIMIT_MEMORY[_i],
 VGPULIMIT_CORES[_i], or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_i] and
 CUDA_DEVICE_SM_LIMIT[_i]) or with the annotations vgpulimit.io/memory and
 vgpulimit.io/cores (and vgpulimit.io/cores-policy, as VGPULIMIT_CORES_POLICY;
-vgpulimit.io/priority, as VGPULIMIT_PRIORITY).  An annotation beats the variables of its kind: the
-variables come with the image, the annotations from whoever runs it.  A
+vgpulimit.io/priority, as VGPULIMIT_PRIORITY).  An annotation may tighten the variables of its
+kind, never loosen them, and so may a variable the variables it hides: a CDI device's variables
+stand beside the pod spec's, and annotations are the pod author's to write.  A
 container whose environment names its region (VGPULIMIT_REGION, or
 CUDA_DEVICE_MEMORY_SHARED_CACHE as HAMi's device plugin sets it) is left to
 whoever named it -- a device plugin that mounts the shim itself -- so that

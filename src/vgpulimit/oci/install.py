@@ -84,7 +84,10 @@ def _tenant(node_dir: Path, entry: Path, owner: tuple[int, int] = (0, 0), limits
 
 
 def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
-                  who: Identity, pid: int = 0) -> _Prepared:
+                  who: Identity, pid: int = 0, again: bool = False) -> _Prepared:
+    """The container's tenant, set up by provision; ``again``: this very
+    container's hook ran before (prestart, then createRuntime), and the
+    region there is its own."""
     from vgpulimit import provision
     from vgpulimit._paths import libpath
 
@@ -96,10 +99,13 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
     region_path = tenant.region
     entry_fd = _open_dir(entry)
     try:
-        if region_path.exists():   # made by an earlier run of the hook (prestart, then createRuntime)
+        if again and region_path.exists():
             identity.write(entry_fd, who)
             row = provision.row_of(tenant)
         else:
+            # Left by an earlier container of this id whose hook did not finish
+            # (no manifest): its limits are not this one's.
+            provision.deprovision(tenant)
             if tenant.joins():
                 (node_dir / BOARD_DIR).mkdir(mode=0o755, exist_ok=True)
             made = provision.provision(tenant)
@@ -337,6 +343,7 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
         # Left by an earlier container of this id that had no poststop.
         _undo(manifest, node_dir, state.id)
         manifest = None
+    again = manifest is not None
     if manifest is None:
         manifest = Manifest(rootfs=str(rootfs_path), pid=state.pid)
     elif manifest.locked:
@@ -348,7 +355,7 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
             gpus = (admission.check(state.id, config, limits, node_dir) if admission is not None
                     else given_gpus(config))
             who = identity.from_annotations(state.id, config_annotations(config), gpus)
-            prepared = _prepare_node(node_dir, state.id, limits, owner, who, state.pid)
+            prepared = _prepare_node(node_dir, state.id, limits, owner, who, state.pid, again)
             manifest.save(prepared.entry_fd)
     except (HookError, OSError) as exc:
         if node_dir.is_dir():
