@@ -126,7 +126,6 @@ def test_poststop_of_a_container_it_did_not_touch(tmp_path):
     ("looser variable", ("VGPULIMIT_MEMORY_0=100GiB would loosen VGPULIMIT_MEMORY=1GiB, which the container's "
                          "device or environment sets: a variable may only tighten it")),
     ("looser by uuid", "VGPULIMIT_MEMORY_GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920=100 GiB would loosen"),
-    ("looser than hami", "VGPULIMIT_CORES=90 would loosen CUDA_DEVICE_SM_LIMIT=30"),
     ("region beside ours", ("process.env VGPULIMIT_REGION names a region of another injector, while "
                             "VGPULIMIT_MEMORY asks the hook for one: give the container one of the two")),
     ("no pid", "the container state has no pid"),
@@ -159,8 +158,6 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
         env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_0": "100GiB"}
     elif case == "looser by uuid":
         env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920": "100GiB"}
-    elif case == "looser than hami":
-        env = {"CUDA_DEVICE_SM_LIMIT": "30", "VGPULIMIT_CORES": "90"}
     elif case == "region beside ours":
         env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_REGION": "/tmp/mine"}
     elif case == "looser priority":
@@ -187,6 +184,17 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
     assert expected in line
     assert tree(bundle) == before
     assert not (tmp_path / "node").exists()
+
+
+def test_a_variable_of_ours_looser_than_hamis_gives_way():
+    """Beside a device plugin's HAMi variable, ours (the pod author's, or a
+    CDI device's) applies only where it is the tighter, as in the shim."""
+    from vgpulimit.oci.request import requested
+
+    limits = requested({"process": {"env": ["CUDA_DEVICE_SM_LIMIT=30", "VGPULIMIT_CORES=90"]}})
+    assert {s.value for s in limits.cores.values()} == {30}
+    limits = requested({"process": {"env": ["CUDA_DEVICE_SM_LIMIT=30", "VGPULIMIT_CORES=20"]}})
+    assert {s.value for s in limits.cores.values()} == {20}
 
 
 # -- hooks.d ------------------------------------------------------------------------------------

@@ -502,6 +502,29 @@ static void check_requests(struct vgl_env *out)
 
 /* -- merging ---------------------------------------------------------------------------------- */
 
+/* Our variable and HAMi's or KAI's on one device.  In a device plugin's
+ * container (no hook) both arrive in the environment, the plugin's and the
+ * pod author's alike, so neither may loosen the other: the tighter holds.  A
+ * size and a share of the device cannot be weighed before the device is
+ * known, and are refused rather than guessed. */
+static const struct candidate *settle(struct vgl_env *out, const struct candidate *ours,
+                                      const struct candidate *theirs, enum vgl_kind_id kind)
+{
+    bool comparable = percent(kind) || (ours->memory.bytes && theirs->memory.bytes) ||
+                      (ours->memory.ppm && theirs->memory.ppm);
+    if (!comparable) {
+        say(out, true, "%s=\"%s\" and %s=\"%s\" disagree, and a size cannot be weighed against a share "
+            "of the device: give both as sizes or both as shares (accepted forms: %s)", ours->origin.name,
+            ours->origin.text, theirs->origin.name, theirs->origin.text, vgl_memory_forms());
+        return NULL;
+    }
+    const struct candidate *use = tighter(theirs, ours, kind) ? theirs : ours;
+    say(out, false, "%s=\"%s\" and %s=\"%s\" disagree; %s applies, the tighter: one may not loosen the "
+        "other", ours->origin.name, ours->origin.text, theirs->origin.name, theirs->origin.text,
+        use->origin.name);
+    return use;
+}
+
 static void merge(struct reading *r)
 {
     struct vgl_env *out = r->out;
@@ -511,13 +534,16 @@ static void merge(struct reading *r)
             continue;
         struct candidate (*found)[VGL_MAX_DEVICES] = r->found[slot(kind)];
         for (int i = 0; i < VGL_MAX_DEVICES; i++) {
-            const struct candidate *ours = &found[OURS][i], *hami = &found[HAMI][i];
-            const struct candidate *use = ours->set ? ours : hami->set ? hami : &found[PORTION][i];
+            const struct candidate *ours = &found[OURS][i];
+            const struct candidate *theirs = found[HAMI][i].set ? &found[HAMI][i] : &found[PORTION][i];
+            const struct candidate *use = ours->set ? ours : theirs;
             if (!use->set)
                 continue;
-            if (ours->set && hami->set && !same(ours, hami, kind))
-                say(out, false, "%s=\"%s\" and %s=\"%s\" disagree; %s applies", ours->origin.name,
-                    ours->origin.text, hami->origin.name, hami->origin.text, ours->origin.name);
+            if (ours->set && theirs->set && !same(ours, theirs, kind)) {
+                use = settle(out, ours, theirs, kind);
+                if (!use)
+                    continue;
+            }
             /* Where a per-device kind lands in struct vgl_env. */
             if (kind == VGL_KIND_memory) {
                 out->memory[i] = use->memory;
