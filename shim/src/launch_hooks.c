@@ -50,8 +50,11 @@ VGL_AFTER_FORK(forget_in_child)
 static inline bool unlimited(void)
 {
     const uint64_t *generation = __atomic_load_n(&limits_generation, __ATOMIC_RELAXED);
+    const struct vgl_region *region = vgl_self.region;
+    /* A suspended container's launch asks to be resumed (gate_enter). */
     return __atomic_load_n(generation, __ATOMIC_RELAXED) ==
-           __atomic_load_n(&unlimited_generation, __ATOMIC_RELAXED);
+           __atomic_load_n(&unlimited_generation, __ATOMIC_RELAXED) &&
+           (!region || __atomic_load_n(&region->suspend_state, __ATOMIC_RELAXED) == VGL_SUSPEND_RUNNING);
 }
 
 /* Whether any device is limited, as of the region's generation now. */
@@ -180,7 +183,10 @@ static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, 
  * a capturing stream pass (device -1). */
 static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
 {
+    /* First: every driver call below blocks while the container is suspended. */
+    bool asked = vgl_resume_ask();
     l->device = -1;
+    l->asked = asked;
     CUcontext ctx = NULL;
     int device = launch_device(&ctx);
     if (device < 0)
@@ -200,6 +206,7 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
     uint64_t now = vgl_node_clock_ns();
     struct vgl_settlements settled;
     vgl_busy_enter(l, &driver_events, ctx, device, key, stream, now, quiet, &settled);
+    l->asked = asked; /* vgl_busy_enter makes the launch anew */
     settle(&settled);
     int64_t wait = vgl_share_admit(device, now, l->cost_ns);
     if (wait > 0) {
@@ -238,6 +245,8 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
 
 static CUresult gate_leave(struct vgl_launch *l, CUresult rc)
 {
+    if (l->asked)
+        vgl_resume_asked();
     if (l->device >= 0) {
         struct vgl_settlements settled;
         vgl_busy_leave(l, rc == CUDA_SUCCESS, __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0, &settled);

@@ -195,6 +195,10 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--priority", metavar="PRIORITY",
                      help="high, normal or low: while a container of a higher priority has work "
                           "on a GPU, lower ones hold back (default: none, takes no part)")
+    run.add_argument("--suspend-idle", metavar="DURATION",
+                     help="the node agent may suspend the container once its GPU work has been idle "
+                          "this long and others wait for memory, and resumes it at its next CUDA call: "
+                          "30s, 10m, 4h (docs/agent.md; default: never)")
     run.add_argument("--board", metavar="PATH",
                      help="the node's board of priorities and memory guarantees, with --priority or "
                           "a memory cap (default: priority.board in the directory run makes regions in)")
@@ -349,6 +353,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_container_commands(commands)
     _add_slurm_command(commands)
     _add_mig_command(commands)
+    from vgpulimit.agent import command as agent_command
+
+    agent_command.add_parser(commands)
     return parser
 
 
@@ -588,8 +595,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     given = {u: s.source for kind in (limits.memory_by_uuid, limits.cores_by_uuid, limits.request_by_uuid)
              for u, s in kind.items()}
     _refuse_mig_gpus(given, args.simulate)
+    from vgpulimit.agent.rules import parse_idle
+
+    idle_ms = parse_idle(args.suspend_idle, "--suspend-idle") if args.suspend_idle is not None else 0
     options = request.RunOptions(command=command, limits=limits, simulate=args.simulate,
-                                 region_path=args.region, board_path=args.board)
+                                 region_path=args.region, board_path=args.board, suspend_idle_ms=idle_ms)
     return supervisor.run(options)
 
 
@@ -764,6 +774,12 @@ def _cmd_suspend(args: argparse.Namespace) -> int:
         record = suspend.resume(region, driver)
         print(f"resumed in {record.last_resume_ns / 1e9:.3f} s")
     return 0
+
+
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from vgpulimit.agent import command
+
+    return command.run(args)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -948,6 +964,7 @@ _COMMANDS = {
     "cdi": _cmd_cdi,
     "slurm": _cmd_slurm,
     "mig": _cmd_mig,
+    "agent": _cmd_agent,
 }
 
 

@@ -174,6 +174,8 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     suspended = view.suspend.view_text(snap.taken_ns)
     if suspended is not None:
         lines[-1:-1] = [suspended]
+    if view.agent is not None:
+        lines[-1:-1] = [view.agent.text()]
     if snap.memory_wait_ns:
         wait = format_wait(snap.memory_wait_ns)
         lines[-1:-1] = [f"memory wait {wait}: an allocation that would be refused waits that long for memory"]
@@ -254,6 +256,7 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
         "priority_board": snap.board,
         "memory_wait_ns": snap.memory_wait_ns,
         "suspend": view.suspend.view_json(snap.taken_ns),
+        "agent": None if view.agent is None else view.agent.to_json(),
         "devices": [
             {
                 "index": dev.index,

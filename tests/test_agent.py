@@ -1,0 +1,162 @@
+"""The node agent on the simulated GPU (docs/agent.md): it suspends by the
+setters' rules (guarantees, priorities, idle limits), for a live waiter that
+is owed memory or a container that asks to be resumed, and resumes when
+memory is free again; nothing is suspended without it; killed at any moment
+and restarted, it finishes what it was doing; a tenant's forged claims get
+nothing.  Every wait below is for a state (bounded, never timed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import GiB, vgpulimit_cmd
+from helpers import status_json, vgpulimit
+from tenants import ctl
+from test_suspend import Containers
+
+OK = "CUDA_SUCCESS"
+OOM = "CUDA_ERROR_OUT_OF_MEMORY"
+CHECKPOINTED = "CU_PROCESS_STATE_CHECKPOINTED"
+RUNNING = "CU_PROCESS_STATE_RUNNING"
+BOUND_S = 120   # a bound on every wait for a state, never a figure that is asserted
+
+
+def until(predicate, what: str):
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {BOUND_S} s: {what}")
+
+
+class AgentProcess:
+    def __init__(self, env, tmp_path: Path, *flags: str) -> None:
+        self.env, self.tmp, self.flags = env, tmp_path, flags
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([*vgpulimit_cmd("agent", "--simulate", "--regions", str(self.tmp),
+                                                      "--interval", "0.05", *self.flags)],
+                                     env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        until(lambda: self.state() is not None and self.state()["pid"] == self.proc.pid or self._died(),
+              "the agent serves")
+
+    def _died(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the agent exited {self.proc.returncode}: {self.proc.stderr.read()}")
+        return False
+
+    def board_dir(self) -> Path:
+        return Path(self.env["XDG_RUNTIME_DIR"]) / "vgpulimit"
+
+    def state(self) -> dict | None:
+        try:
+            return json.loads((self.board_dir() / "agent.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def decisions(self) -> list[dict]:
+        try:
+            lines = (self.board_dir() / "agent.log").read_text().splitlines()
+        except OSError:
+            return []
+        return [json.loads(line) for line in lines if line]
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def containers(sim_env, shim_path, tmp_path):
+    made = Containers(sim_env, shim_path, tmp_path)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def agent(sim_env, tmp_path):
+    made = []
+
+    def start(*flags):
+        made.append(AgentProcess(sim_env, tmp_path, *flags))
+        return made[-1]
+    yield start
+    for a in made:
+        a.stop()
+
+
+def state_of(env, tenant) -> str:
+    return ctl(env, "state", tenant.pid)["state"]
+
+
+def borrower_and_owner(containers, wait="60s"):
+    """16 GiB: a borrower (request 2 GiB) takes 12 GiB before the owner of a
+    guarantee of 8 GiB starts; the owner's 8 GiB then waits for memory."""
+    borrower = containers.start("borrower", "--memory", "16GiB", "--memory-request", "2GiB")
+    assert [borrower.ask(f"alloc {4 * GiB}")["result"] for _ in range(3)] == [OK] * 3
+    owner = containers.start("owner", "--memory", "8GiB", "--memory-wait", wait)
+    return borrower, owner
+
+
+def test_a_borrower_is_suspended_for_the_owner_of_a_guarantee_and_resumed_once_memory_is_free(
+        sim_env, containers, agent):
+    borrower, owner = borrower_and_owner(containers)
+    a = agent()
+    assert owner.ask(f"alloc {8 * GiB}")["result"] == OK
+    assert state_of(sim_env, borrower) == CHECKPOINTED
+    [decision] = [d for d in a.decisions() if d["action"] == "suspend"]
+    assert decision["container"].endswith("borrower.region") and decision["for"].endswith("owner.region")
+    assert "borrowing past its guarantee" in decision["why"] and decision["out_bytes"] == 12 * GiB
+    # Not resumed while its memory is not free: 8 GiB are, it held 12.
+    assert status_json(sim_env, borrower.region, "--interval", "0")["suspend"]["state"] == "suspended"
+    owner.ask("free")
+    until(lambda: state_of(sim_env, borrower) == RUNNING, "the borrower is resumed")
+    assert borrower.ask("check")["intact"]
+    assert [d["action"] for d in a.decisions()] == ["suspend", "resume"]
+
+
+def test_without_an_agent_nothing_is_suspended_and_the_wait_ends_in_a_refusal(sim_env, containers):
+    borrower, owner = borrower_and_owner(containers, wait="300ms")
+    assert owner.ask(f"alloc {8 * GiB}")["result"] == OOM
+    assert state_of(sim_env, borrower) == RUNNING
+    text = vgpulimit("status", "--region", owner.region, "--interval", "0", env=sim_env).stdout
+    assert "no node agent" in text
+
+
+def test_a_lower_priority_is_suspended_for_a_higher_one_past_its_guarantee(sim_env, containers, agent):
+    low = containers.start("low", "--memory", "12GiB", "--priority", "low")
+    assert low.ask(f"alloc {12 * GiB}")["result"] == OK
+    normal = containers.start("normal", "--memory", "2GiB", "--priority", "normal")
+    assert normal.ask(f"alloc {GiB}")["result"] == OK
+    high = containers.start("high", "--memory", "8GiB", "--memory-request", "1GiB", "--memory-wait", "60s",
+                            "--priority", "high")
+    agent()
+    assert high.ask(f"alloc {GiB}")["result"] == OK
+    assert high.ask(f"alloc {4 * GiB}")["result"] == OK
+    assert [state_of(sim_env, t) for t in (low, normal)] == [CHECKPOINTED, RUNNING]
+
+
+def test_a_waiter_of_the_same_priority_past_its_guarantee_gets_no_one_suspended(sim_env, containers, agent):
+    holder = containers.start("holder", "--memory", "12GiB")
+    assert holder.ask(f"alloc {12 * GiB}")["result"] == OK
+    borrower = containers.start("borrower", "--memory", "8GiB", "--memory-request", "1GiB",
+                                "--memory-wait", "500ms")
+    a = agent()
+    assert borrower.ask(f"alloc {5 * GiB}")["result"] == OOM
+    assert state_of(sim_env, holder) == RUNNING
+    assert [d for d in a.decisions() if d["action"] == "suspend"] == []
