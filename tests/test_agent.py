@@ -8,6 +8,7 @@ nothing.  Every wait below is for a state (bounded, never timed)."""
 from __future__ import annotations
 
 import json
+import sys
 import subprocess
 import time
 from pathlib import Path
@@ -160,3 +161,51 @@ def test_a_waiter_of_the_same_priority_past_its_guarantee_gets_no_one_suspended(
     assert borrower.ask(f"alloc {5 * GiB}")["result"] == OOM
     assert state_of(sim_env, holder) == RUNNING
     assert [d for d in a.decisions() if d["action"] == "suspend"] == []
+
+
+def test_idle_notebooks_are_suspended_for_a_waiter_and_each_is_resumed_when_it_calls_cuda(
+        sim_env, containers, agent):
+    """16 GiB: notebooks A (7 GiB, cap 8) and B (6 GiB, cap 8) idle past their limit;
+    a job waits for 6 GiB: the fewest idle ones that make room, A, are suspended.
+    A allocates again: its call asks, and room is made by suspending B, idle
+    (A's 8 GiB are within its guarantee).  B then calls CUDA: A, idle again
+    by then, makes room for it."""
+    a = containers.start("a", "--memory", "8GiB", "--suspend-idle", "300ms")
+    b = containers.start("b", "--memory", "8GiB", "--suspend-idle", "300ms")
+    assert a.ask(f"alloc {7 * GiB}")["result"] == OK
+    assert b.ask(f"alloc {6 * GiB}")["result"] == OK
+    job = containers.start("job", "--memory", "8GiB", "--memory-wait", "100s")
+    log = agent().decisions
+    assert job.ask(f"alloc {6 * GiB}")["result"] == OK
+    assert [state_of(sim_env, t) for t in (a, b)] == [CHECKPOINTED, RUNNING]
+
+    assert a.ask(f"alloc {GiB // 2}")["result"] == OK
+    assert [state_of(sim_env, t) for t in (a, b)] == [RUNNING, CHECKPOINTED]
+    assert a.ask("check")["intact"]
+    assert b.ask(f"alloc {GiB // 2}")["result"] == OK
+    assert [state_of(sim_env, t) for t in (a, b)] == [CHECKPOINTED, RUNNING]
+    assert b.ask("check")["intact"]
+    said = [(d["action"], Path(d["container"]).stem, d["for"] and Path(d["for"]).stem) for d in log()]
+    assert said == [("suspend", "a", "job"), ("suspend", "b", "a"), ("resume", "a", None),
+                    ("suspend", "a", "b"), ("resume", "b", None)]
+    assert all("idle for" in d["why"] for d in log() if d["action"] == "suspend")
+
+
+def test_a_container_suspended_by_hand_is_left_to_its_setter(sim_env, containers, agent):
+    a = containers.start("a", "--memory", "8GiB", "--suspend-idle", "300ms")
+    assert a.ask(f"alloc {GiB}")["result"] == OK
+    assert vgpulimit("suspend", "--simulate", "--region", a.region, env=sim_env).returncode == 0
+    agent()
+    a.send(f"alloc {GiB}")
+    assert not a.answered_within(1.0)
+    assert state_of(sim_env, a) == CHECKPOINTED
+    assert vgpulimit("resume", "--simulate", "--region", a.region, env=sim_env).returncode == 0
+    assert a.answer()["result"] == OK
+
+
+def test_suspend_idle_is_checked_and_needs_no_cap(sim_env, tmp_path):
+    bad = vgpulimit("run", "--simulate", "--suspend-idle", "5", "--", "true", env=sim_env)
+    assert bad.returncode == 2 and "--suspend-idle '5'" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    ok = vgpulimit("run", "--simulate", "--suspend-idle", "10m", "--region", tmp_path / "r", "--",
+                   sys.executable, "-c", "pass", env=sim_env)
+    assert ok.returncode == 0, ok.stderr
