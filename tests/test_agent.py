@@ -7,7 +7,11 @@ nothing.  Every wait below is for a state (bounded, never timed)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import random
+import struct
 import sys
 import subprocess
 import time
@@ -16,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import GiB, vgpulimit_cmd
 from helpers import status_json, vgpulimit
-from tenants import ctl
+from tenants import ctl, nvml_memory
 from test_suspend import Containers
 
 OK = "CUDA_SUCCESS"
@@ -209,3 +213,113 @@ def test_suspend_idle_is_checked_and_needs_no_cap(sim_env, tmp_path):
     ok = vgpulimit("run", "--simulate", "--suspend-idle", "10m", "--region", tmp_path / "r", "--",
                    sys.executable, "-c", "pass", env=sim_env)
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_agent_killed_at_a_random_moment_and_restarted_finishes_what_it_was_doing(
+        sim_env, containers, agent, seed):
+    """Killed again and again while it suspends the borrower for the owner
+    and resumes it after the owner frees: in the end the owner got its
+    memory, the borrower runs with its bytes intact, and nothing is left
+    suspended, locked or in the agent's journal."""
+    rng = random.Random(seed)
+    borrower, owner = borrower_and_owner(containers)
+    a = agent()
+    owner.send(f"alloc {8 * GiB}")
+    for _ in range(4):
+        time.sleep(rng.uniform(0, 0.4))
+        a.kill()
+        a.start()
+    assert owner.answer()["result"] == OK
+    owner.ask("free")
+    for _ in range(3):
+        time.sleep(rng.uniform(0, 0.4))
+        a.kill()
+        a.start()
+    until(lambda: state_of(sim_env, borrower) == RUNNING and a.state()["suspended"] == {},
+          "the borrower runs, and the agent holds nothing")
+    assert borrower.ask("check")["intact"]
+    assert status_json(sim_env, borrower.region, "--interval", "0")["suspend"]["state"] == "running"
+    assert nvml_memory(sim_env)["used"] == 12 * GiB
+
+
+def _beacon(sim_env, region: Path) -> Path:
+    from vgpulimit import board
+    from vgpulimit.agent.watch import beacon_name
+
+    path = Path(sim_env["XDG_RUNTIME_DIR"]) / "vgpulimit" / "priority.board"
+    return path.parent / beacon_name(board.find(str(path), str(region)).key)
+
+
+def _lock_byte(path: Path, at: int) -> int:
+    """A shared lock on byte `at` of the file, held by this (test) process's descriptor."""
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.fcntl(fd, getattr(fcntl, "F_OFD_SETLK", 37), struct.pack("hh4xqqi4x", fcntl.F_RDLCK, 0, at, 1, 0))
+    return fd
+
+
+def test_a_tenants_forged_claims_get_no_one_suspended(sim_env, containers, agent):
+    """A tenant beside an idle-limited holder and a borrower writes its own
+    beacon: waiters on the GPU (without the lock a waiter holds, then with
+    it but no waiting process), and asks to be resumed while it runs.  None
+    of it suspends anyone."""
+    from vgpulimit.agent.watch import RESUME_BYTE, ffi, waits_byte
+
+    borrower = containers.start("borrower", "--memory", "16GiB", "--memory-request", "1GiB")
+    assert borrower.ask(f"alloc {6 * GiB}")["result"] == OK
+    idle = containers.start("idle", "--memory", "8GiB", "--suspend-idle", "100ms")
+    assert idle.ask(f"alloc {6 * GiB}")["result"] == OK
+    liar = containers.start("liar", "--memory", "8GiB", "--memory-wait", "60s", "--priority", "high")
+    assert liar.ask(f"alloc {GiB}")["result"] == OK
+    a = agent()
+    beacon = _beacon(sim_env, liar.region)
+    image = bytearray(beacon.read_bytes())
+    entry = ffi.offsetof("struct vgl_beacon", "device")
+    struct.pack_into("<QI I", image, entry + ffi.offsetof("struct vgl_beacon_device", "oldest_wait_ns"),
+                     time.monotonic_ns() - 10**9, 0, 1)
+    beacon.write_bytes(image)
+    held = []
+    try:
+        time.sleep(0.5)   # looks, several times, at a claim without its lock
+        held.append(_lock_byte(beacon, waits_byte(0)))
+        time.sleep(0.5)   # with the lock, and no process of the container waiting
+        held.append(_lock_byte(beacon, RESUME_BYTE))
+        time.sleep(0.5)   # an ask to be resumed by a container that runs
+        assert a.state()["pid"] == a.proc.pid and a.state()["error"] == ""
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert [state_of(sim_env, t) for t in (borrower, idle, liar)] == [RUNNING] * 3
+    assert [d for d in a.decisions() if d["action"] == "suspend"] == []
+
+
+def test_several_gpus_each_by_its_own_rules(sim_env, shim_path, tmp_path, agent):
+    """Two GPUs of 16 GiB: on each a borrower and an owner that waits; the
+    borrower of each is suspended for the owner on its GPU, and a container
+    within its guarantee on the second is not touched."""
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    gpu0 = Containers(env, shim_path, tmp_path)
+    gpu1 = Containers(dict(env, CUDA_VISIBLE_DEVICES="1"), shim_path, tmp_path)
+    try:
+        b0, o0 = gpu0.start("b0", "--memory", "16GiB", "--memory-request", "1GiB"), None
+        assert b0.ask(f"alloc {10 * GiB}")["result"] == OK
+        keep = gpu1.start("keep", "--memory", "4GiB")
+        assert keep.ask(f"alloc {4 * GiB}")["result"] == OK
+        b1 = gpu1.start("b1", "--memory", "12GiB", "--memory-request", "1GiB")
+        assert b1.ask(f"alloc {9 * GiB}")["result"] == OK
+        o0 = gpu0.start("o0", "--memory", "10GiB", "--memory-wait", "100s")
+        o1 = gpu1.start("o1", "--memory", "6GiB", "--memory-wait", "100s")
+        made = AgentProcess(env, tmp_path)
+        try:
+            o0.send(f"alloc {10 * GiB}")
+            o1.send(f"alloc {6 * GiB}")
+            assert [o0.answer()["result"], o1.answer()["result"]] == [OK, OK]
+            assert [state_of(env, t) for t in (b0, keep, b1)] == [CHECKPOINTED, RUNNING, CHECKPOINTED]
+            fors = {Path(d["container"]).stem: Path(d["for"]).stem for d in made.decisions()
+                    if d["action"] == "suspend"}
+            assert fors == {"b0": "o0", "b1": "o1"}
+        finally:
+            made.stop()
+    finally:
+        gpu0.close()
+        gpu1.close()
