@@ -12,8 +12,8 @@ import json
 import os
 import random
 import struct
-import sys
 import subprocess
+import sys
 import time
 from pathlib import Path
 

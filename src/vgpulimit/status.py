@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpulimit import identity, nvml
+from vgpulimit.agent.journal import Seen, seen_by
+from vgpulimit.board import reachable
 from vgpulimit.processes import (
     ProcessDetails,
     ProcessWatcher,
@@ -33,8 +35,6 @@ from vgpulimit.region import (
     read_snapshot,
     running_processes,
 )
-from vgpulimit.agent.journal import Seen, seen_by
-from vgpulimit.board import reachable
 from vgpulimit.suspend_record import Record, read_record
 
 # -- reading regions -------------------------------------------------------------------------------
