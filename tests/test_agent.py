@@ -323,3 +323,40 @@ def test_several_gpus_each_by_its_own_rules(sim_env, shim_path, tmp_path, agent)
     finally:
         gpu0.close()
         gpu1.close()
+
+
+def test_who_was_suspended_for_whom_is_seen_in_status_top_and_metrics(sim_env, containers, agent, tmp_path):
+    from test_node_view import gpu_series, serve_metrics
+
+    borrower, owner = borrower_and_owner(containers)
+    before = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0", env=sim_env).stdout)
+    assert [a["serving"] for a in before["agents"]] == [False]
+    a = agent()
+    assert owner.ask(f"alloc {8 * GiB}")["result"] == OK
+
+    own = vgpulimit("status", "--region", borrower.region, "--interval", "0", env=sim_env).stdout
+    assert "suspended by the node agent: borrowing past its guarantee, for owner.region" in own
+    doc = status_json(sim_env, borrower.region, "--interval", "0")
+    assert doc["agent"]["serving"] and doc["agent"]["suspended"]["for_name"] == str(owner.region)
+    assert status_json(sim_env, owner.region, "--interval", "0")["agent"]["suspended"] is None
+
+    node = vgpulimit("status", "--all", tmp_path, "--interval", "0", env=sim_env).stdout
+    assert f"node agent (pid {a.proc.pid}) serves" in node and "1 suspend(s)" in node
+    assert "suspend borrower.region for owner.region: borrowing past its guarantee" in node
+    [agent_json] = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0",
+                                        env=sim_env).stdout)["agents"]
+    assert (agent_json["serving"], agent_json["suspends"], list(agent_json["suspended"])) == \
+           (True, 1, [str(borrower.region)])
+    top = vgpulimit("top", "-1", "--all", tmp_path, env=dict(sim_env, COLUMNS="200")).stdout
+    assert "suspended by the node agent: borrowing past its guarantee" in top and "node agent (pid" in top
+    [samples], _ = serve_metrics(sim_env, tmp_path)
+    assert gpu_series(samples, "vgpulimit_agent_up") == [1]
+    assert gpu_series(samples, "vgpulimit_agent_suspends_total") == [1]
+    assert [dict(labels)["for_region"] for (n, labels), v in samples.items() if n == "vgpulimit_agent_holds"] \
+        == [str(owner.region)]
+
+    a.stop()
+    node = vgpulimit("status", "--all", tmp_path, "--interval", "0", env=sim_env).stdout
+    assert "no node agent serves the board" in node
+    [samples], _ = serve_metrics(sim_env, tmp_path)
+    assert gpu_series(samples, "vgpulimit_agent_up") == [0]

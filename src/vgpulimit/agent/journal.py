@@ -134,3 +134,48 @@ def seen_by(board: str | None, region: str, now_ns: int) -> Seen | None:
     up = serving(state, now_ns)
     entry = state.suspended.get(os.path.abspath(region)) if state else None
     return Seen(board, up, state.pid if state and up else 0, entry)
+
+
+@dataclass(frozen=True)
+class NodeAgent:
+    """The agent of one board, as the node's views show it."""
+
+    board: str
+    serving: bool
+    state: State | None
+
+    def text(self) -> str:
+        if not self.serving:
+            return (f"no node agent serves the board {self.board}: nothing is suspended for others, and "
+                    "waits for memory end in refusals")
+        s = self.state
+        held = ", ".join(f"{_short(n)} ({e.state}: {e.why})" for n, e in s.suspended.items()) or "none"
+        line = (f"node agent (pid {s.pid}) serves {self.board}: {s.suspends} suspend(s), {s.resumes} "
+                f"resume(s), {s.refusals} refused; holds suspended: {held}")
+        return line + (f"; cannot look: {s.error}" if s.error else "")
+
+    def latest_text(self) -> list[str]:
+        """Its latest decisions, newest last."""
+        return [f"  {d['action']} {_short(d['container'])}" + (f" for {_short(d['for'])}" if d.get("for") else "")
+                + f": {d['why']}" for d in (self.state.latest if self.state else [])[-5:]]
+
+    def to_json(self) -> dict:
+        doc = {"board": self.board, "serving": self.serving}
+        if self.state is not None:
+            doc.update({k: v for k, v in asdict(self.state).items() if k != "board"})
+        return doc
+
+
+def _short(name: str) -> str:
+    parts = name.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if parts[-1] == "region" and len(parts) > 1 else parts[-1]
+
+
+def node_agents(seen: list[Seen | None], now_ns: int) -> list[NodeAgent]:
+    """The agents of the boards the containers in a view have rows in."""
+    boards = sorted({s.board for s in seen if s is not None})
+    agents = []
+    for b in boards:
+        state = read(b)
+        agents.append(NodeAgent(b, serving(state, now_ns), state))
+    return agents
