@@ -459,7 +459,7 @@ def render_node_text(node: NodeView, sample: Sample, width: int = 80) -> str:
         lines.append("")
     lines += [u.line for u in node.unavailable]   # whole: the function's name matters
     for agent in node_agents([v.agent for v in sample.views], time.monotonic_ns()):
-        lines += [agent.text(), *agent.latest_text()]
+        lines += [_cut(line, width) for line in (agent.text(), *agent.latest_text())]
     for view, index in node.elsewhere:
         lines.append(f"region {shown(view.path)} device {index}: on a GPU this node's driver does "
                      "not list")

@@ -146,12 +146,12 @@ class NodeAgent:
 
     def text(self) -> str:
         if not self.serving:
-            return (f"no node agent serves the board {self.board}: nothing is suspended for others, and "
-                    "waits for memory end in refusals")
+            return f"no node agent: nothing is suspended for others (board {self.board})"
         s = self.state
-        held = ", ".join(f"{_short(n)} ({e.state}: {e.why})" for n, e in s.suspended.items()) or "none"
-        line = (f"node agent (pid {s.pid}) serves {self.board}: {s.suspends} suspend(s), {s.resumes} "
-                f"resume(s), {s.refusals} refused; holds suspended: {held}")
+        held = ", ".join(f"{_short(n)}" + ("" if e.state == "suspended" else f" ({e.state})")
+                         for n, e in s.suspended.items()) or "none"
+        line = (f"node agent (pid {s.pid}): {s.suspends} suspend(s), {s.resumes} resume(s), {s.refusals} "
+                f"refused; holds suspended: {held}")
         return line + (f"; cannot look: {s.error}" if s.error else "")
 
     def latest_text(self) -> list[str]:
