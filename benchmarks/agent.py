@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from suspend import Tenant, vgpulimit  # noqa: E402  (benchmarks/ is not a package)
+from suspend import Tenant, vgpulimit
 
 GiB = 1 << 30
 NOTEBOOK_GIB, JOB_GIB = 40, 100
@@ -113,7 +113,7 @@ def with_agent(env: dict[str, str], work: Path, idle_s: float, idle: str, wait: 
             said = "; ".join(f"{d['action']} {Path(d['container']).stem}"
                              + (f" ({d['took_ns'] / 1e9:.2f} s)" if "took_ns" in d else "")
                              for d in decisions(run_dir)[seen:])
-            print(f"{t.region.stem.split('-')[-1]:<10} {was:<10} {took:>12.2f} s {str(intact):>6}  {said or '-'}")
+            print(f"{t.region.stem.split('-')[-1]:<10} {was:<10} {took:>12.2f} s {intact!s:>6}  {said or '-'}")
         plain = int((140.4 - JOB_GIB) // NOTEBOOK_GIB)
         print(f"notebooks of {NOTEBOOK_GIB} GiB served beside the job on one GPU: plain caps {plain}, "
               f"with the agent {len(books)} (one on the GPU at a time, each resumed on use)")

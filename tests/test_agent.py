@@ -360,3 +360,30 @@ def test_who_was_suspended_for_whom_is_seen_in_status_top_and_metrics(sim_env, c
     assert "no node agent: nothing is suspended for others" in node
     [samples], _ = serve_metrics(sim_env, tmp_path)
     assert gpu_series(samples, "vgpulimit_agent_up") == [0]
+
+
+def test_the_daemonset_runs_the_agent_on_the_hooks_board_and_install_unit_writes_a_service(tmp_path, sim_env):
+    import yaml
+
+    from vgpulimit.board import BOARD_NAME, NODE_BOARD_DIR
+    from vgpulimit.cli import _build_parser
+    from vgpulimit.oci import NODE_DIR
+
+    docs = [d for d in yaml.safe_load_all((Path(__file__).parent.parent / "deploy" / "vgpulimit.yaml").read_text())
+            if d]
+    [daemonset] = [d for d in docs if d["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    [agent] = [c for c in pod["containers"] if c["name"] == "agent"]
+    args = _build_parser().parse_args(agent["command"][3:])
+    assert args.action == "agent" and args.board == f"{NODE_DIR}/{NODE_BOARD_DIR}/{BOARD_NAME}"
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert [volumes[m["name"]] for m in agent["volumeMounts"]] == [NODE_DIR] and pod["hostPID"]
+
+    done = vgpulimit("agent", "--install-unit", tmp_path, "--regions", tmp_path, env=sim_env)
+    assert done.returncode == 0, done.stderr
+    unit = (tmp_path / "vgpulimit-agent.service").read_text()
+    [start] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    command = start.removeprefix("ExecStart=").split()
+    assert command[1:3] == ["-m", "vgpulimit"] and "Restart=always" in unit
+    args = _build_parser().parse_args(command[3:])
+    assert args.board.endswith(f"vgpulimit/{BOARD_NAME}") and args.regions == [str(tmp_path)]

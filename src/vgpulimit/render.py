@@ -176,7 +176,7 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     suspended = view.suspend.view_text(snap.taken_ns)
     if suspended is not None:
         lines[-1:-1] = [suspended]
-    if view.agent is not None:
+    if view.agent is not None and view.agent.said(snap.memory_wait_ns):
         lines[-1:-1] = [view.agent.text()]
     if snap.memory_wait_ns:
         wait = format_wait(snap.memory_wait_ns)

@@ -264,7 +264,8 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
         if view.path in placed:
             continue
         parts += [Text(""), Text(f"region {shown(view.path)}", overflow="fold")]
-        agent = view.agent.text() if view.agent is not None else None
+        agent = (view.agent.text() if view.agent is not None and view.agent.said(view.snapshot.memory_wait_ns)
+                 else None)
         for said in (_priority(view), view.suspend.view_text(view.snapshot.taken_ns), agent):
             if said is not None:
                 parts.append(Text(said, no_wrap=True, overflow="ellipsis"))

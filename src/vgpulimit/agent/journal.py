@@ -111,6 +111,11 @@ class Seen:
     pid: int = 0
     entry: Entry | None = None      # the container's, while the agent holds it suspended
 
+    def said(self, memory_wait_ns: int) -> bool:
+        """Whether a container's own status says it: while the agent holds it
+        suspended, or where no agent serves a container whose allocations wait."""
+        return self.entry is not None or (not self.serving and bool(memory_wait_ns))
+
     def text(self) -> str:
         if self.entry is not None:
             head = "suspended by the node agent" if self.entry.state == "suspended" else \

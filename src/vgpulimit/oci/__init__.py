@@ -63,6 +63,8 @@ CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
 PRIORITY_ANNOTATION = "vgpulimit.io/priority"
 MEMORY_REQUEST_ANNOTATION = "vgpulimit.io/memory-request"
 MEMORY_WAIT_ANNOTATION = "vgpulimit.io/memory-wait"
+# The node agent may suspend the container once idle this long (docs/agent.md); with limits only.
+SUSPEND_IDLE_ANNOTATION = "vgpulimit.io/suspend-idle"
 
 # Priorities: the node's board and the containers' beacons, in a directory of
 # the node directory (whose name no container id takes), mounted read-only
