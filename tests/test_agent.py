@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -387,3 +388,19 @@ def test_the_daemonset_runs_the_agent_on_the_hooks_board_and_install_unit_writes
     assert command[1:3] == ["-m", "vgpulimit"] and "Restart=always" in unit
     args = _build_parser().parse_args(command[3:])
     assert args.board.endswith(f"vgpulimit/{BOARD_NAME}") and args.regions == [str(tmp_path)]
+
+
+def test_a_suspended_tenant_killed_leaves_nothing_behind(sim_env, containers, agent):
+    borrower, owner = borrower_and_owner(containers)
+    a = agent()
+    assert owner.ask(f"alloc {8 * GiB}")["result"] == OK
+    assert state_of(sim_env, borrower) == CHECKPOINTED
+    os.kill(borrower.pid, signal.SIGKILL)
+    until(lambda: a.state()["suspended"] == {}, "the agent forgets the container that ended")
+    assert [d["action"] for d in a.decisions()] == ["suspend", "forgot"]
+    assert nvml_memory(sim_env)["used"] == 8 * GiB
+    assert status_json(sim_env, borrower.region, "--interval", "0")["suspend"]["state"] == "running"
+    # Its memory is the owner's to use, and a newcomer's: nothing is held for the dead.
+    owner.ask("free")
+    newcomer = containers.start("newcomer", "--memory", "16GiB")
+    assert newcomer.ask(f"alloc {16 * GiB}")["result"] == OK

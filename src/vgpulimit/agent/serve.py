@@ -143,8 +143,8 @@ class Agent:
         containers = []
         for row in rows.values():
             name = regions.get((row.region_dev, row.region_ino))
-            if name is None:
-                continue
+            if name is None or row.owner_pid > 0 and not watch.alive(row.owner_pid):
+                continue   # no region here, or its holder is gone: the row is no one's
             try:
                 snap = read_snapshot(name)
             except RegionError:
@@ -154,6 +154,11 @@ class Agent:
         for name in [n for n in self.state.suspended if n not in names]:
             # Its row or its region is gone: the container ended.
             del self.state.suspended[name]
+            if os.path.exists(name):
+                try:
+                    suspend.forget(name, self.driver)
+                except (suspend.SuspendError, RegionError, OSError):
+                    pass   # a region gone meanwhile, or one a process holds again
             self._decide("forgot", name, "the container ended while suspended")
         return (containers, {u: g.free_bytes for u, g in gpus.items()}, {u: g.total_bytes for u, g in gpus.items()})
 

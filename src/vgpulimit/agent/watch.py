@@ -60,6 +60,7 @@ class BoardRow:
     memory: bool                                     # takes part in elastic memory
     guarantee_by_index: Mapping[int, tuple[int, int]]   # index -> (bytes, ppm)
     guarantee_by_uuid: Mapping[str, tuple[int, int]]
+    owner_pid: int = 0                               # its holder; once gone, the row is no one's
 
     def guarantee(self, index: int, uuid: str | None, total: int) -> int:
         given = self.guarantee_by_uuid.get(uuid) if uuid else None
@@ -95,7 +96,8 @@ def read_board(path: str) -> dict[int, BoardRow] | None:
                                 for d in range(lib.VGL_MAX_DEVICES)
                                 if r.guarantee[d].bytes or r.guarantee[d].ppm},
             guarantee_by_uuid={uuid_key(bytes(g.uuid)): (int(g.guarantee.bytes), int(g.guarantee.ppm))
-                               for g in r.guarantee_by_uuid if any(bytes(g.uuid))})
+                               for g in r.guarantee_by_uuid if any(bytes(g.uuid))},
+            owner_pid=int(r.owner_pid))
     return rows
 
 
