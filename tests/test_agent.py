@@ -404,3 +404,35 @@ def test_a_suspended_tenant_killed_leaves_nothing_behind(sim_env, containers, ag
     owner.ask("free")
     newcomer = containers.start("newcomer", "--memory", "16GiB")
     assert newcomer.ask(f"alloc {16 * GiB}")["result"] == OK
+
+
+def test_the_rules_take_the_lowest_priority_first_and_the_fewest_within_it():
+    """The model alone (rules.py), its check() on each outcome."""
+    from vgpulimit.agent.rules import RANKS, Container, check, decide
+
+    G = "gpu0"
+    low = [Container(f"low{i}", RANKS["low"], {G: 0}, {G: 16 * GiB}, {G: n * GiB}) for i, n in enumerate((4, 4, 8))]
+    normal = Container("normal", RANKS["normal"], {G: GiB}, {G: 16 * GiB}, {G: 6 * GiB})
+    high = Container("high", RANKS["high"], {G: 10 * GiB}, {G: 16 * GiB}, {G: 0}, waits={G: 1})
+    free, total = {G: 2 * GiB}, {G: 32 * GiB}
+    cases = {
+        # Owed 10 GiB, 2 free: the one low of 8 frees enough; no normal one is touched.
+        (): ["low2"],
+        # Owed 20 GiB, none free: the lows' 16 GiB are not enough, so all of them, and
+        # then the next priority up (normal, 6 GiB).
+        ("less free",): ["low0", "low1", "low2", "normal"],
+    }
+    for case, expected in cases.items():
+        given_free = {G: 2 * GiB} if not case else {G: 0}
+        world = [*low, normal, high] if not case else [*low, normal,
+                                                         Container("high", RANKS["high"], {G: 20 * GiB}, {G: 32 * GiB},
+                                                                   {G: 0}, waits={G: 1})]
+        actions = decide(world, given_free, total)
+        check(world, given_free, total, actions)
+        assert sorted(a.name for a in actions if a.kind == "suspend") == expected
+    # A claim that all its victims together cannot satisfy suspends no one.
+    greedy = Container("high", RANKS["high"], {G: 32 * GiB}, {G: 32 * GiB}, {G: 0}, waits={G: 1})
+    assert decide([*low, normal, greedy], {G: 0}, total) == []
+    # Nothing for a waiter of the same priority past its guarantee.
+    same = Container("same", RANKS["low"], {G: 0}, {G: 16 * GiB}, {G: GiB}, waits={G: 1})
+    assert decide([*low, same], free, total) == []
