@@ -436,3 +436,13 @@ def test_the_rules_take_the_lowest_priority_first_and_the_fewest_within_it():
     # Nothing for a waiter of the same priority past its guarantee.
     same = Container("same", RANKS["low"], {G: 0}, {G: 16 * GiB}, {G: GiB}, waits={G: 1})
     assert decide([*low, same], free, total) == []
+
+
+def test_one_agent_serves_a_board_a_second_says_which_and_exits(sim_env, tmp_path, agent):
+    a = agent()
+    second = vgpulimit("agent", "--simulate", "--regions", tmp_path, env=sim_env)
+    assert second.returncode != 0
+    assert second.stderr.strip().splitlines() == [f"vgpulimit: error: agent: another agent serves the board "
+                                                  f"{a.board_dir() / 'priority.board'} (pid {a.proc.pid})"]
+    bad = vgpulimit("agent", "--interval", "0", env=sim_env)
+    assert bad.returncode == 2 and "--interval" in bad.stderr and len(bad.stderr.splitlines()) == 1
