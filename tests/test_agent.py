@@ -442,7 +442,7 @@ def test_one_agent_serves_a_board_a_second_says_which_and_exits(sim_env, tmp_pat
     a = agent()
     second = vgpulimit("agent", "--simulate", "--regions", tmp_path, env=sim_env)
     assert second.returncode != 0
-    assert second.stderr.strip().splitlines() == [f"vgpulimit: error: agent: another agent serves the board "
-                                                  f"{a.board_dir() / 'priority.board'} (pid {a.proc.pid})"]
+    said = f"vgpulimit: error: agent: another agent serves the board {a.board_dir() / 'priority.board'}"
+    assert second.stderr.strip().splitlines() == [f"{said} (pid {a.proc.pid})"]
     bad = vgpulimit("agent", "--interval", "0", env=sim_env)
     assert bad.returncode == 2 and "--interval" in bad.stderr and len(bad.stderr.splitlines()) == 1
