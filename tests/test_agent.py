@@ -446,3 +446,25 @@ def test_one_agent_serves_a_board_a_second_says_which_and_exits(sim_env, tmp_pat
     assert second.stderr.strip().splitlines() == [f"{said} (pid {a.proc.pid})"]
     bad = vgpulimit("agent", "--interval", "0", env=sim_env)
     assert bad.returncode == 2 and "--interval" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_a_tenant_that_names_anothers_process_in_its_region_gets_no_one_else_suspended(
+        sim_env, containers, agent):
+    """A tenant writes a slot of its region naming a neighbour's process (its
+    region is its own to write).  Suspended as it is idle, it would take the
+    neighbour's process with it: the agent suspends no container whose region
+    names a process that does not map it."""
+    from vgpulimit.region import Region
+
+    neighbour = containers.start("neighbour", "--memory", "8GiB")
+    assert neighbour.ask(f"alloc {4 * GiB}")["result"] == OK
+    liar = containers.start("liar", "--memory", "8GiB", "--suspend-idle", "100ms")
+    assert liar.ask(f"alloc {6 * GiB}")["result"] == OK
+    with Region.open(liar.region) as region:
+        region.attach(neighbour.pid, neighbour.pid)
+    job = containers.start("job", "--memory", "12GiB", "--memory-wait", "2s")
+    a = agent()
+    assert job.ask(f"alloc {12 * GiB}")["result"] == OOM
+    assert [state_of(sim_env, t) for t in (neighbour, liar)] == [RUNNING, RUNNING]
+    [refused] = {d["why"] for d in a.decisions() if d["action"] == "refused"}
+    assert f"names process(es) {neighbour.pid} that do not map it" in refused
