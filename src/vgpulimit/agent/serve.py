@@ -25,6 +25,7 @@ from vgpulimit.suspend_record import read_record
 
 SETTLE_NS = 1_000_000_000      # after acting for a claimant, it is left to take the memory this long
 SHIELD_NS = 30_000_000_000     # a container whose suspend was refused is not tried again for this long
+FINISH_TRIES, FINISH_PAUSE_S = 100, 0.1   # finishing what a killed agent left: tries, and the pause between
 LOCK_NAME = "agent.lock"
 
 
@@ -90,16 +91,48 @@ class Agent:
                 self._finish(name, entry, record.state)
 
     def _finish(self, name: str, entry: journal.Entry, was: str) -> None:
-        """A suspend or a resume cut short: resumed whole."""
-        try:
-            suspend.resume(name, self.driver)
-        except suspend.SuspendError as exc:
+        """A suspend or a resume cut short: resumed whole.  A step the killed
+        agent asked for may still be under way in its target (the driver
+        carries it out there), so the processes' states are read again after
+        the resume, and it is tried again until every one runs, or the
+        container is left suspended (no room: the rules resume it later)."""
+        for _ in range(FINISH_TRIES):
+            try:
+                suspend.resume(name, self.driver)
+            except suspend.SuspendError as exc:
+                if self._states(name) <= {suspend.RUNNING, None}:
+                    break   # nothing was left to resume
+                self.state.suspended[name] = replace(entry, state="suspended")
+                self._decide("refused", name, f"an interrupted {entry.state}: {exc}", entry.for_name)
+                return
+            if self._states(name) <= {suspend.RUNNING, None}:
+                self.state.resumes += was == "suspended"
+                self._decide("finished", name, f"an interrupted {entry.state} (the container was {was}): "
+                             "resumed", entry.for_name)
+                return
+            time.sleep(FINISH_PAUSE_S)
+        else:
             self.state.suspended[name] = replace(entry, state="suspended")
-            self._decide("refused", name, f"an interrupted {entry.state}: {exc}", entry.for_name)
-            return
-        self.state.resumes += was == "suspended"
-        self._decide("finished", name, f"an interrupted {entry.state} (the container was {was}): resumed",
-                     entry.for_name)
+            self._decide("refused", name, f"an interrupted {entry.state}: its processes do not settle",
+                         entry.for_name)
+
+    def _states(self, name: str) -> set[int | None]:
+        """The driver's state of each live process of the container."""
+        from vgpulimit.processes import host_pids
+
+        try:
+            snapshot = read_snapshot(name)
+        except RegionError:
+            return set()
+        host = host_pids() if any(p.host_pid is None for p in snapshot.processes) else {}
+        pids = [p.host_pid or host.get((p.pid, p.start_ticks)) for p in snapshot.processes]
+        states = set()
+        for pid in pids:
+            try:
+                states.add(self.driver.state(pid) if pid else None)
+            except suspend.SuspendError:
+                states.add(None)
+        return states
 
     # ---- the loop ----
 
