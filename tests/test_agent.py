@@ -173,12 +173,13 @@ def test_idle_notebooks_are_suspended_for_a_waiter_and_each_is_resumed_when_it_c
     """16 GiB: notebooks A (7 GiB, cap 8) and B (6 GiB, cap 8) idle past their limit;
     a job waits for 6 GiB: the fewest idle ones that make room, A, are suspended.
     A allocates again: its call asks, and room is made by suspending B, idle
-    (A's 8 GiB are within its guarantee).  B then calls CUDA: A, idle again
-    by then, makes room for it."""
+    (A's 8 GiB are within its guarantee).  B then launches a kernel: A, idle
+    again by then, makes room for it."""
     a = containers.start("a", "--memory", "8GiB", "--suspend-idle", "300ms")
     b = containers.start("b", "--memory", "8GiB", "--suspend-idle", "300ms")
     assert a.ask(f"alloc {7 * GiB}")["result"] == OK
     assert b.ask(f"alloc {6 * GiB}")["result"] == OK
+    assert b.ask("launch 100")["result"] == OK   # its kernel loaded: its next launch is a launch alone
     job = containers.start("job", "--memory", "8GiB", "--memory-wait", "100s")
     log = agent().decisions
     assert job.ask(f"alloc {6 * GiB}")["result"] == OK
@@ -187,7 +188,7 @@ def test_idle_notebooks_are_suspended_for_a_waiter_and_each_is_resumed_when_it_c
     assert a.ask(f"alloc {GiB // 2}")["result"] == OK
     assert [state_of(sim_env, t) for t in (a, b)] == [RUNNING, CHECKPOINTED]
     assert a.ask("check")["intact"]
-    assert b.ask(f"alloc {GiB // 2}")["result"] == OK
+    assert b.ask("launch 100")["result"] == OK   # a launch asks as an allocation does
     assert [state_of(sim_env, t) for t in (a, b)] == [CHECKPOINTED, RUNNING]
     assert b.ask("check")["intact"]
     said = [(d["action"], Path(d["container"]).stem, d["for"] and Path(d["for"]).stem) for d in log()]

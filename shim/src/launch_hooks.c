@@ -20,7 +20,8 @@
  *
  * While no device of the container is limited (no share, or 100 %), a launch
  * costs one comparison: the region's generation (bumped by every change of
- * limits, `vgpulimit set`) against the generation at which nothing was. */
+ * limits, `vgpulimit set`, and by a suspend and a resume) against the
+ * generation at which nothing was. */
 #include <pthread.h>
 #include <time.h>
 
@@ -50,11 +51,8 @@ VGL_AFTER_FORK(forget_in_child)
 static inline bool unlimited(void)
 {
     const uint64_t *generation = __atomic_load_n(&limits_generation, __ATOMIC_RELAXED);
-    const struct vgl_region *region = vgl_self.region;
-    /* A suspended container's launch asks to be resumed (gate_enter). */
     return __atomic_load_n(generation, __ATOMIC_RELAXED) ==
-           __atomic_load_n(&unlimited_generation, __ATOMIC_RELAXED) &&
-           (!region || __atomic_load_n(&region->suspend_state, __ATOMIC_RELAXED) == VGL_SUSPEND_RUNNING);
+           __atomic_load_n(&unlimited_generation, __ATOMIC_RELAXED);
 }
 
 /* Whether any device is limited, as of the region's generation now. */
@@ -79,6 +77,9 @@ static void refresh(void)
     /* A container with a priority writes its beacon at every launch, and a
      * low one may have to wait: all its launches pass the gate. */
     limited = limited || vgl_priority_takes_part();
+    /* A suspended container's launches ask to be resumed (gate_enter); a
+     * setter's suspend and resume bump the generation. */
+    limited = limited || __atomic_load_n(&region->suspend_state, __ATOMIC_RELAXED) != VGL_SUSPEND_RUNNING;
     __atomic_store_n(&seen_generation, generation, __ATOMIC_RELAXED);
     __atomic_store_n(&unlimited_generation, limited ? 0 : generation, __ATOMIC_RELAXED);
     __atomic_store_n(&limits_generation, &region->generation, __ATOMIC_RELEASE);
