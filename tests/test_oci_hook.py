@@ -615,6 +615,19 @@ def test_a_priority_annotation_gives_a_row_the_container_cannot_change(tmp_path,
     assert os.listdir(tmp_path / "node" / ".priority") == []
 
 
+def test_a_suspend_idle_annotation_is_written_in_the_containers_row(tmp_path, bundles):
+    """vgpulimit.io/suspend-idle: the node agent's idle limit goes into the
+    container's row of the node's board (docs/agent.md), which it cannot write."""
+    from vgpulimit.agent.watch import read_board
+
+    bundle = bundles(["sh", "-c", "cat /.vgpulimit/board/priority.board > /tmp/board"])
+    bundle.config["annotations"] = {"vgpulimit.io/memory": "1GiB", "vgpulimit.io/suspend-idle": "10m"}
+    result = bundle.run()
+    assert result.returncode == 0, result.stderr
+    [row] = read_board(str(bundle.rootfs / "tmp" / "board")).values()
+    assert row.idle_limit_ms == 600_000
+
+
 # Run inside a tenant: tries to write the node's board (every row: guarantees and
 # priorities) and every beacon beside it; prints what each attempt met.
 _ATTACK = """

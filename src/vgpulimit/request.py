@@ -99,6 +99,7 @@ class RunOptions:
     simulate: bool = False
     region_path: str | None = None   # None: a fresh private one, removed afterwards
     board_path: str | None = None    # with a priority; None: priority.board beside run's regions
+    suspend_idle_ms: int = 0         # --suspend-idle (docs/agent.md); 0: never suspended for idleness
 
 
 def _value(setting: Setting | None):

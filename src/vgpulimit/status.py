@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpulimit import identity, nvml
+from vgpulimit.agent.journal import Seen, seen_by
+from vgpulimit.board import reachable
 from vgpulimit.layouts import pod_names
 from vgpulimit.processes import (
     ProcessDetails,
@@ -48,6 +50,7 @@ class ContainerView:
     share_pct: Mapping[int, float] = field(default_factory=dict)  # device -> % of the whole GPU;
                                                                    # absent: not measured (n/a)
     suspend: Record = field(default_factory=Record)               # its suspends and resumes
+    agent: Seen | None = None                                     # its board's node agent; None: no row
 
     @property
     def path(self) -> str:
@@ -183,7 +186,8 @@ class Sampler:
                 share = measured_share(earlier.get(dev.index), dev, snap.taken_ns - before.taken_ns)
                 if share is not None:
                     shares[dev.index] = share
-        return ContainerView(snap, shares, read_record(path))
+        board = reachable(snap.board, path) if snap.board else None
+        return ContainerView(snap, shares, read_record(path), seen_by(board, path, time.monotonic_ns()))
 
 
 def devices_of(view: ContainerView, sample: Sample | None = None) -> tuple[DeviceSnapshot, ...]:

@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 
 from vgpulimit import signals
-from vgpulimit.cli import containers, mig, run, set_, shell, slurm, suspend, verify, views
+from vgpulimit.cli import agent, containers, mig, run, set_, shell, slurm, suspend, verify, views
 from vgpulimit.cli.common import PROG, Parser, dash_values
 from vgpulimit.errors import VgpulimitError
 
 # In the order `--help` lists them.
-_FAMILIES = (run, views, set_, suspend, verify, shell, containers, slurm, mig)
+_FAMILIES = (run, views, set_, suspend, agent, verify, shell, containers, slurm, mig)
 _COMMANDS = {name: handler for family in _FAMILIES for name, handler in family.COMMANDS.items()}
 
 

@@ -34,6 +34,10 @@ def add(commands) -> None:
     run.add_argument("--board", metavar="PATH",
                      help="the node's board of priorities and memory guarantees, with --priority or "
                           "a memory cap (default: priority.board in the directory run makes regions in)")
+    run.add_argument("--suspend-idle", metavar="DURATION",
+                     help="the node agent may suspend the container once its GPU work has been idle "
+                          "this long and others wait for memory, and resumes it at its next CUDA call: "
+                          "30s, 10m, 4h (docs/agent.md; default: never)")
     run.add_argument("--simulate", action="store_true",
                      help="run on the simulated GPU that ships with vgpulimit")
     run.add_argument("--region", metavar="PATH",
@@ -77,8 +81,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     given = {u: s.source for kind in (limits.memory_by_uuid, limits.cores_by_uuid, limits.request_by_uuid)
              for u, s in kind.items()}
     refuse_mig_gpus(given, args.simulate)
+    from vgpulimit.agent.rules import parse_idle
+
+    idle_ms = parse_idle(args.suspend_idle, "--suspend-idle") if args.suspend_idle is not None else 0
     options = request.RunOptions(command=command, limits=limits, simulate=args.simulate,
-                                 region_path=args.region, board_path=args.board)
+                                 region_path=args.region, board_path=args.board, suspend_idle_ms=idle_ms)
     return supervisor.run(options)
 
 

@@ -66,6 +66,8 @@ CORES_POLICY_ANNOTATION = kind("cores_policy").annotation
 PRIORITY_ANNOTATION = kind("priority").annotation
 MEMORY_REQUEST_ANNOTATION = kind("memory_request").annotation
 MEMORY_WAIT_ANNOTATION = kind("memory_wait").annotation
+# The node agent may suspend the container once idle this long (docs/agent.md); with limits only.
+SUSPEND_IDLE_ANNOTATION = "vgpulimit.io/suspend-idle"
 
 # Priorities: the node's board and the containers' beacons, in a directory of
 # the node directory (whose name no container id takes), mounted read-only
