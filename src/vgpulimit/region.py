@@ -698,3 +698,34 @@ def _priority_of(region) -> str | None:
     if region.board[0] != b"\0" and not region.board_flags & lib.VGL_ROW_PRIORITY:
         return None   # a row for elastic memory alone
     return PRIORITIES[int(region.priority)] if region.board[0] != b"\0" or region.priority else None
+
+
+def find_regions(directory: str | os.PathLike) -> list[str]:
+    """Every region file under ``directory`` (the private run directories
+    included), recognised by its magic; sorted."""
+    found = []
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            if name.endswith(".tmp"):   # a region being created: not there yet
+                continue
+            path = os.path.join(root, name)
+            if _starts_like_a_region(path):
+                found.append(path)
+    return sorted(found)
+
+
+def _starts_like_a_region(path: str) -> bool:
+    """Regular files only, links not followed: a FIFO, a device or a link
+    that a tenant left in its directory is neither waited on nor opened."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

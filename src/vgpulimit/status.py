@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,11 +27,11 @@ from vgpulimit.processes import (
     in_initial_pid_namespace,
 )
 from vgpulimit.region import (
-    MAGIC,
     DeviceSnapshot,
     ProcessSnapshot,
     RegionError,
     RegionSnapshot,
+    find_regions,
     read_snapshot,
     running_processes,
 )
@@ -76,37 +75,6 @@ class Sample:
         in the driver's list (a simulated driver names a process in a /proc of
         its own otherwise to it than to the host)."""
         return self.found_host_pids.get((proc.pid, proc.start_ticks)) or proc.host_pid
-
-
-def find_regions(directory: str | os.PathLike) -> list[str]:
-    """Every region file under ``directory`` (the private run directories
-    included), recognised by its magic; sorted."""
-    found = []
-    for root, _dirs, files in os.walk(directory):
-        for name in files:
-            if name.endswith(".tmp"):   # a region being created: not there yet
-                continue
-            path = os.path.join(root, name)
-            if _starts_like_a_region(path):
-                found.append(path)
-    return sorted(found)
-
-
-def _starts_like_a_region(path: str) -> bool:
-    """Regular files only, links not followed: a FIFO, a device or a link
-    that a tenant left in its directory is neither waited on nor opened."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return False
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC)) == MAGIC
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def measured_share(before: DeviceSnapshot | None, after: DeviceSnapshot, elapsed_ns: int) -> float | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from vgpulimit._paths import core
 from vgpulimit.errors import VgpulimitError
 from vgpulimit.limits import PRIORITIES
-from vgpulimit.status import find_regions
+from vgpulimit.region import find_regions
 
 ffi, lib = core()
 

@@ -42,7 +42,7 @@ def add(commands) -> None:
 def _container_region(args: argparse.Namespace) -> str:
     """The region of the container --container names, among those under --all."""
     from vgpulimit import identity
-    from vgpulimit.status import find_regions
+    from vgpulimit.region import find_regions
 
     if not args.all:
         raise UsageError(f"{args.action}: --container needs --all DIR, the directory its region is under")
