@@ -30,13 +30,12 @@ class Containers:
         self.env, self.shim, self.tmp = env, shim_path, tmp_path
         self.tenants: list[Tenant] = []
 
-    def start(self, name: str, *flags: str) -> Tenant:
+    def start(self, name: str, *flags: str, env: dict[str, str] | None = None) -> Tenant:
         region = self.tmp / name if "/" in name else self.tmp / f"{name}.region"
         if region.exists():
-            env = dict(self.env, LD_PRELOAD=str(self.shim), VGPULIMIT_REGION=str(region))
-            tenant = Tenant(env)
+            tenant = Tenant(dict(self.env, **env or {}, LD_PRELOAD=str(self.shim), VGPULIMIT_REGION=str(region)))
         else:
-            tenant = Tenant(self.env, prefix=(*map(str, vgpulimit_cmd("run", "--simulate", "--region", region,
+            tenant = Tenant(dict(self.env, **env or {}), prefix=(*map(str, vgpulimit_cmd("run", "--simulate", "--region", region,
                                                                        *flags)), "--"))
         tenant.region = region
         self.tenants.append(tenant)
@@ -301,3 +300,60 @@ def test_a_container_named_by_its_id_among_the_node_s_regions(sim_env, container
     assert vgpulimit("resume", "--simulate", "--container", "4f1d2a9c0b7e", "--all", node,
                      env=sim_env).returncode == 0
     assert a.ask("check")["intact"]
+
+
+def test_a_stopped_process_gives_the_suspend_up_at_its_timeout_with_all_left_running(sim_env, containers):
+    """A process stopped (SIGSTOP) never answers the driver: the suspend is
+    given up within --timeout in one line, every process RUNNING and the
+    other one's calls not held; continued, the container suspends."""
+    a1 = containers.start("a", "--memory", "8GiB")
+    a2 = containers.start("a")
+    a1.ask(f"alloc {GiB}")
+    a2.ask(f"alloc {GiB}")
+    before = nvml_memory(sim_env)
+    os.kill(a2.pid, signal.SIGSTOP)
+    try:
+        line = one_error_line(setter(sim_env, "suspend", a1.region, "--timeout", "500ms"))
+        assert f"process {a2.pid} " in line and "within 500 ms" in line and "stopped" in line
+        assert states(sim_env, a1, a2) == ["CU_PROCESS_STATE_RUNNING"] * 2
+        assert a1.ask("check")["intact"]
+        assert nvml_memory(sim_env) == before
+        assert status_json(sim_env, a1.region, "--interval", "0")["suspend"]["state"] == "running"
+    finally:
+        os.kill(a2.pid, signal.SIGCONT)
+    assert setter(sim_env, "suspend", a1.region).returncode == 0
+    assert nvml_memory(sim_env)["used"] == 0
+    assert setter(sim_env, "resume", a1.region).returncode == 0
+    assert a1.ask("check")["intact"] and a2.ask("check")["intact"]
+
+
+def test_a_process_failed_in_its_restore_is_reported_and_the_others_come_back_once_it_ends(sim_env, containers):
+    """The driver's FAILED: a restore whose copy back fails half way
+    (SIMGPU_FAIL in the process's environment).  The resume says so in one
+    line, naming the process and what to do; the container stays suspended
+    (its other process checkpointed again) and `status` says the same; once
+    the failed process is ended, a resume brings the other back intact."""
+    a1 = containers.start("a", "--memory", "8GiB")
+    a2 = containers.start("a", env={"SIMGPU_FAIL": "cuCheckpointProcessRestore"})
+    a1.ask(f"alloc {GiB}")
+    a2.ask(f"alloc {2 * GiB}")
+    assert setter(sim_env, "suspend", a1.region).returncode == 0
+    line = one_error_line(setter(sim_env, "resume", a1.region))
+    assert f"process {a2.pid} " in line and "FAILED" in line and f"kill {a2.pid}" in line
+    assert states(sim_env, a1, a2) == ["CU_PROCESS_STATE_CHECKPOINTED", "CU_PROCESS_STATE_FAILED"]
+    # The failed one holds its memory again (charged, contents lost), the other none.
+    assert nvml_memory(sim_env) == {"used": 2 * GiB, "procs": {a1.pid: 0, a2.pid: 2 * GiB}}
+    own = status_json(sim_env, a1.region, "--interval", "0")
+    assert (own["suspend"]["state"], own["suspend"]["failed"]) == ("suspended", [a2.pid])
+    text = vgpulimit("status", "--region", a1.region, "--interval", "0", env=sim_env).stdout
+    assert f"process {a2.pid} FAILED in the driver" in text and "end it" in text
+    assert "FAILED" in one_error_line(setter(sim_env, "resume", a1.region))
+    assert "FAILED" in one_error_line(setter(sim_env, "suspend", a1.region))
+
+    a2.kill()
+    assert setter(sim_env, "resume", a1.region).returncode == 0
+    assert a1.ask("check")["intact"]
+    assert nvml_memory(sim_env) == {"used": GiB, "procs": {a1.pid: GiB}}
+    own = status_json(sim_env, a1.region, "--interval", "0")
+    assert (own["suspend"]["state"], own["suspend"]["failed"], own["devices"][0]["used_bytes"]) == \
+           ("running", [], GiB)
