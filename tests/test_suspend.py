@@ -357,3 +357,41 @@ def test_a_process_failed_in_its_restore_is_reported_and_the_others_come_back_on
     own = status_json(sim_env, a1.region, "--interval", "0")
     assert (own["suspend"]["state"], own["suspend"]["failed"], own["devices"][0]["used_bytes"]) == \
            ("running", [], GiB)
+
+
+def _frees(region: Path) -> int:
+    """The wake word of the beacon of the container of ``region`` on its
+    device 0: what those who wait for memory sleep on."""
+    from vgpulimit._paths import core
+    from vgpulimit.region import Region
+
+    ffi, _ = core()
+    with Region.open(region) as r:
+        beacon = Path(r.snapshot().board).parent / f"beacon-{r.board_key:016x}"
+    at = ffi.offsetof("struct vgl_beacon", "device") + ffi.offsetof("struct vgl_beacon_device", "frees")
+    return int.from_bytes(beacon.read_bytes()[at:at + 4], "little")
+
+
+def test_a_suspend_wakes_the_waiters_of_other_containers_at_once(sim_env, containers):
+    """B waits for memory A holds.  A's processes free nothing (they are
+    locked, then checkpointed): the suspend itself wakes those who wait, on
+    A's wake word as a free of A's would, and B is served long before its
+    wait's end."""
+    a = containers.start("a", "--memory", "12GiB")
+    b = containers.start("b", "--memory", "8GiB", "--memory-wait", "60s")
+    a.ask(f"alloc {10 * GiB}")
+    assert b.ask(f"alloc {4 * GiB}")["result"] == OK
+    b.send(f"alloc {4 * GiB}")   # 2 GiB free: it waits
+    for _ in range(400):
+        if status_json(sim_env, b.region, "--interval", "0")["devices"][0]["waiting"] == 1:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("B never waited")
+    woken = _frees(a.region)
+    assert setter(sim_env, "suspend", a.region).returncode == 0
+    assert _frees(a.region) > woken
+    assert b.answer()["result"] == OK
+    shown = status_json(sim_env, b.region, "--interval", "0")["devices"][0]
+    assert (shown["used_bytes"], shown["waiting"], shown["wait_timeouts"]) == (8 * GiB, 0, 0)
+    assert nvml_memory(sim_env)["used"] == 8 * GiB
