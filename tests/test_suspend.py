@@ -395,3 +395,74 @@ def test_a_suspend_wakes_the_waiters_of_other_containers_at_once(sim_env, contai
     shown = status_json(sim_env, b.region, "--interval", "0")["devices"][0]
     assert (shown["used_bytes"], shown["waiting"], shown["wait_timeouts"]) == (8 * GiB, 0, 0)
     assert nvml_memory(sim_env)["used"] == 8 * GiB
+
+
+def test_a_container_named_as_the_node_view_shows_it(sim_env, containers, tmp_path):
+    """From the node view: `status --all` names a container without a name
+    by its region's path (`top --all` by its end); `--container` takes either."""
+    for job in ("a", "b"):
+        (tmp_path / "jobs" / job).mkdir(parents=True)
+    a = containers.start("jobs/a/region", "--memory", "4GiB")
+    b = containers.start("jobs/b/region", "--memory", "4GiB")
+    a.ask(f"alloc {GiB}")
+    b.ask(f"alloc {GiB}")
+    node = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0", env=sim_env).stdout)
+    names = sorted(c["region"] for c in node["gpus"][0]["containers"])
+    assert names == [str(a.region), str(b.region)]
+    assert "2 containers" in one_error_line(vgpulimit("suspend", "--simulate", "--container", "region", "--all",
+                                                      tmp_path, env=sim_env))
+    done = vgpulimit("suspend", "--simulate", "--container", "a/region", "--all", tmp_path, env=sim_env)
+    assert done.returncode == 0, done.stderr
+    assert states(sim_env, a, b) == ["CU_PROCESS_STATE_CHECKPOINTED", "CU_PROCESS_STATE_RUNNING"]
+    top = vgpulimit("top", "-1", "--all", tmp_path, env=dict(sim_env, COLUMNS="160")).stdout
+    assert "a/region [suspended]" in top
+    done = vgpulimit("resume", "--simulate", "--container", names[0], "--all", tmp_path, env=sim_env)
+    assert done.returncode == 0, done.stderr
+    assert a.ask("check")["intact"]
+
+
+def _exact(sim_env, region: Path, survivor: Tenant) -> None:
+    """The GPU, NVML and the container hold exactly what ``survivor`` holds
+    (4 GiB), and the cap's last 6 GiB fit it."""
+    assert states(sim_env, survivor) == ["CU_PROCESS_STATE_RUNNING"]
+    assert survivor.ask("check")["intact"]
+    assert nvml_memory(sim_env) == {"used": 4 * GiB, "procs": {survivor.pid: 4 * GiB}}
+    assert status_json(sim_env, region, "--interval", "0")["devices"][0]["used_bytes"] == 4 * GiB
+    assert survivor.ask(f"alloc {6 * GiB}")["result"] == OK
+    assert survivor.ask("info") == {"free": 0, "total": 10 * GiB}
+
+
+def test_a_tenant_killed_in_the_middle_of_its_restore_leaves_figures_exact(sim_env, containers):
+    """Its memory is charged back and on its way (a slow host link: 2 GB/s)
+    when it is killed; the resume brings the other back, and nothing of the
+    dead one is counted anywhere."""
+    slow = {"SIMGPU_COPY_GBPS": "2"}
+    victim = containers.start("a", "--memory", "10GiB", env=slow)
+    survivor = containers.start("a", env=slow)
+    victim.ask(f"alloc {4 * GiB}")
+    survivor.ask(f"alloc {4 * GiB}")
+    assert setter(sim_env, "suspend", victim.region).returncode == 0
+    resuming = subprocess.Popen(vgpulimit_cmd("resume", "--simulate", "--region", victim.region), env=sim_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while nvml_memory(sim_env)["used"] == 0:   # until the first restore has charged its memory back
+        assert resuming.poll() is None
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.proc.wait(timeout=30)
+    _, err = resuming.communicate(timeout=120)
+    assert resuming.returncode == 0, err
+    _exact(sim_env, victim.region, survivor)
+
+
+def test_a_tenant_killed_while_stopped_with_a_lock_given_up_leaves_figures_exact(sim_env, containers):
+    victim = containers.start("a", "--memory", "10GiB")
+    survivor = containers.start("a")
+    victim.ask(f"alloc {4 * GiB}")
+    survivor.ask(f"alloc {4 * GiB}")
+    os.kill(victim.pid, signal.SIGSTOP)
+    assert "stopped" in one_error_line(setter(sim_env, "suspend", victim.region, "--timeout", "300ms"))
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.proc.wait(timeout=30)
+    assert setter(sim_env, "suspend", victim.region).returncode == 0
+    assert nvml_memory(sim_env) == {"used": 0, "procs": {survivor.pid: 0}}
+    assert setter(sim_env, "resume", victim.region).returncode == 0
+    _exact(sim_env, victim.region, survivor)
