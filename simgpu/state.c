@@ -804,7 +804,7 @@ int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, uint64_t deadline_ns, i
     struct sim_file_proc *p = &f->procs[t->entry];
     for (;;) {
         uint32_t done = __atomic_load_n(&p->ckpt_done, __ATOMIC_ACQUIRE);
-        uint64_t now = sim_now_ns();
+        uint64_t now = vgl_node_clock_ns();   /* sim_now_ns's clock */
         if (done != t->seq && now < deadline_ns) {
             uint64_t left_ms = (deadline_ns - now + 999999) / 1000000;
             sim_futex(&p->ckpt_done, FUTEX_WAIT, done, left_ms < 100 ? (uint32_t)left_ms : 100);
@@ -816,7 +816,7 @@ int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, uint64_t deadline_ns, i
         bool same = p->state == SIM_PROC_LIVE && p->who.pid == t->who.pid && p->who.ns == t->who.ns &&
                     p->start_time == t->start_time;
         bool finished = same && p->ckpt_done == t->seq;
-        bool given_up = same && !finished && sim_now_ns() >= deadline_ns;
+        bool given_up = same && !finished && vgl_node_clock_ns() >= deadline_ns;
         if (finished)
             *result = p->ckpt_result;
         if (given_up)

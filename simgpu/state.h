@@ -568,7 +568,7 @@ struct sim_ckpt_ticket {
 };
 int sim_state_ckpt_post(int32_t pid, uint32_t op, uint32_t timeout_ms, struct sim_ckpt_ticket *t);
 /* Waits until the request is carried out: 0 and its CUresult; -ESRCH when
- * the process is gone; -ETIMEDOUT past `deadline_ns` (sim_now_ns; UINT64_MAX:
+ * the process is gone; -ETIMEDOUT past `deadline_ns` (sim_now_ns's clock; UINT64_MAX:
  * none), the request then given up: marked done with `result` unchanged and
  * the process's state as it was, so that the next request may be posted. */
 int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, uint64_t deadline_ns, int32_t *result);

@@ -325,12 +325,6 @@ int vgl_board_set_suspended(const char *path, uint64_t region_dev, uint64_t regi
         b.row[row].flags &= ~(uint32_t)VGL_ROW_SUSPENDED;
     int err = write_board(fd, &b);
     close(fd);
-    /* Its memory left the GPU and its guarantee is no longer held, with no
-     * free of its own processes to wake those who wait: woken here, served at
-     * once rather than at their next recheck. */
-    char beacon[4096];
-    if (!err && suspended && beacon_path(path, b.row[row].beacon, beacon, sizeof beacon) == 0)
-        vgl_beacon_wake(beacon);
     return err;
 }
 

@@ -239,7 +239,15 @@ class _Container:
         if self.board:
             from vgpulimit import board
 
-            board.set_suspended(board.reachable(self.board, self.region), self.region, suspended)
+            path = board.reachable(self.board, self.region)
+            board.set_suspended(path, self.region, suspended)
+            if suspended:
+                # Its processes, locked, free nothing: those who wait for
+                # memory elsewhere are woken here, not at their next recheck.
+                from vgpulimit.region import Region
+
+                with Region.open(self.region) as mapped:
+                    board.wake_waiters(path, mapped.board_key)
 
 
 def _failure(driver: Driver, target: Target, step: str, code: int, timeout_ms: int) -> SuspendError:
