@@ -41,11 +41,24 @@ IMAGE = "vgpulimit.test/node:1"
 # annotation of the user's to the OCI config (containerd's default), and
 # "allowlist" forwards vgpulimit's and CDI's, as docs/kubernetes.md says to configure.
 PLAIN, ALLOWLIST = "runc", "allowlist"
+# A third, with a base runtime spec holding vgpulimit's hook, is there where a
+# Containerd is given one (base_spec): the hook then runs for every container.
+HOOKED = "hooked"
 ALLOWED = ["vgpulimit.io/*", "cdi.k8s.io/*"]
 
 
 def bindir(suite: str) -> Path:
     return CACHE / f"containerd-{suite}" / "usr" / "bin"
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie holds nothing (the driver frees a
+    process's memory at its exit), and who reaps it is the node's init."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def why_no_containerd(suite: str) -> str | None:
@@ -70,7 +83,7 @@ def why_no_containerd(suite: str) -> str | None:
     return None
 
 
-def _config(base: Path, major: int) -> str:
+def _config(base: Path, major: int, base_spec: Path | None = None) -> str:
     """containerd's configuration: version 2 for containerd 1.7, version 3 for
     2.x, whose CRI settings moved to the io.containerd.cri.v1.* plugins."""
     runc = shutil.which("runc")
@@ -88,10 +101,11 @@ def _config(base: Path, major: int) -> str:
         sandbox = ""
         cni = '  bin_dirs = ["/usr/lib/cni"]'
 
-    def handler(name: str, allowed: list[str]) -> str:
+    def handler(name: str, allowed: list[str], spec: Path | None = None) -> str:
         return "\n".join([
             f"[{runtime}.containerd.runtimes.{name}]",
             '  runtime_type = "io.containerd.runc.v2"',
+            *([f'  base_runtime_spec = "{spec}"'] if spec else []),
             f"  pod_annotations = {json.dumps(allowed)}",
             f"  container_annotations = {json.dumps(allowed)}",
             f"[{runtime}.containerd.runtimes.{name}.options]",
@@ -120,6 +134,7 @@ state = "{base}/state"
   default_runtime_name = "{PLAIN}"
 {handler(PLAIN, [])}
 {handler(ALLOWLIST, ALLOWED)}
+{handler(HOOKED, [], base_spec) if base_spec else ""}
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "{base}/nri.sock"
@@ -190,6 +205,8 @@ class Containerd:
     suite: str = "trixie"
     proc: subprocess.Popen | None = None
     pods: list[str] = field(default_factory=list)
+    base_spec: Path | None = None
+    wrap: list[str] = field(default_factory=list)   # runs containerd (a mount namespace of its own)
 
     @property
     def socket(self) -> Path:
@@ -206,10 +223,10 @@ class Containerd:
         said = subprocess.run([str(self.bindir / "containerd"), "--version"], capture_output=True,
                               text=True, check=False).stdout
         major = int(said.split()[2].split(".")[0]) if len(said.split()) > 2 else 1
-        (self.base / "config.toml").write_text(_config(self.base, major))
+        (self.base / "config.toml").write_text(_config(self.base, major, self.base_spec))
         env = dict(os.environ, PATH=f"{self.bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
         self.log = (self.base / "containerd.log").open("w")
-        self.proc = subprocess.Popen([str(self.bindir / "containerd"), "--config",
+        self.proc = subprocess.Popen([*self.wrap, str(self.bindir / "containerd"), "--config",
                                       str(self.base / "config.toml")],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      stdin=subprocess.DEVNULL)
@@ -264,8 +281,10 @@ class Containerd:
     # -- CRI, as kubelet calls it ----------------------------------------------
 
     def run_pod(self, name: str, namespace: str = "default", handler: str = PLAIN,
-                annotations: dict[str, str] | None = None) -> Pod:
-        """RunPodSandbox of a hostNetwork pod, with kubelet's labels."""
+                annotations: dict[str, str] | None = None, pid: str = "CONTAINER") -> Pod:
+        """RunPodSandbox of a hostNetwork pod, with kubelet's labels; ``pid``:
+        its containers' pid namespace, CONTAINER (kubelet's default), POD
+        (shareProcessNamespace) or NODE (hostPID)."""
         from cri_api.v1 import api_pb2 as cri
 
         uid = str(uuid.uuid4())
@@ -277,7 +296,7 @@ class Containerd:
             labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
                     "io.kubernetes.pod.uid": uid},
             linux=cri.LinuxPodSandboxConfig(security_context=cri.LinuxSandboxSecurityContext(
-                namespace_options=cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER,
+                namespace_options=cri.NamespaceOption(network=cri.NODE, pid=getattr(cri, pid),
                                                       ipc=cri.POD))))
         response = self.runtime.RunPodSandbox(
             cri.RunPodSandboxRequest(config=config, runtime_handler=handler), timeout=60)
@@ -316,25 +335,30 @@ class Pod:
     containers: list[str] = field(default_factory=list)
 
     def create(self, name: str, args: list[str], annotations: dict[str, str] | None = None,
-               cdi_devices: list[str] = (), env: dict[str, str] | None = None) -> str:
+               cdi_devices: list[str] = (), env: dict[str, str] | None = None,
+               mounts: list[tuple[str, str, bool]] = (), host_paths: list[Path] | None = None,
+               attempt: int = 0) -> str:
         """CreateContainer of the image running ``args`` with the host's
-        directories mounted read-only and the simulated GPU's environment."""
+        directories (``host_paths``, else host_dirs) mounted read-only, the
+        simulated GPU's environment, and ``mounts`` (container path, host
+        path, read-only) as kubelet passes a device plugin's; ``attempt``:
+        kubelet's restart count of the container in its pod."""
         from cri_api.v1 import api_pb2 as cri
 
         envs = {**container_env(), **(env or {})}
+        hosts = host_dirs(self.cri.base) if host_paths is None else host_paths
         config = cri.ContainerConfig(
-            metadata=cri.ContainerMetadata(name=name, attempt=0),
+            metadata=cri.ContainerMetadata(name=name, attempt=attempt),
             image=cri.ImageSpec(image=IMAGE), command=args, working_dir="/",
             envs=[cri.KeyValue(key=k, value=v) for k, v in envs.items()],
-            mounts=[cri.Mount(container_path=str(d), host_path=str(d), readonly=True)
-                    for d in host_dirs(self.cri.base)],
+            mounts=[*(cri.Mount(container_path=str(d), host_path=str(d), readonly=True) for d in hosts),
+                    *(cri.Mount(container_path=c, host_path=h, readonly=ro) for c, h, ro in mounts)],
             annotations=annotations or {},
             labels={"io.kubernetes.container.name": name},
-            log_path=f"{name}/0.log",
+            log_path=f"{name}/{attempt}.log",
             CDI_devices=[cri.CDIDevice(name=d) for d in cdi_devices],
             linux=cri.LinuxContainerConfig(security_context=cri.LinuxContainerSecurityContext(
-                namespace_options=cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER,
-                                                      ipc=cri.POD))))
+                namespace_options=self.config.linux.security_context.namespace_options)))
         (self.logs / name).mkdir(exist_ok=True)
         response = self.cri.runtime.CreateContainer(cri.CreateContainerRequest(
             pod_sandbox_id=self.id, config=config, sandbox_config=self.config), timeout=60)
@@ -347,10 +371,10 @@ class Pod:
         self.cri.runtime.StartContainer(cri.StartContainerRequest(container_id=container_id),
                                         timeout=60)
 
-    def output_line(self, name: str, timeout: float = 60) -> str:
+    def output_line(self, name: str, timeout: float = 60, attempt: int = 0) -> str:
         """The first line the container wrote on stdout, from its CRI log
         ("<time> stdout F <line>"), as `kubectl logs` reads it."""
-        log = self.logs / name / "0.log"
+        log = self.logs / name / f"{attempt}.log"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if log.exists():

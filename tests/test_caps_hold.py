@@ -222,13 +222,14 @@ def runtime_region(tmp_path):
 
 
 @pytest.mark.parametrize("variables", [
-    {"VGPULIMIT_REGION": "/tmp/mine", "VGPULIMIT_MEMORY": "8GiB"},
-    {"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/tmp/x"},
+    {"VGPULIMIT_REGION": "{tmp}/mine", "VGPULIMIT_MEMORY": "8GiB"},
+    {"CUDA_DEVICE_MEMORY_SHARED_CACHE": "{tmp}/x"},
     {"CUDA_DEVICE_MEMORY_LIMIT": "8g"},
     {"VGPULIMIT_MEMORY": "lots"},
 ])
 def test_a_process_cannot_loosen_the_region_its_runtime_set_up(runtime_region, sim_env, shim_path,
-                                                               variables):
+                                                               variables, tmp_path):
+    variables = {k: v.format(tmp=tmp_path) for k, v in variables.items()}
     env = dict(sim_env, LD_PRELOAD=str(shim_path), **variables)
     inside = f"mount --bind {runtime_region} /.vgpulimit && exec \"$@\""
     cmd = ["unshare", "--mount", "sh", "-c", inside, "sh"]
@@ -236,7 +237,7 @@ def test_a_process_cannot_loosen_the_region_its_runtime_set_up(runtime_region, s
     assert refused.returncode == 1
     assert "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" in refused.stderr
     assert "ignored" in refused.stderr and "set up by its runtime" in refused.stderr
-    assert not Path("/tmp/x").exists() and not Path("/tmp/mine").exists()
+    assert not (tmp_path / "x").exists() and not (tmp_path / "mine").exists()
     run([*cmd, *HOLD, "900"], env)  # the runtime's cap, 1 GiB, holds
 
 

@@ -37,7 +37,8 @@ def test_the_spec_gives_the_limits_the_shim_and_the_hook(shim_path):
     [device] = spec["devices"]
     assert device["name"] == "small"
     edits = device["containerEdits"]
-    assert edits["env"] == ["VGPULIMIT_MEMORY=1GiB", "VGPULIMIT_CORES=30"]
+    # The policy said although it is the default: a container's own variable cannot lift the share.
+    assert edits["env"] == ["VGPULIMIT_MEMORY=1GiB", "VGPULIMIT_CORES=30", "VGPULIMIT_CORES_POLICY=hard"]
     [mount] = edits["mounts"]
     assert mount["hostPath"] == str(shim_path)
     assert mount["containerPath"] == "/.vgpulimit/libvgpulimit.so"
@@ -218,4 +219,5 @@ def test_the_spec_carries_the_compute_policy():
 
 def test_the_spec_carries_the_priority():
     [device] = spec_of("--cores", "30", "--priority", "low")["devices"]
-    assert device["containerEdits"]["env"] == ["VGPULIMIT_CORES=30", "VGPULIMIT_PRIORITY=low"]
+    assert device["containerEdits"]["env"] == ["VGPULIMIT_CORES=30", "VGPULIMIT_CORES_POLICY=hard",
+                                               "VGPULIMIT_PRIORITY=low"]

@@ -234,6 +234,29 @@ def test_ours_and_hamis_variables_disagreeing_is_said():
     assert 'VGPULIMIT_MEMORY="1GiB" and CUDA_DEVICE_MEMORY_LIMIT="2048m" disagree' in result.stderr
 
 
+@pytest.mark.parametrize("ours, theirs", [
+    ({"VGPULIMIT_MEMORY": "100GiB"}, {"CUDA_DEVICE_MEMORY_LIMIT_0": "2048m"}),
+    ({"VGPULIMIT_MEMORY_0": "100GiB"}, {"CUDA_DEVICE_MEMORY_LIMIT": "2048m"}),
+    ({"VGPULIMIT_MEMORY": "0.9"}, {"GPU_PORTION": "0.125"}),
+])
+def test_our_variable_cannot_loosen_a_device_plugins(ours, theirs):
+    """A device plugin's container (HAMi's, Volcano's, KAI's; no hook) gets
+    its limits in the environment, beside the pod author's own variables:
+    ours, set by the pod, only tightens what the plugin gave."""
+    result = vgpulimit("run", "--", PY, "-c", CHILD_REPORT, env=base_env(**ours, **theirs))
+    assert result.returncode == 0, result.stderr
+    [(limit, share)] = [json.loads(result.stdout)["memory"][0]]
+    assert (limit, share) in ((2 * GiB, 0), (0, 125000)), result.stdout
+    [name] = theirs
+    assert f"{name}=" in result.stderr and "applies, the tighter" in result.stderr
+
+
+def test_a_size_against_a_plugins_share_is_refused_not_guessed():
+    line = one_error_line(vgpulimit("run", "--", "true", env=base_env(VGPULIMIT_MEMORY="100GiB",
+                                                                    GPU_PORTION="0.25")), 2)
+    assert "VGPULIMIT_MEMORY" in line and "GPU_PORTION" in line and "size cannot be weighed" in line
+
+
 def test_a_device_variable_with_no_ascii_index_is_one_line():
     line = one_error_line(vgpulimit("run", "--", "true", env=base_env(**{"VGPULIMIT_MEMORY_\u00b2": "1GiB"})), 2)
     assert "VGPULIMIT_MEMORY_\u00b2" in line and "ASCII digits" in line

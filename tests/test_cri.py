@@ -14,7 +14,7 @@ import time
 
 import pytest
 from conftest import TESTS, GiB, MiB, base_env, vgpulimit_cmd
-from cri import ALLOWLIST, PLAIN, SUITES, Containerd, _config, why_no_containerd
+from cri import ALLOWLIST, PLAIN, SUITES, Containerd, _config, running, why_no_containerd
 from test_producers import node_metrics, series_of
 
 from vgpulimit.cdi import KIND
@@ -259,4 +259,8 @@ def test_a_pod_removed_while_it_holds_memory_leaves_no_region(containerd, node):
     assert region["identity"]["namespace"] == "team-b"
     containerd.remove_pod(pod.id)
     assert os.listdir(node) == []
-    assert not os.path.exists(f"/proc/{process['host_pid']}")
+    for _ in range(200):
+        if not running(process["host_pid"]):
+            break
+        time.sleep(0.05)
+    assert not running(process["host_pid"])

@@ -52,18 +52,20 @@ def _fields(line: str) -> list[str]:
 
 
 # Table columns whose figures a sample holds, not only their shape: the caps
-# as shown, a measured share within this many points.
-HELD_POINTS = {"LIMIT": 0, "COMPUTE CAP": 0, "MEASURED SHARE": 5}
+# as shown, a measured share within (points below, points above) the sample's.
+# A share is a ceiling: above it is the shim's fault, below it may be a CPU
+# too busy to keep the GPU fed (a loaded CI runner), so more is allowed below.
+HELD_POINTS = {"LIMIT": (0, 0), "COMPUTE CAP": (0, 0), "MEASURED SHARE": (10, 5)}
 
 
 def _held(header: list[str], shown: list[str], printed: list[str]) -> str | None:
-    for column, points in HELD_POINTS.items():
+    for column, (below, above) in HELD_POINTS.items():
         if column in header and len(shown) == len(header) == len(printed):
             i = header.index(column)
             want, got = shown[i].rstrip("%"), printed[i].rstrip("%")
-            near = want.isdigit() and got.isdigit() and abs(int(want) - int(got)) <= points
+            near = want.isdigit() and got.isdigit() and -below <= int(got) - int(want) <= above
             if want != got and not near:
-                return f"{column} {printed[i]}, shown {shown[i]} (+- {points})"
+                return f"{column} {printed[i]}, shown {shown[i]} (-{below}/+{above})"
     return None
 
 
@@ -120,6 +122,14 @@ def test_a_console_sample_is_what_its_commands_print(where, block, tmp_path):
         assert result.returncode == 0, f"{where}: {command}\n{result.stderr}"
         wrong = _same_shape(shown, result.stdout.splitlines())
         assert wrong is None, f"{where}: {command}: {wrong}\n{result.stdout}"
+
+
+def test_a_held_figure_is_held():
+    header = ["DEVICE", "COMPUTE CAP", "MEASURED SHARE"]
+    assert _held(header, ["0", "50%", "52%"], ["0", "50%", "44%"]) is None
+    assert _held(header, ["0", "50%", "52%"], ["0", "50%", "58%"]) == "MEASURED SHARE 58%, shown 52% (-10/+5)"
+    assert _held(header, ["0", "50%", "52%"], ["0", "50%", "41%"]) is not None
+    assert _held(header, ["0", "50%", "52%"], ["0", "40%", "52%"]) is not None
 
 
 def test_every_vgpulimit_command_shown_parses():

@@ -91,7 +91,8 @@ def test_cdi_generate_of_no_limit_asked_for_by_name():
     [device] = json.loads(result.stdout)["devices"]
     assert device["name"] == "shim" and "env" not in device["containerEdits"]
     result = vgpulimit("cdi", "generate", "--memory", "none", "--cores", "30")
-    assert json.loads(result.stdout)["devices"][0]["containerEdits"]["env"] == ["VGPULIMIT_CORES=30"]
+    assert json.loads(result.stdout)["devices"][0]["containerEdits"]["env"] == ["VGPULIMIT_CORES=30",
+                                                                          "VGPULIMIT_CORES_POLICY=hard"]
 
 
 def test_the_daemonsets_cdi_command_runs(tmp_path):

@@ -121,6 +121,13 @@ def test_poststop_of_a_container_it_did_not_touch(tmp_path):
                            "container's device or environment sets: an annotation may only tighten it")),
     ("unlike annotation", "annotation vgpulimit.io/memory 50% cannot be weighed against VGPULIMIT_MEMORY=1GiB"),
     ("looser priority", "annotation vgpulimit.io/priority high would loosen CUDA_TASK_PRIORITY=1"),
+    ("looser cores policy", "annotation vgpulimit.io/cores-policy none would loosen VGPULIMIT_CORES=50"),
+    # Nor can the pod spec's variables loosen the device's, which they stand beside.
+    ("looser variable", ("VGPULIMIT_MEMORY_0=100GiB would loosen VGPULIMIT_MEMORY=1GiB, which the container's "
+                         "device or environment sets: a variable may only tighten it")),
+    ("looser by uuid", "VGPULIMIT_MEMORY_GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920=100 GiB would loosen"),
+    ("region beside ours", ("process.env VGPULIMIT_REGION names a region of another injector, while "
+                            "VGPULIMIT_MEMORY asks the hook for one: give the container one of the two")),
     ("no pid", "the container state has no pid"),
 ])
 def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
@@ -144,6 +151,15 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
         annotations = {"vgpulimit.io/memory": "2GiB"}
     elif case == "unlike annotation":
         annotations = {"vgpulimit.io/memory": "50%"}
+    elif case == "looser cores policy":
+        env = {"VGPULIMIT_CORES": "50"}
+        annotations = {"vgpulimit.io/cores-policy": "none"}
+    elif case == "looser variable":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_0": "100GiB"}
+    elif case == "looser by uuid":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_MEMORY_GPU-d57d0b41-b7df-699d-95db-f99d9e1d6920": "100GiB"}
+    elif case == "region beside ours":
+        env = {"VGPULIMIT_MEMORY": "1GiB", "VGPULIMIT_REGION": "/tmp/mine"}
     elif case == "looser priority":
         env = {"VGPULIMIT_MEMORY": "1GiB", "CUDA_TASK_PRIORITY": "1"}
         annotations = {"vgpulimit.io/priority": "high"}
@@ -168,6 +184,17 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
     assert expected in line
     assert tree(bundle) == before
     assert not (tmp_path / "node").exists()
+
+
+def test_a_variable_of_ours_looser_than_hamis_gives_way():
+    """Beside a device plugin's HAMi variable, ours (the pod author's, or a
+    CDI device's) applies only where it is the tighter, as in the shim."""
+    from vgpulimit.oci.request import requested
+
+    limits = requested({"process": {"env": ["CUDA_DEVICE_SM_LIMIT=30", "VGPULIMIT_CORES=90"]}})
+    assert {s.value for s in limits.cores.values()} == {30}
+    limits = requested({"process": {"env": ["CUDA_DEVICE_SM_LIMIT=30", "VGPULIMIT_CORES=20"]}})
+    assert {s.value for s in limits.cores.values()} == {20}
 
 
 # -- hooks.d ------------------------------------------------------------------------------------
@@ -352,6 +379,36 @@ def test_the_hook_run_twice_leaves_one_line_and_keeps_the_existing_ones(tmp_path
     assert preload.read_text() == existing
     assert stat.S_IMODE(preload.stat().st_mode) == 0o640
     assert not (bundle.rootfs / ".vgpulimit").exists()
+
+
+def test_a_container_id_used_again_gets_its_own_limits_not_a_left_region(tmp_path, bundles):
+    """A hook killed between making a container's region and writing its
+    manifest leaves a region no poststop takes back.  The next container of
+    that id (runc's ids are whoever starts it's to choose) starts with its
+    own limits, not the looser ones left there."""
+    from runc_bundle import RUNC
+
+    node = tmp_path / "node"
+    first = bundles(["true"], {"VGPULIMIT_MEMORY": "100GiB"}, name="first", hooked=False)
+    first.add_hook("createRuntime", hook_entry(node))
+    first.write()
+    first.ids.append("reused")
+    ran = subprocess.run([RUNC, "run", "--bundle", str(first.path), "reused"], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert ran.returncode == 0, ran.stderr
+    subprocess.run([RUNC, "delete", "--force", "reused"], capture_output=True, check=True)
+    (node / "reused" / "installed.json").unlink()
+    assert (node / "reused" / "region").exists()
+
+    second = bundles(fill(GiB, 2), {"VGPULIMIT_MEMORY": "1GiB"}, name="second")
+    second.write()
+    second.ids.append("reused")
+    ran = subprocess.run([RUNC, "run", "--bundle", str(second.path), "reused"], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL, check=False)
+    report = report_of(ran)
+    assert report["before"] == {"free": GiB, "total": GiB}
+    assert report["allocs"] == ["CUDA_SUCCESS", "CUDA_ERROR_OUT_OF_MEMORY"]
+    assert os.listdir(node) == []
 
 
 def test_etc_linked_outside_the_rootfs_is_refused(tmp_path, bundles):
@@ -556,6 +613,19 @@ def test_a_priority_annotation_gives_a_row_the_container_cannot_change(tmp_path,
     assert ffi.cast("struct vgl_beacon *", ffi.from_buffer(beacon)).device[0].launches > 0
     # Poststop freed its row, the last: the board went with it.
     assert os.listdir(tmp_path / "node" / ".priority") == []
+
+
+def test_a_suspend_idle_annotation_is_written_in_the_containers_row(tmp_path, bundles):
+    """vgpulimit.io/suspend-idle: the node agent's idle limit goes into the
+    container's row of the node's board (docs/agent.md), which it cannot write."""
+    from vgpulimit.agent.watch import read_board
+
+    bundle = bundles(["sh", "-c", "cat /.vgpulimit/board/priority.board > /tmp/board"])
+    bundle.config["annotations"] = {"vgpulimit.io/memory": "1GiB", "vgpulimit.io/suspend-idle": "10m"}
+    result = bundle.run()
+    assert result.returncode == 0, result.stderr
+    [row] = read_board(str(bundle.rootfs / "tmp" / "board")).values()
+    assert row.idle_limit_ms == 600_000
 
 
 # Run inside a tenant: tries to write the node's board (every row: guarantees and

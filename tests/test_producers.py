@@ -464,3 +464,72 @@ def test_layout_labels_name_only_what_the_directories_say(tmp_path):
     for nobody in ("/usr/local/vgpu/containers/nounderscore/x.cache", "/run/vgpulimit/c/region",
                    "/usr/local/vgpu/x.cache", "region"):
         assert labelled(nobody) == {}
+
+
+# -- what a producer hands, as the readers make of it (tests/test_cri_producers.py runs each) ---
+
+
+def test_hami_dras_default_60_percent_is_said_in_one_line_where_it_applies():
+    claim = {"CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{HOOK}/claims/c1/{uuid.uuid4()}.cache",
+             "CUDA_DEVICE_MEMORY_LIMIT_0": "16384m"}
+    line = ("CUDA_DEVICE_SM_LIMIT_0=60 holds this container to 60% of the GPU's compute: HAMi's DRA "
+            "driver writes 60 also where the claim asks for no cores (ask for \"cores\": 100 for all of it)")
+    said = environment.read({**claim, "CUDA_DEVICE_SM_LIMIT_0": "60"})
+    assert said.cores[0].value == 60 and list(said.warnings) == [line]
+    # Not where the claim consumed other cores, where ours beats it, or in
+    # the device plugin's form (whose 60 is what the pod asked for).
+    assert not environment.read({**claim, "CUDA_DEVICE_SM_LIMIT_0": "30"}).warnings
+    ours = environment.read({**claim, "CUDA_DEVICE_SM_LIMIT_0": "60", "VGPULIMIT_CORES": "60"})
+    assert not any("HAMi's DRA driver writes 60" in w for w in ours.warnings)
+    plugin = environment.read({"CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{HOOK}/{uuid.uuid4()}.cache",
+                               "CUDA_DEVICE_SM_LIMIT": "60"})
+    assert plugin.cores[0].value == 60 and not plugin.warnings
+
+
+def test_an_mps_client_keeps_its_limits_and_is_told_both_apply():
+    """NVIDIA's DRA driver hands an MPS claim's container CUDA_MPS_PIPE_DIRECTORY.
+    A tenant can set it too: naming a directory must not shed a compute
+    share, so one given is kept, and both limits are said to apply."""
+    mps = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps", "VGPULIMIT_MEMORY": "1GiB"}
+    plain = environment.read(mps)
+    assert plain.mps and plain.memory[0].value.bytes == GiB and not plain.cores and not plain.warnings
+    for name, value in [("VGPULIMIT_CORES", "30"), ("CUDA_DEVICE_SM_LIMIT_1", "30"),
+                        (f"VGPULIMIT_CORES_{GPU_UUID}", "30")]:
+        env = environment.read({**mps, name: value})
+        assert {s.value for s in env.cores.values()} | {s.value for s in env.cores_by_uuid.values()} == {30}
+        shown = "a compute share by UUID" if "GPU-" in name else f"{name}={value}"
+        said = (f"CUDA_MPS_PIPE_DIRECTORY is set: this MPS client's compute is held both by its MPS daemon's "
+                f"limits and by {shown}, the tighter applying; to leave compute to MPS, give it no compute share")
+        assert list(env.warnings) == [said]
+    assert not environment.read({"VGPULIMIT_CORES": "30"}).mps
+
+
+def test_the_hook_keeps_an_mps_clients_cores_annotation_and_says_both_apply():
+    from vgpulimit.oci.request import requested
+
+    limits = requested({"process": {"env": ["CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"]},
+                        "annotations": {"vgpulimit.io/memory": "1GiB", "vgpulimit.io/cores": "30"}})
+    assert limits.memory[0].value.bytes == GiB and limits.cores[0].value == 30
+    assert any(w.startswith("CUDA_MPS_PIPE_DIRECTORY is set: this MPS client's compute is held both")
+               for w in limits.warnings)
+
+
+@pytest.mark.parametrize("name, value, line", [
+    ("CUDA_DEVICE_MEMORY_LIMIT_0", "lots", "CUDA_DEVICE_MEMORY_LIMIT_0: 'lots' is not a valid value; accepted forms: "),
+    ("CUDA_DEVICE_MEMORY_LIMIT", "8 GB", "CUDA_DEVICE_MEMORY_LIMIT: '8 GB' is not a valid value; accepted forms: "),
+    ("CUDA_DEVICE_SM_LIMIT", "150", "CUDA_DEVICE_SM_LIMIT: '150' is out of range"),
+    ("GPU_PORTION", "1.5", "GPU_PORTION: '1.5' is "),
+])
+def test_a_producers_bad_value_fails_the_hook_even_where_the_producer_named_the_region(name, value, line):
+    """HAMi's forms name their region, and the container is the producer's to
+    set up; a value the shim cannot use still fails the start with one line
+    (the shim would refuse every allocation)."""
+    from vgpulimit.oci import HookError
+    from vgpulimit.oci.request import requested
+
+    env = [f"CUDA_DEVICE_MEMORY_SHARED_CACHE={HOOK}/{uuid.uuid4()}.cache", f"{name}={value}"]
+    with pytest.raises(HookError) as failed:
+        requested({"process": {"env": env}})
+    message = str(failed.value)
+    assert message.startswith(f"process.env {line}") and "\n" not in message
+    assert len(environment.read(dict(e.split("=", 1) for e in env)).errors) == 1

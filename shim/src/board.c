@@ -328,6 +328,20 @@ int vgl_board_set_suspended(const char *path, uint64_t region_dev, uint64_t regi
     return err;
 }
 
+int vgl_board_set_suspend_idle(const char *path, uint64_t region_dev, uint64_t region_ino,
+                               uint32_t suspend_idle_ms)
+{
+    struct vgl_board b;
+    int row;
+    int fd = open_row(path, region_dev, region_ino, &b, &row);
+    if (fd < 0)
+        return fd;
+    b.row[row].suspend_idle_ms = suspend_idle_ms;
+    int err = write_board(fd, &b);
+    close(fd);
+    return err;
+}
+
 int vgl_board_leave(const char *path, uint32_t row, uint64_t key)
 {
     if (row >= VGL_BOARD_ROWS || !key)

@@ -205,6 +205,11 @@ void vgl_config_load(void)
         if (env->control_disabled)
             vgl_log(VGL_LOG_WARN, "CUDA_DISABLE_CONTROL=true ignored: this container's limits are set up "
                     "by its runtime (%s)", VGL_CONTAINER_REGION);
+        /* An MPS client given a compute share too: said here, where the
+         * container's log shows it (the hook read the same variables). */
+        for (uint32_t i = 0; env->mps && i < env->lines; i++)
+            if (!env->line_is_error[i])
+                vgl_log(VGL_LOG_WARN, "%s", env->line[i]);
         return;
     }
     char job[sizeof vgl_config.region_path];

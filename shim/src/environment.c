@@ -9,42 +9,68 @@
 #include <string.h>
 #include <strings.h>
 
+#include "limit_kinds.h"
 #include "vgpulimit/environment.h"
 #include "vgpulimit/region.h"
 
-enum kind { MEMORY, CORES, REQUEST, KINDS };
+/* The limit kinds (limit_kinds.def): ours, HAMi-core's as HAMi's device
+ * plugin sets them (so that vgpulimit drops in where libvgpu.so was) and
+ * KAI's. */
+static const struct vgl_limit_kind KINDS[VGL_KINDS] = {
+#define VGL_LIMIT_KIND(id, what, ours, hami, kai, flag, per_device, by_uuid, annotation, parser, hami_parser, \
+                       region_field, board_field, example, hami_example, help, device_help)                  \
+    {#id, what, ours, hami, kai, flag, per_device, by_uuid, annotation, #parser, #hami_parser,                \
+     region_field, board_field, example, hami_example, help, device_help},
+#include "limit_kinds.def"
+#undef VGL_LIMIT_KIND
+};
+
+const struct vgl_limit_kind *vgl_limit_kind(uint32_t index)
+{
+    return index < VGL_KINDS ? &KINDS[index] : NULL;
+}
+
+/* The parsers a row names (limits.h vgl_parse_<parser>): PARSER_ is none. */
+enum parser { PARSER_memory, PARSER_cores, PARSER_cores_policy, PARSER_priority, PARSER_hami_priority,
+              PARSER_wait, PARSER_ };
+
+static const enum parser PARSE[VGL_KINDS][2] = {
+#define VGL_LIMIT_KIND(id, what, ours, hami, kai, flag, per_device, by_uuid, annotation, parser, hami_parser, \
+                       ...)                                                                                   \
+    {PARSER_##parser, PARSER_##hami_parser},
+#include "limit_kinds.def"
+#undef VGL_LIMIT_KIND
+};
+
+/* A per-device kind's value is a percent (cores) or a memory limit. */
+static bool percent(enum vgl_kind_id kind)
+{
+    return PARSE[kind][0] == PARSER_cores;
+}
+
 enum tier { PORTION, HAMI, OURS, TIERS };
 
-/* The limit variables: ours first, then HAMi-core's, as HAMi's device plugin
- * sets them, so that vgpulimit drops in where libvgpu.so was. */
-static const struct family {
+/* One stem of a per-device kind: its variable in one tier. */
+struct family {
     const char *stem;
-    enum kind kind;
+    enum vgl_kind_id kind;
     enum tier tier;
-} FAMILIES[] = {
-    /* Before VGPULIMIT_MEMORY, whose stem it starts with. */
-    {"VGPULIMIT_MEMORY_REQUEST", REQUEST, OURS},
-    {"VGPULIMIT_MEMORY", MEMORY, OURS},
-    {"VGPULIMIT_CORES", CORES, OURS},
-    {"CUDA_DEVICE_MEMORY_LIMIT", MEMORY, HAMI},
-    {"CUDA_DEVICE_SM_LIMIT", CORES, HAMI},
 };
 
 static const char OUR_REGION[] = "VGPULIMIT_REGION";
 static const char HAMI_REGION[] = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
-static const char OUR_POLICY[] = "VGPULIMIT_CORES_POLICY";
-static const char HAMI_POLICY[] = "GPU_CORE_UTILIZATION_POLICY";
 static const char HAMI_DISABLE[] = "CUDA_DISABLE_CONTROL";
-static const char OUR_PRIORITY[] = "VGPULIMIT_PRIORITY";
-static const char OUR_WAIT[] = "VGPULIMIT_MEMORY_WAIT";
-static const char HAMI_PRIORITY[] = "CUDA_TASK_PRIORITY";
-static const char KAI_PORTION[] = "GPU_PORTION";
 static const char KAI_MOUNT[] = "CONTAINER_VGPU_MOUNT";
+static const char MPS_PIPE[] = "CUDA_MPS_PIPE_DIRECTORY";
+/* What HAMi's DRA driver writes as CUDA_DEVICE_SM_LIMIT_<i> where the claim's
+ * allocation consumes no "cores" (hami_core.go, GetCDIContainerEdits). */
+static const uint32_t HAMI_DRA_DEFAULT_CORES = 60;
 static const char OUR_SETTER[] = "VGPULIMIT_SETTER";
 /* The timing table's overrides (timings.c reads them). */
 static const char OUR_TIMINGS[] = "VGPULIMIT_TIMING_";
 
 static const char *lookup(char **envp, const char *name);
+static const char *first_of(char **envp, const char *name, size_t len);
 
 /* One value for one device, before the tiers are merged. */
 struct candidate {
@@ -56,11 +82,21 @@ struct candidate {
 
 struct reading {
     struct vgl_env *out;
-    struct candidate found[KINDS][TIERS][VGL_MAX_DEVICES]; /* [kind][tier][device] */
+    /* [the per-device kind's slot][tier][device] */
+    struct candidate found[VGL_DEVICE_KINDS][TIERS][VGL_MAX_DEVICES];
     const char *region[TIERS];
     const char *region_name[TIERS];
-    char uuid_name[KINDS][VGL_MAX_DEVICES][VGL_ENV_NAME_LEN]; /* the variable of out->by_uuid[i] */
+    char uuid_name[VGL_DEVICE_KINDS][VGL_MAX_DEVICES][VGL_ENV_NAME_LEN]; /* the variable of out->by_uuid[i] */
 };
+
+/* A per-device kind's slot in struct reading: its place among them. */
+static int slot(enum vgl_kind_id kind)
+{
+    int n = 0;
+    for (int k = 0; k < (int)kind; k++)
+        n += (int)KINDS[k].per_device;
+    return n;
+}
 
 static void say(struct vgl_env *out, bool error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -127,32 +163,32 @@ static bool unitless_above_one(const char *value)
 
 /* The one line for a value of `name` that the parser refused with `err`,
  * worded as the Python side words a bad flag (limits.py LimitError). */
-static void refuse(struct vgl_env *out, enum kind kind, const char *name, const char *value, int err)
+static void refuse(struct vgl_env *out, enum vgl_kind_id kind, const char *name, const char *value, int err)
 {
-    if (kind != CORES && err == -ERANGE && unitless_above_one(value))
+    if (!percent(kind) && err == -ERANGE && unitless_above_one(value))
         say(out, true, "%s=%s: %s what? (a fraction is 0-1; sizes need a unit, e.g. %sGiB)", name, value,
             value, value);
     else
         say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
             err == -ERANGE ? "out of range (zero, or more than can be)" : "not a valid value",
-            kind != CORES ? vgl_memory_forms() : vgl_cores_forms());
+            !percent(kind) ? vgl_memory_forms() : vgl_cores_forms());
 }
 
 static void read_limit(struct reading *r, const struct family *f, const char *name, int device,
                        const char *value)
 {
     enum vgl_env_source own = f->tier == OURS ? VGL_ENV_OURS_DEVICE : VGL_ENV_HAMI_DEVICE;
-    const struct candidate *had = device >= 0 ? &r->found[f->kind][f->tier][device] : NULL;
+    struct candidate *found = r->found[slot(f->kind)][f->tier];
+    const struct candidate *had = device >= 0 ? &found[device] : NULL;
     if (had && had->origin.source == own) {
         /* "_0" and "_00": two names of one device's limit, which the order
          * of the environment would otherwise settle, unseen. */
         say(r->out, true, "%s=%s and %s=%s both give device %d's %s: a limit given twice; give it "
-            "once", had->origin.name, had->origin.text, name, value, device,
-            f->kind == CORES ? "compute share" : f->kind == REQUEST ? "memory request" : "memory limit");
+            "once", had->origin.name, had->origin.text, name, value, device, KINDS[f->kind].what);
         return;
     }
     struct candidate c = {.set = true};
-    int err = f->kind != CORES ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
+    int err = !percent(f->kind) ? vgl_parse_memory(value, &c.memory) : vgl_parse_cores(value, &c.cores_pct);
     if (err) {
         refuse(r->out, f->kind, name, value, err);
         return;
@@ -161,10 +197,9 @@ static void read_limit(struct reading *r, const struct family *f, const char *na
     snprintf(c.origin.name, sizeof c.origin.name, "%s", name);
     snprintf(c.origin.text, sizeof c.origin.text, "%s", value);
     for (int i = 0; i < VGL_MAX_DEVICES; i++) {
-        struct candidate *slot = &r->found[f->kind][f->tier][i];
         /* Within a tier a device's own variable beats the one for all. */
-        if ((i == device || device < 0) && (!slot->set || slot->origin.source <= c.origin.source))
-            *slot = c;
+        if ((i == device || device < 0) && (!found[i].set || found[i].origin.source <= c.origin.source))
+            found[i] = c;
     }
 }
 
@@ -177,7 +212,8 @@ static bool read_uuid_limit(struct reading *r, const struct family *f, const cha
 {
     struct vgl_env *out = r->out;
     const char *suffix = name + strlen(f->stem);
-    if (f->tier != OURS || (strncmp(suffix, "_GPU-", 5) != 0 && strncmp(suffix, "_MIG-", 5) != 0))
+    if (f->tier != OURS || !KINDS[f->kind].by_uuid ||
+        (strncmp(suffix, "_GPU-", 5) != 0 && strncmp(suffix, "_MIG-", 5) != 0))
         return false;
     out->asks = 1;
     uint8_t uuid[16];
@@ -189,12 +225,13 @@ static bool read_uuid_limit(struct reading *r, const struct family *f, const cha
             f->stem, f->stem);
         return true;
     }
-    static const uint32_t FLAG[KINDS] = {[MEMORY] = VGL_UUID_MEMORY, [CORES] = VGL_UUID_CORES,
-                                         [REQUEST] = VGL_UUID_REQUEST};
-    struct vgl_uuid_limit got = {.flags = FLAG[f->kind] | (suffix[1] == 'M' ? VGL_UUID_MIG : 0)};
+    /* Where a kind by UUID is kept: a row with by_uuid needs its flag and field here. */
+    uint32_t flag = f->kind == VGL_KIND_memory ? VGL_UUID_MEMORY
+                    : f->kind == VGL_KIND_memory_request ? VGL_UUID_REQUEST : VGL_UUID_CORES;
+    struct vgl_uuid_limit got = {.flags = flag | (suffix[1] == 'M' ? VGL_UUID_MIG : 0)};
     memcpy(got.uuid, uuid, sizeof uuid);
-    int err = f->kind == CORES ? vgl_parse_cores(value, &got.cores_pct)
-                               : vgl_parse_memory(value, f->kind == MEMORY ? &got.limit : &got.request);
+    int err = percent(f->kind) ? vgl_parse_cores(value, &got.cores_pct)
+                               : vgl_parse_memory(value, flag == VGL_UUID_MEMORY ? &got.limit : &got.request);
     if (err) {
         refuse(out, f->kind, name, value, err);
         return true;
@@ -203,19 +240,19 @@ static bool read_uuid_limit(struct reading *r, const struct family *f, const cha
         struct vgl_uuid_limit *u = &out->by_uuid[i];
         if (u->flags && memcmp(u->uuid, uuid, sizeof uuid) != 0)
             continue;
-        if (u->flags & FLAG[f->kind]) {
+        char *named = r->uuid_name[slot(f->kind)][i];
+        if (u->flags & flag) {
             /* The same UUID in another case, or as GPU- and MIG-. */
             say(out, true, "%s and %s both give the %s of one device: a limit given twice; give it once",
-                r->uuid_name[f->kind][i], name,
-                f->kind == CORES ? "compute share" : f->kind == REQUEST ? "memory request" : "memory limit");
+                named, name, KINDS[f->kind].what);
             return true;
         }
-        snprintf(r->uuid_name[f->kind][i], sizeof r->uuid_name[f->kind][i], "%s", name);
+        snprintf(named, VGL_ENV_NAME_LEN, "%s", name);
         memcpy(u->uuid, uuid, sizeof uuid);
         u->flags |= got.flags;
-        if (f->kind == MEMORY)
+        if (flag == VGL_UUID_MEMORY)
             u->limit = got.limit;
-        else if (f->kind == REQUEST)
+        else if (flag == VGL_UUID_REQUEST)
             u->request = got.request;
         else
             u->cores_pct = got.cores_pct;
@@ -225,9 +262,9 @@ static bool read_uuid_limit(struct reading *r, const struct family *f, const cha
     return true;
 }
 
-static bool same(const struct candidate *a, const struct candidate *b, enum kind kind)
+static bool same(const struct candidate *a, const struct candidate *b, enum vgl_kind_id kind)
 {
-    if (kind == CORES)
+    if (percent(kind))
         return a->cores_pct == b->cores_pct;
     return a->memory.bytes == b->memory.bytes && a->memory.ppm == b->memory.ppm;
 }
@@ -235,9 +272,11 @@ static bool same(const struct candidate *a, const struct candidate *b, enum kind
 /* -- the forms of HAMi's DRA driver and of KAI ----------------------------------------------- */
 
 /* KAI's GPU_PORTION: the share of each device's memory, always a fraction
- * ("0.5"; "1" is the whole device), never a size. */
-static void read_portion(struct reading *r, const char *value)
+ * ("0.5"; "1" is the whole device), never a size (a kind's KAI variable is
+ * such a fraction, for every device). */
+static void read_portion(struct reading *r, enum vgl_kind_id kind, const char *value)
 {
+    const char *name = KINDS[kind].kai;
     struct candidate c = {.set = true};
     char text[32];
     size_t len = strlen(value);
@@ -248,15 +287,15 @@ static void read_portion(struct reading *r, const char *value)
         err = vgl_parse_memory(text, &c.memory);
     }
     if (err || !c.memory.ppm) {
-        say(r->out, true, "%s: '%s' is %s; accepted: a fraction of the GPU from 0 to 1 (0.5)", KAI_PORTION,
+        say(r->out, true, "%s: '%s' is %s; accepted: a fraction of the GPU from 0 to 1 (0.5)", name,
             value, err == -ERANGE ? "out of range (zero, or more than the GPU)" : "not a fraction of the GPU");
         return;
     }
     c.origin.source = VGL_ENV_PORTION;
-    snprintf(c.origin.name, sizeof c.origin.name, "%s", KAI_PORTION);
+    snprintf(c.origin.name, sizeof c.origin.name, "%s", name);
     snprintf(c.origin.text, sizeof c.origin.text, "%s", value);
     for (int i = 0; i < VGL_MAX_DEVICES; i++)
-        r->found[MEMORY][PORTION][i] = c;
+        r->found[slot(kind)][PORTION][i] = c;
 }
 
 /* HAMi's DRA driver numbers the devices of a claim in the order it walks
@@ -265,9 +304,9 @@ static void read_portion(struct reading *r, const char *value)
  * .../vgpu/claims/<claim>/) an index names no device: each indexed limit is
  * applied to every device, the tightest winning, which never gives a device
  * more than its claim was given. */
-static bool tighter(const struct candidate *a, const struct candidate *b, enum kind kind)
+static bool tighter(const struct candidate *a, const struct candidate *b, enum vgl_kind_id kind)
 {
-    if (kind == CORES)
+    if (percent(kind))
         return a->cores_pct < b->cores_pct;
     if (a->memory.bytes && b->memory.bytes)
         return a->memory.bytes < b->memory.bytes;
@@ -281,8 +320,10 @@ static void spread_claim_indices(struct reading *r)
     const char *cache = r->region[HAMI];
     if (!cache || !strstr(cache, "/vgpu/claims/"))
         return;
-    for (int kind = MEMORY; kind <= CORES; kind++) {
-        struct candidate *found = r->found[kind][HAMI];
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS; kind++) {
+        if (!KINDS[kind].per_device || !KINDS[kind].hami[0])
+            continue;
+        struct candidate *found = r->found[slot(kind)][HAMI];
         const struct candidate *tightest = NULL;
         bool differ = false;
         for (int i = 0; i < VGL_MAX_DEVICES; i++) {
@@ -296,6 +337,14 @@ static void spread_claim_indices(struct reading *r)
         if (!tightest)
             continue;
         struct candidate use = *tightest;
+        bool ours = false;
+        for (int i = 0; i < VGL_MAX_DEVICES; i++)
+            ours = ours || r->found[slot(VGL_KIND_cores)][OURS][i].set;
+        /* A user who asked for memory only did not expect 60% of the time. */
+        if (kind == VGL_KIND_cores && use.cores_pct == HAMI_DRA_DEFAULT_CORES && !ours)
+            say(r->out, false, "%s=%u holds this container to %u%% of the GPU's compute: HAMi's DRA driver "
+                "writes %u also where the claim asks for no cores (ask for \"cores\": 100 for all of it)",
+                use.origin.name, use.cores_pct, use.cores_pct, use.cores_pct);
         if (differ)
             say(r->out, false, "%s=\"%s\" applies to every device: the indices of HAMi's DRA form (%s under "
                 "/vgpu/claims/) need not be the container's device numbers, and the tightest is kept",
@@ -366,6 +415,29 @@ static void kai_region(char **envp, struct vgl_env *out)
     snprintf(out->region_from, sizeof out->region_from, "%s", KAI_MOUNT);
 }
 
+/* An MPS client (CUDA_MPS_PIPE_DIRECTORY set, as NVIDIA's DRA driver sets it
+ * for an MPS claim): its compute is its MPS daemon's to share out, and the
+ * memory cap holds.  A compute share given too is kept, never dropped: the
+ * variable is one a tenant can set, and would otherwise shed its share by
+ * naming any directory.  Both then apply, the tighter holding, said once. */
+static void note_mps(char **envp, struct vgl_env *out)
+{
+    if (!lookup(envp, MPS_PIPE))
+        return;
+    out->mps = 1;
+    for (int i = 0; i < VGL_MAX_DEVICES; i++) {
+        bool by_uuid = out->by_uuid[i].flags & VGL_UUID_CORES;
+        if (!out->cores_from[i].source && !by_uuid)
+            continue;
+        char given[VGL_ENV_NAME_LEN + 70];
+        snprintf(given, sizeof given, "%s%s%s", by_uuid ? "a compute share by UUID" : out->cores_from[i].name,
+                 by_uuid ? "" : "=", by_uuid ? "" : out->cores_from[i].text);
+        say(out, false, "%s is set: this MPS client's compute is held both by its MPS daemon's limits and by "
+            "%s, the tighter applying; to leave compute to MPS, give it no compute share", MPS_PIPE, given);
+        return;
+    }
+}
+
 /* HAMi's CUDA_DISABLE_CONTROL, read as its device plugin reads it (Go's
  * strconv.ParseBool): true, and the plugin mounts no preload; a shim loaded
  * anyway enforces nothing, as HAMi-core.  It is the tenant's own switch in
@@ -390,25 +462,7 @@ static void read_disable(struct vgl_env *out, const char *value, const char *our
     say(out, false, "%s=\"%s\" is neither true nor false; limits are enforced", HAMI_DISABLE, value);
 }
 
-/* -- elastic memory: the request and the wait ------------------------------------------------ */
-
-static void read_wait(char **envp, struct vgl_env *out)
-{
-    const char *wait = lookup(envp, OUR_WAIT);
-    if (!wait)
-        return;
-    out->asks = 1;
-    int err = vgl_parse_wait(wait, &out->memory_wait_ns);
-    if (err) {
-        say(out, true, "%s: '%s' is %s; accepted forms: %s", OUR_WAIT, wait,
-            err == -ERANGE ? "out of range (more than 1h)" : "not a valid value", vgl_wait_forms());
-        return;
-    }
-    out->memory_wait_set = 1;
-    out->memory_wait_from.source = VGL_ENV_OURS;
-    snprintf(out->memory_wait_from.name, sizeof out->memory_wait_from.name, "%s", OUR_WAIT);
-    snprintf(out->memory_wait_from.text, sizeof out->memory_wait_from.text, "%s", wait);
-}
+/* -- elastic memory: a request at most its limit ------------------------------------------- */
 
 /* A request above its limit, where the two compare without the device's
  * size (both sizes, or both shares; a size against a share is held to the
@@ -439,31 +493,62 @@ static void check_requests(struct vgl_env *out)
         if ((u->flags & VGL_UUID_REQUEST) && (u->flags & VGL_UUID_MEMORY) && above(&u->request, &u->limit)) {
             char uuid[41];
             vgl_format_uuid(u->uuid, uuid);
-            say(out, true, "VGPULIMIT_MEMORY_REQUEST_%s is above the limit VGPULIMIT_MEMORY_%s; a request "
-                "is at most the limit (accepted forms: %s)", uuid, uuid, vgl_memory_forms());
+            say(out, true, "%s_%s is above the limit %s_%s; a request is at most the limit (accepted forms: "
+                "%s)", KINDS[VGL_KIND_memory_request].ours, uuid, KINDS[VGL_KIND_memory].ours, uuid,
+                vgl_memory_forms());
         }
     }
 }
 
 /* -- merging ---------------------------------------------------------------------------------- */
 
+/* Our variable and HAMi's or KAI's on one device.  In a device plugin's
+ * container (no hook) both arrive in the environment, the plugin's and the
+ * pod author's alike, so neither may loosen the other: the tighter holds.  A
+ * size and a share of the device cannot be weighed before the device is
+ * known, and are refused rather than guessed. */
+static const struct candidate *settle(struct vgl_env *out, const struct candidate *ours,
+                                      const struct candidate *theirs, enum vgl_kind_id kind)
+{
+    bool comparable = percent(kind) || (ours->memory.bytes && theirs->memory.bytes) ||
+                      (ours->memory.ppm && theirs->memory.ppm);
+    if (!comparable) {
+        say(out, true, "%s=\"%s\" and %s=\"%s\" disagree, and a size cannot be weighed against a share "
+            "of the device: give both as sizes or both as shares (accepted forms: %s)", ours->origin.name,
+            ours->origin.text, theirs->origin.name, theirs->origin.text, vgl_memory_forms());
+        return NULL;
+    }
+    const struct candidate *use = tighter(theirs, ours, kind) ? theirs : ours;
+    say(out, false, "%s=\"%s\" and %s=\"%s\" disagree; %s applies, the tighter: one may not loosen the "
+        "other", ours->origin.name, ours->origin.text, theirs->origin.name, theirs->origin.text,
+        use->origin.name);
+    return use;
+}
+
 static void merge(struct reading *r)
 {
     struct vgl_env *out = r->out;
     spread_claim_indices(r);
-    for (int kind = MEMORY; kind < KINDS; kind++) {
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS; kind++) {
+        if (!KINDS[kind].per_device)
+            continue;
+        struct candidate (*found)[VGL_MAX_DEVICES] = r->found[slot(kind)];
         for (int i = 0; i < VGL_MAX_DEVICES; i++) {
-            const struct candidate *ours = &r->found[kind][OURS][i], *hami = &r->found[kind][HAMI][i];
-            const struct candidate *use = ours->set ? ours : hami->set ? hami : &r->found[kind][PORTION][i];
+            const struct candidate *ours = &found[OURS][i];
+            const struct candidate *theirs = found[HAMI][i].set ? &found[HAMI][i] : &found[PORTION][i];
+            const struct candidate *use = ours->set ? ours : theirs;
             if (!use->set)
                 continue;
-            if (ours->set && hami->set && !same(ours, hami, kind))
-                say(out, false, "%s=\"%s\" and %s=\"%s\" disagree; %s applies", ours->origin.name,
-                    ours->origin.text, hami->origin.name, hami->origin.text, ours->origin.name);
-            if (kind == MEMORY) {
+            if (ours->set && theirs->set && !same(ours, theirs, kind)) {
+                use = settle(out, ours, theirs, kind);
+                if (!use)
+                    continue;
+            }
+            /* Where a per-device kind lands in struct vgl_env. */
+            if (kind == VGL_KIND_memory) {
                 out->memory[i] = use->memory;
                 out->memory_from[i] = use->origin;
-            } else if (kind == REQUEST) {
+            } else if (kind == VGL_KIND_memory_request) {
                 out->request[i] = use->memory;
                 out->request_from[i] = use->origin;
             } else {
@@ -556,14 +641,20 @@ static void lost_region(char **envp, struct vgl_env *out)
                               : "under its own limit variables only");
 }
 
-/* The value of `name` in envp, as getenv would find it (the first). */
-static const char *lookup(char **envp, const char *name)
+/* The value of the first entry of envp named as the `len` bytes at `name`
+ * (which need not end there): what getenv would find. */
+static const char *first_of(char **envp, const char *name, size_t len)
 {
-    size_t len = strlen(name);
     for (char **e = envp; e && *e; e++)
         if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
             return *e + len + 1;
     return NULL;
+}
+
+/* The value of `name` in envp, as getenv would find it (the first). */
+static const char *lookup(char **envp, const char *name)
+{
+    return first_of(envp, name, strlen(name));
 }
 
 /* The shim's log level: ours, else HAMi-core's. */
@@ -583,53 +674,119 @@ static void read_log(char **envp, struct vgl_env *out)
     }
 }
 
-/* The compute policy: ours beats HAMi-core's (FORCE hard, DEFAULT borrow,
- * DISABLE none; its DISABLE also drops its own share). */
-static void read_policy(char **envp, struct vgl_env *out)
+/* -- the kinds given once for every device: the compute policy, the priority, the wait --------- */
+
+static const struct {
+    const char *(*forms)(void);
+    const char *range; /* what -ERANGE from the parser means */
+} PARSERS[] = {
+    [PARSER_cores_policy] = {vgl_cores_policy_forms, "out of range"},
+    [PARSER_priority] = {vgl_priority_forms, "out of range"},
+    [PARSER_hami_priority] = {vgl_hami_priority_forms, "out of range"},
+    [PARSER_wait] = {vgl_wait_forms, "out of range (more than 1h)"},
+};
+
+static int parse_scalar(enum parser parser, const char *value, uint64_t *got)
 {
-    out->cores_policy = -1;
-    const char *policy = lookup(envp, OUR_POLICY);
-    const char *policy_name = OUR_POLICY;
-    if (!policy) {
-        policy = lookup(envp, HAMI_POLICY);
-        policy_name = HAMI_POLICY;
-    }
-    uint32_t policy_value;
-    if (policy && vgl_parse_cores_policy(policy, &policy_value) == 0) {
-        out->asks = 1;
-        out->cores_policy = (int32_t)policy_value;
-        out->cores_policy_from.source = policy_name == OUR_POLICY ? VGL_ENV_OURS : VGL_ENV_HAMI;
-        snprintf(out->cores_policy_from.name, sizeof out->cores_policy_from.name, "%s", policy_name);
-        snprintf(out->cores_policy_from.text, sizeof out->cores_policy_from.text, "%s", policy);
-    } else if (policy) {
-        out->asks = 1;
-        say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", policy_name, policy,
-            vgl_cores_policy_forms());
+    uint32_t small = 0;
+    int err = -EINVAL;
+    if (parser == PARSER_wait)
+        return vgl_parse_wait(value, got);
+    if (parser == PARSER_cores_policy)
+        err = vgl_parse_cores_policy(value, &small);
+    else if (parser == PARSER_priority)
+        err = vgl_parse_priority(value, &small);
+    else if (parser == PARSER_hami_priority)
+        err = vgl_parse_hami_priority(value, &small);
+    *got = small;
+    return err;
+}
+
+/* Where a kind given once lands in struct vgl_env. */
+static void store_scalar(struct vgl_env *out, enum vgl_kind_id kind, uint64_t value,
+                         const struct vgl_env_origin *from)
+{
+    if (kind == VGL_KIND_cores_policy) {
+        out->cores_policy = (int32_t)value;
+        out->cores_policy_from = *from;
+    } else if (kind == VGL_KIND_priority) {
+        out->priority = (int32_t)value;
+        out->priority_from = *from;
+    } else if (kind == VGL_KIND_memory_wait) {
+        out->memory_wait_ns = value;
+        out->memory_wait_set = 1;
+        out->memory_wait_from = *from;
     }
 }
 
-/* The priority: ours (high, normal, low) beats HAMi-core's (0 high, 1 low). */
-static void read_priority(char **envp, struct vgl_env *out)
+/* Ours beats HAMi-core's (the compute policy: FORCE hard, DEFAULT borrow,
+ * DISABLE none, its DISABLE also dropping its own share; the priority: 0
+ * high, 1 low). */
+static void read_scalar(char **envp, struct vgl_env *out, enum vgl_kind_id kind)
 {
-    out->priority = -1;
-    const char *priority = lookup(envp, OUR_PRIORITY);
-    const char *priority_name = priority ? OUR_PRIORITY : HAMI_PRIORITY;
-    priority = priority ? priority : lookup(envp, HAMI_PRIORITY);
-    uint32_t priority_value;
-    if (priority) {
-        out->asks = 1;
-        bool ours_given = priority_name == OUR_PRIORITY;
-        if ((ours_given ? vgl_parse_priority(priority, &priority_value)
-                        : vgl_parse_hami_priority(priority, &priority_value)) == 0) {
-            out->priority = (int32_t)priority_value;
-            out->priority_from.source = ours_given ? VGL_ENV_OURS : VGL_ENV_HAMI;
-            snprintf(out->priority_from.name, sizeof out->priority_from.name, "%s", priority_name);
-            snprintf(out->priority_from.text, sizeof out->priority_from.text, "%s", priority);
-        } else {
-            say(out, true, "%s: '%s' is not a valid value; accepted forms: %s", priority_name, priority,
-                ours_given ? vgl_priority_forms() : vgl_hami_priority_forms());
+    const struct vgl_limit_kind *k = &KINDS[kind];
+    bool ours = lookup(envp, k->ours) != NULL;
+    const char *name = ours || !k->hami[0] ? k->ours : k->hami;
+    const char *value = lookup(envp, name);
+    if (!value)
+        return;
+    out->asks = 1;
+    enum parser parser = PARSE[kind][ours ? 0 : 1];
+    uint64_t got;
+    int err = parse_scalar(parser, value, &got);
+    if (err) {
+        say(out, true, "%s: '%s' is %s; accepted forms: %s", name, value,
+            err == -ERANGE ? PARSERS[parser].range : "not a valid value", PARSERS[parser].forms());
+        return;
+    }
+    struct vgl_env_origin from = {.source = ours ? VGL_ENV_OURS : VGL_ENV_HAMI};
+    snprintf(from.name, sizeof from.name, "%s", name);
+    snprintf(from.text, sizeof from.text, "%s", value);
+    store_scalar(out, kind, got, &from);
+}
+
+/* -- reading ---------------------------------------------------------------------------------- */
+
+/* The per-device kind whose variable `entry` (`len` bytes of name) is, and
+ * the device as device_of says; -2: none.  The longest stem wins:
+ * VGPULIMIT_MEMORY_REQUEST_0 is a request's, not a badly indexed limit. */
+static int family_of(const char *entry, size_t len, struct family *f)
+{
+    int device = -2;
+    size_t longest = 0;
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS; kind++) {
+        for (enum tier tier = HAMI; tier <= OURS && KINDS[kind].per_device; tier++) {
+            const char *stem = tier == OURS ? KINDS[kind].ours : KINDS[kind].hami;
+            int d = stem[0] ? device_of(entry, len, stem) : -2;
+            if (d != -2 && strlen(stem) > longest) {
+                longest = strlen(stem);
+                device = d;
+                *f = (struct family){stem, kind, tier};
+            }
         }
     }
+    return device;
+}
+
+/* The variable of ours that names a kind given once, or NULL. */
+static const char *scalar_named(const char *name)
+{
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS; kind++)
+        if (!KINDS[kind].per_device && strcmp(name, KINDS[kind].ours) == 0)
+            return KINDS[kind].ours;
+    return NULL;
+}
+
+static void unknown(struct vgl_env *out, const char *name)
+{
+    char known[512] = "";
+    size_t n = 0;
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS && n < sizeof known; kind++)
+        n += (size_t)snprintf(known + n, sizeof known - n, "%s%s, ", KINDS[kind].ours,
+                              !KINDS[kind].per_device ? ""
+                              : KINDS[kind].by_uuid   ? "[_<i>|_GPU-<uuid>|_MIG-<uuid>]"
+                                                      : "[_<i>]");
+    say(out, false, "%s is not a vgpulimit variable (%s%s, VGPULIMIT_LOG); ignored", name, known, OUR_REGION);
 }
 
 void vgl_env_read(char **envp, struct vgl_env *out)
@@ -638,52 +795,49 @@ void vgl_env_read(char **envp, struct vgl_env *out)
     struct reading r = zero;
     memset(out, 0, sizeof *out);
     r.out = out;
+    out->cores_policy = -1;
+    out->priority = -1;
     read_log(envp, out);
-    read_policy(envp, out);
-    read_priority(envp, out);
-    read_wait(envp, out);
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS; kind++)
+        if (!KINDS[kind].per_device)
+            read_scalar(envp, out, kind);
     const char *ours = NULL; /* a VGPULIMIT_ variable that sets something up */
-    const char *hami_policy = lookup(envp, HAMI_POLICY);
+    const char *hami_policy = lookup(envp, KINDS[VGL_KIND_cores_policy].hami);
     bool hami_cores_off = hami_policy && strcasecmp(hami_policy, "DISABLE") == 0;
 
     for (char **e = envp; e && *e; e++) {
         const char *entry = *e, *eq = strchr(entry, '=');
-        if (!eq || (strncmp(entry, "VGPULIMIT_", 10) != 0 && strncmp(entry, "CUDA_DEVICE_", 12) != 0))
+        if (!eq)
             continue;
         size_t len = (size_t)(eq - entry);
+        struct family f = {0};
+        int device = family_of(entry, len, &f);
+        if (device == -2 && strncmp(entry, "VGPULIMIT_", 10) != 0 && strncmp(entry, "CUDA_DEVICE_", 12) != 0)
+            continue;
         const char *value = eq + 1;
         char name[VGL_ENV_NAME_LEN];
         snprintf(name, sizeof name, "%.*s", (int)len, entry);
-        if (lookup(envp, name) != value)
+        if (first_of(envp, entry, len) != value)
             continue; /* a second entry of one name: getenv sees the first */
-        if (strcmp(name, OUR_POLICY) == 0) {
-            ours = OUR_POLICY; /* read above */
+        if (scalar_named(name)) {
+            ours = scalar_named(name); /* read above */
             continue;
         }
-        if (strcmp(name, OUR_PRIORITY) == 0 || strcmp(name, OUR_WAIT) == 0) {
-            ours = name[10] == 'P' ? OUR_PRIORITY : OUR_WAIT; /* read above */
+        if (device == -3 && read_uuid_limit(&r, &f, name, value)) {
+            ours = f.stem;
             continue;
-        }
-        const struct family *f = NULL;
-        int device = -2;
-        for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0] && device == -2; i++)
-            if ((device = device_of(entry, len, FAMILIES[i].stem)) != -2)
-                f = &FAMILIES[i];
-        if (f && device == -3 && read_uuid_limit(&r, f, name, value)) {
-            ours = f->stem;
-            continue;
-        } else if (f && device == -3) {
+        } else if (device == -3) {
             out->asks = 1;
             say(out, true, "%s: \"%s\" is not a device index; accepted: %s_0 to %s_%d (ASCII digits)",
-                name, name + strlen(f->stem) + 1, f->stem, f->stem, VGL_MAX_DEVICES - 1);
-        } else if (f) {
+                name, name + strlen(f.stem) + 1, f.stem, f.stem, VGL_MAX_DEVICES - 1);
+        } else if (device != -2) {
             /* HAMi-core reads an empty value or 0 as "no limit". */
-            bool hami_none = f->tier == HAMI && (!value[0] || strcmp(value, "0") == 0);
+            bool hami_none = f.tier == HAMI && (!value[0] || strcmp(value, "0") == 0);
             out->asks = 1;
-            if (f->tier == OURS)
-                ours = f->stem;
-            if (!hami_none && !(f->tier == HAMI && f->kind == CORES && hami_cores_off))
-                read_limit(&r, f, name, device, value);
+            if (f.tier == OURS)
+                ours = f.stem;
+            if (!hami_none && !(f.tier == HAMI && percent(f.kind) && hami_cores_off))
+                read_limit(&r, &f, name, device, value);
         } else if (strcmp(name, OUR_REGION) == 0 || strcmp(name, HAMI_REGION) == 0) {
             enum tier tier = name[0] == 'V' ? OURS : HAMI;
             out->asks = 1;
@@ -692,18 +846,18 @@ void vgl_env_read(char **envp, struct vgl_env *out)
             r.region[tier] = value;
         } else if (strncmp(name, "VGPULIMIT_", 10) == 0 && strcmp(name, "VGPULIMIT_LOG") != 0 &&
                    strcmp(name, OUR_SETTER) != 0 && strncmp(name, OUR_TIMINGS, sizeof OUR_TIMINGS - 1) != 0) {
-            say(out, false, "%s is not a vgpulimit variable (VGPULIMIT_MEMORY[_<i>|_GPU-<uuid>|_MIG-<uuid>], "
-                            "VGPULIMIT_CORES[_<i>|_GPU-<uuid>|_MIG-<uuid>], VGPULIMIT_CORES_POLICY, VGPULIMIT_PRIORITY, "
-                            "VGPULIMIT_MEMORY_REQUEST[_<i>|_GPU-<uuid>|_MIG-<uuid>], VGPULIMIT_MEMORY_WAIT, "
-                            "VGPULIMIT_REGION, VGPULIMIT_LOG); ignored", name);
+            unknown(out, name);
         }
     }
-    const char *portion = lookup(envp, KAI_PORTION);
-    if (portion) {
-        out->asks = 1;
-        read_portion(&r, portion);
+    for (enum vgl_kind_id kind = 0; kind < VGL_KINDS; kind++) {
+        const char *portion = KINDS[kind].kai[0] ? lookup(envp, KINDS[kind].kai) : NULL;
+        if (portion) {
+            out->asks = 1;
+            read_portion(&r, kind, portion);
+        }
     }
     merge(&r);
+    note_mps(envp, out);
     check_requests(out);
     kai_region(envp, out);
     lost_region(envp, out);

@@ -79,6 +79,14 @@ void vgl_waits_publish(struct vgl_beacon *beacon, struct vgl_region *region, uin
 off_t vgl_waits_byte(uint32_t device);
 int vgl_waits_held(int fd, uint32_t device);
 
+/* resume_ask.c — a suspended container's call asks the node agent to resume it. */
+/* True when the container is suspended and the call now asks (the byte of
+ * vgl_resume_byte in its beacon locked): the caller then calls
+ * vgl_resume_asked once the driver's call returned.  One load otherwise. */
+bool vgl_resume_ask(void);
+void vgl_resume_asked(void);
+off_t vgl_resume_byte(void);
+
 /* region_guard.c (also region.h) — a mapping of a file that a tenant may
  * truncate under it: a lost page becomes a private page of zeros instead of
  * a fatal SIGBUS.  0, or -EMFILE: too many guarded. */
@@ -769,6 +777,7 @@ struct vgl_tracker;
 /* One launch, from vgl_busy_enter to vgl_busy_leave. */
 struct vgl_launch {
     int device;
+    bool asked;                     /* it asked to be resumed (vgl_resume_ask) */
     const void *key;                /* what it launches: a function or a graph */
     CUstream stream;
     int64_t cost_ns;                /* what it is charged */

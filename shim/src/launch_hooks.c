@@ -20,7 +20,8 @@
  *
  * While no device of the container is limited (no share, or 100 %), a launch
  * costs one comparison: the region's generation (bumped by every change of
- * limits, `vgpulimit set`) against the generation at which nothing was. */
+ * limits, `vgpulimit set`, and by a suspend and a resume) against the
+ * generation at which nothing was. */
 #include <pthread.h>
 #include <time.h>
 
@@ -76,6 +77,9 @@ static void refresh(void)
     /* A container with a priority writes its beacon at every launch, and a
      * low one may have to wait: all its launches pass the gate. */
     limited = limited || vgl_priority_takes_part();
+    /* A suspended container's launches ask to be resumed (gate_enter); a
+     * setter's suspend and resume bump the generation. */
+    limited = limited || __atomic_load_n(&region->suspend_state, __ATOMIC_RELAXED) != VGL_SUSPEND_RUNNING;
     __atomic_store_n(&seen_generation, generation, __ATOMIC_RELAXED);
     __atomic_store_n(&unlimited_generation, limited ? 0 : generation, __ATOMIC_RELAXED);
     __atomic_store_n(&limits_generation, &region->generation, __ATOMIC_RELEASE);
@@ -180,7 +184,10 @@ static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, 
  * a capturing stream pass (device -1). */
 static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
 {
+    /* First: every driver call below blocks while the container is suspended. */
+    bool asked = vgl_resume_ask();
     l->device = -1;
+    l->asked = asked;
     CUcontext ctx = NULL;
     int device = launch_device(&ctx);
     if (device < 0)
@@ -200,6 +207,7 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
     uint64_t now = vgl_node_clock_ns();
     struct vgl_settlements settled;
     vgl_busy_enter(l, &driver_events, ctx, device, key, stream, now, quiet, &settled);
+    l->asked = asked; /* vgl_busy_enter makes the launch anew */
     settle(&settled);
     int64_t wait = vgl_share_admit(device, now, l->cost_ns);
     if (wait > 0) {
@@ -238,6 +246,8 @@ static void gate_enter(struct vgl_launch *l, const void *key, CUstream stream)
 
 static CUresult gate_leave(struct vgl_launch *l, CUresult rc)
 {
+    if (l->asked)
+        vgl_resume_asked();
     if (l->device >= 0) {
         struct vgl_settlements settled;
         vgl_busy_leave(l, rc == CUDA_SUCCESS, __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0, &settled);

@@ -16,6 +16,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr_v2 *dptr, size_t bytesize)
         return vgl_real.cuMemAlloc_v2(dptr, bytesize);
     struct vgl_charge c;
     CUresult rc;
+    bool asked = vgl_resume_ask();
     do {
         rc = vgl_charge_begin("cuMemAlloc", -1, bytesize, &c);
         if (rc == CUDA_SUCCESS) {
@@ -23,6 +24,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr_v2 *dptr, size_t bytesize)
             vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
         }
     } while (vgl_charge_retry(&c, rc));
+    if (asked)
+        vgl_resume_asked();
     return rc;
 }
 
@@ -280,7 +283,10 @@ static bool capped_meminfo(uint64_t *free_bytes, bool has_free, uint64_t *total_
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
+    bool asked = vgl_resume_ask();
     CUresult rc = vgl_real.cuMemGetInfo_v2(free_bytes, total_bytes);
+    if (asked)
+        vgl_resume_asked();
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
     uint64_t f = free_bytes ? *free_bytes : 0, t = total_bytes ? *total_bytes : 0;

@@ -148,6 +148,15 @@ def wake_waiters(board: str, key: int) -> None:
     lib.vgl_beacon_wake(os.fsencode(os.path.join(os.path.dirname(board), Row(board, -1, key).beacon)))
 
 
+def set_suspend_idle(board: str, region: str, idle_ms: int) -> None:
+    """Writes how long the container of ``region`` may be idle before the
+    node agent may suspend it (0: never) into its row."""
+    st = os.stat(region)
+    err = lib.vgl_board_set_suspend_idle(os.fsencode(board), st.st_dev, st.st_ino, idle_ms)
+    if err < 0:
+        raise _fail(board, err, "cannot write the idle limit in")
+
+
 def reachable(board: str, region: str) -> str:
     """The board a region names, as this process reaches it.  A region of the
     OCI hook names the board as its container sees it; seen from the node,

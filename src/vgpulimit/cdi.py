@@ -138,20 +138,16 @@ def generate(name: str | None = None, memory: str | None = None, cores: str | No
         raise CdiError("cdi generate: no limit given, and a device with none runs its containers "
                        "uncapped; give --memory SIZE and/or --cores PCT, or --memory none --cores none "
                        "for a device that installs the shim and leaves the limits to the container")
-    env = []
+    from vgpulimit.kinds import KINDS
+
+    # A share's policy is said even where it is the default: the device's
+    # variable replaces one the container's own spec would add (none lifts it).
+    policy = cores_policy if cores_policy is not None or cores is None else "hard"
+    given = {"memory": memory, "cores": cores, "cores_policy": policy, "priority": priority,
+             "memory_request": memory_request, "memory_wait": memory_wait}
     of = "" if device is None else f"_{device}"
-    if memory is not None:
-        env.append(f"VGPULIMIT_MEMORY{of}={memory}")
-    if cores is not None:
-        env.append(f"VGPULIMIT_CORES{of}={cores}")
-    if cores_policy is not None:
-        env.append(f"VGPULIMIT_CORES_POLICY={cores_policy}")
-    if priority is not None:
-        env.append(f"VGPULIMIT_PRIORITY={priority}")
-    if memory_request is not None:
-        env.append(f"VGPULIMIT_MEMORY_REQUEST{of}={memory_request}")
-    if memory_wait is not None:
-        env.append(f"VGPULIMIT_MEMORY_WAIT={memory_wait}")
+    env = [f"{kind.ours}{of if kind.by_uuid else ''}={given[kind.name]}" for kind in KINDS
+           if given[kind.name] is not None]
     args = hook_command(node_dir, admit, admit_uncapped)
     edits: dict[str, Any] = {"env": env} if env else {}
     edits |= {

@@ -69,9 +69,10 @@ class Change:
         if (memory is None and cores is None and cores_policy is None and priority is None
                 and not memory_by_index and not cores_by_index and not memory_uuids and not cores_uuids
                 and memory_request is None and not request_by_index and memory_wait is None):
-            raise UsageError("set: nothing to change (give --memory, --memory-device, --memory-request, "
-                             "--memory-request-device, --memory-wait, --cores, --cores-device, --cores-policy "
-                             "or --priority)")
+            from vgpulimit.kinds import KINDS
+
+            flags = [flag for kind in KINDS for flag in (kind.flag, kind.device_flag) if flag]
+            raise UsageError(f"set: nothing to change (give {', '.join(flags[:-1])} or {flags[-1]})")
         given = [("--memory", memory)] if memory is not None else []
         given += [(f"--memory-device {i}", t) for i, t in memory_by_index.items()]
         given += [(f"--memory-device {u}", t) for u, t in memory_uuids.items()]

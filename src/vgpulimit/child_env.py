@@ -8,16 +8,18 @@ import re
 from collections.abc import Mapping
 
 from vgpulimit._paths import libpath, simgpu_dir
+from vgpulimit.kinds import KINDS
 
 REGION_VAR = "VGPULIMIT_REGION"
 SETTER_VAR = "VGPULIMIT_SETTER"
 
-# The limit and region variables of the environment contract: a child gets the
+# The limit and region variables of the environment contract (every limit
+# kind's, kinds.py, in every form: _<i>, _GPU-<uuid>): a child gets the
 # region's path alone (the region carries the limits), so none of these may
 # reach it with another meaning.
 _CONTRACT_VARS = re.compile(
-    r"(VGPULIMIT_(MEMORY|CORES|PRIORITY)|CUDA_DEVICE_(MEMORY_LIMIT|SM_LIMIT))(_.*)?"
-    r"|CUDA_DEVICE_MEMORY_SHARED_CACHE|CUDA_TASK_PRIORITY")
+    "|".join(f"{re.escape(var)}(_.*)?" for kind in KINDS for var in kind.variables())
+    + "|CUDA_DEVICE_MEMORY_SHARED_CACHE")
 
 
 def prepend_path(value: str | None, entry: str, separators: str = ":") -> str:

@@ -48,6 +48,7 @@ class Environment:
                                        # CONTAINER_VGPU_MOUNT (KAI's isolator)
     asks: bool = False                 # a limit or region variable is present
     control_disabled: bool = False     # HAMi's CUDA_DISABLE_CONTROL=true: nothing is enforced
+    mps: bool = False                  # CUDA_MPS_PIPE_DIRECTORY is set: an MPS client
     errors: tuple[str, ...] = ()       # variables that cannot be used, one line each
     warnings: tuple[str, ...] = ()
 
@@ -100,7 +101,7 @@ def read(environ: Mapping[str, str]) -> Environment:
         memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid,
         request=request, request_by_uuid=request_by_uuid, memory_wait=memory_wait,
         region_source=_text(out.region_from) if region else None, asks=bool(out.asks),
-        control_disabled=bool(out.control_disabled),
+        control_disabled=bool(out.control_disabled), mps=bool(out.mps),
         errors=tuple(line for line, error in lines if error),
         warnings=tuple(line for line, error in lines if not error),
     )

@@ -218,6 +218,7 @@ def _families(r: _Reading, complain: Callable[[str], None], hami_names: bool) ->
     yield _readable(r, complain)
     yield from _container_families(r)
     yield from _suspend_families(r)
+    yield from _agent_families(r)
     if r.gpus is not None:
         yield from _physical_families(r, complain)
     if hami_names:
@@ -250,6 +251,40 @@ def _suspend_families(r: _Reading) -> Iterator[Metric]:
         took.add_metric([*named, "suspend"], record.last_suspend_ns / 1e9)
         took.add_metric([*named, "resume"], record.last_resume_ns / 1e9)
     yield from (state, out, suspends, resumes, suspended, took)
+
+
+def _agent_families(r: _Reading) -> Iterator[Metric]:
+    """The node agent of each board the containers have rows in (docs/agent.md)."""
+    import time
+
+    from vgpulimit.agent.journal import node_agents
+
+    labels = ["board", "Hostname"]
+    up = GaugeMetricFamily("vgpulimit_agent_up", "1 while a node agent serves the board (alive, looked "
+                           "within 5 s); 0: nothing is suspended for others", labels=labels)
+    held = GaugeMetricFamily("vgpulimit_agent_suspended_containers", "Containers the agent holds suspended",
+                             labels=labels)
+    suspends = CounterMetricFamily("vgpulimit_agent_suspends_total", "Containers the agent suspended",
+                                   labels=labels)
+    resumes = CounterMetricFamily("vgpulimit_agent_resumes_total", "Containers the agent resumed",
+                                  labels=labels)
+    refused = CounterMetricFamily("vgpulimit_agent_refusals_total", "Suspends or resumes the agent tried "
+                                  "and the driver or the container refused", labels=labels)
+    who = GaugeMetricFamily("vgpulimit_agent_holds", "1 for each container the agent holds suspended, "
+                            "with the container it was suspended for", labels=["region", "for_region", *labels])
+    for agent in node_agents([v.agent for v in r.sample.views], time.monotonic_ns()):
+        named = [agent.board, r.hostname]
+        up.add_metric(named, int(agent.serving))
+        s = agent.state
+        if s is None:
+            continue
+        held.add_metric(named, len(s.suspended))
+        suspends.add_metric(named, s.suspends)
+        resumes.add_metric(named, s.resumes)
+        refused.add_metric(named, s.refusals)
+        for name, entry in s.suspended.items():
+            who.add_metric([name, entry.for_name or "", *named], 1)
+    yield from (up, held, suspends, resumes, refused, who)
 
 
 def _readable(r: _Reading, complain: Callable[[str], None]) -> Metric:

@@ -355,7 +355,7 @@ def build(sample: Sample, gpus: Sequence[Gpu],
     elsewhere = []
     inside: set[int] = set()
     for view in sample.views:
-        identity = of_region(view.path)
+        identity = of_region(view.path, sample.pods)
         inside.update(pid for p in view.snapshot.processes if (pid := sample.host_pid(p)))
         for uuid, tenant in _placements(view, identity, by_uuid):
             if uuid is not None and uuid_key(uuid) in on:

@@ -1,5 +1,5 @@
 """What the host knows of a process a view lists (psutil): its full command
-line, user, CPU use, resident memory and age.
+line, user, CPU use, resident memory, age and container.
 
 A process is named by its pid in the host's pid namespace, as the regions'
 slots and the NVIDIA driver name it.  One that has exited -- or whose pid now
@@ -52,10 +52,44 @@ class ProcessDetails:
     cpu_pct: float | None = None   # of one CPU, since the previous look; None: first look
     rss_bytes: int | None = None   # host memory it holds (resident set)
     age_s: float | None = None
+    container_id: str = ""      # its container's, by its cgroup (container_id_of)
 
     def to_json(self) -> dict:
         return {"gone": self.gone, "command": self.command or None, "user": self.user or None,
-                "cpu_pct": self.cpu_pct, "rss_bytes": self.rss_bytes, "age_s": self.age_s}
+                "cpu_pct": self.cpu_pct, "rss_bytes": self.rss_bytes, "age_s": self.age_s,
+                "container_id": self.container_id or None}
+
+
+# A cgroup path's component named by a container's id: <id> (containerd or
+# runc on cgroupfs), cri-containerd-<id>.scope, crio-<id>.scope,
+# docker-<id>.scope (systemd's cgroup driver).
+_CONTAINER_COMPONENT = re.compile(r"(?:[a-z-]+-)?([0-9a-f]{64})(?:\.scope)?")
+
+
+def container_id_of(cgroup_text: str) -> str:
+    """The id of the container whose cgroup the process is in, as
+    /proc/<pid>/cgroup (``cgroup_text``) says, "" where none: the id that
+    `crictl ps` and a pod's status (containerd://<id>) show, which tells apart
+    the containers of one region (the containers of a claim of HAMi's DRA
+    driver share one).  The outermost such component is the runtime's: a
+    process cannot leave its cgroup without privileges its container does
+    not have, but where its cgroups are delegated it may make ones below it,
+    and name them as it likes."""
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        for component in path.split("/"):
+            found = _CONTAINER_COMPONENT.fullmatch(component)
+            if found:
+                return found[1]
+    return ""
+
+
+def _container_id(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return container_id_of(f.read(64 * 1024))
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def _start_ticks(pid: int, shift: int | None = None) -> int | None:
@@ -108,8 +142,8 @@ class ProcessWatcher:
             return ProcessDetails(pid, gone=True)
         except psutil.AccessDenied:
             return ProcessDetails(pid)
-        return ProcessDetails(pid, command=command, user=user,
-                              cpu_pct=None if first else cpu, rss_bytes=rss, age_s=age)
+        return ProcessDetails(pid, command=command, user=user, cpu_pct=None if first else cpu,
+                              rss_bytes=rss, age_s=age, container_id=_container_id(pid))
 
     def forget_others(self, pids: set[int]) -> None:
         """Drops what is kept of processes no longer listed."""

@@ -1,5 +1,6 @@
 """A tenant set up and taken back, in one place, whatever starts it: `vgpulimit
-run`, the OCI hook, the Slurm Prolog (and Epilog).  Engines differ in what they
+run`, the OCI hook (and so every container of a CRI pod given vgpulimit's CDI
+device: its createRuntime and poststop hooks), the Slurm Prolog (and Epilog).  Engines differ in what they
 hand over -- who the tenant is, where its files go, whose they are -- never in
 how a tenant is set up.
 
@@ -51,6 +52,7 @@ class Row:
     holder_pid: int = 0           # the process whose end frees the row (0: none, only a leave)
     beacon_uid: int = -1          # who may write the beacon (-1: the setter)
     cap_alone: bool = False       # a cap alone takes a row too where one is free; without one it is said
+    suspend_idle_ms: int = 0      # the node agent may suspend it once idle this long (docs/agent.md); 0: never
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,13 @@ class Tenant:
         limits = self.limits
         if self.row is None:
             return False
-        return (limits.priority is not None or limits.elastic()
+        return (limits.priority is not None or limits.elastic() or bool(self.row.suspend_idle_ms)
                 or (self.row.cap_alone and limits.takes_memory_row()))
 
     def needs_row(self) -> bool:
         """A priority or elastic memory: without its row the tenant does not start."""
-        return self.limits.priority is not None or self.limits.elastic()
+        return (self.limits.priority is not None or self.limits.elastic()
+                or bool(self.row and self.row.suspend_idle_ms))
 
     @property
     def staged(self) -> Path:
@@ -199,6 +202,8 @@ def _join(tenant: Tenant, region: Region, notes: list[str]) -> board.Row | None:
                          owner_pid=where.holder_pid, beacon_uid=where.beacon_uid)
         if limits.takes_memory_row():
             board.set_memory(where.board, region.path, limits)
+        if where.suspend_idle_ms:
+            board.set_suspend_idle(where.board, region.path, where.suspend_idle_ms)
         seen_as = where.seen_as or where.board
         if priority is not None:
             region.set_priority(priority.value, seen_as, row.row, row.key)

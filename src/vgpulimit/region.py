@@ -349,6 +349,9 @@ class Region:
         if not lib.VGL_SUSPEND_RUNNING <= state <= lib.VGL_SUSPEND_RESUMING:
             raise ValueError(f"suspend state {state}")
         self._mapped.suspend_state = state
+        # Bumps the generation: the shim's launches look again, and a suspended
+        # container's ask to be resumed (resume_ask.c, docs/agent.md).
+        self._outcome(lib.vgl_region_set_memory_wait(self._mapped, int(self._mapped.memory_wait_ns)))
 
     def set_uuid_limits(self, uuid: str, limit: MemoryLimit | None = None, cores_pct: int | None = None,
                         memory_given: bool = False) -> None:

@@ -8,9 +8,11 @@ display helpers (a table, a cut line, a byte count) are here once."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from vgpulimit import identity
+from vgpulimit.agent.journal import node_agents
 from vgpulimit.limits import format_bytes, format_wait
 from vgpulimit.node import DriverProcess, Gpu, GpuView, NodeView, Tenant, uuid_key
 from vgpulimit.processes import ProcessDetails, format_age, plain, shown
@@ -165,7 +167,7 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     if isinstance(view, RegionSnapshot):
         view = ContainerView(view)
     snap = view.snapshot
-    who = identity.of_region(snap.path)
+    who = identity.of_region(snap.path, sample.pods if sample else None)
     named = f" - {shown(who.name)}" if who.name else ""
     lines = [f"region {shown(snap.path)} (generation {snap.generation}){named}", ""]
     said = priority_text(snap)
@@ -174,6 +176,8 @@ def render_text(view: ContainerView | RegionSnapshot, sample: Sample | None = No
     suspended = view.suspend.view_text(snap.taken_ns)
     if suspended is not None:
         lines[-1:-1] = [suspended]
+    if view.agent is not None and view.agent.said(snap.memory_wait_ns):
+        lines[-1:-1] = [view.agent.text()]
     if snap.memory_wait_ns:
         wait = format_wait(snap.memory_wait_ns)
         lines[-1:-1] = [f"memory wait {wait}: an allocation that would be refused waits that long for memory"]
@@ -248,12 +252,13 @@ def to_json(view: ContainerView | RegionSnapshot, sample: Sample | None = None) 
     snap = view.snapshot
     return {
         "region": snap.path,
-        "identity": identity_json(identity.of_region(snap.path)),
+        "identity": identity_json(identity.of_region(snap.path, sample.pods if sample else None)),
         "generation": snap.generation,
         "priority": snap.priority,
         "priority_board": snap.board,
         "memory_wait_ns": snap.memory_wait_ns,
         "suspend": view.suspend.view_json(snap.taken_ns),
+        "agent": None if view.agent is None else view.agent.to_json(),
         "devices": [
             {
                 "index": dev.index,
@@ -453,6 +458,8 @@ def render_node_text(node: NodeView, sample: Sample, width: int = 80) -> str:
             lines += [_cut(pad + line, width) for line in _table(PROCESS_HEADER[1:], rows)]
         lines.append("")
     lines += [u.line for u in node.unavailable]   # whole: the function's name matters
+    for agent in node_agents([v.agent for v in sample.views], time.monotonic_ns()):
+        lines += [_cut(line, width) for line in (agent.text(), *agent.latest_text())]
     for view, index in node.elsewhere:
         lines.append(f"region {shown(view.path)} device {index}: on a GPU this node's driver does "
                      "not list")
@@ -520,5 +527,6 @@ def node_json(node: NodeView, sample: Sample) -> dict[str, Any]:
             "outside_processes": outside,
         })
     return {"gpus": gpus, "gpus_error": None,
+            "agents": [a.to_json() for a in node_agents([v.agent for v in sample.views], time.monotonic_ns())],
             "nvml_unavailable": [{"function": u.function, "answer": u.answer, "shown": u.shown}
                                  for u in node.unavailable]}

@@ -9,24 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from vgpulimit import environment
 from vgpulimit.environment import Setting
 from vgpulimit.errors import UsageError, quoted
+from vgpulimit.kinds import kind
 from vgpulimit.limits import (
     MemoryLimit,
     ascii_number,
     decimal_note,
     parse_cores,
-    parse_cores_policy,
     parse_memory,
-    parse_priority,
 )
 from vgpulimit.region import MAX_DEVICES, DeviceSnapshot
 
-MEMORY_VAR = "VGPULIMIT_MEMORY"
-CORES_VAR = "VGPULIMIT_CORES"
-REQUEST_VAR = "VGPULIMIT_MEMORY_REQUEST"
+_MEMORY, _CORES, _REQUEST = kind("memory"), kind("cores"), kind("memory_request")
+_POLICY, _PRIORITY, _WAIT = kind("cores_policy"), kind("priority"), kind("memory_wait")
+MEMORY_VAR, CORES_VAR, REQUEST_VAR = _MEMORY.ours, _CORES.ours, _REQUEST.ours
 
 __all__ = ["CORES_VAR", "MEMORY_VAR", "Limits", "RunOptions", "Setting", "UsageError", "layer", "looser",
            "named_mig_gpu", "parse_device_items", "resolve_limits", "split_uuid_items"]
@@ -99,6 +99,7 @@ class RunOptions:
     simulate: bool = False
     region_path: str | None = None   # None: a fresh private one, removed afterwards
     board_path: str | None = None    # with a priority; None: priority.board beside run's regions
+    suspend_idle_ms: int = 0         # --suspend-idle (docs/agent.md); 0: never suspended for idleness
 
 
 def _value(setting: Setting | None):
@@ -198,9 +199,9 @@ def environment_limits(environ: Mapping[str, str]) -> environment.Environment:
 
 
 def resolve_limits(
-    memory: str | Setting | None,
-    memory_device: Sequence[str],
-    environ: Mapping[str, str],
+    memory: str | Setting | None = None,
+    memory_device: Sequence[str] = (),
+    environ: Mapping[str, str] = MappingProxyType({}),
     cores: str | None = None,
     cores_device: Sequence[str] = (),
     cores_policy: str | None = None,
@@ -222,37 +223,19 @@ def resolve_limits(
             return text
         return None if text is None else _setting(var, text, source)
 
-    memory_device, memory_uuids = split_uuid_items(memory_device, "--memory-device")
-    cores_device, cores_uuids = split_uuid_items(cores_device, "--cores-device")
-    memory_flags = {i: _setting(MEMORY_VAR, text, f"--memory-device {i}")
-                    for i, text in parse_device_items(memory_device, "--memory-device").items()}
-    cores_flags = {i: _setting(CORES_VAR, text, f"--cores-device {i}")
-                   for i, text in parse_device_items(cores_device, "--cores-device",
-                                                     "PERCENT").items()}
-    memory_by_uuid = _layer_uuids(env.memory_by_uuid, MEMORY_VAR, memory_uuids, "--memory-device", warnings)
-    cores_by_uuid = _layer_uuids(env.cores_by_uuid, CORES_VAR, cores_uuids, "--cores-device", warnings)
-    request_device, request_uuids = split_uuid_items(memory_request_device, "--memory-request-device")
-    request_flags = {i: _setting(REQUEST_VAR, text, f"--memory-request-device {i}")
-                     for i, text in parse_device_items(request_device, "--memory-request-device").items()}
-    request_by_uuid = _layer_uuids(env.request_by_uuid, REQUEST_VAR, request_uuids, "--memory-request-device",
-                                   warnings)
-    request_all = layer(env.request, flag(REQUEST_VAR, memory_request, "--memory-request"), request_flags,
+    memory_flags, memory_by_uuid = _device_flags(_MEMORY, memory_device, env.memory_by_uuid, warnings)
+    cores_flags, cores_by_uuid = _device_flags(_CORES, cores_device, env.cores_by_uuid, warnings)
+    request_flags, request_by_uuid = _device_flags(_REQUEST, memory_request_device, env.request_by_uuid,
+                                                   warnings)
+    request_all = layer(env.request, flag(REQUEST_VAR, memory_request, _REQUEST.flag), request_flags,
                         warnings)
-    wait_setting = env.memory_wait
-    if memory_wait is not None:
-        from vgpulimit.limits import parse_wait
-
-        wait_setting = Setting(memory_wait, "--memory-wait", parse_wait(memory_wait, "--memory-wait"))
-    memory_all = layer(env.memory, flag(MEMORY_VAR, memory, "--memory"), memory_flags, warnings)
-    cores_all = layer(env.cores, flag(CORES_VAR, cores, "--cores"), cores_flags, warnings)
-    policy = env.cores_policy
-    if cores_policy is not None:
-        policy = Setting(cores_policy, "--cores-policy", parse_cores_policy(cores_policy, "--cores-policy"))
-    priority_setting = env.priority
-    if priority is not None:
-        priority_setting = Setting(priority, "--priority", parse_priority(priority, "--priority"))
-        if env.priority is not None and env.priority.value != priority_setting.value:
-            warnings.append(f"--priority {priority} overrides {env.priority.source}={env.priority.text}")
+    wait_setting = _scalar_flag(_WAIT, memory_wait, env.memory_wait)
+    memory_all = layer(env.memory, flag(MEMORY_VAR, memory, _MEMORY.flag), memory_flags, warnings)
+    cores_all = layer(env.cores, flag(CORES_VAR, cores, _CORES.flag), cores_flags, warnings)
+    policy = _scalar_flag(_POLICY, cores_policy, env.cores_policy)
+    priority_setting = _scalar_flag(_PRIORITY, priority, env.priority)
+    if priority is not None and env.priority is not None and env.priority.value != priority_setting.value:
+        warnings.append(f"{_PRIORITY.flag} {priority} overrides {env.priority.source}={env.priority.text}")
     check_requests(request_all, memory_all)
     check_requests(request_by_uuid, memory_by_uuid)
     for setting in [*memory_all.values(), *memory_by_uuid.values(), *request_all.values(),
@@ -264,6 +247,23 @@ def resolve_limits(
                   warnings=tuple(dict.fromkeys(warnings)),
                   memory_by_uuid=memory_by_uuid, cores_by_uuid=cores_by_uuid,
                   request=request_all, request_by_uuid=request_by_uuid, memory_wait=wait_setting)
+
+
+def _device_flags(which, items: Sequence[str], env_by_uuid: Mapping[str, Setting],
+                  warnings: list[str]) -> tuple[dict[int, Setting], dict[str, Setting]]:
+    """A per-device kind's ``--<flag>-device`` items: by index, and by UUID
+    laid over the variables by UUID."""
+    flag = which.device_flag
+    by_index, uuids = split_uuid_items(items, flag)
+    what = "PERCENT" if which.parser == "cores" else "SIZE"
+    flags = {i: _setting(which.ours, text, f"{flag} {i}")
+             for i, text in parse_device_items(by_index, flag, what).items()}
+    return flags, _layer_uuids(env_by_uuid, which.ours, uuids, flag, warnings)
+
+
+def _scalar_flag(which, text: str | None, below: Setting | None) -> Setting | None:
+    """A kind given once for every device: its flag, else its variable."""
+    return below if text is None else Setting(text, which.flag, which.parse(text, which.flag))
 
 
 def check_requests(requests: Mapping, limits: Mapping) -> None:

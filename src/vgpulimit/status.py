@@ -18,6 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpulimit import identity, nvml
+from vgpulimit.agent.journal import Seen, seen_by
+from vgpulimit.board import reachable
+from vgpulimit.layouts import pod_names
 from vgpulimit.processes import (
     ProcessDetails,
     ProcessWatcher,
@@ -47,6 +50,7 @@ class ContainerView:
     share_pct: Mapping[int, float] = field(default_factory=dict)  # device -> % of the whole GPU;
                                                                    # absent: not measured (n/a)
     suspend: Record = field(default_factory=Record)               # its suspends and resumes
+    agent: Seen | None = None                                     # its board's node agent; None: no row
 
     @property
     def path(self) -> str:
@@ -62,6 +66,8 @@ class Sample:
     found_host_pids: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (pid, start
                                               # time) -> host pid, as the host's /proc tells
     device_count: int | None = None           # the GPUs NVML shows here; None: not known
+    pods: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # pod UID -> (namespace,
+                                              # name), from the kubelet's logs (layouts.pod_names)
 
     def host_pid(self, proc: ProcessSnapshot) -> int | None:
         """The process's pid on the host: found by its pid in its container and
@@ -117,7 +123,8 @@ class Sampler:
     compute share since the one before."""
 
     def __init__(self, paths: Sequence[str] = (),
-                 directory: str | Sequence[str] | None = None) -> None:
+                 directory: str | Sequence[str] | None = None, pod_logs: str | None = None) -> None:
+        self._pod_logs = pod_logs
         self._paths = [os.fspath(p) for p in paths]
         # Several: a node may keep regions in vgpulimit's layout and in HAMi's.
         self._directories = [directory] if isinstance(directory, str) else list(directory or ())
@@ -160,7 +167,7 @@ class Sampler:
                     if pid:
                         details[pid] = self.watcher.details(pid, proc.start_ticks)
         self._looked.update(details)
-        return Sample(tuple(views), tuple(errors), details, found)
+        return Sample(tuple(views), tuple(errors), details, found, pods=pod_names(self._pod_logs))
 
     def look(self, pids: Iterable[int]) -> dict[int, ProcessDetails]:
         """The host's figures of further processes (the driver's, in no region);
@@ -179,7 +186,8 @@ class Sampler:
                 share = measured_share(earlier.get(dev.index), dev, snap.taken_ns - before.taken_ns)
                 if share is not None:
                     shares[dev.index] = share
-        return ContainerView(snap, shares, read_record(path))
+        board = reachable(snap.board, path) if snap.board else None
+        return ContainerView(snap, shares, read_record(path), seen_by(board, path, time.monotonic_ns()))
 
 
 def devices_of(view: ContainerView, sample: Sample | None = None) -> tuple[DeviceSnapshot, ...]:

@@ -271,10 +271,10 @@ def run(options: RunOptions, environ: Mapping[str, str] | None = None) -> int:
     try:
         limits = options.limits
         row = None
-        if (limits.priority is not None or limits.takes_memory_row()) and outer is None:
+        if (limits.priority is not None or limits.takes_memory_row() or options.suspend_idle_ms) and outer is None:
             # Held by this supervisor: a row whose supervisor is gone is free again.
             row = provision.Row(options.board_path or str(runtime_base() / board.BOARD_NAME),
-                                holder_pid=os.getpid(), cap_alone=True)
+                                holder_pid=os.getpid(), cap_alone=True, suspend_idle_ms=options.suspend_idle_ms)
         tenant = provision.Tenant(Path(region_path), limits, parent=outer, row=row)
         try:
             made = provision.provision(tenant)

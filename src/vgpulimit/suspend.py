@@ -377,3 +377,28 @@ def resume(region: str, driver: Driver, clock: Callable[[], int] = time.monotoni
                                "it stopped?): its memory is back, its CUDA calls wait until 'vgpulimit resume' "
                                "unlocks it once it runs")
         return container.record
+
+
+def forget(region: str, driver: Driver) -> bool:
+    """A container whose processes all ended while it was suspended holds
+    nothing on the GPU or off it: its record, its region's word and its
+    board row say it runs again.  False (nothing changed) while a process of
+    it holds a CUDA context, or it is not suspended."""
+    with _exclusive(region) as fd:
+        targets, snapshot = _targets(region)
+        if any(driver.state(t.pid) is not None for t in targets):
+            return False
+        container = _Container(region, snapshot, fd)
+        if container.record.state == "running":
+            return False
+        if snapshot.board:
+            from vgpulimit import board
+
+            try:
+                container.mark_board(False)
+            except board.BoardError:
+                pass   # its row is gone with it
+        period = time.monotonic_ns() - container.record.since_ns if container.record.since_ns else 0
+        container.set_state("running", since_ns=0, out_bytes={}, failed=(),
+                            suspended_ns=container.record.suspended_ns + max(period, 0))
+        return True

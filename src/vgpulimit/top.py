@@ -31,6 +31,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from vgpulimit.agent.journal import node_agents
 from vgpulimit.limits import format_bytes
 from vgpulimit.processes import ProcessDetails, format_age, shown
 from vgpulimit.region import ProcessSnapshot
@@ -215,6 +216,8 @@ def _gpu_block(gpu, sample: Sample, sort: str) -> list[RenderableType]:
         said = t.view.suspend.view_text(t.view.snapshot.taken_ns)
         if said is not None:
             lines.append(Text(f"   {said}", no_wrap=True, overflow="ellipsis"))
+        if t.view.agent is not None and t.view.agent.entry is not None:
+            lines.append(Text(f"   {t.view.agent.text()}", no_wrap=True, overflow="ellipsis"))
         if elastic is not None:
             request = "none" if t.request_bytes is None else format_bytes(t.request_bytes)
             lines.append(Text(f"   request {request}, borrowed {format_bytes(t.borrowed_bytes)}, "
@@ -254,11 +257,16 @@ def render(sample: Sample, interval_s: float, node=None, choice: Choice | None =
         if node.unavailable:
             parts.append(Text(""))
             parts += [Text(u.line, overflow="fold") for u in node.unavailable]
+        for agent in node_agents([v.agent for v in sample.views], time.monotonic_ns()):
+            parts += [Text(""), Text(agent.text(), overflow="fold"),
+                      *[Text(line, no_wrap=True, overflow="ellipsis") for line in agent.latest_text()]]
     for view in sample.views:
         if view.path in placed:
             continue
         parts += [Text(""), Text(f"region {shown(view.path)}", overflow="fold")]
-        for said in (_priority(view), view.suspend.view_text(view.snapshot.taken_ns)):
+        agent = (view.agent.text() if view.agent is not None and view.agent.said(view.snapshot.memory_wait_ns)
+                 else None)
+        for said in (_priority(view), view.suspend.view_text(view.snapshot.taken_ns), agent):
             if said is not None:
                 parts.append(Text(said, no_wrap=True, overflow="ellipsis"))
         parts += [_devices(view), _processes(view, sample, choice.sort)]
@@ -296,8 +304,8 @@ def _wait_for_key(fd: int | None, timeout_s: float) -> str | None:
 
 
 def run(paths: Sequence[str] = (), directory: str | Sequence[str] | None = None,
-        interval_s: float = 1.0, once: bool = False) -> int:
-    sampler = Sampler(paths, directory)
+        interval_s: float = 1.0, once: bool = False, pod_logs: str | None = None) -> int:
+    sampler = Sampler(paths, directory, pod_logs)
     choice = Choice()
 
     def frame():

@@ -61,7 +61,9 @@ struct vgl_board_row {
     uint64_t region_dev;         /* the container's region file, as stat(2) gives it: st_dev */
     uint64_t region_ino;         /* and st_ino (never 0 in a row that is held) */
     uint32_t flags;              /* enum vgl_board_row_flags */
-    uint32_t pad;
+    uint32_t suspend_idle_ms;    /* the node agent may suspend the container once its GPU work
+                                    has been idle this long and others wait (docs/agent.md);
+                                    0: never for idleness */
     uint64_t memory_wait_ns;     /* the container's memory wait: a row with none is no one's to
                                     wake, and where no row has one a free wakes no one */
     /* The memory guaranteed to the container, as its setter gave it: its
@@ -97,7 +99,9 @@ struct vgl_beacon_device {
 struct vgl_beacon {
     char magic[8];               /* "VGLBEACN" (no NUL) */
     uint32_t version;            /* VGL_BOARD_VERSION */
-    uint32_t pad;
+    uint32_t pad;                /* its first byte is the one a suspended container's processes
+                                    hold a shared lock on while they ask to be resumed
+                                    (resume_ask.c); never written */
     struct vgl_beacon_device device[16];  /* VGL_MAX_DEVICES, by the container's device index */
 };
 
@@ -126,6 +130,10 @@ int vgl_board_set_memory(const char *path, uint64_t region_dev, uint64_t region_
 int vgl_board_find(const struct vgl_board *board, uint64_t region_dev, uint64_t region_ino, uint64_t *key);
 /* Marks the row of the region file suspended, or not: -ESRCH if it has none. */
 int vgl_board_set_suspended(const char *path, uint64_t region_dev, uint64_t region_ino, uint32_t suspended);
+/* Sets how long the container of the region file may be idle before the
+ * node agent may suspend it (0: never): -ESRCH if it has no row. */
+int vgl_board_set_suspend_idle(const char *path, uint64_t region_dev, uint64_t region_ino,
+                               uint32_t suspend_idle_ms);
 /* Frees the row and removes its beacon (nothing if the row has another key). */
 int vgl_board_leave(const char *path, uint32_t row, uint64_t key);
 /* The name of the beacon of the row of `key`.  Setters rewrite the board

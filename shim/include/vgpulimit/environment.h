@@ -41,12 +41,13 @@ enum vgl_env_source {
 enum {
     VGL_ENV_MAX_LINES = 8,
     VGL_ENV_LINE_LEN = 320,
-    VGL_ENV_NAME_LEN = 64,
+    /* The longest name read: VGPULIMIT_MEMORY_REQUEST_ and a UUID is 65. */
+    VGL_ENV_NAME_LEN = 96,
 };
 
 struct vgl_env_origin {
     uint32_t source;           /* enum vgl_env_source */
-    char name[64];             /* the variable, e.g. "VGPULIMIT_MEMORY_1"; VGL_ENV_NAME_LEN */
+    char name[96];             /* the variable, e.g. "VGPULIMIT_MEMORY_1"; VGL_ENV_NAME_LEN */
     char text[64];             /* its value as written (cut at 63 bytes) */
 };
 
@@ -78,11 +79,38 @@ struct vgl_env {
     struct vgl_env_origin memory_wait_from;
     uint32_t asks;                         /* a limit or region variable is present */
     uint32_t control_disabled;             /* HAMi's CUDA_DISABLE_CONTROL=true: enforce nothing */
+    uint32_t mps;                          /* CUDA_MPS_PIPE_DIRECTORY is set: an MPS client */
     uint32_t errors;                       /* variables that cannot be used: fail closed */
     uint32_t lines;                        /* lines below, at most VGL_ENV_MAX_LINES */
     uint32_t line_is_error[8];
     char line[8][320];                     /* one message each, without a newline */
 };
+
+/* One limit kind, as a row of shim/src/limit_kinds.def (which says what each
+ * field is): the Python side reads the rows through vgl_limit_kind, so both
+ * go by the one compiled table.  "" where a kind has no such name. */
+struct vgl_limit_kind {
+    const char *id;
+    const char *what;
+    const char *ours;
+    const char *hami;
+    const char *kai;
+    const char *flag;
+    uint32_t per_device;
+    uint32_t by_uuid;
+    const char *annotation;
+    const char *parser;
+    const char *hami_parser;
+    const char *region_field;
+    const char *board_field;
+    const char *example;
+    const char *hami_example;
+    const char *help;
+    const char *device_help;
+};
+
+/* The kind at `index`, in the table's order; NULL past the last. */
+const struct vgl_limit_kind *vgl_limit_kind(uint32_t index);
 
 /* Reads `envp` (NULL-terminated "NAME=value" strings, as environ).  Never
  * fails: what cannot be used is counted in `errors` and said in `line`. */

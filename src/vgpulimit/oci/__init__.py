@@ -10,8 +10,9 @@ A container asks with limit variables in ``process.env`` (VGPULIMIT_MEMORY[_i],
 VGPULIMIT_CORES[_i], or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_i] and
 CUDA_DEVICE_SM_LIMIT[_i]) or with the annotations vgpulimit.io/memory and
 vgpulimit.io/cores (and vgpulimit.io/cores-policy, as VGPULIMIT_CORES_POLICY;
-vgpulimit.io/priority, as VGPULIMIT_PRIORITY).  An annotation beats the variables of its kind: the
-variables come with the image, the annotations from whoever runs it.  A
+vgpulimit.io/priority, as VGPULIMIT_PRIORITY).  An annotation may tighten the variables of its
+kind, never loosen them, and so may a variable the variables it hides: a CDI device's variables
+stand beside the pod spec's, and annotations are the pod author's to write.  A
 container whose environment names its region (VGPULIMIT_REGION, or
 CUDA_DEVICE_MEMORY_SHARED_CACHE as HAMi's device plugin sets it) is left to
 whoever named it -- a device plugin that mounts the shim itself -- so that
@@ -44,6 +45,7 @@ podman/CRI-O entry).  This module holds the names they share.
 from vgpulimit._paths import container_board, container_region
 from vgpulimit.board import NODE_BOARD_DIR
 from vgpulimit.errors import VgpulimitError
+from vgpulimit.kinds import kind
 
 # Where things go in the container: the region where the shim looks for it
 # (paths.h), the shim beside it.
@@ -57,12 +59,15 @@ PRELOAD = ("etc", "ld.so.preload")
 NODE_DIR = "/run/vgpulimit/containers"
 MANIFEST = "installed.json"
 
-MEMORY_ANNOTATION = "vgpulimit.io/memory"
-CORES_ANNOTATION = "vgpulimit.io/cores"
-CORES_POLICY_ANNOTATION = "vgpulimit.io/cores-policy"
-PRIORITY_ANNOTATION = "vgpulimit.io/priority"
-MEMORY_REQUEST_ANNOTATION = "vgpulimit.io/memory-request"
-MEMORY_WAIT_ANNOTATION = "vgpulimit.io/memory-wait"
+# The annotations are the limit kinds' (kinds.py, the shim's table).
+MEMORY_ANNOTATION = kind("memory").annotation
+CORES_ANNOTATION = kind("cores").annotation
+CORES_POLICY_ANNOTATION = kind("cores_policy").annotation
+PRIORITY_ANNOTATION = kind("priority").annotation
+MEMORY_REQUEST_ANNOTATION = kind("memory_request").annotation
+MEMORY_WAIT_ANNOTATION = kind("memory_wait").annotation
+# The node agent may suspend the container once idle this long (docs/agent.md); with limits only.
+SUSPEND_IDLE_ANNOTATION = "vgpulimit.io/suspend-idle"
 
 # Priorities: the node's board and the containers' beacons, in a directory of
 # the node directory (whose name no container id takes), mounted read-only

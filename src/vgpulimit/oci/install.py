@@ -65,7 +65,7 @@ def _open_dir(path: Path) -> int:
 
 
 def _tenant(node_dir: Path, entry: Path, owner: tuple[int, int] = (0, 0), limits=None,
-            who: Identity | None = None, pid: int = 0):
+            who: Identity | None = None, pid: int = 0, idle_ms: int = 0):
     """The container as a tenant: its region in its directory of the node
     directory, root's until given to the container's user (0660: its group
     too), and its row in the node's board, which only the hook writes (root's,
@@ -78,13 +78,17 @@ def _tenant(node_dir: Path, entry: Path, owner: tuple[int, int] = (0, 0), limits
     from vgpulimit.request import Limits
 
     row = provision.Row(str(node_dir / BOARD_DIR / board.BOARD_NAME),
-                        seen_as=f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}", holder_pid=pid, beacon_uid=owner[0])
+                        seen_as=f"{CONTAINER_BOARD_DIR}/{board.BOARD_NAME}", holder_pid=pid, beacon_uid=owner[0],
+                        suspend_idle_ms=idle_ms)
     return provision.Tenant(entry / REGION_NAME, limits or Limits(), who=who, owner=owner, group_shared=True,
                             row=row)
 
 
 def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
-                  who: Identity, pid: int = 0) -> _Prepared:
+                  who: Identity, pid: int = 0, again: bool = False, idle_ms: int = 0) -> _Prepared:
+    """The container's tenant, set up by provision; ``again``: this very
+    container's hook ran before (prestart, then createRuntime), and the
+    region there is its own."""
     from vgpulimit import provision
     from vgpulimit._paths import libpath
 
@@ -92,14 +96,17 @@ def _prepare_node(node_dir: Path, name: str, limits, owner: tuple[int, int],
     node_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     entry = node_dir / name
     entry.mkdir(mode=0o700, exist_ok=True)
-    tenant = _tenant(node_dir, entry, owner, limits, who, pid)
+    tenant = _tenant(node_dir, entry, owner, limits, who, pid, idle_ms)
     region_path = tenant.region
     entry_fd = _open_dir(entry)
     try:
-        if region_path.exists():   # made by an earlier run of the hook (prestart, then createRuntime)
+        if again and region_path.exists():
             identity.write(entry_fd, who)
             row = provision.row_of(tenant)
         else:
+            # Left by an earlier container of this id whose hook did not finish
+            # (no manifest): its limits are not this one's.
+            provision.deprovision(tenant)
             if tenant.joins():
                 (node_dir / BOARD_DIR).mkdir(mode=0o755, exist_ok=True)
             made = provision.provision(tenant)
@@ -317,6 +324,21 @@ def _set_up_by_another_entry(state: State, config: Mapping[str, Any], node_dir: 
     return False
 
 
+def _idle_ms(config: Mapping[str, Any]) -> int:
+    """The container's idle limit for the node agent (its annotation), in ms; 0: none."""
+    from vgpulimit.agent.rules import parse_idle
+    from vgpulimit.errors import UsageError
+    from vgpulimit.oci import SUSPEND_IDLE_ANNOTATION
+
+    text = config_annotations(config).get(SUSPEND_IDLE_ANNOTATION)
+    if text is None:
+        return 0
+    try:
+        return parse_idle(text, f"annotation {SUSPEND_IDLE_ANNOTATION}")
+    except UsageError as exc:
+        raise HookError(str(exc)) from None
+
+
 def install(state: State, config: Mapping[str, Any], node_dir: Path,
             admission: Admission | None = None) -> None:
     """Installs the shim if the container asks for limits; with
@@ -337,6 +359,7 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
         # Left by an earlier container of this id that had no poststop.
         _undo(manifest, node_dir, state.id)
         manifest = None
+    again = manifest is not None
     if manifest is None:
         manifest = Manifest(rootfs=str(rootfs_path), pid=state.pid)
     elif manifest.locked:
@@ -348,7 +371,8 @@ def install(state: State, config: Mapping[str, Any], node_dir: Path,
             gpus = (admission.check(state.id, config, limits, node_dir) if admission is not None
                     else given_gpus(config))
             who = identity.from_annotations(state.id, config_annotations(config), gpus)
-            prepared = _prepare_node(node_dir, state.id, limits, owner, who, state.pid)
+            prepared = _prepare_node(node_dir, state.id, limits, owner, who, state.pid, again,
+                                     _idle_ms(config))
             manifest.save(prepared.entry_fd)
     except (HookError, OSError) as exc:
         if node_dir.is_dir():
