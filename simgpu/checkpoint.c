@@ -13,7 +13,19 @@
  * LOCKED: every entry point of the target waits at its first statement
  * (SIM_CALLED) until the unlock; the lock waits for the calls in progress and
  * for the work the target has submitted, within timeoutMs (past it the
- * process is RUNNING again and the answer CUDA_ERROR_NOT_READY).
+ * process is RUNNING again and the answer CUDA_ERROR_NOT_READY).  timeoutMs
+ * bounds the whole call, the target's taking the request up included: a
+ * target that is stopped (SIGSTOP) or stuck never takes it up, and the
+ * caller gives the request up at the timeout; should the thread carry it out
+ * later, it undoes the lock.  The other three calls have no timeout in the
+ * driver's API and wait for the target as long as it lives (the driver's work
+ * is done by the target's own restore thread too).
+ * FAILED ("an uncorrectable error during the checkpoint/restore process"): a
+ * restore whose copy back fails half way, the memory charged again and its
+ * contents lost; the process's calls then wait for good, every request is
+ * CUDA_ERROR_ILLEGAL_STATE, and only its end gives the memory back.  simgpu's
+ * copies do not fail: SIMGPU_FAIL=cuCheckpointProcessRestore in the target's
+ * environment makes its restores fail so (tests).
  * CHECKPOINTED: what the process holds on every device is released in the
  * state file, so the device's free memory rises and NVML lists the process
  * with no memory.  simgpu's device memory is already host pages (memory.c),
@@ -180,6 +192,10 @@ static CUresult sim_restore_self(void)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (rc)
         return CUDA_ERROR_OPERATING_SYSTEM;
+    if (sim_failing("cuCheckpointProcessRestore")) {
+        sim_copy_time(sim_saved_total() / 2);
+        return CUDA_ERROR_UNKNOWN;   /* the copy back failed half way: FAILED */
+    }
     sim_copy_time(sim_saved_total());
     memset(sim_ck.saved, 0, sizeof sim_ck.saved);
     return CUDA_SUCCESS;
@@ -200,8 +216,12 @@ static CUresult sim_carry_out(const struct sim_ckpt_request *r, uint32_t *state)
             *state = CU_PROCESS_STATE_CHECKPOINTED;
         break;
     case SIM_CKPT_RESTORE:
-        if (r->state == CU_PROCESS_STATE_CHECKPOINTED && (res = sim_restore_self()) == CUDA_SUCCESS)
-            *state = CU_PROCESS_STATE_LOCKED;
+        if (r->state == CU_PROCESS_STATE_CHECKPOINTED) {
+            res = sim_restore_self();
+            *state = res == CUDA_SUCCESS       ? CU_PROCESS_STATE_LOCKED
+                     : res == CUDA_ERROR_UNKNOWN ? CU_PROCESS_STATE_FAILED
+                                                 : r->state;
+        }
         break;
     case SIM_CKPT_UNLOCK:
         if (r->state == CU_PROCESS_STATE_LOCKED) {
@@ -230,7 +250,10 @@ static void *sim_checkpoint_main(void *arg)
             continue;
         uint32_t state;
         CUresult res = sim_carry_out(&r, &state);
-        sim_state_ckpt_finish(r.seq, state, (int32_t)res);
+        /* A lock its caller gave up at the timeout is undone: the process
+         * is RUNNING, as the caller was told. */
+        if (!sim_state_ckpt_finish(r.seq, state, (int32_t)res) && r.op == SIM_CKPT_LOCK && res == CUDA_SUCCESS)
+            sim_ungate();
     }
     return NULL;
 }
@@ -287,17 +310,21 @@ static CUresult sim_checkpoint_request(int pid, uint32_t op, uint32_t timeout_ms
         return CUDA_ERROR_NOT_INITIALIZED;
     if (pid <= 0 || pid == getpid())
         return CUDA_ERROR_INVALID_VALUE;
+    /* Only a lock has a timeout (CUcheckpointLockArgs.timeoutMs). */
+    uint64_t deadline_ns = timeout_ms ? sim_now_ns() + (uint64_t)timeout_ms * 1000000ULL : UINT64_MAX;
     struct sim_ckpt_ticket t;
     int rc;
-    while ((rc = sim_state_ckpt_post(pid, op, timeout_ms, &t)) == -EBUSY)
+    while ((rc = sim_state_ckpt_post(pid, op, timeout_ms, &t)) == -EBUSY && sim_now_ns() < deadline_ns)
         sim_sleep_until(sim_now_ns() + 1000000ULL); /* another caller's request first */
     int32_t result = CUDA_ERROR_OPERATING_SYSTEM;
     if (rc == 0)
-        rc = sim_state_ckpt_wait(&t, &result);
+        rc = sim_state_ckpt_wait(&t, deadline_ns, &result);
     if (rc == -EPERM)
         return CUDA_ERROR_ILLEGAL_STATE;
     if (rc == -ESRCH)
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == -EBUSY || rc == -ETIMEDOUT)
+        return CUDA_ERROR_NOT_READY;   /* the process stays RUNNING */
     return rc ? CUDA_ERROR_OPERATING_SYSTEM : (CUresult)result;
 }
 

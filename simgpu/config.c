@@ -39,7 +39,9 @@
  *   SIMGPU_CALLS           a file to which each process appends the count of
  *                          driver calls it made, at exit (instruments.c)
  *   SIMGPU_FAIL            entry points that fail with CUDA_ERROR_UNKNOWN,
- *                          comma-separated (tests; only cuStreamIsCapturing[_ptsz])
+ *                          comma-separated (tests; only cuStreamIsCapturing[_ptsz],
+ *                          and cuCheckpointProcessRestore: named in the target's
+ *                          environment, its restores fail half way, FAILED)
  *   SIMGPU_MIG             each device's MIG instances (mig.c): one layout for
  *                          all, or one per device separated by ';', such as
  *                          3g.40gb,2g.20gb,1g.10gb or 3g.40gb@4;off (default

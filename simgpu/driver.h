@@ -426,7 +426,8 @@ void sim_checkpoint_thread_start(void);
 
 /* Whether SIMGPU_FAIL names the entry point `name` (its __func__): it then
  * fails with CUDA_ERROR_UNKNOWN, to test how callers take a failing driver.
- * Only the entry points that ask answer to it (cuStreamIsCapturing). */
+ * Only the entry points that ask answer to it (cuStreamIsCapturing; in a
+ * checkpoint target, cuCheckpointProcessRestore). */
 bool sim_failing(const char *name);
 
 /* initialized.c */

@@ -798,14 +798,17 @@ int sim_state_ckpt_post(int32_t pid, uint32_t op, uint32_t timeout_ms, struct si
     return rc;
 }
 
-int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, int32_t *result)
+int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, uint64_t deadline_ns, int32_t *result)
 {
     struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
     struct sim_file_proc *p = &f->procs[t->entry];
     for (;;) {
         uint32_t done = __atomic_load_n(&p->ckpt_done, __ATOMIC_ACQUIRE);
-        if (done != t->seq)
-            sim_futex(&p->ckpt_done, FUTEX_WAIT, done, 100);
+        uint64_t now = vgl_node_clock_ns();   /* sim_now_ns's clock */
+        if (done != t->seq && now < deadline_ns) {
+            uint64_t left_ms = (deadline_ns - now + 999999) / 1000000;
+            sim_futex(&p->ckpt_done, FUTEX_WAIT, done, left_ms < 100 ? (uint32_t)left_ms : 100);
+        }
         int rc = sim_lock(f);
         if (rc)
             return rc;
@@ -813,13 +816,18 @@ int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, int32_t *result)
         bool same = p->state == SIM_PROC_LIVE && p->who.pid == t->who.pid && p->who.ns == t->who.ns &&
                     p->start_time == t->start_time;
         bool finished = same && p->ckpt_done == t->seq;
+        bool given_up = same && !finished && vgl_node_clock_ns() >= deadline_ns;
         if (finished)
             *result = p->ckpt_result;
+        if (given_up)
+            __atomic_store_n(&p->ckpt_done, t->seq, __ATOMIC_RELEASE);
         sim_unlock(f);
         if (!same)
             return -ESRCH;
         if (finished)
             return 0;
+        if (given_up)
+            return -ETIMEDOUT;
     }
 }
 
@@ -875,20 +883,22 @@ int sim_state_ckpt_next(int32_t tid, uint32_t wait_ms, struct sim_ckpt_request *
     return 0;
 }
 
-void sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result)
+bool sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result)
 {
     struct sim_file *f = __atomic_load_n(&sim_st.file, __ATOMIC_ACQUIRE);
     if (!f || sim_lock(f) != 0)
-        return;
+        return true;
     struct sim_file_proc *p = sim_self_entry(f);
-    if (p && p->ckpt_request == seq) {
+    bool accepted = p && p->ckpt_request == seq && p->ckpt_done != seq;
+    if (accepted) {
         p->ckpt_state = state;
         p->ckpt_result = result;
         __atomic_store_n(&p->ckpt_done, seq, __ATOMIC_RELEASE);
     }
     sim_unlock(f);
-    if (p)
+    if (accepted)
         sim_futex(&p->ckpt_done, FUTEX_WAKE, INT32_MAX, 0);
+    return accepted || !p;
 }
 
 int sim_state_ckpt_release(uint64_t out[SIM_MAX_DEVICES])

@@ -109,7 +109,7 @@ struct sim_file_proc {
      * process's own checkpoint thread carries it out.  Both seqs are futex words. */
     uint32_t ckpt_state;            /* CUprocessState */
     uint32_t ckpt_request;          /* bumped by the caller that posts a request */
-    uint32_t ckpt_done;             /* = ckpt_request once the request is carried out */
+    uint32_t ckpt_done;             /* = ckpt_request once the request is carried out, or given up */
     uint32_t ckpt_op;               /* enum sim_ckpt_op */
     uint32_t ckpt_timeout_ms;       /* a lock's */
     int32_t ckpt_result;            /* CUresult of the last request */
@@ -568,8 +568,10 @@ struct sim_ckpt_ticket {
 };
 int sim_state_ckpt_post(int32_t pid, uint32_t op, uint32_t timeout_ms, struct sim_ckpt_ticket *t);
 /* Waits until the request is carried out: 0 and its CUresult; -ESRCH when
- * the process is gone. */
-int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, int32_t *result);
+ * the process is gone; -ETIMEDOUT past `deadline_ns` (sim_now_ns's clock; UINT64_MAX:
+ * none), the request then given up: marked done with `result` unchanged and
+ * the process's state as it was, so that the next request may be posted. */
+int sim_state_ckpt_wait(const struct sim_ckpt_ticket *t, uint64_t deadline_ns, int32_t *result);
 /* The state and checkpoint thread of the process `pid` names; -ESRCH. */
 int sim_state_ckpt_get(int32_t pid, uint32_t *state, int32_t *tid);
 /* For the process's own checkpoint thread: waits (at most `wait_ms`) for a
@@ -579,8 +581,10 @@ struct sim_ckpt_request {
     uint32_t seq, op, timeout_ms, state;
 };
 int sim_state_ckpt_next(int32_t tid, uint32_t wait_ms, struct sim_ckpt_request *r);
-/* The request `seq` is carried out: the process is now in `state`. */
-void sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result);
+/* The request `seq` is carried out: the process is now in `state`.  False
+ * when its caller gave it up meanwhile (the state is then left as it was:
+ * the thread undoes what it did). */
+bool sim_state_ckpt_finish(uint32_t seq, uint32_t state, int32_t result);
 /* Names `tid` as this process's checkpoint thread: the entry its first
  * context makes says so, and others may then post requests to it. */
 void sim_state_ckpt_register(int32_t tid);

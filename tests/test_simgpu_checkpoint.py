@@ -6,6 +6,7 @@ refusals the driver documents."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 from conftest import GiB, MiB
-from tenants import Tenant, ctl, nvml_memory
+from tenants import CLIENTS, Tenant, ctl, nvml_memory
 
 OK = "CUDA_SUCCESS"
 
@@ -163,3 +164,113 @@ def test_reserved_fields_must_be_zero(sim_env, tenants):
                          text=True, timeout=60)
     assert out.stdout.strip() == "1", out.stderr  # CUDA_ERROR_INVALID_VALUE
     assert state(sim_env, t.pid) == "CU_PROCESS_STATE_RUNNING"
+
+
+def test_a_lock_of_a_stopped_process_gives_up_at_its_timeout_and_leaves_it_running(sim_env, tenants):
+    """A stopped target never takes the request up: timeoutMs bounds the
+    whole call, the request is given up, and the next one works."""
+    t = tenants(sim_env)
+    t.ask(f"alloc {GiB}")
+    os.kill(t.pid, signal.SIGSTOP)
+    try:
+        assert ctl(sim_env, "lock", t.pid, 300)["result"] == "CUDA_ERROR_NOT_READY"
+        assert state(sim_env, t.pid) == "CU_PROCESS_STATE_RUNNING"
+        assert ctl(sim_env, "unlock", t.pid)["result"] == "CUDA_ERROR_ILLEGAL_STATE"
+    finally:
+        os.kill(t.pid, signal.SIGCONT)
+    assert t.ask("info")["total"] == 16 * GiB   # its calls were never held
+    assert [ctl(sim_env, op, t.pid)["result"] for op in ("lock", "checkpoint", "restore", "unlock")] == [OK] * 4
+    assert t.ask("check")["intact"]
+
+
+def test_a_lock_given_up_while_the_target_was_stopped_half_way_is_undone(sim_env, tenants):
+    """The target takes the lock up, is stopped while its work drains, and
+    its caller gives up at the timeout; the work is done meanwhile.
+    Continued, the target's thread finishes the lock it had begun, finds it
+    given up, and undoes it: the process runs, as its caller was told."""
+    t = tenants(sim_env)
+    assert t.ask("launch 5000000")["result"] == OK   # 5 s of work in flight
+    lock = subprocess.Popen([sys.executable, str(CLIENTS / "checkpoint_ctl.py"), "lock", str(t.pid), "6000"],
+                            env=sim_env, stdout=subprocess.PIPE, text=True)
+    try:
+        while _answers_at_once(t):   # until the lock is under way: the target's calls wait
+            assert lock.poll() is None
+        os.kill(t.pid, signal.SIGSTOP)
+        assert json.loads(lock.communicate(timeout=60)[0])["result"] == "CUDA_ERROR_NOT_READY"
+    finally:
+        os.kill(t.pid, signal.SIGCONT)
+    assert t.answered_within(30)              # the call that waited on the lock goes on
+    assert t.answer()["total"] == 16 * GiB
+    assert state(sim_env, t.pid) == "CU_PROCESS_STATE_RUNNING"
+    assert t.ask("info")["total"] == 16 * GiB
+    assert [ctl(sim_env, op, t.pid)["result"] for op in ("lock", "unlock")] == [OK] * 2
+
+
+def _answers_at_once(t) -> bool:
+    """Asks `info`; True when it is answered within 50 ms (else it waits, answered later)."""
+    t.send("info")
+    if t.answered_within(0.05):
+        t.answer()
+        return True
+    return False
+
+
+def test_a_restore_that_fails_half_way_leaves_the_process_failed(sim_env, tenants):
+    """FAILED ("an uncorrectable error during the checkpoint/restore
+    process"): the copy back fails half way (SIMGPU_FAIL in the target's
+    environment).  The memory is charged again, its contents are lost: no
+    call can bring the process back, its calls wait, and its end gives the
+    memory back."""
+    t = tenants(dict(sim_env, SIMGPU_FAIL="cuCheckpointProcessRestore"))
+    t.ask(f"alloc {2 * GiB}")
+    assert [ctl(sim_env, op, t.pid)["result"] for op in ("lock", "checkpoint")] == [OK, OK]
+    assert nvml_memory(sim_env)["used"] == 0
+    assert ctl(sim_env, "restore", t.pid)["result"] == "CUDA_ERROR_UNKNOWN"
+    assert state(sim_env, t.pid) == "CU_PROCESS_STATE_FAILED"
+    assert nvml_memory(sim_env) == {"used": 2 * GiB, "procs": {t.pid: 2 * GiB}}
+    for op in ("lock", "checkpoint", "restore", "unlock"):
+        assert ctl(sim_env, op, t.pid)["result"] == "CUDA_ERROR_ILLEGAL_STATE", op
+    t.send("info")
+    assert not t.answered_within(0.5)
+    t.kill()
+    assert nvml_memory(sim_env) == {"used": 0, "procs": {}}
+
+
+GPU_PAIRS = """
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuInit(0)
+uuids = []
+for i in range(2):
+    dev, uuid = ctypes.c_int(), ctypes.create_string_buffer(16)
+    cuda.cuDeviceGet(ctypes.byref(dev), i)
+    cuda.cuDeviceGetUuid_v2(uuid, dev)
+    uuids.append(uuid.raw)
+class Args(ctypes.Structure):   # CUcheckpointRestoreArgs
+    _fields_ = [("gpuPairs", ctypes.c_void_p), ("gpuPairsCount", ctypes.c_uint), ("reserved", ctypes.c_char * 44),
+                ("reserved1", ctypes.c_uint64)]
+pair = ctypes.create_string_buffer(uuids[0] + uuids[int(sys.argv[2])], 32)
+args = Args(ctypes.cast(pair, ctypes.c_void_p), 1)
+print(cuda.cuCheckpointProcessRestore(int(sys.argv[1]), ctypes.byref(args)))
+"""
+
+
+def test_gpu_pairs_onto_another_gpu_are_refused_onto_the_same_gpu_taken(sim_env, tenants):
+    """simgpu restores a process onto the GPUs it left: a pair naming
+    another GPU is CUDA_ERROR_NOT_SUPPORTED (one of the errors the restore
+    documents), and the process stays CHECKPOINTED; a pair naming its own
+    GPU restores it (docs/suspend.md)."""
+    env = dict(sim_env, SIMGPU_DEVICES="2")
+    t = tenants(env)
+    t.ask(f"alloc {GiB}")
+    assert [ctl(env, op, t.pid)["result"] for op in ("lock", "checkpoint")] == [OK, OK]
+
+    def restore(onto: int) -> str:
+        return subprocess.run([sys.executable, "-c", GPU_PAIRS, str(t.pid), str(onto)], env=env,
+                              capture_output=True, check=False, text=True, timeout=60).stdout.strip()
+
+    assert restore(1) == "801"   # CUDA_ERROR_NOT_SUPPORTED
+    assert state(env, t.pid) == "CU_PROCESS_STATE_CHECKPOINTED"
+    assert restore(0) == "0"
+    assert ctl(env, "unlock", t.pid)["result"] == OK
+    assert t.ask("check")["intact"]

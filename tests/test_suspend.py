@@ -30,13 +30,12 @@ class Containers:
         self.env, self.shim, self.tmp = env, shim_path, tmp_path
         self.tenants: list[Tenant] = []
 
-    def start(self, name: str, *flags: str) -> Tenant:
+    def start(self, name: str, *flags: str, env: dict[str, str] | None = None) -> Tenant:
         region = self.tmp / name if "/" in name else self.tmp / f"{name}.region"
         if region.exists():
-            env = dict(self.env, LD_PRELOAD=str(self.shim), VGPULIMIT_REGION=str(region))
-            tenant = Tenant(env)
+            tenant = Tenant(dict(self.env, **env or {}, LD_PRELOAD=str(self.shim), VGPULIMIT_REGION=str(region)))
         else:
-            tenant = Tenant(self.env, prefix=(*map(str, vgpulimit_cmd("run", "--simulate", "--region", region,
+            tenant = Tenant(dict(self.env, **env or {}), prefix=(*map(str, vgpulimit_cmd("run", "--simulate", "--region", region,
                                                                        *flags)), "--"))
         tenant.region = region
         self.tenants.append(tenant)
@@ -301,3 +300,169 @@ def test_a_container_named_by_its_id_among_the_node_s_regions(sim_env, container
     assert vgpulimit("resume", "--simulate", "--container", "4f1d2a9c0b7e", "--all", node,
                      env=sim_env).returncode == 0
     assert a.ask("check")["intact"]
+
+
+def test_a_stopped_process_gives_the_suspend_up_at_its_timeout_with_all_left_running(sim_env, containers):
+    """A process stopped (SIGSTOP) never answers the driver: the suspend is
+    given up within --timeout in one line, every process RUNNING and the
+    other one's calls not held; continued, the container suspends."""
+    a1 = containers.start("a", "--memory", "8GiB")
+    a2 = containers.start("a")
+    a1.ask(f"alloc {GiB}")
+    a2.ask(f"alloc {GiB}")
+    before = nvml_memory(sim_env)
+    os.kill(a2.pid, signal.SIGSTOP)
+    try:
+        line = one_error_line(setter(sim_env, "suspend", a1.region, "--timeout", "500ms"))
+        assert f"process {a2.pid} " in line and "within 500 ms" in line and "stopped" in line
+        assert states(sim_env, a1, a2) == ["CU_PROCESS_STATE_RUNNING"] * 2
+        assert a1.ask("check")["intact"]
+        assert nvml_memory(sim_env) == before
+        assert status_json(sim_env, a1.region, "--interval", "0")["suspend"]["state"] == "running"
+    finally:
+        os.kill(a2.pid, signal.SIGCONT)
+    assert setter(sim_env, "suspend", a1.region).returncode == 0
+    assert nvml_memory(sim_env)["used"] == 0
+    assert setter(sim_env, "resume", a1.region).returncode == 0
+    assert a1.ask("check")["intact"] and a2.ask("check")["intact"]
+
+
+def test_a_process_failed_in_its_restore_is_reported_and_the_others_come_back_once_it_ends(sim_env, containers):
+    """The driver's FAILED: a restore whose copy back fails half way
+    (SIMGPU_FAIL in the process's environment).  The resume says so in one
+    line, naming the process and what to do; the container stays suspended
+    (its other process checkpointed again) and `status` says the same; once
+    the failed process is ended, a resume brings the other back intact."""
+    a1 = containers.start("a", "--memory", "8GiB")
+    a2 = containers.start("a", env={"SIMGPU_FAIL": "cuCheckpointProcessRestore"})
+    a1.ask(f"alloc {GiB}")
+    a2.ask(f"alloc {2 * GiB}")
+    assert setter(sim_env, "suspend", a1.region).returncode == 0
+    line = one_error_line(setter(sim_env, "resume", a1.region))
+    assert f"process {a2.pid} " in line and "FAILED" in line and f"kill {a2.pid}" in line
+    assert states(sim_env, a1, a2) == ["CU_PROCESS_STATE_CHECKPOINTED", "CU_PROCESS_STATE_FAILED"]
+    # The failed one holds its memory again (charged, contents lost), the other none.
+    assert nvml_memory(sim_env) == {"used": 2 * GiB, "procs": {a1.pid: 0, a2.pid: 2 * GiB}}
+    own = status_json(sim_env, a1.region, "--interval", "0")
+    assert (own["suspend"]["state"], own["suspend"]["failed"]) == ("suspended", [a2.pid])
+    text = vgpulimit("status", "--region", a1.region, "--interval", "0", env=sim_env).stdout
+    assert f"process {a2.pid} FAILED in the driver" in text and "end it" in text
+    assert "FAILED" in one_error_line(setter(sim_env, "resume", a1.region))
+    assert "FAILED" in one_error_line(setter(sim_env, "suspend", a1.region))
+
+    a2.kill()
+    assert setter(sim_env, "resume", a1.region).returncode == 0
+    assert a1.ask("check")["intact"]
+    assert nvml_memory(sim_env) == {"used": GiB, "procs": {a1.pid: GiB}}
+    own = status_json(sim_env, a1.region, "--interval", "0")
+    assert (own["suspend"]["state"], own["suspend"]["failed"], own["devices"][0]["used_bytes"]) == \
+           ("running", [], GiB)
+
+
+def _frees(region: Path) -> int:
+    """The wake word of the beacon of the container of ``region`` on its
+    device 0: what those who wait for memory sleep on."""
+    from vgpulimit._paths import core
+    from vgpulimit.region import Region
+
+    ffi, _ = core()
+    with Region.open(region) as r:
+        beacon = Path(r.snapshot().board).parent / f"beacon-{r.board_key:016x}"
+    at = ffi.offsetof("struct vgl_beacon", "device") + ffi.offsetof("struct vgl_beacon_device", "frees")
+    return int.from_bytes(beacon.read_bytes()[at:at + 4], "little")
+
+
+def test_a_suspend_wakes_the_waiters_of_other_containers_at_once(sim_env, containers):
+    """B waits for memory A holds.  A's processes free nothing (they are
+    locked, then checkpointed): the suspend itself wakes those who wait, on
+    A's wake word as a free of A's would, and B is served long before its
+    wait's end."""
+    a = containers.start("a", "--memory", "12GiB")
+    b = containers.start("b", "--memory", "8GiB", "--memory-wait", "60s")
+    a.ask(f"alloc {10 * GiB}")
+    assert b.ask(f"alloc {4 * GiB}")["result"] == OK
+    b.send(f"alloc {4 * GiB}")   # 2 GiB free: it waits
+    for _ in range(400):
+        if status_json(sim_env, b.region, "--interval", "0")["devices"][0]["waiting"] == 1:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("B never waited")
+    woken = _frees(a.region)
+    assert setter(sim_env, "suspend", a.region).returncode == 0
+    assert _frees(a.region) > woken
+    assert b.answer()["result"] == OK
+    shown = status_json(sim_env, b.region, "--interval", "0")["devices"][0]
+    assert (shown["used_bytes"], shown["waiting"], shown["wait_timeouts"]) == (8 * GiB, 0, 0)
+    assert nvml_memory(sim_env)["used"] == 8 * GiB
+
+
+def test_a_container_named_as_the_node_view_shows_it(sim_env, containers, tmp_path):
+    """From the node view: `status --all` names a container without a name
+    by its region's path (`top --all` by its end); `--container` takes either."""
+    for job in ("a", "b"):
+        (tmp_path / "jobs" / job).mkdir(parents=True)
+    a = containers.start("jobs/a/region", "--memory", "4GiB")
+    b = containers.start("jobs/b/region", "--memory", "4GiB")
+    a.ask(f"alloc {GiB}")
+    b.ask(f"alloc {GiB}")
+    node = json.loads(vgpulimit("status", "--all", tmp_path, "--json", "--interval", "0", env=sim_env).stdout)
+    names = sorted(c["region"] for c in node["gpus"][0]["containers"])
+    assert names == [str(a.region), str(b.region)]
+    assert "2 containers" in one_error_line(vgpulimit("suspend", "--simulate", "--container", "region", "--all",
+                                                      tmp_path, env=sim_env))
+    done = vgpulimit("suspend", "--simulate", "--container", "a/region", "--all", tmp_path, env=sim_env)
+    assert done.returncode == 0, done.stderr
+    assert states(sim_env, a, b) == ["CU_PROCESS_STATE_CHECKPOINTED", "CU_PROCESS_STATE_RUNNING"]
+    top = vgpulimit("top", "-1", "--all", tmp_path, env=dict(sim_env, COLUMNS="160")).stdout
+    assert "a/region [suspended]" in top
+    done = vgpulimit("resume", "--simulate", "--container", names[0], "--all", tmp_path, env=sim_env)
+    assert done.returncode == 0, done.stderr
+    assert a.ask("check")["intact"]
+
+
+def _exact(sim_env, region: Path, survivor: Tenant) -> None:
+    """The GPU, NVML and the container hold exactly what ``survivor`` holds
+    (4 GiB), and the cap's last 6 GiB fit it."""
+    assert states(sim_env, survivor) == ["CU_PROCESS_STATE_RUNNING"]
+    assert survivor.ask("check")["intact"]
+    assert nvml_memory(sim_env) == {"used": 4 * GiB, "procs": {survivor.pid: 4 * GiB}}
+    assert status_json(sim_env, region, "--interval", "0")["devices"][0]["used_bytes"] == 4 * GiB
+    assert survivor.ask(f"alloc {6 * GiB}")["result"] == OK
+    assert survivor.ask("info") == {"free": 0, "total": 10 * GiB}
+
+
+def test_a_tenant_killed_in_the_middle_of_its_restore_leaves_figures_exact(sim_env, containers):
+    """Its memory is charged back and on its way (a slow host link: 2 GB/s)
+    when it is killed; the resume brings the other back, and nothing of the
+    dead one is counted anywhere."""
+    slow = {"SIMGPU_COPY_GBPS": "2"}
+    victim = containers.start("a", "--memory", "10GiB", env=slow)
+    survivor = containers.start("a", env=slow)
+    victim.ask(f"alloc {4 * GiB}")
+    survivor.ask(f"alloc {4 * GiB}")
+    assert setter(sim_env, "suspend", victim.region).returncode == 0
+    resuming = subprocess.Popen(vgpulimit_cmd("resume", "--simulate", "--region", victim.region), env=sim_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while nvml_memory(sim_env)["used"] == 0:   # until the first restore has charged its memory back
+        assert resuming.poll() is None
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.proc.wait(timeout=30)
+    _, err = resuming.communicate(timeout=120)
+    assert resuming.returncode == 0, err
+    _exact(sim_env, victim.region, survivor)
+
+
+def test_a_tenant_killed_while_stopped_with_a_lock_given_up_leaves_figures_exact(sim_env, containers):
+    victim = containers.start("a", "--memory", "10GiB")
+    survivor = containers.start("a")
+    victim.ask(f"alloc {4 * GiB}")
+    survivor.ask(f"alloc {4 * GiB}")
+    os.kill(victim.pid, signal.SIGSTOP)
+    assert "stopped" in one_error_line(setter(sim_env, "suspend", victim.region, "--timeout", "300ms"))
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.proc.wait(timeout=30)
+    assert setter(sim_env, "suspend", victim.region).returncode == 0
+    assert nvml_memory(sim_env) == {"used": 0, "procs": {survivor.pid: 0}}
+    assert setter(sim_env, "resume", victim.region).returncode == 0
+    _exact(sim_env, victim.region, survivor)

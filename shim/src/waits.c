@@ -18,8 +18,11 @@
  * written the beacon again. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stddef.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,9 +88,12 @@ int vgl_waits_held(int fd, uint32_t device)
     return vgl_byte_held(fd, vgl_waits_byte(device));
 }
 
-int vgl_beacon_repair(const char *path, struct vgl_region *region)
+/* The beacon at `path`, mapped and guarded (its container's processes may
+ * truncate it under us: a lost page reads as zeros, which are no beacon) and
+ * checked: `act` on it, then unmapped.  0, or -errno. */
+static int with_beacon(const char *path, void (*act)(struct vgl_beacon *, void *), void *arg)
 {
-    /* O_NONBLOCK: a FIFO in the beacon's place blocks no supervisor. */
+    /* O_NONBLOCK: a FIFO in the beacon's place blocks no setter. */
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return -errno;
@@ -100,14 +106,40 @@ int vgl_beacon_repair(const char *path, struct vgl_region *region)
         err = -errno;
     if (err)
         return err;
-    /* The container's processes may truncate it under us: guarded, a lost
-     * page reads as zeros, which are no beacon. */
     err = vgl_guard_mapping(map, sizeof(struct vgl_beacon));
     if (!err)
         err = vgl_beacon_check(map, sizeof(struct vgl_beacon));
-    for (uint32_t d = 0; d < VGL_MAX_DEVICES && !err; d++)
-        vgl_waits_publish(map, region, d);
+    if (!err)
+        act(map, arg);
     vgl_unguard_mapping(map);
     munmap(map, sizeof(struct vgl_beacon));
     return err;
+}
+
+static void repair(struct vgl_beacon *beacon, void *region)
+{
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++)
+        vgl_waits_publish(beacon, region, d);
+}
+
+int vgl_beacon_repair(const char *path, struct vgl_region *region)
+{
+    return with_beacon(path, repair, region);
+}
+
+static void wake(struct vgl_beacon *beacon, void *unused)
+{
+    (void)unused;
+    for (uint32_t d = 0; d < VGL_MAX_DEVICES; d++) {
+        struct vgl_beacon_device *entry = &beacon->device[d];
+        if (vgl_uuid_none(entry->uuid))
+            continue;
+        __atomic_add_fetch(&entry->frees, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &entry->frees, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+int vgl_beacon_wake(const char *path)
+{
+    return with_beacon(path, wake, NULL);
 }

@@ -140,6 +140,14 @@ def set_suspended(board: str, region: str, suspended: bool) -> None:
         raise _fail(board, err, "cannot mark the suspend in")
 
 
+def wake_waiters(board: str, key: int) -> None:
+    """Wakes whoever waits for memory on the wake words of the beacon of the
+    row of ``key``, as a free by its container does: a setter's, when the
+    container's memory leaves the GPU without its processes freeing any (a
+    suspend).  Nothing where it has no beacon."""
+    lib.vgl_beacon_wake(os.fsencode(os.path.join(os.path.dirname(board), Row(board, -1, key).beacon)))
+
+
 def set_suspend_idle(board: str, region: str, idle_ms: int) -> None:
     """Writes how long the container of ``region`` may be idle before the
     node agent may suspend it (0: never) into its row."""

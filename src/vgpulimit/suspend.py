@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,6 +36,11 @@ from vgpulimit.errors import VgpulimitError
 from vgpulimit.suspend_record import STATES, Record, read_record, record_path, write_record
 
 DEFAULT_LOCK_TIMEOUT_MS = 10_000
+# A call without a timeout of its own (checkpoint, restore, unlock) waits for
+# the process to answer: at most the lock's timeout and the copy of what the
+# container holds at this rate, far below any host link, before the setter
+# gives it up (a process stopped half way answers none).
+SLOWEST_COPY_BYTES_PER_S = 1 << 30
 
 # CUprocessState (cuda.h)
 RUNNING, LOCKED, CHECKPOINTED, FAILED = range(4)
@@ -76,15 +82,22 @@ def plan_suspend(states: Mapping[Target, int | None]) -> list[Target]:
     live = [t for t, s in states.items() if s is not None]
     if not live:
         raise SuspendError("no process of the container holds a CUDA context: nothing to suspend")
+    for t in live:
+        if states[t] == FAILED:
+            raise SuspendError(_failed_line(t))
     if all(states[t] == CHECKPOINTED for t in live):
         raise SuspendError("the container is suspended already")
     for t in live:
-        if states[t] == FAILED:
-            raise SuspendError(f"{t.shown} is FAILED in the driver (an uncorrectable checkpoint error)")
         if states[t] != RUNNING:
             raise SuspendError(f"{t.shown} is {PROCESS_STATES[states[t]]}: a suspend or resume was "
                                "interrupted, or another setter holds it; 'vgpulimit resume' brings it back")
     return live
+
+
+def _failed_line(t: Target) -> str:
+    return (f"{t.shown} is FAILED in the driver (an uncorrectable error in a checkpoint or restore: its GPU "
+            f"memory is lost) and cannot run on: end it (kill {t.container_pid} in the container), then "
+            "'vgpulimit resume' brings the others back")
 
 
 def plan_resume(states: Mapping[Target, int | None]) -> tuple[list[Target], list[Target]]:
@@ -93,8 +106,7 @@ def plan_resume(states: Mapping[Target, int | None]) -> tuple[list[Target], list
     process cannot be."""
     for t, s in states.items():
         if s == FAILED:
-            raise SuspendError(f"{t.shown} is FAILED in the driver (an uncorrectable checkpoint error): "
-                               "it cannot be resumed")
+            raise SuspendError(_failed_line(t))
     restore = [t for t, s in states.items() if s == CHECKPOINTED]
     unlock = [t for t, s in states.items() if s in (LOCKED, CHECKPOINTED)]
     if not unlock:
@@ -227,14 +239,23 @@ class _Container:
         if self.board:
             from vgpulimit import board
 
-            board.set_suspended(board.reachable(self.board, self.region), self.region, suspended)
+            path = board.reachable(self.board, self.region)
+            board.set_suspended(path, self.region, suspended)
+            if suspended:
+                # Its processes, locked, free nothing: those who wait for
+                # memory elsewhere are woken here, not at their next recheck.
+                from vgpulimit.region import Region
+
+                with Region.open(self.region) as mapped:
+                    board.wake_waiters(path, mapped.board_key)
 
 
 def _failure(driver: Driver, target: Target, step: str, code: int, timeout_ms: int) -> SuspendError:
     if code == CUDA_ERROR_NOT_SUPPORTED and step == "checkpoint":
         why = "holds managed (UVM) or IPC memory, which the driver's checkpoint refuses"
     elif code == CUDA_ERROR_NOT_READY and step == "lock":
-        why = f"did not finish its submitted GPU work within {timeout_ms} ms (--timeout)"
+        why = (f"did not finish its submitted GPU work within {timeout_ms} ms (--timeout), or did not "
+               "answer (is it stopped?)")
     elif code == CUDA_ERROR_OUT_OF_MEMORY and step == "restore":
         why = "cannot have its memory back: the GPU has no room for it now (it stays suspended)"
     else:
@@ -242,28 +263,59 @@ def _failure(driver: Driver, target: Target, step: str, code: int, timeout_ms: i
     return SuspendError(f"{target.shown} {why}")
 
 
+def _answer(call: Callable[[int], int], pid: int, within_s: float) -> int | None:
+    """``call(pid)``; None when the process has not answered within
+    ``within_s``.  The call goes on in a thread of its own, left behind: the
+    driver's call cannot be taken back, only no longer waited for."""
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(call(pid)), daemon=True)
+    worker.start()
+    worker.join(within_s)
+    return result[0] if result else None
+
+
 def _run_steps(driver: Driver, steps: Sequence[tuple[str, Callable[[int], int], list[Target]]],
-               timeout_ms: int) -> list[tuple[str, Target]]:
+               timeout_ms: int, within_s: float) -> list[tuple[str, Target]]:
     """Each step on each of its targets, in order; the (step, target) pairs
     done.  _StepFailed when one fails (a process gone meanwhile is skipped:
-    it holds nothing)."""
+    it holds nothing) or does not answer within ``within_s``."""
     done: list[tuple[str, Target]] = []
     for step, call, targets in steps:
         for t in targets:
-            code = call(t.pid)
+            code = _answer(call, t.pid, within_s)
+            if code is None:
+                raise _StepFailed(done, SuspendError(
+                    f"{t.shown} did not answer the driver's {step} within {within_s:.0f} s (is it stopped?): "
+                    "it stays as the driver holds it, the others as they were; 'vgpulimit resume' brings it "
+                    "back once it runs"), t, stuck=True)
             if code == CUDA_ERROR_NOT_INITIALIZED:
                 continue
             if code != CUDA_SUCCESS:
-                raise _StepFailed(done, _failure(driver, t, step, code, timeout_ms))
+                raise _StepFailed(done, _failure(driver, t, step, code, timeout_ms), t)
             done.append((step, t))
     return done
 
 
 class _StepFailed(Exception):
-    def __init__(self, done: list[tuple[str, Target]], error: SuspendError) -> None:
+    def __init__(self, done: list[tuple[str, Target]], error: SuspendError, target: Target,
+                 stuck: bool = False) -> None:
         super().__init__(str(error))
         self.done = done
         self.error = error
+        self.target = target
+        self.stuck = stuck
+
+    def undo(self, calls: Mapping[str, Callable[[int], int]], within_s: float) -> None:
+        """The steps done, undone in reverse; none on a process that does not answer."""
+        for step, t in reversed(self.done):
+            if not (self.stuck and t == self.target):
+                _answer(calls[step], t.pid, within_s)
+
+
+def _within_s(timeout_ms: int, snapshot) -> float:
+    """How long a setter waits for a process to answer one call."""
+    held = sum(d.used_bytes for d in snapshot.devices)
+    return timeout_ms / 1000 + held / SLOWEST_COPY_BYTES_PER_S + 1
 
 
 def suspend(region: str, driver: Driver, timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
@@ -276,12 +328,11 @@ def suspend(region: str, driver: Driver, timeout_ms: int = DEFAULT_LOCK_TIMEOUT_
         started = clock()
         container.set_state("suspending", since_ns=started)
         steps = [("lock", lambda pid: driver.lock(pid, timeout_ms), live), ("checkpoint", driver.checkpoint, live)]
+        within_s = _within_s(timeout_ms, snapshot)
         try:
-            _run_steps(driver, steps, timeout_ms)
+            _run_steps(driver, steps, timeout_ms, within_s)
         except _StepFailed as failed:
-            undo = {"checkpoint": driver.restore, "lock": driver.unlock}
-            for step, t in reversed(failed.done):
-                undo[step](t.pid)
+            failed.undo({"checkpoint": driver.restore, "lock": driver.unlock}, within_s)
             container.set_state("running", since_ns=0, out_bytes={})
             raise failed.error from None
         from vgpulimit.region import read_snapshot
@@ -306,20 +357,25 @@ def resume(region: str, driver: Driver, clock: Callable[[], int] = time.monotoni
         started = clock()
         container.set_state("resuming", since_ns=container.record.since_ns or started)
         container.mark_board(False)   # its guarantee is held again before its memory comes back
+        within_s = _within_s(DEFAULT_LOCK_TIMEOUT_MS, snapshot)
         try:
-            _run_steps(driver, [("restore", driver.restore, restore)], 0)
+            _run_steps(driver, [("restore", driver.restore, restore)], 0, within_s)
         except _StepFailed as failed:
-            for _, t in reversed(failed.done):
-                driver.checkpoint(t.pid)
+            failed.undo({"restore": driver.checkpoint}, within_s)
+            t = failed.target
+            lost = not failed.stuck and driver.state(t.pid) == FAILED
             container.mark_board(True)
-            container.set_state("suspended")
-            raise failed.error from None
-        for t in unlock:
-            driver.unlock(t.pid)
+            container.set_state("suspended", failed=(t.container_pid,) if lost else ())
+            raise (SuspendError(_failed_line(t)) if lost else failed.error) from None
+        silent = [t for t in unlock if _answer(driver.unlock, t.pid, within_s) is None]
         done = clock()
         period = done - suspended_since if suspended_since else 0
-        container.set_state("running", since_ns=0, out_bytes={}, resumes=container.record.resumes + 1,
+        container.set_state("running", since_ns=0, out_bytes={}, failed=(), resumes=container.record.resumes + 1,
                             suspended_ns=container.record.suspended_ns + period, last_resume_ns=done - started)
+        if silent:
+            raise SuspendError(f"{silent[0].shown} did not answer the driver's unlock within {within_s:.0f} s (is "
+                               "it stopped?): its memory is back, its CUDA calls wait until 'vgpulimit resume' "
+                               "unlocks it once it runs")
         return container.record
 
 
@@ -343,6 +399,6 @@ def forget(region: str, driver: Driver) -> bool:
             except board.BoardError:
                 pass   # its row is gone with it
         period = time.monotonic_ns() - container.record.since_ns if container.record.since_ns else 0
-        container.set_state("running", since_ns=0, out_bytes={},
+        container.set_state("running", since_ns=0, out_bytes={}, failed=(),
                             suspended_ns=container.record.suspended_ns + max(period, 0))
         return True

@@ -27,6 +27,7 @@ class Record:
     suspended_ns: int = 0               # time suspended in all, periods ended
     last_suspend_ns: int = 0            # how long the last suspend took
     last_resume_ns: int = 0
+    failed: tuple[int, ...] = ()        # its processes (as it sees them) FAILED in the driver
 
     def suspended_total_ns(self, now_ns: int) -> int:
         """Time suspended in all, the current period included."""
@@ -47,7 +48,7 @@ class Record:
         return {"state": self.state, "out_bytes": self.out_total_bytes if self.state == "suspended" else 0,
                 "suspended_ns": self.suspended_total_ns(now_ns), "suspends": self.suspends,
                 "resumes": self.resumes, "last_suspend_ns": self.last_suspend_ns,
-                "last_resume_ns": self.last_resume_ns}
+                "last_resume_ns": self.last_resume_ns, "failed": list(self.failed)}
 
     def view_text(self, now_ns: int) -> str | None:
         """The line `status` shows of it; None for a container never suspended."""
@@ -58,13 +59,20 @@ class Record:
         counts = (f"suspended {self.suspends} time(s), resumed {self.resumes}; "
                   f"{self.suspended_total_ns(now_ns) / 1e9:.1f} s suspended in all")
         if self.state == "suspended":
-            return (f"suspended for {(now_ns - self.since_ns) / 1e9:.1f} s: "
+            line = (f"suspended for {(now_ns - self.since_ns) / 1e9:.1f} s: "
                     f"{format_bytes(self.out_total_bytes)} off the GPU ({counts})")
-        return f"{self.state} ({counts})"
+        else:
+            line = f"{self.state} ({counts})"
+        if self.failed:
+            pids = ", ".join(map(str, self.failed))
+            line += (f"; process {pids} FAILED in the driver (its GPU memory was lost in a restore): "
+                     "end it, then 'vgpulimit resume' brings the others back")
+        return line
 
     def to_json(self) -> dict:
         document = asdict(self)
         document["out_bytes"] = {str(d): n for d, n in self.out_bytes.items()}
+        document["failed"] = list(self.failed)
         return document
 
 
@@ -79,7 +87,8 @@ def read_record(region: str) -> Record:
         with open(record_path(region), "rb") as f:
             document = json.loads(f.read(RECORD_BYTES) or b"{}")
         out = {int(d): int(n) for d, n in document.get("out_bytes", {}).items() if int(n) >= 0}
-        record = Record(state=str(document["state"]), out_bytes=out,
+        failed = tuple(int(p) for p in document.get("failed", ()))
+        record = Record(state=str(document["state"]), out_bytes=out, failed=failed,
                         **{k: int(document.get(k, 0)) for k in
                            ("since_ns", "suspends", "resumes", "suspended_ns", "last_suspend_ns",
                             "last_resume_ns")})

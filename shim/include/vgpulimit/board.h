@@ -150,6 +150,11 @@ void vgl_beacon_name(uint64_t key, char name[64]);
  * beacon, or it cannot be written). */
 struct vgl_region;
 int vgl_beacon_repair(const char *path, struct vgl_region *region);
+/* Wakes every waiter that sleeps on the beacon at `path` (its `frees` word on
+ * each device it names), as a free by its container does: a setter's, when
+ * the container's memory leaves the GPU without its processes freeing it (a
+ * suspend).  0, or -errno. */
+int vgl_beacon_wake(const char *path);
 
 /* Validates `size` bytes of a board or a beacon: 0, -EPROTO (not one),
  * -EPROTONOSUPPORT (another version), -EBADF (wrong size), -EBADMSG (a value

@@ -27,7 +27,8 @@ def add(commands) -> None:
                            help="the container's region file (default: $VGPULIMIT_REGION)")
         which.add_argument("--container", metavar="ID",
                            help="the container of this id (or its start, or its name as status shows "
-                                "it) among the regions under --all DIR")
+                                "it, or its region's path or the end of it, as status --all and top "
+                                "--all show it) among the regions under --all DIR")
         sub.add_argument("--all", metavar="DIR", action="append",
                          help="with --container: where its region is, e.g. the OCI hook's node "
                               "directory (repeatable)")
@@ -53,11 +54,14 @@ def _container_region(args: argparse.Namespace) -> str:
     found = []
     for path in sorted({p for d in args.all for p in find_regions(d)}):
         who = identity.of_region(path)
-        if wanted and (who.container_id.startswith(wanted) or who.name == wanted):
+        # The node view (status --all, top --all) names a container without a
+        # name by its region's path, which it may show by its end alone.
+        shown = path == wanted or path.endswith(f"/{wanted.lstrip('/')}")
+        if wanted and (who.container_id.startswith(wanted) or who.name == wanted or shown):
             found.append(path)
     if len(found) != 1:
         where = ", ".join(args.all)
-        raise NoRegion(f"--container {wanted!r}: no container of that id or name under {where}" if not found
+        raise NoRegion(f"--container {wanted!r}: no container of that id, name or region path under {where}" if not found
                         else f"--container {wanted!r}: {len(found)} containers under {where} match; give more of "
                              "the id")
     return found[0]
