@@ -469,4 +469,4 @@ def test_a_tenant_that_names_anothers_process_in_its_region_gets_no_one_else_sus
     assert job.ask(f"alloc {12 * GiB}")["result"] == OOM
     assert [state_of(sim_env, t) for t in (neighbour, liar)] == [RUNNING, RUNNING]
     [refused] = {d["why"] for d in a.decisions() if d["action"] == "refused"}
-    assert f"names process(es) {neighbour.pid} that do not map it" in refused
+    assert f"the region names process {neighbour.pid}, which does not map it" in refused

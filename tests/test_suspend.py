@@ -177,6 +177,23 @@ def test_a_tenant_may_not_suspend_anyone(sim_env, containers, shim_path):
     assert ctl(env, "state", victim.pid) == {"state": "CU_PROCESS_STATE_RUNNING", "result": OK}
 
 
+def test_a_tenant_cannot_have_a_neighbour_suspended_by_naming_it_in_its_region(sim_env, containers):
+    """A region's slots are its tenant's to write: a slot naming another
+    container's process would have a setter's suspend lock and checkpoint
+    that process too.  Every process a suspend acts on must map the region."""
+    from vgpulimit.region import Region
+
+    neighbour = containers.start("neighbour", "--memory", "4GiB")
+    liar = containers.start("liar", "--memory", "4GiB")
+    for tenant in (neighbour, liar):
+        assert tenant.ask(f"alloc {GiB}")["result"] == OK
+    with Region.open(liar.region) as region:
+        region.attach(neighbour.pid, neighbour.pid)
+    line = one_error_line(setter(sim_env, "suspend", liar.region))
+    assert f"names process {neighbour.pid}, which does not map it" in line
+    assert states(sim_env, neighbour, liar) == ["CU_PROCESS_STATE_RUNNING"] * 2
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_tenant_killed_at_a_random_moment_leaves_figures_exact(sim_env, containers, seed):
     """One of two processes is killed while the container is being suspended,

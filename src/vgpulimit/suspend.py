@@ -176,20 +176,40 @@ class Driver:
 
 def _targets(region: str) -> tuple[list[Target], object]:
     """The container's live processes, by the pid the driver knows them by,
-    and the region's snapshot."""
+    and the region's snapshot.  A slot is its tenant's to write: one naming
+    a neighbour's pid would have the neighbour locked and checkpointed with
+    the container, so every process named must map the region file, as a
+    process under its shim does, or nothing is done."""
     from vgpulimit.processes import host_pids
     from vgpulimit.region import read_snapshot
 
     snapshot = read_snapshot(region)
     host = host_pids() if any(p.host_pid is None for p in snapshot.processes) else {}
+    st = os.stat(region)
+    mapped = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x} {st.st_ino} "
     targets = []
     for p in snapshot.processes:
         pid = p.host_pid or host.get((p.pid, p.start_ticks))
         if pid is None:
             raise SuspendError(f"cannot tell which process of this machine the container's process {p.pid} "
                                "is: run vgpulimit suspend on the node, in its pid namespace")
+        if not _maps(pid, mapped):
+            raise SuspendError(f"the region names process {pid}, which does not map it: it may be another "
+                               "container's, so nothing was done (a tenant writes its own region's slots)")
         targets.append(Target(pid=pid, container_pid=p.pid, comm=p.comm))
     return targets, snapshot
+
+
+def _maps(pid: int, needle: str) -> bool:
+    """Whether the process maps the file whose "major:minor inode " is
+    ``needle``; a process gone meanwhile holds nothing, and counts as one."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return needle in f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -368,6 +388,14 @@ def resume(region: str, driver: Driver, clock: Callable[[], int] = time.monotoni
             container.set_state("suspended", failed=(t.container_pid,) if lost else ())
             raise (SuspendError(_failed_line(t)) if lost else failed.error) from None
         silent = [t for t in unlock if _answer(driver.unlock, t.pid, within_s) is None]
+        # A step a killed setter asked for may still be under way in a
+        # process (its checkpoint thread carries it out after the caller died).
+        behind = [(t, s) for t in unlock if t not in silent
+                  and (s := driver.state(t.pid)) is not None and s != RUNNING]
+        if behind:
+            t, state = behind[0]
+            raise SuspendError(f"{t.shown} is still {PROCESS_STATES[state]} after its unlock: a step asked for "
+                               "earlier is still under way in it; run 'vgpulimit resume' again")
         done = clock()
         period = done - suspended_since if suspended_since else 0
         container.set_state("running", since_ns=0, out_bytes={}, failed=(), resumes=container.record.resumes + 1,

@@ -241,10 +241,6 @@ class Agent:
             self.state.suspended[action.name] = journal.Entry("suspending", action.why, action.for_name, now)
             self._save()
             try:
-                named = watch.strangers(action.name)
-                if named:
-                    raise suspend.SuspendError(f"its region names process(es) {', '.join(map(str, named))} "
-                                               "that do not map it: not suspended, lest they be someone else's")
                 record = suspend.suspend(action.name, self.driver)
             except (suspend.SuspendError, RegionError) as exc:
                 del self.state.suspended[action.name]

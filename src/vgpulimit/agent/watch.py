@@ -239,32 +239,6 @@ def watched_regions(board_path: str, extra: Iterable[str]) -> dict[tuple[int, in
     return found
 
 
-def strangers(region: str) -> list[int]:
-    """The processes a region's live slots name (as the driver knows them)
-    that do not map the region.  A slot is its tenant's to write: one that
-    names a neighbour's process would have the neighbour suspended with the
-    container, so the agent suspends a container only when every process it
-    names maps the region file, as a process under its shim does."""
-    from vgpulimit.processes import host_pids
-    from vgpulimit.region import read_snapshot
-
-    st = os.stat(region)
-    needle = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x} {st.st_ino} "
-    snapshot = read_snapshot(region)
-    host = host_pids() if any(p.host_pid is None for p in snapshot.processes) else {}
-    found = []
-    for p in snapshot.processes:
-        pid = p.host_pid or host.get((p.pid, p.start_ticks))
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                maps = f.read()
-        except (OSError, TypeError):
-            maps = ""
-        if needle not in maps:
-            found.append(pid or p.pid)
-    return found
-
-
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
