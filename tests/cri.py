@@ -33,6 +33,7 @@ from conftest import CC, TESTS
 from runc_bundle import container_env, host_dirs, make_rootfs
 
 GET_CONTAINERD = TESTS / "get_containerd.sh"
+EXITED = 2   # cri_api.v1.api_pb2.CONTAINER_EXITED
 CACHE = Path("/var/cache/vgpulimit-tests")
 # Debian's suites and the containerd each has: trixie 1.7, sid (unstable) 2.x.
 SUITES = ("trixie", "sid")
@@ -318,6 +319,22 @@ class Containerd:
 
         return self.runtime.ContainerStatus(
             cri.ContainerStatusRequest(container_id=container_id), timeout=30).status
+
+    def release(self, path: str, *containers: str) -> None:
+        """Touches ``path`` in the first container (ExecSync, as `kubectl
+        exec` does), which lets the held memory go, and waits until every
+        container exited, each with status 0."""
+        result = self.exec_sync(containers[0], ["touch", path])
+        assert result.exit_code == 0, result.stderr
+        for container in containers:
+            for _ in range(600):
+                status = self.status(container)
+                if status.state == EXITED:
+                    assert status.exit_code == 0, status.message
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError("a container did not exit once released")
 
     def exec_sync(self, container_id: str, args: list[str], timeout: int = 60):
         from cri_api.v1 import api_pb2 as cri

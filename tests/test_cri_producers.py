@@ -163,19 +163,7 @@ def stderr_of(pod, name: str, container: str, timeout: float = 60) -> str:
 
 
 def finish(containerd, release: str, *containers: str) -> None:
-    """Lets the held memory go (ExecSync in the first, as `kubectl exec`) and
-    waits until every container exited, each with status 0."""
-    result = containerd.exec_sync(containers[0], ["touch", release])
-    assert result.exit_code == 0, result.stderr
-    for container in containers:
-        for _ in range(600):
-            status = containerd.status(container)
-            if status.state == EXITED:
-                assert status.exit_code == 0, status.message
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("a container did not exit once released")
+    containerd.release(release, *containers)
 
 
 def nvml_in(containerd, container: str) -> dict:
