@@ -226,8 +226,8 @@ def test_the_daemonsets_set_up_is_what_the_pods_run_with(containerd, node):
     assert [(h["hookName"], h["args"]) for h in shim["containerEdits"]["hooks"]] == \
         [(stage, [python, "-m", "vgpulimit", "oci-hook"]) for stage in ("createRuntime", "poststop")]
     manifest = next(m for m in yaml.safe_load_all(DAEMONSET.read_text()) if m and m["kind"] == "DaemonSet")
-    [metrics] = manifest["spec"]["template"]["spec"]["containers"]
-    assert NODE_DIR in metrics["command"]
+    containers = {c["name"]: c for c in manifest["spec"]["template"]["spec"]["containers"]}
+    assert NODE_DIR in containers["metrics"]["command"]
 
     pod = containerd.run_pod("daemonset", namespace="team-d")
     container = node.create(pod, "main", [*FILL, str(256 * MiB), "3", "--hold", "/never"],
