@@ -223,15 +223,18 @@ def test_hami_core_variables_work_unchanged(sim_env, cbin, shim_path, tmp_path, 
     assert (tmp_path / "vgpu.cache").exists()  # HAMi's cache path carries our region
 
 
-def test_hami_zero_means_no_limit_and_ours_win(sim_env, cbin, shim_path, tmp_path):
+def test_hami_zero_means_no_limit_and_the_tighter_wins(sim_env, cbin, shim_path, tmp_path):
     client = [cbin / "alloc_client", "dlsym", str(256 * MiB), "5"]
     unlimited = run(client, sim_env).stdout
     zero = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="0",
                             CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "zero.cache")))
     assert zero.stdout == unlimited  # HAMi-core reads 0 as "no limit"; so do we, for its variable
+    ours = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="0",
+                            VGPULIMIT_MEMORY="512MiB"))
+    assert "alloc 1 0\nalloc 2 2" in ours.stdout  # no limit of HAMi's beside ours: ours
     both = run(client, dict(sim_env, LD_PRELOAD=str(shim_path), CUDA_DEVICE_MEMORY_LIMIT="256m",
                             VGPULIMIT_MEMORY="512MiB"))
-    assert "alloc 1 0\nalloc 2 2" in both.stdout  # VGPULIMIT_MEMORY, not HAMi's 256m
+    assert "alloc 0 0\nalloc 1 2" in both.stdout  # HAMi's 256m, the tighter: ours may not loosen it
 
 
 def test_eight_racing_processes_never_pass_the_cap(sim_env, cbin, shim_path, tmp_path):
