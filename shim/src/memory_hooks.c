@@ -167,7 +167,6 @@ static CUresult stream_reached(CUstream stream, bool ptsz)
  * pool gives its pool's charge back as far as the pool shrank. */
 static CUresult free_address(uint64_t dptr, CUstream stream, CUresult (*driver_free)(uint64_t, CUstream))
 {
-    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !dptr)
         return driver_free(dptr, stream);
     struct vgl_uncharge u;
@@ -184,17 +183,30 @@ static CUresult free_address(uint64_t dptr, CUstream stream, CUresult (*driver_f
     return rc;
 }
 
-CUresult cuMemFree_v2(CUdeviceptr_v2 dptr) { return free_address(dptr, NULL, driver_free_v2); }
+/* Each free asks here, not in free_address: there it cost 4 ns per alloc +
+ * free pair under a cap (benchmarks/overhead.py), free_address no longer
+ * inlined with its driver_free known. */
+CUresult cuMemFree_v2(CUdeviceptr_v2 dptr)
+{
+    VGL_ASKS();
+    return free_address(dptr, NULL, driver_free_v2);
+}
 
-CUresult cuMemFree(CUdeviceptr_v1 dptr) { return free_address(dptr, NULL, driver_free_v1); }
+CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    VGL_ASKS();
+    return free_address(dptr, NULL, driver_free_v1);
+}
 
 CUresult cuMemFreeAsync(CUdeviceptr_v2 dptr, CUstream hStream)
 {
+    VGL_ASKS();
     return free_address(dptr, hStream, driver_free_async);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr_v2 dptr, CUstream hStream)
 {
+    VGL_ASKS();
     return free_address(dptr, hStream, driver_free_async_ptsz);
 }
 
