@@ -197,6 +197,59 @@ def test_idle_notebooks_are_suspended_for_a_waiter_and_each_is_resumed_when_it_c
     assert all("idle for" in d["why"] for d in log() if d["action"] == "suspend")
 
 
+@pytest.mark.parametrize("call", ["async", "pool", "sync"])
+def test_a_notebook_whose_next_call_is_an_ordered_allocation_or_a_synchronisation_is_resumed(
+        sim_env, containers, agent, call):
+    """As above: A (7 GiB) suspended for the job, B (6 GiB) idle.  A's next
+    call is cuMemAllocAsync, cuMemAllocFromPoolAsync or cuCtxSynchronize:
+    it asks as a launch does, B is suspended to make room, and A's call
+    completes with its memory intact."""
+    a = containers.start("a", "--memory", "8GiB", "--suspend-idle", "300ms")
+    b = containers.start("b", "--memory", "8GiB", "--suspend-idle", "300ms")
+    assert a.ask(f"alloc {7 * GiB}")["result"] == OK
+    assert b.ask(f"alloc {6 * GiB}")["result"] == OK
+    job = containers.start("job", "--memory", "8GiB", "--memory-wait", "100s")
+    log = agent().decisions
+    assert job.ask(f"alloc {6 * GiB}")["result"] == OK
+    assert [state_of(sim_env, t) for t in (a, b)] == [CHECKPOINTED, RUNNING]
+
+    a.send("sync" if call == "sync" else f"{call} {GiB // 2}")
+    until(lambda: state_of(sim_env, a) == RUNNING, f"a's {call} asks and a is resumed", seen=log)
+    assert a.answer()["result"] == OK
+    assert [state_of(sim_env, t) for t in (a, b)] == [RUNNING, CHECKPOINTED]
+    assert a.ask("check")["intact"]
+    said = [(d["action"], Path(d["container"]).stem, d["for"] and Path(d["for"]).stem) for d in log()]
+    assert said == [("suspend", "a", "job"), ("suspend", "b", "a"), ("resume", "a", None)]
+
+
+@pytest.mark.parametrize("call", ["async", "sync"])
+def test_without_an_agent_a_suspended_containers_call_asks_and_waits_until_resumed(sim_env, containers, call):
+    """No agent: the call of a suspended container asks (its beacon's byte
+    locked) and waits, answered only once a setter resumes it."""
+    from vgpulimit.agent.watch import RESUME_BYTE, byte_held
+
+    a = containers.start("a", "--memory", "8GiB", "--suspend-idle", "300ms")
+    assert a.ask(f"alloc {GiB}")["result"] == OK
+    assert vgpulimit("suspend", "--simulate", "--region", a.region, env=sim_env).returncode == 0
+    beacon = _beacon(sim_env, a.region)
+
+    def asking() -> bool:
+        fd = os.open(beacon, os.O_RDONLY)
+        try:
+            return byte_held(fd, RESUME_BYTE)
+        finally:
+            os.close(fd)
+
+    a.send("sync" if call == "sync" else f"{call} {GiB}")
+    until(asking, f"a's {call} asks")
+    assert state_of(sim_env, a) == CHECKPOINTED
+    assert not a.answered_within(0)
+    assert vgpulimit("resume", "--simulate", "--region", a.region, env=sim_env).returncode == 0
+    assert a.answer()["result"] == OK
+    assert a.ask("check")["intact"]
+    assert not asking()
+
+
 def test_a_container_suspended_by_hand_is_left_to_its_setter(sim_env, containers, agent):
     a = containers.start("a", "--memory", "8GiB", "--suspend-idle", "300ms")
     assert a.ask(f"alloc {GiB}")["result"] == OK

@@ -68,3 +68,34 @@ def test_no_c_function_is_longer_than_120_lines():
     assert long == {}
     # The reader sees functions, and a long one.
     assert _function_lengths("int f(void)\n{\n" + "    x();\n" * 130 + "}\n") == {"f": 132}
+
+
+def _hooks_that_do_not_ask(sources: dict[str, str], hooks: list[str]) -> list[str]:
+    """The hooks whose body, or that of the function it hands the call to,
+    does not open with VGL_ASKS (a launch asks at its gate)."""
+    bodies = {m["name"]: m["body"] or m["line"] for text in sources.values()
+              for m in re.finditer(r"^\w[\w ]*?\b(?P<name>\w+)\([^;{]*?\)(?:\n\{\n(?P<body>.*?)^\}| \{ (?P<line>[^\n]*) \}$)",
+                                   text, re.MULTILINE | re.DOTALL)}
+
+    def asks(name: str, depth: int = 0) -> bool:
+        body = bodies.get(name, "")
+        if body.lstrip().startswith("VGL_ASKS();") or "gate_enter(" in body:
+            return True
+        return depth == 0 and any(asks(called, 1) for called in re.findall(r"return (\w+)\(", body))
+    return [h for h in hooks if not asks(h)]
+
+
+def test_every_hook_that_calls_the_driver_asks_to_be_resumed():
+    """resume_ask.c: a suspended container's call that did not ask would wait
+    unheard.  The checkpoint calls (another process's) and cuGetProcAddress
+    (no work) are the exceptions."""
+    hooks = [h for h in re.findall(r"^CU_HOOK\((\w+),", (SHIM_SRC / "hooks.def").read_text(), re.MULTILINE)
+             if not h.startswith(("cuCheckpointProcess", "cuGetProcAddress"))]
+    sources = {p.name: p.read_text() for p in SHIM_SRC.glob("*.c")}
+    assert len(hooks) > 70
+    assert _hooks_that_do_not_ask(sources, hooks) == []
+    # The reader sees a hook that forgot, and one that hands its call on.
+    sample = {"x.c": "CUresult cuA(int a)\n{\n    return real(a);\n}\n"
+                     "CUresult cuB(void) { return b_common(1); }\n"
+                     "static CUresult b_common(int v)\n{\n    VGL_ASKS();\n    return real(v);\n}\n"}
+    assert _hooks_that_do_not_ask(sample, ["cuA", "cuB"]) == ["cuA"]

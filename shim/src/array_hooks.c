@@ -101,6 +101,7 @@ static CUresult charge_array(const char *call, const CUDA_ARRAY3D_DESCRIPTOR_v2 
 
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v2 *pAllocateArray)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArrayCreate_v2(pHandle, pAllocateArray);
     const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = SHAPE_2D(pAllocateArray);
@@ -109,6 +110,7 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v2 *pAll
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pAllocateArray)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArray3DCreate_v2(pHandle, pAllocateArray);
     CHARGED_ARRAY("cuArray3DCreate", pAllocateArray, vgl_real.cuArray3DCreate_v2(pHandle, pAllocateArray));
@@ -118,6 +120,7 @@ CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *
  * cuGetProcAddress for version 2000, so charged like the others. */
 CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAllocateArray)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArrayCreate(pHandle, pAllocateArray);
     const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = SHAPE_2D(pAllocateArray);
@@ -126,6 +129,7 @@ CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *pAlloca
 
 CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pAllocateArray)
         return vgl_real.cuArray3DCreate(pHandle, pAllocateArray);
     const CUDA_ARRAY3D_DESCRIPTOR_v2 shape = {
@@ -142,6 +146,7 @@ CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAl
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v2 *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pMipmappedArrayDesc)
         return vgl_real.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
     struct vgl_charge c;
@@ -156,6 +161,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
 /* As cuMemFree: the charge stays until the driver has the memory back. */
 CUresult cuArrayDestroy(CUarray hArray)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuArrayDestroy(hArray);
     struct vgl_uncharge u;
@@ -167,6 +173,7 @@ CUresult cuArrayDestroy(CUarray hArray)
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMipmappedArrayDestroy(hMipmappedArray);
     struct vgl_uncharge u;

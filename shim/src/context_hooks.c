@@ -106,6 +106,7 @@ CUresult vgl_current_context(CUcontext *ctx)
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice_v1 dev)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuDevicePrimaryCtxRetain(pctx, dev);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || fits(dev, *pctx))
         return rc;
@@ -129,81 +130,97 @@ static CUresult admit(const char *call, CUresult rc, CUcontext *pctx, CUdevice_v
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return admit("cuCtxCreate", vgl_real.cuCtxCreate_v2(pctx, flags, dev), pctx, dev);
 }
 
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                         CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return admit("cuCtxCreate", vgl_real.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev), pctx, dev);
 }
 
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return admit("cuCtxCreate", vgl_real.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev), pctx, dev);
 }
 
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return admit("cuCtxCreate", vgl_real.cuCtxCreate(pctx, flags, dev), pctx, dev);
 }
 
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+    VGL_ASKS();
     return CHANGES_CURRENT(vgl_real.cuCtxSetCurrent(ctx));
 }
 
 CUresult cuCtxPushCurrent(CUcontext ctx)
 {
+    VGL_ASKS();
     return CHANGES_CURRENT(vgl_real.cuCtxPushCurrent(ctx));
 }
 
 CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
+    VGL_ASKS();
     return CHANGES_CURRENT(vgl_real.cuCtxPushCurrent_v2(ctx));
 }
 
 CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
+    VGL_ASKS();
     return CHANGES_CURRENT(vgl_real.cuCtxPopCurrent(pctx));
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
+    VGL_ASKS();
     return CHANGES_CURRENT(vgl_real.cuCtxPopCurrent_v2(pctx));
 }
 
 CUresult cuCtxDestroy(CUcontext ctx)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuCtxDestroy(ctx));
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuCtxDestroy_v2(ctx));
 }
 
 CUresult cuCtxDetach(CUcontext ctx)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuCtxDetach(ctx));
 }
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxRelease(dev));
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxRelease_v2(dev));
 }
 
 CUresult cuDevicePrimaryCtxReset(CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxReset(dev));
 }
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice_v1 dev)
 {
+    VGL_ASKS();
     return ENDS_CONTEXT(vgl_real.cuDevicePrimaryCtxReset_v2(dev));
 }

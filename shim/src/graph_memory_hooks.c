@@ -101,6 +101,7 @@ static void settle(int device)
 CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                 size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
@@ -148,6 +149,7 @@ static void put_back(struct table *t, const struct asks *kept)
 
 CUresult cuGraphDestroy(CUgraph hGraph)
 {
+    VGL_ASKS();
     struct asks kept;
     bool had = VGL_UNLIKELY(vgl_config.enabled) && take(&gm.graphs, hGraph, &kept);
     CUresult rc = vgl_real.cuGraphDestroy(hGraph);
@@ -179,6 +181,7 @@ static CUresult instantiated(CUresult rc, CUgraphExec *exec, CUgraph graph)
 CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
                             size_t bufferSize)
 {
+    VGL_ASKS();
     return instantiated(vgl_real.cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
                         phGraphExec, hGraph);
 }
@@ -186,18 +189,21 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNod
 CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
                                char *logBuffer, size_t bufferSize)
 {
+    VGL_ASKS();
     return instantiated(vgl_real.cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
                         phGraphExec, hGraph);
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
+    VGL_ASKS();
     return instantiated(vgl_real.cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags), phGraphExec, hGraph);
 }
 
 CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
                                       CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
+    VGL_ASKS();
     return instantiated(vgl_real.cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams),
                         phGraphExec, hGraph);
 }
@@ -205,12 +211,14 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
 CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
                                            CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
+    VGL_ASKS();
     return instantiated(vgl_real.cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams),
                         phGraphExec, hGraph);
 }
 
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
+    VGL_ASKS();
     struct asks kept;
     bool had = VGL_UNLIKELY(vgl_config.enabled) && take(&gm.execs, hGraphExec, &kept);
     CUresult rc = vgl_real.cuGraphExecDestroy(hGraphExec);
@@ -280,6 +288,7 @@ CUresult vgl_graph_launch(CUgraphExec exec, CUstream stream, CUresult (*launch)(
 
 CUresult cuDeviceGraphMemTrim(CUdevice_v1 device)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuDeviceGraphMemTrim(device);
     if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS && vgl_self.slot && device >= 0 &&
         device < VGL_MAX_DEVICES) {

@@ -278,24 +278,28 @@ static CUresult capture_began(CUresult rc)
 
 CUresult cuStreamBeginCapture(CUstream hStream)
 {
+    VGL_ASKS();
     capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture(hStream));
 }
 
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
+    VGL_ASKS();
     capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture_ptsz(hStream));
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
+    VGL_ASKS();
     capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture_v2(hStream, mode));
 }
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
+    VGL_ASKS();
     capture_begins();
     return capture_began(vgl_real.cuStreamBeginCapture_v2_ptsz(hStream, mode));
 }
@@ -304,6 +308,7 @@ CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUg
                                      const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                      CUstreamCaptureMode mode)
 {
+    VGL_ASKS();
     capture_begins();
     return capture_began(vgl_real.cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData,
                                                                numDependencies, mode));
@@ -313,6 +318,7 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, cons
                                           const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                           CUstreamCaptureMode mode)
 {
+    VGL_ASKS();
     capture_begins();
     return capture_began(vgl_real.cuStreamBeginCaptureToGraph_ptsz(hStream, hGraph, dependencies,
                                                                     dependencyData, numDependencies, mode));
@@ -333,11 +339,13 @@ static CUresult capture_ended(CUstream stream, CUresult rc)
 
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
+    VGL_ASKS();
     return capture_ended(hStream, vgl_real.cuStreamEndCapture(hStream, phGraph));
 }
 
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
+    VGL_ASKS();
     return capture_ended(hStream ? hStream : STREAM_PER_THREAD, vgl_real.cuStreamEndCapture_ptsz(hStream, phGraph));
 }
 

@@ -12,11 +12,11 @@
 
 CUresult cuMemAlloc_v2(CUdeviceptr_v2 *dptr, size_t bytesize)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAlloc_v2(dptr, bytesize);
     struct vgl_charge c;
     CUresult rc;
-    bool asked = vgl_resume_ask();
     do {
         rc = vgl_charge_begin("cuMemAlloc", -1, bytesize, &c);
         if (rc == CUDA_SUCCESS) {
@@ -24,13 +24,12 @@ CUresult cuMemAlloc_v2(CUdeviceptr_v2 *dptr, size_t bytesize)
             vgl_charge_end(&c, rc, VGL_ALLOC_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
         }
     } while (vgl_charge_retry(&c, rc));
-    if (asked)
-        vgl_resume_asked();
     return rc;
 }
 
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAlloc(dptr, bytesize);
     struct vgl_charge c;
@@ -49,6 +48,7 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
  * migrate to the host, but it can occupy the device in full. */
 CUresult cuMemAllocManaged(CUdeviceptr_v2 *dptr, size_t bytesize, unsigned int flags)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAllocManaged(dptr, bytesize, flags);
     struct vgl_charge c;
@@ -88,6 +88,7 @@ static CUresult free_v1(uint64_t ptr) { return vgl_real.cuMemFree((CUdeviceptr_v
 CUresult cuMemAllocPitch_v2(CUdeviceptr_v2 *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     struct vgl_charge c;
@@ -106,6 +107,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr_v2 *dptr, size_t *pPitch, size_t WidthIn
 CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
                          unsigned int Height, unsigned int ElementSizeBytes)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     struct vgl_charge c;
@@ -181,17 +183,30 @@ static CUresult free_address(uint64_t dptr, CUstream stream, CUresult (*driver_f
     return rc;
 }
 
-CUresult cuMemFree_v2(CUdeviceptr_v2 dptr) { return free_address(dptr, NULL, driver_free_v2); }
+/* Each free asks here, not in free_address: there it cost 4 ns per alloc +
+ * free pair under a cap (benchmarks/overhead.py), free_address no longer
+ * inlined with its driver_free known. */
+CUresult cuMemFree_v2(CUdeviceptr_v2 dptr)
+{
+    VGL_ASKS();
+    return free_address(dptr, NULL, driver_free_v2);
+}
 
-CUresult cuMemFree(CUdeviceptr_v1 dptr) { return free_address(dptr, NULL, driver_free_v1); }
+CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    VGL_ASKS();
+    return free_address(dptr, NULL, driver_free_v1);
+}
 
 CUresult cuMemFreeAsync(CUdeviceptr_v2 dptr, CUstream hStream)
 {
+    VGL_ASKS();
     return free_address(dptr, hStream, driver_free_async);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr_v2 dptr, CUstream hStream)
 {
+    VGL_ASKS();
     return free_address(dptr, hStream, driver_free_async_ptsz);
 }
 
@@ -231,6 +246,7 @@ static CUresult open_ipc(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsign
 
 CUresult cuIpcOpenMemHandle(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pdptr)
         return vgl_real.cuIpcOpenMemHandle(pdptr, handle, Flags);
     return open_ipc(pdptr, handle, Flags, false);
@@ -238,6 +254,7 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, uns
 
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, unsigned int Flags)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !pdptr)
         return vgl_real.cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
     return open_ipc(pdptr, handle, Flags, true);
@@ -246,6 +263,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr_v2 *pdptr, CUipcMemHandle_v1 handle, 
 /* The last close of an opened pointer gives its charge back. */
 CUresult cuIpcCloseMemHandle(CUdeviceptr_v2 dptr)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuIpcCloseMemHandle(dptr);
     int32_t device;
@@ -283,10 +301,8 @@ static bool capped_meminfo(uint64_t *free_bytes, bool has_free, uint64_t *total_
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
-    bool asked = vgl_resume_ask();
+    VGL_ASKS();
     CUresult rc = vgl_real.cuMemGetInfo_v2(free_bytes, total_bytes);
-    if (asked)
-        vgl_resume_asked();
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
     uint64_t f = free_bytes ? *free_bytes : 0, t = total_bytes ? *total_bytes : 0;
@@ -301,6 +317,7 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 
 CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuMemGetInfo(free_bytes, total_bytes);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS)
         return rc;
@@ -316,6 +333,7 @@ CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice_v1 dev)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuDeviceTotalMem_v2(bytes, dev);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || !bytes)
         return rc;
@@ -327,6 +345,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice_v1 dev)
 
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice_v1 dev)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuDeviceTotalMem(bytes, dev);
     if (VGL_LIKELY(!vgl_config.enabled) || rc != CUDA_SUCCESS || !bytes)
         return rc;

@@ -103,6 +103,7 @@ static CUresult call_driver(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, 
 static CUresult pool_alloc(enum variant v, CUdeviceptr_v2 *dptr, size_t bytes, CUmemoryPool pool,
                            CUstream stream)
 {
+    VGL_ASKS();
     const char *call = v <= ASYNC_PTSZ ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync";
     if (VGL_LIKELY(!vgl_config.enabled))
         return call_driver(v, dptr, bytes, pool, stream);
@@ -177,6 +178,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr_v2 *dptr, size_t bytesize, CUm
 
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps_v1 *poolProps)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuMemPoolCreate(pool, poolProps);
     if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS &&
         poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
@@ -186,6 +188,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps_v1 *poolProps)
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
+    VGL_ASKS();
     CUresult rc = vgl_real.cuMemPoolTrimTo(pool, minBytesToKeep);
     if (VGL_UNLIKELY(vgl_config.enabled) && rc == CUDA_SUCCESS && vgl_self.slot) {
         int device = pool_device(pool);
@@ -199,6 +202,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemPoolDestroy(pool);
     struct vgl_uncharge u;
@@ -263,6 +267,7 @@ static CUresult import_pointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmem
 
 CUresult cuMemPoolImportPointer(CUdeviceptr_v2 *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData_v1 *shareData)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !ptr_out)
         return vgl_real.cuMemPoolImportPointer(ptr_out, pool, shareData);
     struct vgl_charge refused;

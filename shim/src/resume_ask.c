@@ -9,8 +9,14 @@
  * only containers it suspended itself, and makes room for one only by the
  * setters' rules, so a tenant's ask can get back its own memory at most.
  *
- * While the container runs, an ask costs one load: its region's suspend
- * state, the setter's word. */
+ * Every hook that calls the driver asks, from its first statement to its
+ * return (VGL_ASKS, internal.h): the shim has no one entry that all hooks
+ * pass through before the driver (a pool allocation asks the driver about
+ * its pool before its charge; a query or a context call has no charge), and
+ * a hook that forgot would wait unheard (tests/test_lint.py checks).  The launches ask at their gate (launch_hooks.c), the
+ * checkpoint calls and cuGetProcAddress do not (another process's, or no
+ * work of this one's).  While the container runs, an ask costs one load: its
+ * region's suspend state, the setter's word, inline in every hook. */
 #include <stddef.h>
 #include <pthread.h>
 
@@ -28,11 +34,8 @@ VGL_AFTER_FORK(forget_in_child)
 
 off_t vgl_resume_byte(void) { return (off_t)offsetof(struct vgl_beacon, pad); }
 
-bool vgl_resume_ask(void)
+bool vgl_resume_asking(void)
 {
-    const struct vgl_region *region = vgl_self.region;
-    if (VGL_LIKELY(!region || __atomic_load_n(&region->suspend_state, __ATOMIC_RELAXED) == VGL_SUSPEND_RUNNING))
-        return false;
     if (vgl_board_place() != VGL_PLACE_ROW)
         return false; /* no row, no beacon: no agent can hear it */
     const char *path, *why;

@@ -40,6 +40,7 @@ static void drop_holder(uint64_t handle)
 CUresult cuMemCreate(CUmemGenericAllocationHandle_v1 *handle, size_t size, const CUmemAllocationProp_v1 *prop,
                      unsigned long long flags)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return vgl_real.cuMemCreate(handle, size, prop, flags);
     struct vgl_charge c;
@@ -59,6 +60,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle_v1 *handle, size_t size, const
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle_v1 handle)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemRelease(handle);
     pthread_mutex_lock(&vmm_lock);
@@ -74,6 +76,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle_v1 handle)
 CUresult cuMemMap(CUdeviceptr_v2 ptr, size_t size, size_t offset, CUmemGenericAllocationHandle_v1 handle,
                   unsigned long long flags)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemMap(ptr, size, offset, handle, flags);
     int32_t device;
@@ -89,6 +92,7 @@ CUresult cuMemMap(CUdeviceptr_v2 ptr, size_t size, size_t offset, CUmemGenericAl
 /* One unmap may cover several mappings laid side by side. */
 CUresult cuMemUnmap(CUdeviceptr_v2 ptr, size_t size)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled))
         return vgl_real.cuMemUnmap(ptr, size);
     pthread_mutex_lock(&vmm_lock);
@@ -168,6 +172,7 @@ static CUresult import_locked(CUmemGenericAllocationHandle_v1 *handle, void *osH
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle_v1 *handle, void *osHandle,
                                         CUmemAllocationHandleType shHandleType)
 {
+    VGL_ASKS();
     if (VGL_LIKELY(!vgl_config.enabled) || !handle)
         return vgl_real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
     struct vgl_charge c;

@@ -5,6 +5,9 @@ wherever a driver is, cuda-bindings or not (benchmarks/real_gpu_rows/suspend.py)
 
     alloc BYTES     cuMemAlloc, then writes a pattern at both ends (1 MiB each)
     managed BYTES   cuMemAllocManaged
+    async BYTES     cuMemAllocAsync on the null stream (pool BYTES: cuMemAllocFromPoolAsync from the
+                    device's default pool), then cuStreamSynchronize, and writes the pattern as alloc does
+    sync            cuCtxSynchronize
     ipc             cuIpcGetMemHandle of its first allocation
     launch US       launches a kernel of US microseconds and returns (simgpu: a kernel's
                     name says its length), its work in flight
@@ -56,17 +59,28 @@ def main():
     check(cuda.cuDeviceGet(ctypes.byref(device), 0))
     check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))
     check(cuda.cuCtxSetCurrent(context))
+    # Asked now: a call the shim does not intercept would wait, without asking, in a suspended process.
+    pool = ctypes.c_void_p()
+    check(cuda.cuDeviceGetDefaultMemPool(ctypes.byref(pool), device))
     held: list[tuple[int, int]] = []
+    ordered: set[int] = set()   # stream-ordered: freed by cuMemFreeAsync
     kernels: dict[str, ctypes.c_void_p] = {}
     say({"ready": os.getpid()})
     for line in sys.stdin:
         word, *args = line.split()
-        if word in ("alloc", "managed"):
+        if word in ("alloc", "managed", "async", "pool"):
             size, ptr = int(args[0]), u64()
             if word == "alloc":
                 code = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size))
-            else:
+            elif word == "managed":
                 code = cuda.cuMemAllocManaged(ctypes.byref(ptr), ctypes.c_size_t(size), CU_MEM_ATTACH_GLOBAL)
+            elif word == "async":
+                code = cuda.cuMemAllocAsync(ctypes.byref(ptr), ctypes.c_size_t(size), None)
+            else:
+                code = cuda.cuMemAllocFromPoolAsync(ctypes.byref(ptr), ctypes.c_size_t(size), pool, None)
+            if code == 0 and word in ("async", "pool"):
+                ordered.add(ptr.value)
+                check(cuda.cuStreamSynchronize(None))
             if code == 0:
                 held.append((ptr.value, size))
                 for at, n in ends(ptr.value, size):
@@ -94,10 +108,14 @@ def main():
             free, total = ctypes.c_size_t(), ctypes.c_size_t()
             check(cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)))
             say({"free": free.value, "total": total.value})
+        elif word == "sync":
+            say({"result": name(cuda.cuCtxSynchronize())})
         elif word == "free":
             for ptr, _ in held:
-                check(cuda.cuMemFree_v2(u64(ptr)))
+                check(cuda.cuMemFreeAsync(u64(ptr), None) if ptr in ordered else cuda.cuMemFree_v2(u64(ptr)))
+            check(cuda.cuStreamSynchronize(None))
             held.clear()
+            ordered.clear()
             say({"result": "CUDA_SUCCESS"})
         else:
             say({"error": f"unknown command {word!r}"})
