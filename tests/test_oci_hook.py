@@ -186,6 +186,19 @@ def test_bad_input_is_one_line_and_a_failure(tmp_path, case, expected):
     assert not (tmp_path / "node").exists()
 
 
+@pytest.mark.parametrize("value", ["soon", "-5m", "31d", "10 parsecs"])
+def test_a_bad_suspend_idle_annotation_is_one_line_naming_it(value):
+    from vgpulimit.oci import HookError
+    from vgpulimit.oci.install import _idle_ms
+
+    with pytest.raises(HookError) as raised:
+        _idle_ms({"annotations": {"vgpulimit.io/suspend-idle": value}})
+    assert str(raised.value).startswith(f"annotation vgpulimit.io/suspend-idle {value!r}: ")
+    assert "500ms, 30s, 10m, 4h" in str(raised.value) and "\n" not in str(raised.value)
+    assert _idle_ms({"annotations": {"vgpulimit.io/suspend-idle": "10m"}}) == 600_000
+    assert _idle_ms({}) == 0
+
+
 def test_a_variable_of_ours_looser_than_hamis_gives_way():
     """Beside a device plugin's HAMi variable, ours (the pod author's, or a
     CDI device's) applies only where it is the tighter, as in the shim."""
