@@ -19,6 +19,8 @@ from conftest import GiB, MiB, vgpulimit_cmd
 from helpers import one_error_line, status_json, vgpulimit
 from tenants import Tenant, ctl, nvml_memory
 
+from vgpulimit.suspend_record import read_record
+
 OK = "CUDA_SUCCESS"
 
 
@@ -483,3 +485,45 @@ def test_a_tenant_killed_while_stopped_with_a_lock_given_up_leaves_figures_exact
     assert nvml_memory(sim_env) == {"used": 0, "procs": {survivor.pid: 0}}
     assert setter(sim_env, "resume", victim.region).returncode == 0
     _exact(sim_env, victim.region, survivor)
+
+
+def _killed_when(command: list[str], env, ready) -> None:
+    """Runs a setter and SIGKILLs it once ``ready()``: the step it asked for
+    is left under way in its target, as the driver carries it out there."""
+    setter_proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert setter_proc.poll() is None, setter_proc.stderr.read()
+        assert time.monotonic() < deadline, "the setter's step never started"
+        time.sleep(0.005)
+    time.sleep(0.3)   # its request is posted; the step takes seconds
+    setter_proc.kill()
+    setter_proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("killed", ["lock", "checkpoint", "restore"])
+def test_a_setter_killed_in_the_middle_of_a_step_is_finished_by_the_next_resume(sim_env, containers, killed):
+    """A setter (a person's `vgpulimit suspend`, the agent) killed while its
+    target carries out its lock (work in flight), its checkpoint or its
+    restore (a slow host link): the next resume waits for that step and
+    brings the container back, and nothing stays locked."""
+    slow = {"SIMGPU_COPY_GBPS": "2"}
+    a = containers.start("a", "--memory", "10GiB", env=slow)
+    assert a.ask(f"alloc {4 * GiB}")["result"] == OK
+    if killed == "lock":
+        assert a.ask("launch 3000000")["result"] == OK   # 3 s of work the lock waits for
+    before = nvml_memory(sim_env)
+    if killed == "restore":
+        assert setter(sim_env, "suspend", a.region).returncode == 0
+        _killed_when(vgpulimit_cmd("resume", "--simulate", "--region", str(a.region)), sim_env,
+                     lambda: nvml_memory(sim_env)["used"] > 0)
+    else:
+        held = "CU_PROCESS_STATE_RUNNING" if killed == "lock" else "CU_PROCESS_STATE_LOCKED"
+        _killed_when(vgpulimit_cmd("suspend", "--simulate", "--region", str(a.region)), sim_env,
+                     lambda: read_record(a.region).state == "suspending" and states(sim_env, a) == [held])
+    done = setter(sim_env, "resume", a.region)
+    assert done.returncode == 0, done.stderr
+    assert states(sim_env, a) == ["CU_PROCESS_STATE_RUNNING"]
+    assert a.ask("check")["intact"]
+    assert nvml_memory(sim_env) == before
+    assert status_json(sim_env, a.region, "--interval", "0")["suspend"]["state"] == "running"

@@ -41,6 +41,10 @@ DEFAULT_LOCK_TIMEOUT_MS = 10_000
 # container holds at this rate, far below any host link, before the setter
 # gives it up (a process stopped half way answers none).
 SLOWEST_COPY_BYTES_PER_S = 1 << 30
+# The driver carries out one request of a process at a time, so a step a
+# killed setter asked for goes before the resume's own and moves the state
+# under it: the resume reads the states again, at most this many times.
+RESUME_ROUNDS = 3
 
 # CUprocessState (cuda.h)
 RUNNING, LOCKED, CHECKPOINTED, FAILED = range(4)
@@ -50,6 +54,7 @@ CUDA_SUCCESS = 0
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_INITIALIZED = 3   # the process has no CUDA context (or is gone)
 CUDA_ERROR_NOT_READY = 600       # a lock's timeout passed
+CUDA_ERROR_ILLEGAL_STATE = 401   # the step does not apply to the process's state
 CUDA_ERROR_NOT_SUPPORTED = 801   # managed (UVM) or IPC memory
 
 _CALLS = ("cuCheckpointProcessGetState", "cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
@@ -100,16 +105,21 @@ def _failed_line(t: Target) -> str:
             "'vgpulimit resume' brings the others back")
 
 
-def plan_resume(states: Mapping[Target, int | None]) -> tuple[list[Target], list[Target]]:
+def plan_resume(states: Mapping[Target, int | None], interrupted: bool = False) -> tuple[list[Target], list[Target]]:
     """The processes a resume restores (CHECKPOINTED), then unlocks (those
     and the LOCKED); SuspendError when there is nothing to resume or a
-    process cannot be."""
+    process cannot be.  ``interrupted``: the record says a setter was killed
+    half way, and a step it asked for may still be under way in a process
+    that reads RUNNING (a lock waiting for work to drain): every live one is
+    unlocked then, which waits for that step and undoes it (an unlock of a
+    RUNNING process is refused, and changes nothing)."""
     for t, s in states.items():
         if s == FAILED:
             raise SuspendError(_failed_line(t))
     restore = [t for t, s in states.items() if s == CHECKPOINTED]
-    unlock = [t for t, s in states.items() if s in (LOCKED, CHECKPOINTED)]
-    if not unlock:
+    held = (LOCKED, CHECKPOINTED, RUNNING) if interrupted else (LOCKED, CHECKPOINTED)
+    unlock = [t for t, s in states.items() if s in held]
+    if not unlock and not interrupted:
         raise SuspendError("the container is not suspended")
     return restore, unlock
 
@@ -371,29 +381,43 @@ def resume(region: str, driver: Driver, clock: Callable[[], int] = time.monotoni
     that was interrupted): its record after."""
     with _exclusive(region) as fd:
         targets, snapshot = _targets(region)
-        restore, unlock = plan_resume({t: driver.state(t.pid) for t in targets})
         container = _Container(region, snapshot, fd)
+        interrupted = container.record.state in ("suspending", "resuming")
+        restore, unlock = plan_resume({t: driver.state(t.pid) for t in targets}, interrupted)
         suspended_since = container.record.since_ns if container.record.state == "suspended" else 0
         started = clock()
         container.set_state("resuming", since_ns=container.record.since_ns or started)
         container.mark_board(False)   # its guarantee is held again before its memory comes back
         within_s = _within_s(DEFAULT_LOCK_TIMEOUT_MS, snapshot)
-        try:
-            _run_steps(driver, [("restore", driver.restore, restore)], 0, within_s)
-        except _StepFailed as failed:
-            failed.undo({"restore": driver.checkpoint}, within_s)
-            t = failed.target
-            lost = not failed.stuck and driver.state(t.pid) == FAILED
-            container.mark_board(True)
-            container.set_state("suspended", failed=(t.container_pid,) if lost else ())
-            raise (SuspendError(_failed_line(t)) if lost else failed.error) from None
-        silent = [t for t in unlock if _answer(driver.unlock, t.pid, within_s) is None]
-        # A step a killed setter asked for may still be under way in a
-        # process (its checkpoint thread carries it out after the caller died).
-        behind = [(t, s) for t in unlock if t not in silent
-                  and (s := driver.state(t.pid)) is not None and s != RUNNING]
-        if behind:
-            t, state = behind[0]
+
+        def restore_step(pid: int) -> int:
+            code = driver.restore(pid)
+            try:
+                if code == CUDA_ERROR_ILLEGAL_STATE and driver.state(pid) == LOCKED:
+                    return CUDA_SUCCESS   # a killed setter's restore went first: the memory is back
+            except SuspendError:
+                pass
+            return code
+
+        silent: list[Target] = []
+        for _ in range(RESUME_ROUNDS):
+            try:
+                _run_steps(driver, [("restore", restore_step, restore)], 0, within_s)
+            except _StepFailed as failed:
+                failed.undo({"restore": driver.checkpoint}, within_s)
+                t = failed.target
+                lost = not failed.stuck and driver.state(t.pid) == FAILED
+                container.mark_board(True)
+                container.set_state("suspended", failed=(t.container_pid,) if lost else ())
+                raise (SuspendError(_failed_line(t)) if lost else failed.error) from None
+            silent += [t for t in unlock if _answer(driver.unlock, t.pid, within_s) is None]
+            behind = {t: s for t in targets if t not in silent
+                      and (s := driver.state(t.pid)) is not None and s != RUNNING}
+            if not behind:
+                break
+            restore, unlock = plan_resume(behind)
+        else:
+            t, state = next(iter(behind.items()))
             raise SuspendError(f"{t.shown} is still {PROCESS_STATES[state]} after its unlock: a step asked for "
                                "earlier is still under way in it; run 'vgpulimit resume' again")
         done = clock()
