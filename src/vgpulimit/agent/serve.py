@@ -25,7 +25,6 @@ from vgpulimit.suspend_record import read_record
 
 SETTLE_NS = 1_000_000_000      # after acting for a claimant, it is left to take the memory this long
 SHIELD_NS = 30_000_000_000     # a container whose suspend was refused is not tried again for this long
-FINISH_TRIES, FINISH_PAUSE_S = 100, 0.1   # finishing what a killed agent left: tries, and the pause between
 LOCK_NAME = "agent.lock"
 
 
@@ -51,6 +50,7 @@ class Agent:
         self.last_used: dict[str, dict[str, int]] = {}
         self.acted_for: dict[str, int] = {}
         self.shielded: dict[str, int] = {}
+        self.unfinished: dict[str, str] = {}   # region -> why finishing it failed, said once
         self.lock_fd = -1
 
     # ---- start: one agent per board; what a killed one left ----
@@ -72,8 +72,7 @@ class Agent:
 
     def recover(self) -> None:
         """What a killed agent left: a container it suspended stays its; one
-        it was suspending or resuming is finished by a resume (all restored,
-        all unlocked), and the rules decide again."""
+        it was suspending or resuming is finished by the next look."""
         before = journal.read(self.board)
         if before is None:
             return
@@ -88,51 +87,36 @@ class Agent:
                 self.state.suspended[name] = replace(entry, state="suspended")
                 self._decide("kept", name, "suspended by the agent before it restarted", entry.for_name)
             elif record.state != "running":
-                self._finish(name, entry, record.state)
+                self.state.suspended[name] = replace(entry, state="resuming")
 
-    def _finish(self, name: str, entry: journal.Entry, was: str) -> None:
-        """A suspend or a resume cut short: resumed whole.  A step the killed
-        agent asked for may still be under way in its target (the driver
-        carries it out there), so the processes' states are read again after
-        the resume, and it is tried again until every one runs, or the
-        container is left suspended (no room: the rules resume it later)."""
-        for _ in range(FINISH_TRIES):
+    def finish(self) -> None:
+        """A suspend or resume of the agent's cut short (it was killed, or a
+        step it asked for went on in its target) is resumed whole; the rules
+        then decide again.  Left suspended where it cannot be (no room: the
+        rules resume it later), and tried again at the next look otherwise."""
+        for name, entry in list(self.state.suspended.items()):
+            if not os.path.exists(name):
+                continue   # the container ended: the look forgets it
+            was = read_record(name).state
+            if was == "running":
+                del self.state.suspended[name]
+                self._decide("forgot", name, "resumed by another setter", entry.for_name)
+                continue
+            if entry.state == "suspended" and was == "suspended":
+                continue
             try:
                 suspend.resume(name, self.driver)
-            except suspend.SuspendError as exc:
-                if self._states(name) <= {suspend.RUNNING, None}:
-                    break   # nothing was left to resume
-                self.state.suspended[name] = replace(entry, state="suspended")
-                self._decide("refused", name, f"an interrupted {entry.state}: {exc}", entry.for_name)
-                return
-            if self._states(name) <= {suspend.RUNNING, None}:
-                self.state.resumes += was == "suspended"
-                self._decide("finished", name, f"an interrupted {entry.state} (the container was {was}): "
-                             "resumed", entry.for_name)
-                return
-            time.sleep(FINISH_PAUSE_S)
-        else:
-            self.state.suspended[name] = replace(entry, state="suspended")
-            self._decide("refused", name, f"an interrupted {entry.state}: its processes do not settle",
-                         entry.for_name)
-
-    def _states(self, name: str) -> set[int | None]:
-        """The driver's state of each live process of the container."""
-        from vgpulimit.processes import host_pids
-
-        try:
-            snapshot = read_snapshot(name)
-        except RegionError:
-            return set()
-        host = host_pids() if any(p.host_pid is None for p in snapshot.processes) else {}
-        pids = [p.host_pid or host.get((p.pid, p.start_ticks)) for p in snapshot.processes]
-        states = set()
-        for pid in pids:
-            try:
-                states.add(self.driver.state(pid) if pid else None)
-            except suspend.SuspendError:
-                states.add(None)
-        return states
+            except (suspend.SuspendError, RegionError) as exc:
+                now = read_record(name).state
+                entry.state = "suspended" if now == "suspended" else "resuming"
+                if self.unfinished.get(name) != str(exc):
+                    self.unfinished[name] = str(exc)
+                    self._decide("refused", name, f"an interrupted {was}: {exc}", entry.for_name)
+                continue
+            del self.state.suspended[name]
+            self.unfinished.pop(name, None)
+            self.state.resumes += was == "suspended"
+            self._decide("finished", name, f"an interrupted {was}: resumed", entry.for_name)
 
     # ---- the loop ----
 
@@ -151,6 +135,7 @@ class Agent:
         return 0
 
     def tick(self) -> list[rules.Action]:
+        self.finish()
         now = watch.now_ns()
         try:
             containers, free, total = self.look(now)
