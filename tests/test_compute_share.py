@@ -59,9 +59,10 @@ class Container:
 
 
 def loops(client: Path, processes: int, path: str = "kernel", seconds: float = 4.2,
-          kernel_us: int = KERNEL_US) -> list[str]:
-    """A shell command running `processes` launch loops at once."""
-    loop = f"{client} {path} {kernel_us} {seconds}"
+          kernel_us: int = KERNEL_US, queue_us: int | None = None) -> list[str]:
+    """A shell command running `processes` launch loops at once (each with
+    `queue_us` of kernels in flight per batch, launch_client's QUEUE_US)."""
+    loop = f"{client} {path} {kernel_us} {seconds}" + (f" 0 {queue_us}" if queue_us else "")
     return ["sh", "-c", " & ".join([loop] * processes) + " & wait"]
 
 

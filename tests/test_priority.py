@@ -27,6 +27,13 @@ from helpers import status_json
 from test_compute_share import Container, loops, progress, share, wait_for
 from test_views import serve_and_scrape
 
+# A high container's loop keeps 20 ms of kernels queued, as a busy program
+# does: on a busy machine, a loop that waits less than that for a CPU leaves
+# the GPU no idle gap, which a lower one would be right to take (the high one
+# has no work then).  Lower loops keep launch_client's 4 ms, but in the test
+# of the known limit that a deep queue is (docs/priority.md).
+HIGH_QUEUE_US = 20_000
+
 
 def device0(region: Path, env) -> dict:
     [device] = [d for d in status_json(env, region)["devices"] if d["index"] == 0]
@@ -67,16 +74,16 @@ def alone_then(output: str, alone: tuple[float, float], after: tuple[float, floa
 
 
 def beside_a_low_one(tmp_path, env, client, high_flags=(), low_command=None, high_seconds=2.0,
-                     priorities=("low", "high")):
+                     priorities=("low", "high"), low_queue_us=None):
     """A low container's loop of 1 ms kernels; once it has run a second, a
     high one's for `high_seconds` (or of the two `priorities`).  Both
     outputs, and the two regions."""
     low_region, high_region = tmp_path / "low.region", tmp_path / "high.region"
     started = time.monotonic()
-    low = Container(env, None, low_command or loops(client, 1, seconds=high_seconds + 3.2), region=low_region,
-                    flags=["--priority", priorities[0]])
+    low = Container(env, None, low_command or loops(client, 1, seconds=high_seconds + 3.2, queue_us=low_queue_us),
+                    region=low_region, flags=["--priority", priorities[0]])
     wait_for(lambda: reported(low, started + 1.0), "progress from the low container")
-    high = Container(env, None, loops(client, 1, seconds=high_seconds), region=high_region,
+    high = Container(env, None, loops(client, 1, seconds=high_seconds, queue_us=HIGH_QUEUE_US), region=high_region,
                      flags=["--priority", priorities[1], *high_flags])
     high_out = high.finish()
     return low.finish(), high_out, low_region, high_region
@@ -98,6 +105,20 @@ def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
     yielded = [v for (name, _), v in serve_and_scrape(sim_env, "--region", low_region).items()
                if name == "vgpulimit_yielded_seconds_total"]
     assert yielded == [pytest.approx(low["yielded_ns"] / 1e9)]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known, not yet fixed: the shim bounds a lower container's work in flight "
+                   "by its kernels' costs, not by their completion, and time slices stretch both (docs/priority.md)")
+def test_a_low_container_with_a_deep_queue_still_holds_back(tmp_path, sim_env, launch_client):
+    """A low container whose program keeps 20 ms of kernels queued, as
+    frameworks do, beside a high one: it should hold back as a shallow one
+    does.  It does not: both containers' estimates of their work lapse while
+    the time slices leave it half done, and the two share the GPU about
+    evenly (818 kernels to 780 over 1.7 s on a quiet machine)."""
+    low_out, high_out, _, _ = beside_a_low_one(tmp_path, sim_env, launch_client, low_queue_us=HIGH_QUEUE_US)
+    first, last = span(high_out)
+    goes_first(high_out, low_out, first + 0.3, last)
 
 
 @pytest.mark.slow
@@ -539,7 +560,7 @@ def test_set_from_the_node_changes_a_hook_containers_priority(hook_node):
     container sees it), and the low container, raised, runs beside the high one."""
     low = hook_node.start("low", "low", f"{hook_node.client} kernel 1000 5")
     wait_for(lambda: ran_for(low.lines, 0.3), "progress from the low container")
-    high = hook_node.start("high", "high", f"{hook_node.client} kernel 1000 3.5")
+    high = hook_node.start("high", "high", f"{hook_node.client} kernel 1000 3.5 0 {HIGH_QUEUE_US}")
     wait_for(lambda: ran_for(high.lines, 1.0), "a second of the high container")
     asked = time.monotonic()
     result = run(vgpulimit_cmd("set", "--priority", "high", "--region", low.region), base_env(), check=False)

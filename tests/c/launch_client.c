@@ -1,6 +1,6 @@
 /* A kernel launch loop, for the compute-share tests and benchmarks/compute_share.py.
  *
- *   launch_client PATH KERNEL_US SECONDS [CPU_US]
+ *   launch_client PATH KERNEL_US SECONDS [CPU_US [QUEUE_US]]
  *
  * Launches simgpu's kernel "spin_us<KERNEL_US>" (it runs KERNEL_US on the
  * simulated GPU) through PATH for SECONDS, after each launch working CPU_US
@@ -17,8 +17,9 @@
  * two / four streams in turn, joined at the end of each batch), captured (cuLaunchKernel into a
  * stream being captured, at most 1000 launches in SECONDS, never run).  The driver is reached as the CUDA
  * runtime reaches it: dlopen and cuGetProcAddress_v2.  Two batches of about
- * 2 ms of kernels are kept in flight, so the device never runs dry while the
- * loop waits for the older one. */
+ * QUEUE_US of kernels (default 2000) are kept in flight, so the device never
+ * runs dry while the loop waits for the older one, nor while the loop waits
+ * that long for a CPU on a busy machine. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,15 +78,16 @@ typedef CUresult (*graph_launch_fn)(CUgraphExec, CUstream);
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 && argc != 5) {
+    if (argc < 4 || argc > 6) {
         fprintf(stderr, "usage: launch_client kernel|ptsz|ex|cooperative|graph|graph40|capture|captured|streams2|"
-                        "streams4 KERNEL_US SECONDS [CPU_US]\n");
+                        "streams4 KERNEL_US SECONDS [CPU_US [QUEUE_US]]\n");
         return 2;
     }
     const char *path = argv[1];
     long kernel_us = atol(argv[2]);
     double seconds = atof(argv[3]);
-    double cpu_s = argc == 5 ? atof(argv[4]) / 1e6 : 0;
+    double cpu_s = argc >= 5 ? atof(argv[4]) / 1e6 : 0;
+    long queue_us = argc == 6 ? atol(argv[5]) : 2000;
     void *driver = dlopen("libcuda.so.1", RTLD_NOW);
     get_proc = driver ? (procaddr_fn)dlsym(driver, "cuGetProcAddress_v2") : NULL;
     if (!get_proc) {
@@ -170,7 +172,7 @@ int main(int argc, char **argv)
     CUlaunchConfig config = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
                              .blockDimZ = 1, .hStream = on};
 
-    long batch = kernel_us > 0 ? 2000 / (nodes * kernel_us) : 256;
+    long batch = kernel_us > 0 ? queue_us / (nodes * kernel_us) : 256;
     batch = batch < 1 ? 1 : batch > 256 ? 256 : batch;
     long launched = 0, completed = 0;
     double start = now_s(), next_report = start;
