@@ -5,6 +5,7 @@
  * it needs (cu[Mipmapped]ArrayGetMemoryRequirements), destroy it, and reserve
  * exactly that.  Drivers that cannot (before CUDA 11.6) get an estimate. */
 #include "internal.h"
+#include "resume_ask.h"
 
 /* Bytes of one channel of a CUarray_format; compressed and planar formats
  * take at most this much. */

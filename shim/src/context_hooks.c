@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "resume_ask.h"
 
 /* After the driver made a context on `device`: whether the container (and
  * each run it is nested in) still fits under its cap, with the context's

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "resume_ask.h"
 
 /* Real drivers and simgpu grow the graph pool in 2 MiB pages. */
 #define GRAPH_CHUNK (2ULL << 20)

@@ -79,14 +79,6 @@ void vgl_waits_publish(struct vgl_beacon *beacon, struct vgl_region *region, uin
 off_t vgl_waits_byte(uint32_t device);
 int vgl_waits_held(int fd, uint32_t device);
 
-/* resume_ask.c — a suspended container's call asks the node agent to resume it
- * (vgl_resume_ask and VGL_ASKS below, once vgl_self is declared). */
-/* The container is suspended: the call asks now (the byte of
- * vgl_resume_byte in its beacon locked), or cannot (false). */
-bool vgl_resume_asking(void);
-void vgl_resume_asked(void);
-off_t vgl_resume_byte(void);
-
 /* region_guard.c (also region.h) — a mapping of a file that a tenant may
  * truncate under it: a lost page becomes a private page of zeros instead of
  * a fatal SIGBUS.  0, or -EMFILE: too many guarded. */
@@ -155,24 +147,6 @@ struct vgl_self {
     int32_t pid;
 };
 extern struct vgl_self vgl_self;
-/* True when the container is suspended and the call now asks: the caller
- * then calls vgl_resume_asked once the driver's call returned.  Inline, one
- * load while the container runs: every hook opens with it. */
-static inline bool vgl_resume_ask(void)
-{
-    const struct vgl_region *region = vgl_self.region;
-    if (VGL_LIKELY(!region || __atomic_load_n(&region->suspend_state, __ATOMIC_RELAXED) == VGL_SUSPEND_RUNNING))
-        return false;
-    return vgl_resume_asking();
-}
-static inline void vgl_resume_done(const bool *asked)
-{
-    if (VGL_UNLIKELY(*asked))
-        vgl_resume_asked();
-}
-/* The first statement of a hook whose driver call the checkpoint lock can
- * block: the call asks from here until the hook returns, whichever return. */
-#define VGL_ASKS() bool vgl_asks_ __attribute__((cleanup(vgl_resume_done), unused)) = vgl_resume_ask()
 /* The regions the process counts in: its own (link 0), then those it is nested in. */
 static inline uint32_t vgl_links(void) { return 1 + vgl_self.nouter; }
 static inline struct vgl_link vgl_link_at(uint32_t i)

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "resume_ask.h"
 
 /* cuda.h's per-thread default stream: what NULL means in a _ptsz entry point,
  * and what the shim's own calls must name there. */

@@ -5,6 +5,7 @@
  * (vgl_charge_retry).  With no vgpulimit variable set, every hook is a plain
  * call through. */
 #include "internal.h"
+#include "resume_ask.h"
 
 /* The driver's pitch alignment is at most this on every GPU we know; we
  * reserve a pitched allocation at this bound and settle to the real pitch. */

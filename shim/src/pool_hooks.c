@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "resume_ask.h"
 
 /* The growth a pool may take for one allocation: real drivers and simgpu
  * grow pools in 2 MiB pages. */

@@ -21,6 +21,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "resume_ask.h"
 
 static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t asking; /* this process's calls asking now: the byte is locked while one does */

@@ -7,6 +7,7 @@
  * there are dozens of them, and a copy into or out of device memory usually
  * follows an allocation or a launch of the same cell, which asks. */
 #include "internal.h"
+#include "resume_ask.h"
 
 CUresult cuCtxSynchronize(void)
 {

@@ -22,6 +22,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "resume_ask.h"
 
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 
