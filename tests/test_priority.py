@@ -31,7 +31,7 @@ from test_views import serve_and_scrape
 # does: on a busy machine, a loop that waits less than that for a CPU leaves
 # the GPU no idle gap, which a lower one would be right to take (the high one
 # has no work then).  Lower loops keep launch_client's 4 ms, but in the test
-# of the known limit that a deep queue is (docs/priority.md).
+# of a deep queue.
 HIGH_QUEUE_US = 20_000
 
 
@@ -108,14 +108,13 @@ def test_high_goes_first(tmp_path, sim_env, launch_client, lower, higher):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known, not yet fixed: the shim bounds a lower container's work in flight "
-                   "by its kernels' costs, not by their completion, and time slices stretch both (docs/priority.md)")
 def test_a_low_container_with_a_deep_queue_still_holds_back(tmp_path, sim_env, launch_client):
     """A low container whose program keeps 20 ms of kernels queued, as
-    frameworks do, beside a high one: it should hold back as a shallow one
-    does.  It does not: both containers' estimates of their work lapse while
-    the time slices leave it half done, and the two share the GPU about
-    evenly (818 kernels to 780 over 1.7 s on a quiet machine)."""
+    frameworks do, beside a high one: it holds back as a shallow one does.
+    By its kernels' costs alone it did not: the GPU's time slices leave its
+    work half done when the estimate says it is over, it launched again too
+    soon, and the two shared the GPU about evenly (818 kernels to 780 over
+    1.7 s); the driver's word on its fence holds it."""
     low_out, high_out, _, _ = beside_a_low_one(tmp_path, sim_env, launch_client, low_queue_us=HIGH_QUEUE_US)
     first, last = span(high_out)
     goes_first(high_out, low_out, first + 0.3, last)

@@ -515,9 +515,11 @@ struct vgl_priority_hold {
 };
 /* 0: a launch may go now; else how many ns to wait before asking again
  * (at most vgl_timings.priority_max_wait_ns).  `own_until_ns`: until when the
- * container's own launched work lasts. */
+ * container's own launched work lasts, by its kernels' costs; `behind`: the
+ * driver says the process's work is not done where that estimate, a
+ * lookahead ago, said it would be. */
 int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
-                          struct vgl_priority_hold *hold);
+                          bool behind, struct vgl_priority_hold *hold);
 /* Until when the container's work lasts once a launch of `cost_ns` goes now. */
 uint64_t vgl_priority_until(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
                             int64_t cost_ns);
@@ -529,7 +531,11 @@ bool vgl_priority_takes_part(void);
 /* 0: a launch of `cost_ns` on `device` may go now (and is written in the
  * container's beacon); else how many ns to wait, for a container of a higher
  * priority, before asking again.  Only while vgl_priority_takes_part(). */
-int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns);
+int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns, bool quiet);
+/* After the driver's call for a launch vgl_priority_admit let go on
+ * `stream` (current context): `went`, the driver took it.  `quiet` (as
+ * vgl_busy_enter's: a stream capture is open): the driver is asked nothing. */
+void vgl_priority_launched(int device, CUstream stream, bool went, bool quiet);
 /* A launch on `device` waited `ns` for higher priorities. */
 void vgl_priority_yielded(int device, uint64_t ns);
 

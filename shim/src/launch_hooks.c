@@ -165,7 +165,7 @@ static void sleep_ns(int64_t ns)
  * counted apart (yielded_ns), not as throttled.  Returns the clock then. */
 static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, bool quiet)
 {
-    int64_t wait = vgl_priority_admit(device, now, l->cost_ns);
+    int64_t wait = vgl_priority_admit(device, now, l->cost_ns, quiet);
     if (wait <= 0)
         return now;
     measure_while_waiting(l, now, true, quiet);
@@ -175,7 +175,7 @@ static uint64_t yield_to_higher(struct vgl_launch *l, int device, uint64_t now, 
         vgl_priority_yielded(device, woke - now);
         now = woke;
         measure_while_waiting(l, now, false, quiet);
-        wait = vgl_priority_admit(device, now, l->cost_ns);
+        wait = vgl_priority_admit(device, now, l->cost_ns, quiet);
     }
     return now;
 }
@@ -251,8 +251,11 @@ static CUresult gate_leave(struct vgl_launch *l, CUresult rc)
         vgl_resume_asked();
     if (l->device >= 0) {
         struct vgl_settlements settled;
-        vgl_busy_leave(l, rc == CUDA_SUCCESS, __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0, &settled);
+        bool quiet = __atomic_load_n(&captures_open, __ATOMIC_RELAXED) > 0;
+        vgl_busy_leave(l, rc == CUDA_SUCCESS, quiet, &settled);
         settle(&settled);
+        if (vgl_priority_takes_part())
+            vgl_priority_launched(l->device, l->stream, rc == CUDA_SUCCESS, quiet);
     }
     return rc;
 }

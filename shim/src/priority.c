@@ -17,6 +17,15 @@
  * one could have work in flight (priority_model.c), so it holds back no
  * container above it.
  *
+ * How long a container's work lasts is its kernels' costs queued one after
+ * another; beside a higher container the GPU's time slices stretch it, and
+ * a lower one whose program queues far ahead would launch again, and again,
+ * before its work is done.  So while a higher one shares the device, an
+ * event recorded after one of the process's launches (its fence) has the
+ * last word: once the estimate is a lookahead past the work before it and
+ * the driver says it is not complete, launches wait for it.  One record and
+ * one query every so often, and only beside a higher container.
+ *
  * A process reads the others' beacons at most every
  * vgl_timings.beacon_reread_ns, under a lock of its own; nothing is locked
  * that another process holds.  Its own beacon is extended with a
@@ -38,6 +47,13 @@ static struct {
         struct vgl_priority_view busy;
     } seen[VGL_MAX_DEVICES];           /* by the container's device index */
     struct vgl_priority_hold hold;
+    struct {
+        CUevent event;                 /* NULL: none made */
+        CUcontext ctx;                 /* the context it was made in */
+        uint64_t until_ns;             /* when the estimate said the work before it ends */
+        bool armed;                    /* recorded, not seen complete yet */
+        bool due;                      /* the launch let go records it */
+    } fence[VGL_MAX_DEVICES];
 } prio = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The claims of a process whose container's beacon cannot be written: they
@@ -46,8 +62,10 @@ static struct vgl_beacon unshared;
 
 static void forget_in_child(void)
 {
-    /* The mapping stays valid in the child; only the lock may be held. */
+    /* The mapping stays valid in the child; only the lock may be held.  The
+     * parent's events are of its contexts, which the child has not. */
     pthread_mutex_init(&prio.lock, NULL);
+    memset(prio.fence, 0, sizeof prio.fence);
 }
 VGL_AFTER_FORK(forget_in_child)
 
@@ -168,7 +186,20 @@ static struct vgl_priority_view others_busy(int device, const uint8_t uuid[16], 
     return o;
 }
 
-int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
+/* Whether the process's fence on `device` is overdue: the estimate said
+ * its work ended a lookahead ago, and the driver says it has not.  Under
+ * prio.lock. */
+static bool fence_behind(int device, uint64_t now_ns)
+{
+    if (!prio.fence[device].armed || now_ns < prio.fence[device].until_ns + vgl_timings.priority_lookahead_ns)
+        return false;
+    if (vgl_real.cuEventQuery(prio.fence[device].event) == CUDA_ERROR_NOT_READY)
+        return true;
+    prio.fence[device].armed = false; /* complete, or its context gone */
+    return false;
+}
+
+int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns, bool quiet)
 {
     const uint8_t *uuid = vgl_self.region->devices[device].uuid;
     if (vgl_uuid_none(uuid))
@@ -177,7 +208,8 @@ int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
     pthread_mutex_lock(&prio.lock);
     struct vgl_priority_view v = others_busy(device, uuid, now_ns);
     int64_t wait = vgl_priority_wait(&v, __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED), now_ns,
-                                     &prio.hold);
+                                     !quiet && v.higher_shares && fence_behind(device, now_ns), &prio.hold);
+    prio.fence[device].due = wait <= 0 && !quiet && v.higher_shares && !prio.fence[device].armed;
     pthread_mutex_unlock(&prio.lock);
     if (wait > 0)
         return wait;
@@ -190,6 +222,31 @@ int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns)
         ;
     __atomic_add_fetch(&own->launches, 1, __ATOMIC_RELEASE);
     return 0;
+}
+
+void vgl_priority_launched(int device, CUstream stream, bool went, bool quiet)
+{
+    pthread_mutex_lock(&prio.lock);
+    if (prio.fence[device].due && went && !quiet && !prio.fence[device].armed) {
+        CUcontext ctx = NULL;
+        if (vgl_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) {
+            if (prio.fence[device].event && prio.fence[device].ctx != ctx) {
+                vgl_real.cuEventDestroy_v2(prio.fence[device].event);
+                prio.fence[device].event = NULL;
+            }
+            if (!prio.fence[device].event &&
+                vgl_real.cuEventCreate(&prio.fence[device].event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+                prio.fence[device].event = NULL;
+            prio.fence[device].ctx = ctx;
+            if (prio.fence[device].event && vgl_real.cuEventRecord(prio.fence[device].event, stream) == CUDA_SUCCESS) {
+                prio.fence[device].armed = true;
+                prio.fence[device].until_ns = __atomic_load_n(&prio.own->device[device].busy_until_ns,
+                                                              __ATOMIC_RELAXED);
+            }
+        }
+    }
+    prio.fence[device].due = false;
+    pthread_mutex_unlock(&prio.lock);
 }
 
 void vgl_priority_yielded(int device, uint64_t ns)

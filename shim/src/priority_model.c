@@ -7,7 +7,7 @@
 #include "internal.h"
 
 int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_ns, uint64_t now_ns,
-                          struct vgl_priority_hold *hold)
+                          bool behind, struct vgl_priority_hold *hold)
 {
     int64_t wait = 0;
     bool floor = false;
@@ -23,6 +23,10 @@ int64_t vgl_priority_wait(const struct vgl_priority_view *v, uint64_t own_until_
             wait = (int64_t)(v->higher_ns + vgl_timings.priority_grace_ns - now_ns);
     } else if (v->higher_shares && own_until_ns > now_ns + vgl_timings.priority_lookahead_ns) {
         wait = (int64_t)(own_until_ns - now_ns - vgl_timings.priority_lookahead_ns);
+    } else if (v->higher_shares && behind) {
+        /* The estimate says its work is done, the driver says it is not:
+         * the driver is asked again a lookahead later. */
+        wait = (int64_t)vgl_timings.priority_lookahead_ns;
     }
     if (wait > 0)
         return wait < vgl_timings.priority_max_wait_ns ? wait : vgl_timings.priority_max_wait_ns;

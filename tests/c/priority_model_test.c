@@ -9,7 +9,7 @@
 static int64_t wait_at(const struct vgl_priority_view *v, uint64_t own_until, uint64_t now,
                        struct vgl_priority_hold *hold)
 {
-    return vgl_priority_wait(v, own_until, now, hold);
+    return vgl_priority_wait(v, own_until, now, false, hold);
 }
 
 int main(void)
@@ -38,6 +38,14 @@ int main(void)
     CHECK(wait_at(&idle, t + vgl_timings.priority_lookahead_ns, t, &hold) == 0, "the lookahead in flight");
     w = wait_at(&idle, t + 2 * MS, t, &hold);
     CHECK(w == (int64_t)(2 * MS - vgl_timings.priority_lookahead_ns), "more waits until it drains: %lld", (long long)w);
+
+    /* Its estimate done, its work not (the driver's word): it waits, and
+     * asks again a lookahead later; beside no one above, the driver's word
+     * changes nothing. */
+    CHECK(vgl_priority_wait(&idle, t, t, true, &hold) == (int64_t)vgl_timings.priority_lookahead_ns,
+          "behind its estimate beside a higher container: waits");
+    CHECK(vgl_priority_wait(&alone, t, t, true, &hold) == 0, "behind, with no one above: goes");
+    CHECK(vgl_priority_wait(&idle, t, t, false, &hold) == 0, "done, as estimated: goes");
 
     /* The floor: after 50 ms held, one launch, then one every 50 ms. */
     struct vgl_priority_hold h = {0, 0};
