@@ -16,6 +16,8 @@ import pytest
 from conftest import C_DIR, base_env, compile_c
 from helpers import sanitized_build
 
+from vgpulimit.region import Region, read_snapshot
+
 pytestmark = pytest.mark.skipif(
     shutil.which("meson") is None or shutil.which("ninja") is None,
     reason="meson and ninja are needed to build the sanitized tree (pip install meson ninja)")
@@ -71,3 +73,38 @@ def test_threads_borrowing_past_a_request_race_on_nothing(tsan, tmp_path):
     assert "ThreadSanitizer" not in result.stderr, result.stderr[-6000:]
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout == f"filled {1 << 30}\nfreed\n"
+
+
+def priority_region(tmp_path: Path, name: str, priority: str) -> Path:
+    """A region with a row of `priority` in the board beside it, as `vgpulimit run --priority` makes them."""
+    from vgpulimit import board
+
+    path, board_path = tmp_path / f"{name}.region", str(tmp_path / "priority.board")
+    with Region.create(path, None, None) as region:
+        row = board.join(board_path, priority, str(path))
+        region.set_board_row(board_path, row.row, row.key)
+    return path
+
+
+def test_threads_launching_beside_a_higher_container_race_on_nothing(tsan, tmp_path, launch_client):
+    """Four threads of a low container keep 20 ms of kernels queued each,
+    and destroy their streams at the end, while a high one launches: every
+    launch reads the beacons and the process's fence, those let go record
+    it, and a stream's measurement ends before the stream does (another
+    thread's recorded an event on a destroyed stream before)."""
+    client = compile_c(tsan["bin"] / "thread_launch", [C_DIR / "thread_launch.c"], "-fsanitize=thread",
+                       f"-L{tsan['bin']}", "-lcuda", "-lpthread")
+    shared = {"LD_LIBRARY_PATH": str(tsan["build"] / "simgpu"), "SIMGPU_STATE": str(tmp_path / "simgpu.state"),
+              "SIMGPU_MEMORY": "16GiB", "SIMGPU_CONTEXT_OVERHEAD": "0", "SIMGPU_RESERVED": "0",
+              "TSAN_OPTIONS": "halt_on_error=1 exitcode=66"}
+    preload = f"{runtime()} {tsan['build'] / 'shim' / 'libvgpulimit.so'}"
+    high_region, low_region = priority_region(tmp_path, "high", "high"), priority_region(tmp_path, "low", "low")
+    high = subprocess.Popen([str(launch_client), "kernel", "1000", "3"], stdout=subprocess.PIPE, text=True,
+                            env=base_env(LD_PRELOAD=preload, VGPULIMIT_REGION=str(high_region), **shared))
+    low = subprocess.run([str(client), "4", "1000", "20", "2"], capture_output=True, text=True, timeout=600,
+                         check=False, env=base_env(LD_PRELOAD=preload, VGPULIMIT_REGION=str(low_region), **shared))
+    high_out, _ = high.communicate(timeout=600)
+    assert "ThreadSanitizer" not in low.stderr, low.stderr[-6000:]
+    assert low.returncode == 0 and low.stdout.startswith("launched "), low.stderr[-3000:]
+    assert high.returncode == 0 and "done " in high_out
+    assert read_snapshot(str(low_region)).devices[0].yielded_ns > 0, "the low threads were never held back"

@@ -554,6 +554,19 @@ void vgl_busy_quiesce(CUcontext ctx, struct vgl_settlements *out)
     pthread_mutex_unlock(&measure.lock);
 }
 
+void vgl_busy_stream_ends(CUstream stream, struct vgl_settlements *out)
+{
+    out->n = 0;
+    pthread_mutex_lock(&measure.lock);
+    for (uint32_t i = 0; i < measure.ntrackers; i++) {
+        struct vgl_tracker *t = &measure.trackers[i];
+        for (uint32_t k = 0; k < t->nstreams; k++)
+            if (t->streams[k].stream == stream)
+                close_run(t, k, t->ev->now_ns(), false, out);
+    }
+    pthread_mutex_unlock(&measure.lock);
+}
+
 void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet, struct vgl_settlements *out)
 {
     out->n = 0;

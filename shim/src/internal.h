@@ -806,6 +806,10 @@ void vgl_busy_begin(struct vgl_launch *l, uint64_t now_ns, bool quiet, struct vg
  * now, or held back with its kernel's first launches.  `quiet`: as above (a
  * run stays open rather than end with an event). */
 void vgl_busy_leave(struct vgl_launch *l, bool launched, bool quiet, struct vgl_settlements *out);
+/* `stream` is about to be destroyed: its open run ends now, its event
+ * recorded while the stream is there (a measurement ended later, from
+ * another thread, would record it on a destroyed stream). */
+void vgl_busy_stream_ends(CUstream stream, struct vgl_settlements *out);
 /* A stream capture is about to begin: the runs of `ctx` (current) end now,
  * their events recorded before it rather than into it. */
 void vgl_busy_quiesce(CUcontext ctx, struct vgl_settlements *out);

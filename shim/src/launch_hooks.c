@@ -260,6 +260,30 @@ static CUresult gate_leave(struct vgl_launch *l, CUresult rc)
     return rc;
 }
 
+/* A stream's measurement ends before the stream does. */
+static void stream_ends(CUstream stream)
+{
+    if (!stream || stream == (CUstream)0x1 || stream == STREAM_PER_THREAD)
+        return; /* the default streams (NULL, legacy 0x1, per-thread 0x2) are never destroyed */
+    struct vgl_settlements settled;
+    vgl_busy_stream_ends(stream, &settled);
+    settle(&settled);
+}
+
+CUresult cuStreamDestroy(CUstream hStream)
+{
+    VGL_ASKS();
+    stream_ends(hStream);
+    return vgl_real.cuStreamDestroy(hStream);
+}
+
+CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    VGL_ASKS();
+    stream_ends(hStream);
+    return vgl_real.cuStreamDestroy_v2(hStream);
+}
+
 /* A capture is counted before it begins, so that no launch measures into it,
  * and the current context's runs end first, their events recorded before it. */
 static void capture_begins(void)
