@@ -27,7 +27,7 @@ from helpers import status_json
 from test_compute_share import Container, loops, progress, share, wait_for
 from test_views import serve_and_scrape
 
-# A high container's loop keeps 20 ms of kernels queued, as a busy program
+# A higher container's loop keeps 20 ms of kernels queued, as a busy program
 # does: on a busy machine, a loop that waits less than that for a CPU leaves
 # the GPU no idle gap, which a lower one would be right to take (the high one
 # has no work then).  Lower loops keep launch_client's 4 ms, but in the test
@@ -238,7 +238,8 @@ def test_a_beacon_truncated_by_its_tenant_crashes_no_other(tmp_path, sim_env, la
                 "d = os.path.dirname(r.snapshot().board); "
                 "os.truncate(os.path.join(d, f'beacon-{r.board_key:016x}'), 0); "
                 "import time; print('truncated', time.monotonic(), flush=True)")
-    high_cmd = ["sh", "-c", f"{launch_client} kernel 1000 2.5 & sleep 1; {vgpulimit_cmd('')[0]} -c \"{truncate}\"; wait"]
+    high_cmd = ["sh", "-c", (f"{launch_client} kernel 1000 2.5 0 {HIGH_QUEUE_US} & sleep 1; "
+                             f"{vgpulimit_cmd('')[0]} -c \"{truncate}\"; wait")]
     started = time.monotonic()
     low = Container(sim_env, None, loops(launch_client, 1, seconds=5), flags=["--priority", "low"])
     wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
@@ -320,7 +321,8 @@ def test_set_raises_a_low_container_while_it_runs(tmp_path, sim_env, launch_clie
                     flags=["--priority", "low"])
     wait_for(lambda: reported(low, started + 0.5), "progress from the low container")
     high_started = time.monotonic()
-    high = Container(sim_env, None, loops(launch_client, 1, seconds=4.5), flags=["--priority", "high"])
+    high = Container(sim_env, None, loops(launch_client, 1, seconds=4.5, queue_us=HIGH_QUEUE_US),
+                     flags=["--priority", "high"])
     wait_for(lambda: reported(high, high_started + 1.5), "1.5 s of the high container")
     run(vgpulimit_cmd("set", "--priority", "high", "--region", low_region), sim_env)
     raised = time.monotonic()
@@ -387,7 +389,8 @@ def test_a_lower_containers_claim_holds_back_no_higher_one(tmp_path, sim_env, la
     low = Container(sim_env, None, ["sh", "-c", f"{launch_client} kernel 1000 5.5 & {sys.executable} {forge} 5.5; wait"],
                     flags=["--priority", "low"])
     wait_for(lambda: reported(low, started + 0.5) and reported(high, started + 0.5), "progress from both")
-    normal = Container(sim_env, None, loops(launch_client, 1, seconds=3.0), flags=["--priority", "normal"])
+    normal = Container(sim_env, None, loops(launch_client, 1, seconds=3.0, queue_us=HIGH_QUEUE_US),
+                       flags=["--priority", "normal"])
     normal_out, low_out, high_out = normal.finish(), low.finish(), high.finish()
     first, last = span(normal_out)
     counts = [launches(out, first + 0.3, last) for out in (high_out, normal_out, low_out)]
@@ -539,7 +542,7 @@ def test_a_hook_tenant_cannot_shed_its_priority(hook_node, shed):
     """A low tenant damages what it may write (its beacon, its region's
     board fields) before it launches: it still holds back for the high
     container (fails closed), and no line blames a priority variable."""
-    high = hook_node.start("high", "high", f"{hook_node.client} kernel 1000 5")
+    high = hook_node.start("high", "high", f"{hook_node.client} kernel 1000 5 0 {HIGH_QUEUE_US}")
     wait_for(lambda: ran_for(high.lines, 0.3), "progress from the high container")
     script = SHED[shed].format(**high_row(hook_node.dir)) if "{row}" in SHED[shed] else SHED[shed]
     low = hook_node.start("low", "low", f"{script}; {hook_node.client} kernel 1000 3")
