@@ -209,7 +209,8 @@ int64_t vgl_priority_admit(int device, uint64_t now_ns, int64_t cost_ns, bool qu
     struct vgl_priority_view v = others_busy(device, uuid, now_ns);
     int64_t wait = vgl_priority_wait(&v, __atomic_load_n(&own->busy_until_ns, __ATOMIC_RELAXED), now_ns,
                                      !quiet && v.higher_shares && fence_behind(device, now_ns), &prio.hold);
-    prio.fence[device].due = wait <= 0 && !quiet && v.higher_shares && !prio.fence[device].armed;
+    if (wait <= 0) /* a launch held meanwhile in another thread leaves this one's record due */
+        prio.fence[device].due = !quiet && v.higher_shares && !prio.fence[device].armed;
     pthread_mutex_unlock(&prio.lock);
     if (wait > 0)
         return wait;
