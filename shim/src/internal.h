@@ -15,10 +15,9 @@
 #include "vgpulimit/nvml_abi.h"
 #include "vgpulimit/paths.h"
 #include "vgpulimit/region.h"
+#include "log.h"
 #include "timings.h"
 
-#define VGL_LIKELY(x) __builtin_expect(!!(x), 1)
-#define VGL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* For code that runs inside dlsym: a sanitizer's runtime looks its
  * interceptors up with dlsym before its shadow memory exists, so in a
  * sanitizer build of the shim that code must not be instrumented. */
@@ -28,20 +27,6 @@
  * a lock some other thread held at the fork is held by no one in it. */
 #define VGL_AFTER_FORK(fn)                                                                         \
     __attribute__((constructor)) static void fn##_at_fork(void) { pthread_atfork(NULL, NULL, fn); }
-
-/* log.c */
-enum vgl_log_level { VGL_LOG_ERROR, VGL_LOG_WARN, VGL_LOG_INFO, VGL_LOG_DEBUG };
-extern int vgl_log_level; /* set once by config.c; VGL_LOG_WARN until then */
-void vgl_log(enum vgl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Logs unless `*count` has passed a bound, then says once that it goes quiet. */
-void vgl_log_bounded(enum vgl_log_level level, unsigned *count, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Formatting happens only at an enabled level, so a disabled one costs a compare. */
-#define VGL_LOG(level, ...)                              \
-    do {                                                 \
-        if (VGL_UNLIKELY((level) <= vgl_log_level))      \
-            vgl_log((level), __VA_ARGS__);               \
-    } while (0)
 
 /* slot_owner.c — whether a slot's process runs, asked from any pid namespace. */
 /* Keeps `fd` (this process's own descriptor of the file mapped at `region`,

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "log.h"
 
 int vgl_log_level = VGL_LOG_WARN;
 

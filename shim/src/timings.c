@@ -1,9 +1,12 @@
 /* The timing table's overrides, read once at load in a tunable build. */
 #include <ctype.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "log.h"
+#include "timings.h"
 
 #define PREFIX "VGPULIMIT_TIMING_"
 
