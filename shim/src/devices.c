@@ -28,6 +28,12 @@
 
 #include "internal.h"
 
+/* The real libraries' functions, spelt apart from the hooks of the same names
+ * (nvml_device_hooks.c calls into this file): every call here goes to the
+ * real library, never to a hook, and no reader (nor a call graph) should
+ * take it for one. */
+#define REAL(fn) (vgl_real.fn)
+
 enum { UUID_TEXT_LEN = 41 }; /* "GPU-" + 36 + NUL, as vgl_format_uuid writes it */
 
 static struct {
@@ -43,10 +49,10 @@ static bool set_device(struct vgl_visible *out, unsigned i, nvmlDevice_t handle,
 {
     out->handle[i] = handle;
     out->parent[i] = NULL;
-    if (mig && (!vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle ||
-                vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle, &out->parent[i]) != NVML_SUCCESS))
+    if (mig && (!REAL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle) ||
+                REAL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)(handle, &out->parent[i]) != NVML_SUCCESS))
         return false;
-    return vgl_real.nvmlDeviceGetIndex(mig ? out->parent[i] : handle, &out->nvml_index[i]) == NVML_SUCCESS;
+    return REAL(nvmlDeviceGetIndex)(mig ? out->parent[i] : handle, &out->nvml_index[i]) == NVML_SUCCESS;
 }
 
 /* False while CUDA is not initialised (cuDeviceGetCount says so without
@@ -54,20 +60,20 @@ static bool set_device(struct vgl_visible *out, unsigned i, nvmlDevice_t handle,
 static bool from_cuda(struct vgl_visible *out)
 {
     int count;
-    if (vgl_real.cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 0)
+    if (REAL(cuDeviceGetCount)(&count) != CUDA_SUCCESS || count < 0)
         return false;
     out->count = 0;
     for (int i = 0; i < count && i < VGL_MAX_DEVICES; i++) {
         CUuuid uuid;
         char text[UUID_TEXT_LEN];
         nvmlDevice_t handle;
-        if (vgl_real.cuDeviceGetUuid_v2(&uuid, i) != CUDA_SUCCESS)
+        if (REAL(cuDeviceGetUuid_v2)(&uuid, i) != CUDA_SUCCESS)
             return false;
         vgl_format_uuid((const uint8_t *)uuid.bytes, text);
-        bool mig = vgl_real.nvmlDeviceGetHandleByUUID(text, &handle) != NVML_SUCCESS;
+        bool mig = REAL(nvmlDeviceGetHandleByUUID)(text, &handle) != NVML_SUCCESS;
         if (mig) {
             vgl_format_mig_uuid((const uint8_t *)uuid.bytes, text);
-            if (vgl_real.nvmlDeviceGetHandleByUUID(text, &handle) != NVML_SUCCESS)
+            if (REAL(nvmlDeviceGetHandleByUUID)(text, &handle) != NVML_SUCCESS)
                 return false;
         }
         if (!set_device(out, (unsigned)i, handle, mig))
@@ -81,9 +87,9 @@ static bool from_cuda(struct vgl_visible *out)
 static bool mig_device(unsigned index, unsigned mig_index, nvmlDevice_t *mig)
 {
     nvmlDevice_t gpu;
-    return vgl_real.nvmlDeviceGetMigDeviceHandleByIndex &&
-           vgl_real.nvmlDeviceGetHandleByIndex_v2(index, &gpu) == NVML_SUCCESS &&
-           vgl_real.nvmlDeviceGetMigDeviceHandleByIndex(gpu, mig_index, mig) == NVML_SUCCESS;
+    return REAL(nvmlDeviceGetMigDeviceHandleByIndex) &&
+           REAL(nvmlDeviceGetHandleByIndex_v2)(index, &gpu) == NVML_SUCCESS &&
+           REAL(nvmlDeviceGetMigDeviceHandleByIndex)(gpu, mig_index, mig) == NVML_SUCCESS;
 }
 
 /* How many MIG device indices GPU `index` has; 0: it is not in MIG mode. */
@@ -91,10 +97,10 @@ static unsigned mig_slots(unsigned index)
 {
     nvmlDevice_t gpu;
     unsigned current = 0, pending, max = 0;
-    if (!vgl_real.nvmlDeviceGetMigMode || !vgl_real.nvmlDeviceGetMaxMigDeviceCount ||
-        vgl_real.nvmlDeviceGetHandleByIndex_v2(index, &gpu) != NVML_SUCCESS ||
-        vgl_real.nvmlDeviceGetMigMode(gpu, &current, &pending) != NVML_SUCCESS || current != 1 ||
-        vgl_real.nvmlDeviceGetMaxMigDeviceCount(gpu, &max) != NVML_SUCCESS)
+    if (!REAL(nvmlDeviceGetMigMode) || !REAL(nvmlDeviceGetMaxMigDeviceCount) ||
+        REAL(nvmlDeviceGetHandleByIndex_v2)(index, &gpu) != NVML_SUCCESS ||
+        REAL(nvmlDeviceGetMigMode)(gpu, &current, &pending) != NVML_SUCCESS || current != 1 ||
+        REAL(nvmlDeviceGetMaxMigDeviceCount)(gpu, &max) != NVML_SUCCESS)
         return 0;
     return max;
 }
@@ -107,7 +113,7 @@ static bool mig_by_uuid_prefix(const char *prefix, size_t len, unsigned count, n
         for (unsigned m = 0, slots = mig_slots(i); m < slots; m++) {
             nvmlDevice_t mig;
             char text[NVML_DEVICE_UUID_BUFFER_SIZE];
-            if (mig_device(i, m, &mig) && vgl_real.nvmlDeviceGetUUID(mig, text, sizeof text) == NVML_SUCCESS &&
+            if (mig_device(i, m, &mig) && REAL(nvmlDeviceGetUUID)(mig, text, sizeof text) == NVML_SUCCESS &&
                 strncmp(text, prefix, len) == 0) {
                 *found = mig;
                 matches++;
@@ -123,8 +129,8 @@ static int by_uuid_prefix(const char *prefix, size_t len, unsigned count)
     for (unsigned i = 0; i < count; i++) {
         nvmlDevice_t handle;
         char text[NVML_DEVICE_UUID_BUFFER_SIZE];
-        if (vgl_real.nvmlDeviceGetHandleByIndex_v2(i, &handle) != NVML_SUCCESS ||
-            vgl_real.nvmlDeviceGetUUID(handle, text, sizeof text) != NVML_SUCCESS)
+        if (REAL(nvmlDeviceGetHandleByIndex_v2)(i, &handle) != NVML_SUCCESS ||
+            REAL(nvmlDeviceGetUUID)(handle, text, sizeof text) != NVML_SUCCESS)
             return -1;
         if (strncmp(text, prefix, len) == 0) {
             if (found >= 0)
@@ -164,7 +170,7 @@ static bool add_gpu(struct vgl_visible *out, unsigned index, bool *has_mig)
     nvmlDevice_t handle;
     unsigned slots = mig_slots(index);
     if (!slots) {
-        if (vgl_real.nvmlDeviceGetHandleByIndex_v2(index, &handle) != NVML_SUCCESS)
+        if (REAL(nvmlDeviceGetHandleByIndex_v2)(index, &handle) != NVML_SUCCESS)
             return false;
         return set_device(out, out->count++, handle, false);
     }
@@ -179,7 +185,7 @@ static bool add_gpu(struct vgl_visible *out, unsigned index, bool *has_mig)
 static bool from_environment(struct vgl_visible *out)
 {
     unsigned count;
-    if (vgl_real.nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
+    if (REAL(nvmlDeviceGetCount_v2)(&count) != NVML_SUCCESS)
         return false;
     /* Read now, not at load: like CUDA at cuInit, this honours a value the
      * program set for itself before it first asked. */
@@ -244,13 +250,13 @@ uint32_t vgl_uuid_kind_of(const uint8_t uuid[16], nvmlDevice_t *parent)
         return VGL_UUID_KIND_UNKNOWN;
     vgl_format_uuid(uuid, text);
     uint32_t kind = VGL_UUID_KIND_GPU;
-    if (vgl_real.nvmlDeviceGetHandleByUUID(text, &found) != NVML_SUCCESS) {
+    if (REAL(nvmlDeviceGetHandleByUUID)(text, &found) != NVML_SUCCESS) {
         vgl_format_mig_uuid(uuid, text);
-        if (vgl_real.nvmlDeviceGetHandleByUUID(text, &found) != NVML_SUCCESS)
+        if (REAL(nvmlDeviceGetHandleByUUID)(text, &found) != NVML_SUCCESS)
             return VGL_UUID_KIND_UNKNOWN;
         kind = VGL_UUID_KIND_MIG;
-        if (parent && vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle &&
-            vgl_real.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(found, &gpu) != NVML_SUCCESS)
+        if (parent && REAL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle) &&
+            REAL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)(found, &gpu) != NVML_SUCCESS)
             gpu = NULL;
     }
     if (parent)
@@ -277,7 +283,7 @@ static bool bind_named_mig(const struct vgl_visible *visible)
         return true; /* nothing to bind */
     if (!vgl_map_region())
         return false; /* no region yet: the next look tries again */
-    if (vgl_real.nvmlDeviceGetUUID(visible->handle[0], text, sizeof text) == NVML_SUCCESS &&
+    if (REAL(nvmlDeviceGetUUID)(visible->handle[0], text, sizeof text) == NVML_SUCCESS &&
         vgl_parse_uuid(text, uuid) == 0)
         bind_uuid(0, uuid, VGL_UUID_KIND_MIG);
     return true;
@@ -337,7 +343,7 @@ bool vgl_device_note(int device)
         return true;
     struct vgl_region *region = __atomic_load_n(&vgl_self.region, __ATOMIC_ACQUIRE);
     CUuuid uuid;
-    if (!region || vgl_real.cuDeviceGetUuid_v2(&uuid, device) != CUDA_SUCCESS)
+    if (!region || REAL(cuDeviceGetUuid_v2)(&uuid, device) != CUDA_SUCCESS)
         return false;
     bind_uuid(device, (const uint8_t *)uuid.bytes, vgl_uuid_kind_of((const uint8_t *)uuid.bytes, NULL));
     __atomic_store_n(&noted[device], true, __ATOMIC_RELAXED);
@@ -349,7 +355,7 @@ void vgl_devices_note_all(void)
     static bool all;
     int count;
     /* Before cuInit there is nothing to note; CUDA asks again when it is. */
-    if (__atomic_load_n(&all, __ATOMIC_RELAXED) || vgl_real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+    if (__atomic_load_n(&all, __ATOMIC_RELAXED) || REAL(cuDeviceGetCount)(&count) != CUDA_SUCCESS)
         return;
     bool noted = true;
     for (int i = 0; i < count && i < VGL_MAX_DEVICES; i++)
