@@ -102,21 +102,6 @@ static pthread_once_t sim_config_once = PTHREAD_ONCE_INIT;
 static struct sim_config sim_config_value;
 static bool sim_config_ok;
 
-void sim_log(const char *fmt, ...)
-{
-    char line[1024];
-    int n = snprintf(line, sizeof line, "simgpu: ");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    size_t len = strlen(line);
-    line[len++] = '\n';
-    /* One write, so that lines of concurrent processes do not interleave. */
-    ssize_t rc = write(STDERR_FILENO, line, len);
-    (void)rc;
-}
-
 static const char *sim_env(const char *name)
 {
     const char *v = getenv(name);

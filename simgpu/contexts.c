@@ -140,12 +140,21 @@ static CUcontext sim_ctx_new(uint32_t device, bool primary, unsigned int flags)
     return ctx;
 }
 
+/* What a process's first context on a device costs it (a real one's
+ * context, heaps and modules). */
+static uint64_t context_bytes(void)
+{
+    const struct sim_config *cfg = sim_config();
+    return cfg ? cfg->context_overhead_bytes : 0;
+}
+
 /* Makes `ctx` alive and tells the state file that this process now holds a
  * context on its device.  Under the mutex; sim_context_deactivate and
  * sim_context_retire undo it. */
 static CUresult sim_ctx_activate(CUcontext ctx)
 {
-    if (sim_drv.live_contexts[ctx->device] == 0 && sim_state_set_context(ctx->device, true) != 0)
+    if (sim_drv.live_contexts[ctx->device] == 0 &&
+        sim_state_set_context(ctx->device, true, context_bytes()) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     sim_drv.live_contexts[ctx->device]++;
     ctx->activation++;
@@ -161,7 +170,7 @@ void sim_context_deactivate(CUcontext ctx)
 void sim_context_retire(CUcontext ctx)
 {
     if (--sim_drv.live_contexts[ctx->device] == 0)
-        sim_state_set_context(ctx->device, false);
+        sim_state_set_context(ctx->device, false, context_bytes());
 }
 
 size_t sim_contexts_work(struct sim_ctx_work *out, size_t max)

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "state.h"
+#include "pids.h"
 #include "base.h"
 
 /* Every process of another pid namespace, as the host's /proc shows it. */

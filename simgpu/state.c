@@ -618,13 +618,11 @@ static int set_context_bit(struct sim_file *f, uint32_t device, bool active)
  * real GPU (the context, its heaps, the loaded modules): charged when the
  * context comes and given back when the last one goes, so it shows in NVML's
  * per-process numbers like any allocation. */
-int sim_state_set_context(uint32_t device, bool active)
+int sim_state_set_context(uint32_t device, bool active, uint64_t overhead)
 {
     struct sim_file *f = sim_file_for(device);
-    const struct sim_config *cfg = sim_config();
-    if (!f || !cfg)
+    if (!f)
         return -EINVAL;
-    uint64_t overhead = cfg->context_overhead_bytes;
     if (!active) {
         if (overhead)
             sim_state_uncharge(device, overhead);

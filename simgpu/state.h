@@ -15,6 +15,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "log.h"
+#include "pids.h"
+
 /* The one way a driver or NVML symbol is exported. */
 /* noinline: an entry point called by another keeps its own frame, so that
  * calls.c can tell the driver's own calls from its callers'. */
@@ -68,15 +71,6 @@ enum sim_proc_flags {
      * entry for as long as it lives: how a process in another pid namespace,
      * which cannot check the pid, tells whether the entry's owner is alive. */
     SIM_PROC_LOCKED = 1u << 0,
-};
-
-/* A process as the kernel knows it.  The driver names processes by their pid
- * in the initial pid namespace (the host's) wherever the caller runs; simgpu
- * runs inside the process, which may not know that pid (pids.c). */
-struct sim_pid {
-    uint64_t ns;                    /* inode of /proc/<pid>/ns/pid; 0: unknown */
-    int32_t pid;                    /* in that namespace: as the process sees itself */
-    int32_t host_pid;               /* in the initial namespace; 0: the process cannot know it */
 };
 
 /* A process-shared, robust pthread mutex; the padding fixes its size on every
@@ -383,9 +377,6 @@ struct sim_config {
  * holds a bad value; the reason has then been written to stderr, once. */
 const struct sim_config *sim_config(void);
 
-/* One line on stderr, prefixed "simgpu: ". */
-void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* ---- units.c: the devices' fixed identity ----------------------------------- */
 
 /* The fixed identity of device `index`: the same in every process and in both
@@ -409,22 +400,6 @@ struct sim_pci_address {
 };
 struct sim_pci_address sim_device_pci(const struct sim_config *cfg, uint32_t index);
 
-/* ---- pids.c: processes named as the driver names them ---------------------- */
-
-#define SIM_PID_MAX_LIMIT 4194304   /* the kernel's PID_MAX_LIMIT: no pid is above it */
-/* The pid the driver reports for `who` (see pids.c): its host pid; found in
- * /proc when the process could not know it and our /proc is the host's; else
- * a stand-in above SIM_PID_MAX_LIMIT.  `host` keeps one scan of /proc for a
- * whole listing: zeroed before, given to sim_host_pids_free after.  Never
- * under the file's mutex: the scan reads every process's status. */
-struct sim_host_pids {
-    bool scanned;
-    uint32_t count;
-    struct sim_pid *procs;          /* malloc'd: the processes of other pid namespaces */
-};
-uint32_t sim_driver_pid(const struct sim_pid *who, struct sim_host_pids *host);
-void sim_host_pids_free(struct sim_host_pids *host);
-
 /* ---- state.c: the machine-wide state file ---------------------------------- */
 
 /* One process's use of the simulated machine, as NVML reports it. */
@@ -446,8 +421,10 @@ int sim_state_charge(uint32_t device, uint64_t bytes);
 /* Returns bytes charged by sim_state_charge. */
 void sim_state_uncharge(uint32_t device, uint64_t bytes);
 /* Marks whether the calling process holds a context on `device` (NVML lists
- * processes with a context even before they allocate). */
-int sim_state_set_context(uint32_t device, bool active);
+ * processes with a context even before they allocate), charging or giving
+ * back the context's `overhead` (the configuration's context size: the same
+ * both ways). */
+int sim_state_set_context(uint32_t device, bool active, uint64_t overhead);
 /* A device's memory, after dead processes are reaped: what processes hold
  * (allocations, contexts, modules), what the driver keeps for itself, and
  * the total; free is total - reserved - used. */
