@@ -102,18 +102,26 @@ def share_spec(kernels: Kernels, shares: tuple[int, ...]) -> Spec:
         free_out, _ = spin_once(bench, kernels, None, calibrate=True)
         kernel_ns = kernel_ns_of(free_out, kernels)
         free = kernels_share(free_out, kernel_ns, settle)
+        # Kernels of two streams overlap where one ends and the next begins, so
+        # kernels x length counts more than the wall time of a busy GPU (106 %
+        # uncapped on an H200 with 20 us kernels): the GPU's time is that figure
+        # over what the same count gives uncapped.
+        overlap = max(1.0, (free or 0.0) / 100)
         rows = []
         for cores in shares:
             out, _ = spin_once(bench, kernels, cores, calibrate=False)
-            got = kernels_share(out, kernel_ns, settle)
+            counted = kernels_share(out, kernel_ns, settle)
+            got = None if counted is None else counted / overlap
             nominal = kernels_share(out, kernels.us * 1000.0, settle)
             ok = got is not None and abs(got - cores) <= SHARE_TOLERANCE_PP
+            seen = (f"{pct(got)} of the GPU's time ({pct(counted)} by kernels x length, over the "
+                    f"{pct(free)} that counts uncapped)" if overlap > 1 else pct(got))
             rows.append(Row("share", f"{kernels.text()} at {cores} %",
                             uncapped=f"{pct(free)} (a kernel {kernel_ns / 1e3:.1f} us by events)",
-                            capped=f"{pct(got)} (by its nominal length {pct(nominal)})",
+                            capped=f"{seen} (by its nominal length {pct(nominal)})",
                             expect=f"{cores} +- {SHARE_TOLERANCE_PP:g} pp", verdict=verdict(ok),
                             data={"kernel_ns": kernel_ns, "uncapped_pct": free, "capped_pct": got,
-                                  "nominal_pct": nominal, "cores": cores}))
+                                  "counted_pct": counted, "nominal_pct": nominal, "cores": cores}))
         return rows
     settle, window = (1.0, 4.0) if kernels.us >= 20000 else (1.0, 2.5)
     budget = (1 + len(shares)) * (settle + window + 8) + 30
