@@ -35,12 +35,12 @@ def missing(why: str) -> None:
     sys.exit(77)
 
 
-def torch_child(queue, done) -> None:
+def torch_child(tensors, replies, done) -> None:
     try:
-        tensor = queue.get()
-        queue.put((os.getpid(), float(tensor[0].item()), None))
+        tensor = tensors.get()
+        replies.put((os.getpid(), float(tensor[0].item()), None))
     except Exception as exc:  # noqa: BLE001 -- said to the parent, which decides
-        queue.put((os.getpid(), None, f"{type(exc).__name__}: {exc}"))
+        replies.put((os.getpid(), None, f"{type(exc).__name__}: {exc}"))
         return
     done.wait()
 
@@ -65,12 +65,15 @@ def torch_ipc(mib: int) -> None:
     if not torch.cuda.is_available():
         missing("PyTorch sees no GPU")
     ctx = mp.get_context("spawn")
-    queue, done = ctx.Queue(), ctx.Event()
+    # A queue each way: on one queue the parent, reading the child's reply,
+    # took its own tensor back before the child had started (an H200, torch
+    # 2.11: "invalid device context" opening its own handle).
+    tensors, replies, done = ctx.Queue(), ctx.Queue(), ctx.Event()
     tensor = torch.full((mib * MiB // 4,), 7.0, device="cuda")
-    child = ctx.Process(target=torch_child, args=(queue, done))
+    child = ctx.Process(target=torch_child, args=(tensors, replies, done))
     child.start()
-    queue.put(tensor)
-    child_pid, seen = child_report(queue)
+    tensors.put(tensor)
+    child_pid, seen = child_report(replies)
     step("shared", child_pid=child_pid, child_saw=seen, torch=torch.__version__,
          alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     done.set()
