@@ -25,6 +25,13 @@ CC = os.environ.get("CC", "cc")
 MiB = 1 << 20
 GiB = 1 << 30
 
+# With fork support on, grpcio (the CRI tests' client) restarts its poller in
+# every child this process forks, and a child that closes its descriptors
+# before exec can die there (grpc/grpc#43055, grpcio >= 1.80): `vgpulimit top`
+# under pexpect did, after the CRI tests, in a loaded run.  No test uses gRPC
+# across a fork.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 
 def pytest_collection_modifyitems(items) -> None:
     """A `slow` test measures shares over seconds, on a CPU the machine shares
