@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -130,15 +129,24 @@ def test_rows_past_the_runs_budget_or_needing_the_runtime_are_skipped_with_the_r
     assert called == []
 
 
-def test_a_row_the_runs_budget_cuts_short_is_skipped_not_broken():
+def test_a_row_the_runs_budget_cuts_short_is_skipped_not_broken(monkeypatch):
     """On the H200 the last row had 5 s of the run's 8 minutes left and was
-    written as an ERROR, as if the row were at fault."""
-    began = time.monotonic()
-    [row] = real_gpu.run_spec(FakeBench(simulate=False),
-                              spec(raises(real_gpu.OutOfTime("the spin did not finish within 5 s")), budget_s=150),
-                              run_deadline=began + 20)
+    written as an ERROR, as if the row were at fault; a wait of the row's own
+    that runs out before the deadline still is one."""
+    clock = [1000.0]
+    monkeypatch.setattr(real_gpu, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+
+    def cut(bench):
+        clock[0] = bench.deadline       # the run's deadline reached
+        raise real_gpu.OutOfTime("the spin did not finish within 5 s")
+
+    [row] = real_gpu.run_spec(FakeBench(simulate=False), spec(cut, budget_s=150), run_deadline=clock[0] + 20)
     assert row.verdict == "SKIP" and row.note.startswith("out of time: the run's budget was spent"), row
     assert "the spin did not finish within 5 s" in row.note
+    [row] = real_gpu.run_spec(FakeBench(simulate=False),
+                              spec(raises(real_gpu.OutOfTime("the spin did not finish within 9 s")), budget_s=150),
+                              run_deadline=clock[0] + 20)
+    assert (row.verdict, row.note) == ("ERROR", "timed out: the spin did not finish within 9 s")
 
 
 def test_rows_with_a_pass_line_run_before_those_only_reported():
